@@ -1,0 +1,130 @@
+import { z } from "zod";
+
+const id = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/, "ids use letters, digits and . _ : -");
+/** Base units are non-negative integers; YAML may give them as numbers or decimal strings. */
+const baseUnits = z
+  .union([z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER), z.string().regex(/^\d+$/)])
+  .transform((v) => BigInt(v));
+
+export const upstreamSchema = z.strictObject({
+  id,
+  /** OpenAI-compatible base URL, ending in /v1 (vLLM, Ollama, llama.cpp server, OpenAI, ...). */
+  baseUrl: z.url(),
+  /** Name of the environment variable holding the upstream API key; never the key itself. */
+  apiKeyEnv: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+  timeoutMs: z.number().int().positive().default(120_000),
+});
+
+export const modelSchema = z.strictObject({
+  /** Public model id, as callers send it. */
+  id,
+  upstream: id,
+  /** Model id the upstream expects. */
+  upstreamModel: z.string().min(1),
+  /** Runtime label (vllm, ollama, llama.cpp, openai, ...), recorded with usage. */
+  runtime: z.string().min(1),
+  pricing: z.strictObject({
+    /** Base units of the payment token per million input tokens. */
+    inputPerMillion: baseUnits,
+    /** Base units of the payment token per million output tokens. */
+    outputPerMillion: baseUnits,
+  }),
+  /** Largest output cap this model accepts. */
+  maxOutputTokens: z.number().int().positive().default(4096),
+  /** Whether the upstream returns reasoning content (used by /v1/think). */
+  reasoning: z.boolean().default(false),
+});
+
+export const planNames = ["Starter", "Plus", "Premium"] as const;
+export type PlanName = (typeof planNames)[number];
+
+const planSchema = z.strictObject({ models: z.array(id).min(1), default: id });
+
+const keySchema = z
+  .strictObject({
+    id,
+    /** Development only: the key in clear text, hashed on load. */
+    secret: z.string().min(16).optional(),
+    /** SHA-256 of the key, hex; the production form. */
+    sha256: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+    expiresAt: z.iso.datetime({ offset: true }).optional(),
+    revoked: z.boolean().default(false),
+  })
+  .refine((k) => (k.secret === undefined) !== (k.sha256 === undefined), {
+    message: "give exactly one of secret or sha256",
+  });
+
+const connectionSchema = z.strictObject({
+  id,
+  models: z.array(id).min(1),
+  defaultModel: id,
+  policy: z
+    .strictObject({
+      /** Output cap applied when a request carries none. */
+      defaultMaxOutputTokens: z.number().int().positive().default(1024),
+      /** Largest output cap a request may ask for (403 above it). */
+      maxOutputTokens: z.number().int().positive().default(4096),
+    })
+    .prefault({}),
+  keys: z.array(keySchema).default([]),
+});
+
+const accountSchema = z.strictObject({ id, connections: z.array(connectionSchema).min(1) });
+
+export const gatewayConfigSchema = z.strictObject({
+  upstreams: z.array(upstreamSchema).min(1),
+  models: z.array(modelSchema).min(1),
+  plans: z.strictObject({ Starter: planSchema, Plus: planSchema, Premium: planSchema }).optional(),
+  accounts: z.array(accountSchema).default([]),
+});
+
+export type GatewayConfig = z.output<typeof gatewayConfigSchema>;
+export type UpstreamConfig = GatewayConfig["upstreams"][number];
+export type ModelConfig = GatewayConfig["models"][number];
+export type AccountConfig = GatewayConfig["accounts"][number];
+export type ConnectionConfig = AccountConfig["connections"][number];
+export type KeyConfig = ConnectionConfig["keys"][number];
+export type PlanConfig = z.output<typeof planSchema>;
+
+/** Cross-reference problems zod cannot see: unknown ids, duplicates, defaults outside their lists. */
+export function crossCheck(cfg: GatewayConfig): string[] {
+  const problems: string[] = [];
+  const dupes = (label: string, ids: string[]) => {
+    const seen = new Set<string>();
+    for (const i of ids) {
+      if (seen.has(i)) problems.push(`${label}: duplicate id "${i}"`);
+      seen.add(i);
+    }
+  };
+  const upstreams = new Set(cfg.upstreams.map((u) => u.id));
+  const models = new Set(cfg.models.map((m) => m.id));
+  dupes("upstreams", cfg.upstreams.map((u) => u.id));
+  dupes("models", cfg.models.map((m) => m.id));
+  dupes("accounts", cfg.accounts.map((a) => a.id));
+  cfg.models.forEach((m, i) => {
+    if (!upstreams.has(m.upstream)) problems.push(`models.${i}.upstream: unknown upstream "${m.upstream}"`);
+  });
+  for (const [name, plan] of Object.entries(cfg.plans ?? {})) {
+    plan.models.forEach((m, i) => {
+      if (!models.has(m)) problems.push(`plans.${name}.models.${i}: unknown model "${m}"`);
+    });
+    if (!plan.models.includes(plan.default)) problems.push(`plans.${name}.default: "${plan.default}" is not in its models`);
+  }
+  const keyIds: string[] = [];
+  cfg.accounts.forEach((a, ai) => {
+    dupes(`accounts.${ai}.connections`, a.connections.map((c) => c.id));
+    a.connections.forEach((c, ci) => {
+      const at = `accounts.${ai}.connections.${ci}`;
+      c.models.forEach((m, mi) => {
+        if (!models.has(m)) problems.push(`${at}.models.${mi}: unknown model "${m}"`);
+      });
+      if (!c.models.includes(c.defaultModel)) problems.push(`${at}.defaultModel: "${c.defaultModel}" is not in its models`);
+      if (c.policy.defaultMaxOutputTokens > c.policy.maxOutputTokens) {
+        problems.push(`${at}.policy.defaultMaxOutputTokens: above policy.maxOutputTokens`);
+      }
+      keyIds.push(...c.keys.map((k) => k.id));
+    });
+  });
+  dupes("keys", keyIds);
+  return problems;
+}

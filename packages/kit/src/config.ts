@@ -1,0 +1,33 @@
+import { z } from "zod";
+
+/** Thrown when configuration is invalid; lists every problem at once. */
+export class ConfigError extends Error {
+  constructor(readonly problems: readonly string[]) {
+    super(`invalid configuration:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.name = "ConfigError";
+  }
+}
+
+/** Formats zod issues as "path: message" lines, prefixed with a source name. */
+export function describeIssues(issues: readonly z.core.$ZodIssue[], prefix = ""): string[] {
+  return issues.map((issue) => {
+    const path = issue.path.map(String).join(".");
+    const where = [prefix, path].filter(Boolean).join(path && prefix ? "." : "");
+    return `${where || "(root)"}: ${issue.message}`;
+  });
+}
+
+/** Parses environment variables with a zod object schema; reports every bad key at once. */
+export function parseEnv<S extends z.ZodType>(schema: S, env: NodeJS.ProcessEnv): z.output<S> {
+  // Empty strings count as unset, as most deployment tools write them for absent values.
+  const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ""));
+  const result = schema.safeParse(cleaned);
+  if (!result.success) throw new ConfigError(describeIssues(result.error.issues));
+  return result.data;
+}
+
+/** A TCP port number from the environment. */
+export const port = (fallback: number) => z.coerce.number().int().min(0).max(65535).default(fallback);
+
+/** A log level from the environment. */
+export const logLevel = z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info");

@@ -1,0 +1,285 @@
+import {
+  create,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  fromBinary,
+  type MessageInitShape,
+  type MessageShape,
+  toBinary,
+} from "@bufbuild/protobuf";
+import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
+import * as grpc from "@grpc/grpc-js";
+import type { Logger } from "pino";
+
+export { status as GrpcStatus } from "@grpc/grpc-js";
+
+/** Trailing metadata key carrying a domain error code across a gRPC boundary. */
+export const ERROR_CODE_KEY = "tollgate-code";
+
+/**
+ * A domain failure on its way out of a gRPC handler: a gRPC status plus the domain code.
+ * Each service builds these in exactly one place, its transport/grpc/errors.ts.
+ */
+export class StatusError extends Error {
+  constructor(
+    readonly status: grpc.status,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = "StatusError";
+  }
+}
+
+/** A failure received from a remote gRPC service, with the domain code when it sent one. */
+export class RemoteError extends Error {
+  constructor(
+    readonly status: grpc.status,
+    readonly code: string | undefined,
+    message: string,
+  ) {
+    super(message);
+    this.name = "RemoteError";
+  }
+}
+
+/** Per-call context handed to handlers. */
+export interface CallContext {
+  /** Aborted when the caller cancels or the deadline passes. */
+  signal: AbortSignal;
+  metadata: grpc.Metadata;
+}
+
+type Unary<I extends DescMessage, O extends DescMessage> = {
+  methodKind: "unary";
+  input: I;
+  output: O;
+};
+type ServerStreaming<I extends DescMessage, O extends DescMessage> = {
+  methodKind: "server_streaming";
+  input: I;
+  output: O;
+};
+
+/** The handlers a service implements, typed from its generated descriptor. */
+export type ServiceHandlers<M extends GenServiceMethods> = {
+  [K in keyof M]: M[K] extends Unary<infer I, infer O>
+    ? (req: MessageShape<I>, ctx: CallContext) => Promise<MessageInitShape<O>>
+    : M[K] extends ServerStreaming<infer I, infer O>
+      ? (req: MessageShape<I>, ctx: CallContext) => AsyncIterable<MessageInitShape<O>>
+      : never;
+};
+
+/** A typed promise/stream client, derived from a generated descriptor. */
+export type ServiceClient<M extends GenServiceMethods> = {
+  [K in keyof M]: M[K] extends Unary<infer I, infer O>
+    ? (req: MessageInitShape<I>, opts?: CallOptions) => Promise<MessageShape<O>>
+    : M[K] extends ServerStreaming<infer I, infer O>
+      ? (req: MessageInitShape<I>, opts?: CallOptions) => AsyncIterable<MessageShape<O>>
+      : never;
+};
+
+/** Options for one client call. */
+export interface CallOptions {
+  signal?: AbortSignal;
+  /** Milliseconds from now. */
+  timeoutMs?: number;
+}
+
+function serializer(schema: DescMessage) {
+  return (msg: MessageInitShape<DescMessage>) => Buffer.from(toBinary(schema, create(schema, msg)));
+}
+
+function deserializer(schema: DescMessage) {
+  return (buf: Buffer) => fromBinary(schema, buf);
+}
+
+/** Builds the grpc-js service definition of a protobuf-es service descriptor. */
+export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
+  const def: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  for (const m of service.methods) {
+    def[m.localName] = {
+      path: `/${service.typeName}/${m.name}`,
+      requestStream: m.methodKind === "client_streaming" || m.methodKind === "bidi_streaming",
+      responseStream: m.methodKind === "server_streaming" || m.methodKind === "bidi_streaming",
+      requestSerialize: serializer(m.input),
+      requestDeserialize: deserializer(m.input),
+      responseSerialize: serializer(m.output),
+      responseDeserialize: deserializer(m.output),
+      originalName: m.localName,
+    };
+  }
+  return def as grpc.ServiceDefinition;
+}
+
+/** Maps a thrown value to a gRPC status object; unknown failures become INTERNAL without detail. */
+function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc.StatusObject> {
+  if (err instanceof StatusError) {
+    const metadata = new grpc.Metadata();
+    metadata.set(ERROR_CODE_KEY, err.code);
+    return { code: err.status, details: err.message, metadata };
+  }
+  log.error({ err, method }, "handler failed");
+  const metadata = new grpc.Metadata();
+  metadata.set(ERROR_CODE_KEY, "internal");
+  return { code: grpc.status.INTERNAL, details: "internal error", metadata };
+}
+
+function contextOf(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>) {
+  const controller = new AbortController();
+  call.on("cancelled", () => controller.abort());
+  return { signal: controller.signal, metadata: call.metadata };
+}
+
+/** Adapts promise/async-iterable handlers to grpc-js callbacks and registers them on `server`. */
+export function addService<M extends GenServiceMethods>(
+  server: grpc.Server,
+  service: GenService<M>,
+  handlers: ServiceHandlers<M>,
+  log: Logger,
+): void {
+  const impl: grpc.UntypedServiceImplementation = {};
+  for (const m of service.methods as DescMethod[]) {
+    const handler = (handlers as Record<string, unknown>)[m.localName] as (
+      req: unknown,
+      ctx: CallContext,
+    ) => unknown;
+    if (m.methodKind === "unary") {
+      impl[m.localName] = (
+        call: grpc.ServerUnaryCall<unknown, unknown>,
+        callback: grpc.sendUnaryData<unknown>,
+      ) => {
+        (handler(call.request, contextOf(call)) as Promise<unknown>).then(
+          (res) => callback(null, res),
+          (err: unknown) => callback(toServiceError(err, log, m.name)),
+        );
+      };
+    } else if (m.methodKind === "server_streaming") {
+      impl[m.localName] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
+        const ctx = contextOf(call);
+        void (async () => {
+          try {
+            for await (const msg of handler(call.request, ctx) as AsyncIterable<unknown>) {
+              if (ctx.signal.aborted) return;
+              if (!call.write(msg)) await new Promise((resolve) => call.once("drain", resolve));
+            }
+            call.end();
+          } catch (err) {
+            if (!ctx.signal.aborted) call.emit("error", toServiceError(err, log, m.name));
+          }
+        })();
+      };
+    } else {
+      throw new Error(`streaming kind ${m.methodKind} is not supported by the bridge`);
+    }
+  }
+  server.addService(grpcDefinition(service), impl);
+}
+
+/** Channel options shared by servers and clients: keepalives suited to long streams. */
+const CHANNEL_OPTIONS: grpc.ChannelOptions = {
+  "grpc.keepalive_time_ms": 30_000,
+  "grpc.keepalive_timeout_ms": 10_000,
+  "grpc.keepalive_permit_without_calls": 1,
+  "grpc.max_receive_message_length": 16 * 1024 * 1024,
+};
+
+/** Creates a gRPC server. */
+export function createServer(): grpc.Server {
+  return new grpc.Server({ ...CHANNEL_OPTIONS, "grpc.http2.min_ping_interval_without_data_ms": 10_000 });
+}
+
+/** Binds `server` to host:port (port 0 picks a free one) and resolves to the bound port. */
+export function bindServer(server: grpc.Server, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, bound) =>
+      err ? reject(err) : resolve(bound),
+    );
+  });
+}
+
+/** Stops accepting calls, lets in-flight calls finish for up to `graceMs`, then forces. */
+export function shutdownServer(server: grpc.Server, graceMs = 10_000): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      resolve();
+    }, graceMs);
+    server.tryShutdown(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+function toRemoteError(err: unknown): Error {
+  const e = err as grpc.ServiceError;
+  if (typeof e?.code !== "number") return err as Error;
+  const code = e.metadata?.get(ERROR_CODE_KEY)[0];
+  return new RemoteError(e.code, typeof code === "string" ? code : undefined, e.details ?? e.message);
+}
+
+/**
+ * Turns "host:port" or a comma list of them into a grpc target. A list uses the ipv4 resolver
+ * and round-robin balancing, which is how the local stack spreads calls over router replicas;
+ * "dns:///name" targets (Kubernetes headless services) also round-robin.
+ */
+export function grpcTarget(address: string): string {
+  const parts = address.split(",").map((s) => s.trim()).filter(Boolean);
+  if (parts.length > 1) return `ipv4:${parts.join(",")}`;
+  return parts[0] ?? address;
+}
+
+/** A typed client plus its lifecycle. */
+export type Client<M extends GenServiceMethods> = ServiceClient<M> & {
+  close(): void;
+  /** Resolves once the channel is connected, or rejects after `timeoutMs`. */
+  ready(timeoutMs: number): Promise<void>;
+};
+
+/** Creates a typed promise/stream client for a generated service descriptor. */
+export function createClient<M extends GenServiceMethods>(service: GenService<M>, address: string): Client<M> {
+  const Ctor = grpc.makeGenericClientConstructor(grpcDefinition(service), service.typeName);
+  const raw = new Ctor(grpcTarget(address), grpc.credentials.createInsecure(), {
+    ...CHANNEL_OPTIONS,
+    "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
+  }) as unknown as Record<string, (...args: unknown[]) => grpc.ClientUnaryCall | grpc.ClientReadableStream<unknown>> &
+    grpc.Client;
+  const client: Record<string, unknown> = {};
+  for (const m of service.methods as DescMethod[]) {
+    const fn = raw[m.localName]!.bind(raw);
+    if (m.methodKind === "unary") {
+      client[m.localName] = (req: unknown, opts: CallOptions = {}) =>
+        new Promise((resolve, reject) => {
+          const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
+          const call = fn(req, new grpc.Metadata(), callOpts, (err: unknown, res: unknown) =>
+            err ? reject(toRemoteError(err)) : resolve(res),
+          ) as grpc.ClientUnaryCall;
+          opts.signal?.addEventListener("abort", () => call.cancel(), { once: true });
+        });
+    } else if (m.methodKind === "server_streaming") {
+      client[m.localName] = (req: unknown, opts: CallOptions = {}) =>
+        (async function* () {
+          const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
+          const call = fn(req, new grpc.Metadata(), callOpts) as grpc.ClientReadableStream<unknown>;
+          const onAbort = () => call.cancel();
+          opts.signal?.addEventListener("abort", onAbort, { once: true });
+          try {
+            for await (const msg of call) yield msg;
+          } catch (err) {
+            throw toRemoteError(err);
+          } finally {
+            opts.signal?.removeEventListener("abort", onAbort);
+            call.cancel();
+          }
+        })();
+    }
+  }
+  client.close = () => raw.close();
+  client.ready = (timeoutMs: number) =>
+    new Promise<void>((resolve, reject) =>
+      raw.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve())),
+    );
+  return client as Client<M>;
+}
