@@ -8,6 +8,8 @@ const baseUnits = z
 
 export const upstreamSchema = z.strictObject({
   id,
+  /** Provider implementation; every OpenAI-compatible server shares one. */
+  kind: z.enum(["openai-compatible"]).default("openai-compatible"),
   /** OpenAI-compatible base URL, ending in /v1 (vLLM, Ollama, llama.cpp server, OpenAI, ...). */
   baseUrl: z.url(),
   /** Name of the environment variable holding the upstream API key; never the key itself. */

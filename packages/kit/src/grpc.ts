@@ -71,6 +71,12 @@ export type ServiceHandlers<M extends GenServiceMethods> = {
       : never;
 };
 
+/** The method map of a generated service descriptor. */
+export type MethodsOf<S> = S extends GenService<infer M extends GenServiceMethods> ? M : never;
+
+/** The handlers of a generated service, e.g. `Handlers<typeof AuthService>`. */
+export type Handlers<S> = ServiceHandlers<MethodsOf<S>>;
+
 /** A typed promise/stream client, derived from a generated descriptor. */
 export type ServiceClient<M extends GenServiceMethods> = {
   [K in keyof M]: M[K] extends Unary<infer I, infer O>
@@ -88,7 +94,7 @@ export interface CallOptions {
 }
 
 function serializer(schema: DescMessage) {
-  return (msg: MessageInitShape<DescMessage>) => Buffer.from(toBinary(schema, create(schema, msg)));
+  return (msg: unknown) => Buffer.from(toBinary(schema, create(schema, msg as MessageInitShape<DescMessage>)));
 }
 
 function deserializer(schema: DescMessage) {

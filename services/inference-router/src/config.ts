@@ -1,0 +1,49 @@
+import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
+import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { z } from "zod";
+
+const envSchema = z.object({
+  TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
+  GRPC_HOST: z.string().default("0.0.0.0"),
+  GRPC_PORT: port(50053),
+  NATS_URL: z.string().min(1, "NATS URL for usage events"),
+  NATS_NAMESPACE: z.string().default(""),
+  LOG_LEVEL: logLevel,
+});
+
+/** Everything inference-router needs to start. */
+export interface InferenceRouterConfig {
+  grpcHost: string;
+  grpcPort: number;
+  natsUrl: string;
+  natsNamespace: string;
+  logLevel: string;
+  gateway: GatewayConfig;
+  /** Upstream API keys by upstream id, read from the variables the config file names. */
+  upstreamKeys: Record<string, string>;
+}
+
+/** Reads the environment and the configuration file; throws ConfigError naming every problem. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): InferenceRouterConfig {
+  const e = parseEnv(envSchema, env);
+  const gateway = loadGatewayConfig(e.TOLLGATE_CONFIG);
+  return {
+    grpcHost: e.GRPC_HOST,
+    grpcPort: e.GRPC_PORT,
+    natsUrl: e.NATS_URL,
+    natsNamespace: e.NATS_NAMESPACE,
+    logLevel: e.LOG_LEVEL,
+    gateway,
+    upstreamKeys: upstreamKeysFrom(gateway, env),
+  };
+}
+
+/** Collects each upstream's API key from the environment variable its `apiKeyEnv` names. */
+export function upstreamKeysFrom(gateway: GatewayConfig, env: NodeJS.ProcessEnv): Record<string, string> {
+  const keys: Record<string, string> = {};
+  for (const u of gateway.upstreams) {
+    const value = u.apiKeyEnv ? env[u.apiKeyEnv] : undefined;
+    if (value) keys[u.id] = value;
+  }
+  return keys;
+}

@@ -1,0 +1,171 @@
+import { costOf } from "@tollgate/config";
+import type { Catalog, ModelRoute } from "./catalog.js";
+import { InferenceError } from "./errors.js";
+import type { ProviderRequest, TokenCounts, UsageEvent, UsagePublisher } from "./ports.js";
+
+/** Whom a request is billed to. */
+export interface Billing {
+  door: "account" | "paid";
+  accountId: string;
+  connectionId: string;
+  keyId: string;
+  reservationId: string;
+}
+
+/** One authorized completion. */
+export interface CompletionInput {
+  requestId: string;
+  operation: "chat" | "text";
+  model: string;
+  maxOutputTokens?: number;
+  /** The caller's OpenAI-compatible JSON body. */
+  body: Record<string, unknown>;
+  /** UTF-8 length of the caller's body, for the fallback input estimate. */
+  bodyBytes: number;
+  billing: Billing;
+}
+
+/** Usage as reported back to the caller and recorded. */
+export interface UsageSummary extends TokenCounts {
+  cost: bigint;
+  pricingSnapshotId: string;
+}
+
+/** What a stream yields: chunk JSON for the caller, then the usage last. */
+export type StreamEvent = { chunk: Record<string, unknown> } | { usage: UsageSummary };
+
+/**
+ * Runs completions against the catalog's upstreams, counts their usage (also for streams cut
+ * short), prices it with the pricing snapshot and publishes one usage event per served request.
+ */
+export class Inference {
+  constructor(
+    private readonly catalog: Catalog,
+    private readonly publisher: UsagePublisher,
+    private readonly pricingSnapshotId: string,
+    private readonly newEventId: () => string,
+  ) {}
+
+  /** A buffered completion. */
+  async complete(input: CompletionInput, signal: AbortSignal): Promise<{ json: Record<string, unknown>; usage: UsageSummary }> {
+    const route = this.catalog.resolve(input.model);
+    const result = await route.provider.complete(this.#request(input, route, false), signal);
+    result.json.model = route.model;
+    const tokens = result.usage ?? estimate(input.bodyBytes, outputTextLength(result.json));
+    const usage = await this.#record(input, route, tokens, "completed", false);
+    return { json: result.json, usage };
+  }
+
+  /**
+   * A streamed completion. The upstream is always asked for usage; the usage chunk reaches the
+   * caller only when it asked for it. When the caller goes away (the consumer stops iterating)
+   * or the upstream fails mid-stream, the tokens produced so far are recorded.
+   */
+  async *stream(input: CompletionInput, includeUsage: boolean, signal: AbortSignal): AsyncGenerator<StreamEvent> {
+    const route = this.catalog.resolve(input.model);
+    let reported: TokenCounts | undefined;
+    let started = false;
+    let producedChunks = 0;
+    let outcome: UsageEvent["outcome"] | undefined;
+    const tokens = () => reported ?? estimate(input.bodyBytes, 0, producedChunks);
+    try {
+      for await (const chunk of route.provider.stream(this.#request(input, route, true), signal)) {
+        started = true;
+        if (chunk.usage) reported = chunk.usage;
+        const choices = chunk.json.choices;
+        const usageOnly = Array.isArray(choices) && choices.length === 0;
+        if (!usageOnly && countsAsToken(chunk.json)) producedChunks++;
+        if (!includeUsage) {
+          if (usageOnly) continue;
+          delete chunk.json.usage;
+        }
+        chunk.json.model = route.model;
+        yield { chunk: chunk.json };
+      }
+      outcome = "completed";
+    } catch (err) {
+      outcome = signal.aborted ? "client_cancelled" : "upstream_failed";
+      if (outcome === "upstream_failed") throw err;
+    } finally {
+      // The consumer stopping early (the caller went away) also lands here, with no outcome.
+      outcome ??= "client_cancelled";
+      if (outcome !== "completed" && started) await this.#record(input, route, tokens(), outcome, true);
+    }
+    if (outcome !== "completed") return;
+    yield { usage: await this.#record(input, route, tokens(), "completed", true) };
+  }
+
+  #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {
+    const body: Record<string, unknown> = { ...input.body, model: route.upstreamModel };
+    if (input.maxOutputTokens !== undefined) {
+      if (input.operation === "chat" && "max_completion_tokens" in body) body.max_completion_tokens = input.maxOutputTokens;
+      else body.max_tokens = input.maxOutputTokens;
+    }
+    if (stream) {
+      body.stream = true;
+      const options = typeof body.stream_options === "object" && body.stream_options !== null ? body.stream_options : {};
+      body.stream_options = { ...options, include_usage: true };
+    } else {
+      delete body.stream;
+      delete body.stream_options;
+    }
+    return { operation: input.operation, body };
+  }
+
+  async #record(
+    input: CompletionInput,
+    route: ModelRoute,
+    tokens: TokenCounts,
+    outcome: UsageEvent["outcome"],
+    streamed: boolean,
+  ): Promise<UsageSummary> {
+    const cost = costOf(tokens, route.prices);
+    const event: UsageEvent = {
+      eventId: this.newEventId(),
+      occurredAt: new Date(),
+      requestId: input.requestId,
+      ...input.billing,
+      model: route.model,
+      runtime: route.runtime,
+      upstreamId: route.provider.id,
+      tokens,
+      cost,
+      pricingSnapshotId: this.pricingSnapshotId,
+      outcome,
+      streamed,
+    };
+    try {
+      await this.publisher.publish(event);
+    } catch {
+      throw new InferenceError("usage_not_recorded", "the usage of this request could not be recorded");
+    }
+    return { ...tokens, cost, pricingSnapshotId: this.pricingSnapshotId };
+  }
+}
+
+/** Whether a chunk carries generated text (one token per such chunk, for the fallback count). */
+function countsAsToken(json: Record<string, unknown>): boolean {
+  const choice = (json.choices as Array<Record<string, unknown>> | undefined)?.[0];
+  if (!choice) return false;
+  const delta = (choice.delta ?? {}) as Record<string, unknown>;
+  return Boolean(delta.content || delta.reasoning_content || choice.text);
+}
+
+function outputTextLength(json: Record<string, unknown>): number {
+  const choice = (json.choices as Array<Record<string, unknown>> | undefined)?.[0];
+  const message = choice?.message as { content?: unknown } | undefined;
+  const text = typeof message?.content === "string" ? message.content : typeof choice?.text === "string" ? choice.text : "";
+  return Buffer.byteLength(text);
+}
+
+/**
+ * The fallback when an upstream reports no usage: about four bytes per token of input, and
+ * either one token per streamed chunk or four bytes per token of output text.
+ */
+function estimate(inputBytes: number, outputBytes: number, outputChunks = 0): TokenCounts {
+  return {
+    inputTokens: Math.ceil(inputBytes / 4),
+    outputTokens: Math.max(outputChunks, Math.ceil(outputBytes / 4)),
+    reasoningTokens: 0,
+  };
+}

@@ -1,0 +1,70 @@
+import type { Handlers } from "@tollgate/kit/grpc";
+import { type CompletionInput as WireInput, Door, type InferenceService, Operation, type Usage } from "@tollgate/proto/inference";
+import { InferenceError } from "../../domain/errors.js";
+import type { CompletionInput, Inference, UsageSummary } from "../../domain/inference.js";
+import { toStatusError } from "./errors.js";
+
+function toDomain(input: WireInput | undefined): CompletionInput {
+  if (!input) throw new InferenceError("invalid_request", "input is required");
+  let body: unknown;
+  try {
+    body = JSON.parse(Buffer.from(input.body).toString("utf8"));
+  } catch {
+    throw new InferenceError("invalid_request", "body is not JSON");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw new InferenceError("invalid_request", "body is not a JSON object");
+  }
+  const billing = input.billing;
+  return {
+    requestId: input.requestId,
+    operation: input.operation === Operation.TEXT ? "text" : "chat",
+    model: input.model,
+    ...(input.maxOutputTokens !== undefined ? { maxOutputTokens: input.maxOutputTokens } : {}),
+    body: body as Record<string, unknown>,
+    bodyBytes: input.body.byteLength,
+    billing: {
+      door: billing?.door === Door.PAID ? "paid" : "account",
+      accountId: billing?.accountId ?? "",
+      connectionId: billing?.connectionId ?? "",
+      keyId: billing?.keyId ?? "",
+      reservationId: billing?.reservationId ?? "",
+    },
+  };
+}
+
+function toWireUsage(u: UsageSummary): Omit<Usage, "$typeName"> {
+  return {
+    inputTokens: u.inputTokens,
+    outputTokens: u.outputTokens,
+    reasoningTokens: u.reasoningTokens,
+    cost: u.cost.toString(),
+    pricingSnapshotId: u.pricingSnapshotId,
+  };
+}
+
+const encoder = new TextEncoder();
+
+/** Maps InferenceService messages to the domain and back. */
+export function inferenceHandlers(inference: Inference): Handlers<typeof InferenceService> {
+  return {
+    async complete(req, ctx) {
+      try {
+        const { json, usage } = await inference.complete(toDomain(req.input), ctx.signal);
+        return { body: encoder.encode(JSON.stringify(json)), usage: toWireUsage(usage) };
+      } catch (err) {
+        throw toStatusError(err);
+      }
+    },
+    async *streamComplete(req, ctx) {
+      try {
+        for await (const event of inference.stream(toDomain(req.input), req.includeUsage, ctx.signal)) {
+          if ("chunk" in event) yield { event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) } };
+          else yield { event: { case: "usage", value: toWireUsage(event.usage) } };
+        }
+      } catch (err) {
+        throw toStatusError(err);
+      }
+    },
+  };
+}
