@@ -1,0 +1,93 @@
+import { start as startApiEdge } from "@tollgate/api-edge";
+import { start as startAuthPolicy } from "@tollgate/auth-policy";
+import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
+import { start as startInferenceRouter } from "@tollgate/inference-router";
+import { upstreamKeysFrom } from "@tollgate/inference-router/config";
+import { createMemoryBus, type EventBus } from "@tollgate/kit/bus";
+import { createLogger } from "@tollgate/kit/log";
+import { stopInOrder } from "@tollgate/kit/shutdown";
+import { start as startMetering } from "@tollgate/metering";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import type { DestinationStream } from "pino";
+import { type AllInOneConfig, DEMO_CONFIG_PATH } from "./config.js";
+
+/** A running all-in-one gateway. */
+export interface AllInOne {
+  /** Base URL of the public port, e.g. http://127.0.0.1:8080. */
+  url: string;
+  port: number;
+  gateway: GatewayConfig;
+  /** The first clear-text development key of the configuration, if any. */
+  demoKey?: string;
+  /** The bundled fake upstream, in demo mode. */
+  upstream?: FakeUpstream;
+  stop(): Promise<void>;
+}
+
+const LOOPBACK = "127.0.0.1";
+
+/**
+ * Starts all five services in this process (ARCHITECTURE.md, "Three ways to run it"): the same
+ * start() functions the standalone processes call, wired over loopback gRPC. Without NATS_URL
+ * the usage bus is in memory; without REDIS_URL the stores are; without TOLLGATE_CONFIG the
+ * demo configuration runs against the bundled fake upstream.
+ */
+export async function startAllInOne(cfg: AllInOneConfig, destination?: DestinationStream): Promise<AllInOne> {
+  const logger = (service: string) =>
+    createLogger({ service, level: cfg.logLevel, ...(destination ? { destination } : {}) });
+  let gateway = loadGatewayConfig(cfg.configPath ?? DEMO_CONFIG_PATH);
+  let upstream: FakeUpstream | undefined;
+  if (!cfg.configPath) {
+    upstream = await startFakeUpstream({ host: LOOPBACK, port: 0 });
+    gateway = { ...gateway, upstreams: gateway.upstreams.map((u) => ({ ...u, baseUrl: upstream!.url })) };
+  }
+  const bus: EventBus | undefined = cfg.natsUrl ? undefined : createMemoryBus();
+  const deps = bus ? { bus } : {};
+  const nats = cfg.natsUrl ? { natsUrl: cfg.natsUrl, natsNamespace: cfg.natsNamespace } : {};
+
+  const metering = await startMetering(
+    {
+      grpcHost: LOOPBACK,
+      grpcPort: 0,
+      ...nats,
+      ...(cfg.redisUrl ? { redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix } : {}),
+    },
+    logger("metering"),
+    deps,
+  );
+  const auth = await startAuthPolicy({ grpcHost: LOOPBACK, grpcPort: 0, gateway }, logger("auth-policy"));
+  const router = await startInferenceRouter(
+    { grpcHost: LOOPBACK, grpcPort: 0, gateway, upstreamKeys: upstreamKeysFrom(gateway, cfg.env), ...nats },
+    logger("inference-router"),
+    deps,
+  );
+  const edge = await startApiEdge(
+    {
+      host: cfg.host,
+      port: cfg.port,
+      authPolicyAddr: `${LOOPBACK}:${auth.port}`,
+      inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
+      bodyLimitBytes: 4 * 1024 * 1024,
+    },
+    logger("api-edge"),
+  );
+  const demoKey = gateway.accounts.flatMap((a) => a.connections.flatMap((c) => c.keys)).find((k) => k.secret)?.secret;
+  const host = cfg.host === "0.0.0.0" ? LOOPBACK : cfg.host;
+  return {
+    url: `http://${host.includes(":") ? `[${host}]` : host}:${edge.port}`,
+    port: edge.port,
+    gateway,
+    ...(demoKey ? { demoKey } : {}),
+    ...(upstream ? { upstream } : {}),
+    // Front to back: stop taking requests, finish in-flight work, then the consumers.
+    stop: () =>
+      stopInOrder([
+        () => edge.stop(),
+        () => router.stop(),
+        () => auth.stop(),
+        () => metering.stop(),
+        () => bus?.close(),
+        () => upstream?.close(),
+      ]),
+  };
+}

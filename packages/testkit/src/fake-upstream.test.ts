@@ -1,0 +1,257 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { expectedOutput, type FakeUpstream, startFakeUpstream } from "./fake-upstream.js";
+
+let fake: FakeUpstream;
+
+beforeEach(async () => {
+  fake = await startFakeUpstream();
+});
+
+afterEach(async () => {
+  await fake.close();
+});
+
+function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(`${fake.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+    signal: AbortSignal.timeout(5_000),
+  });
+}
+
+/** The parsed `data:` payloads of an SSE body; "[DONE]" stays a string. */
+function events(text: string): unknown[] {
+  return text
+    .split("\n\n")
+    .filter((e) => e.startsWith("data: "))
+    .map((e) => e.slice("data: ".length))
+    .map((d) => (d === "[DONE]" ? d : JSON.parse(d)));
+}
+
+interface Chunk {
+  choices: {
+    delta: { role?: string; content?: string; reasoning_content?: string };
+    finish_reason: string | null;
+  }[];
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
+const hello = { model: "fake-small", messages: [{ role: "user", content: "Hello there" }] };
+
+describe("fake upstream", () => {
+  it("lists its models in OpenAI's shape", async () => {
+    const res = await fetch(`${fake.url}/models`);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as {
+      object: string;
+      data: { id: string; object: string; owned_by: string }[];
+    };
+    expect(body.object).toBe("list");
+    expect(body.data.map((m) => m.id)).toEqual(["fake-small", "fake-large", "fake-reasoner"]);
+    expect(body.data[0]).toMatchObject({ object: "model", owned_by: "fake" });
+  });
+
+  it("answers a buffered chat completion with deterministic text and exact usage", async () => {
+    // "You are terse." = 14 bytes → 4 + 3; "Hello there" = 11 bytes → 3 + 3; text parts count as content.
+    const request = {
+      model: "fake-large",
+      messages: [
+        { role: "system", content: "You are terse." },
+        { role: "user", content: [{ type: "text", text: "Hello there" }] },
+      ],
+    };
+    const res = await post("/chat/completions", request);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as {
+      object: string;
+      model: string;
+      choices: { message: { role: string; content: string }; finish_reason: string }[];
+      usage: Record<string, unknown>;
+    };
+    expect(body.object).toBe("chat.completion");
+    expect(body.model).toBe("fake-large");
+    expect(body.usage).toEqual({ prompt_tokens: 13, completion_tokens: 12, total_tokens: 25 });
+    expect(body.choices[0]?.finish_reason).toBe("stop");
+    expect(body.choices[0]?.message.role).toBe("assistant");
+    const content = body.choices[0]?.message.content ?? "";
+    expect(content.trim().split(" ")).toHaveLength(12);
+    expect(content).toBe(expectedOutput(request).texts[0]);
+
+    const again = (await (await post("/chat/completions", request)).json()) as typeof body;
+    expect(again.choices[0]?.message.content).toBe(content);
+    expect(fake.requests.at(-1)).toMatchObject({
+      method: "POST",
+      path: "/v1/chat/completions",
+      body: request,
+    });
+  });
+
+  it("reports reasoning tokens for reasoning models", async () => {
+    const res = await post("/chat/completions", { ...hello, model: "fake-reasoner" });
+    const body = (await res.json()) as {
+      choices: { message: { reasoning_content: string } }[];
+      usage: { completion_tokens: number; completion_tokens_details: { reasoning_tokens: number } };
+    };
+    expect(body.choices[0]?.message.reasoning_content.trim().split(" ")).toHaveLength(4);
+    expect(body.usage.completion_tokens).toBe(16);
+    expect(body.usage.completion_tokens_details.reasoning_tokens).toBe(4);
+  });
+
+  it("cuts the output at the cap and says so in finish_reason", async () => {
+    const res = await post("/chat/completions", { ...hello, max_completion_tokens: 5 });
+    const body = (await res.json()) as {
+      choices: { message: { content: string }; finish_reason: string }[];
+      usage: { completion_tokens: number };
+    };
+    expect(body.choices[0]?.finish_reason).toBe("length");
+    expect(body.usage.completion_tokens).toBe(5);
+    expect(body.choices[0]?.message.content.trim().split(" ")).toHaveLength(5);
+  });
+
+  it("streams one chunk per token and no usage unless asked", async () => {
+    const res = await post("/chat/completions", { ...hello, stream: true });
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    const all = events(await res.text());
+    expect(all.at(-1)).toBe("[DONE]");
+    const chunks = all.slice(0, -1) as Chunk[];
+    expect(chunks[0]?.choices[0]?.delta).toEqual({ role: "assistant", content: "" });
+    const tokens = chunks.slice(1, -1).map((c) => c.choices[0]?.delta.content);
+    expect(tokens).toHaveLength(12);
+    expect(tokens.join("")).toBe(expectedOutput(hello).texts[0]);
+    expect(chunks.at(-1)?.choices[0]).toMatchObject({ delta: {}, finish_reason: "stop" });
+    expect(chunks.some((c) => c.usage !== undefined)).toBe(false);
+  });
+
+  it("streams a usage chunk with empty choices when include_usage is set", async () => {
+    const request = { ...hello, stream: true, stream_options: { include_usage: true }, max_tokens: 3 };
+    const all = events(await (await post("/chat/completions", request)).text());
+    expect(all.at(-1)).toBe("[DONE]");
+    const usage = all.at(-2) as Chunk;
+    expect(usage.choices).toEqual([]);
+    // "Hello there" = 11 bytes → 3 + 3 prompt tokens.
+    expect(usage.usage).toEqual({ prompt_tokens: 6, completion_tokens: 3, total_tokens: 9 });
+    expect((all.at(-3) as Chunk).choices[0]?.finish_reason).toBe("length");
+  });
+
+  it("streams reasoning chunks before content chunks", async () => {
+    const all = events(
+      await (await post("/chat/completions", { ...hello, model: "fake-reasoner", stream: true })).text(),
+    );
+    const deltas = (all.slice(1, -2) as Chunk[]).map((c) => c.choices[0]?.delta);
+    expect(deltas.slice(0, 4).every((d) => d?.reasoning_content !== undefined)).toBe(true);
+    expect(deltas.slice(4).every((d) => d?.content !== undefined)).toBe(true);
+    expect(deltas).toHaveLength(16);
+  });
+
+  it("serves legacy completions with one choice per prompt", async () => {
+    const request = { model: "fake-small", prompt: ["one", "a longer prompt"], max_tokens: 2 };
+    const res = await post("/completions", request);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as {
+      object: string;
+      choices: { index: number; text: string; finish_reason: string }[];
+      usage: unknown;
+    };
+    expect(body.object).toBe("text_completion");
+    expect(body.choices.map((c) => c.index)).toEqual([0, 1]);
+    expect(body.choices.map((c) => c.text)).toEqual(expectedOutput(request, { route: "completions" }).texts);
+    expect(body.choices.every((c) => c.finish_reason === "length")).toBe(true);
+    // "one" → 1 + 3, "a longer prompt" (15 bytes) → 4 + 3; two words for each prompt.
+    expect(body.usage).toEqual({ prompt_tokens: 11, completion_tokens: 4, total_tokens: 15 });
+  });
+
+  it("rejects unknown models and invalid JSON with OpenAI-style errors", async () => {
+    const unknown = await post("/chat/completions", { ...hello, model: "gpt-nope" });
+    expect(unknown.status).toBe(404);
+    expect(((await unknown.json()) as { error: { code: string } }).error.code).toBe("model_not_found");
+
+    const broken = await post("/chat/completions", "{not json");
+    expect(broken.status).toBe(400);
+    expect(((await broken.json()) as { error: { type: string } }).error.type).toBe("invalid_request_error");
+  });
+
+  it("fails the next requests as told, with Retry-After, then recovers", async () => {
+    fake.failNext(2, { status: 429, retryAfter: "3" });
+    for (let i = 0; i < 2; i++) {
+      const res = await post("/chat/completions", hello);
+      expect(res.status).toBe(429);
+      expect(res.headers.get("retry-after")).toBe("3");
+      const body = (await res.json()) as { error: { message: string; type: string; code: string } };
+      expect(body.error.code).toBe("rate_limit_exceeded");
+    }
+    expect((await post("/chat/completions", hello)).status).toBe(200);
+  });
+
+  it("cuts a stream after the given number of chunks", async () => {
+    fake.failNext(1, { afterChunks: 3 });
+    const res = await post("/chat/completions", { ...hello, stream: true });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    await expect(
+      (async () => {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return;
+          text += decoder.decode(value, { stream: true });
+        }
+      })(),
+    ).rejects.toThrow();
+    const received = events(text) as Chunk[];
+    // The role chunk and three content chunks arrived; no finish_reason, no [DONE].
+    expect(received).toHaveLength(4);
+    expect(received.slice(1).every((c) => c.choices[0]?.delta.content !== undefined)).toBe(true);
+    expect(text).not.toContain("[DONE]");
+
+    // The next stream is whole again.
+    const next = events(await (await post("/chat/completions", { ...hello, stream: true })).text());
+    expect(next.at(-1)).toBe("[DONE]");
+  });
+
+  it("paces a stream and stops writing when the client goes away", async () => {
+    fake.configure({ ttftMs: 50, tokensPerSecond: 100 });
+    const started = Date.now();
+    const res = await post("/chat/completions", { ...hello, max_tokens: 4, stream: true });
+    await res.text();
+    // ttft 50 ms + 3 gaps of 10 ms between four tokens.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(75);
+
+    fake.configure({ ttftMs: 0, tokensPerSecond: 20 });
+    const controller = new AbortController();
+    const cut = await fetch(`${fake.url}/chat/completions`, {
+      method: "POST",
+      body: JSON.stringify({ ...hello, stream: true }),
+      signal: controller.signal,
+    });
+    const reader = cut.body!.getReader();
+    await reader.read();
+    controller.abort();
+    await new Promise((r) => setTimeout(r, 150));
+    // The fake is still healthy after the disconnect.
+    expect((await post("/chat/completions", hello)).status).toBe(200);
+  });
+
+  it("requires the API key when one is configured", async () => {
+    fake.configure({ apiKey: "sk-fake" });
+    const denied = await post("/chat/completions", hello);
+    expect(denied.status).toBe(401);
+    const body = (await denied.json()) as { error: { message: string; type: string; code: string } };
+    expect(body.error).toMatchObject({ type: "invalid_request_error", code: "invalid_api_key" });
+    expect((await post("/chat/completions", hello, { authorization: "Bearer wrong" })).status).toBe(401);
+    expect((await post("/chat/completions", hello, { authorization: "Bearer sk-fake" })).status).toBe(200);
+  });
+
+  it("close() ends hung requests", async () => {
+    fake.failNext(1, { hang: true });
+    const pending = post("/chat/completions", hello).then(
+      () => "answered",
+      () => "failed",
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    await fake.close();
+    expect(await pending).toBe("failed");
+    fake = await startFakeUpstream();
+  });
+});

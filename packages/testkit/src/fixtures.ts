@@ -1,0 +1,318 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { accessSync, constants, mkdtempSync, rmSync } from "node:fs";
+import { createServer, Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+
+/** A NATS or Redis server a test may use; private instances can be stopped and restarted. */
+export interface ServerFixture {
+  url: string;
+  /** True when the URL came from the environment: the server is shared, keys must be namespaced. */
+  shared: boolean;
+  /** Kills a private server and removes its data directory; a no-op for a shared server. */
+  stop(): Promise<void>;
+  /** Restarts a private server on the same port with the same data directory; throws for a shared one. */
+  restart(): Promise<void>;
+}
+
+/** A NATS server with JetStream enabled. */
+export type NatsFixture = ServerFixture;
+/** A Redis server. */
+export type RedisFixture = ServerFixture;
+
+/** Options of a Redis fixture; ignored when REDIS_URL points at a shared server. */
+export interface RedisOptions {
+  /** Turns on the append-only file so data survives restart(). Default false. */
+  appendOnly?: boolean;
+}
+
+const NATS_FALLBACKS = ["/usr/sbin/nats-server", "/usr/local/bin/nats-server", "/usr/bin/nats-server"];
+const REDIS_FALLBACKS = ["/usr/bin/redis-server", "/usr/local/bin/redis-server", "/usr/sbin/redis-server"];
+const READY_TIMEOUT_MS = 10_000;
+const STOP_TIMEOUT_MS = 5_000;
+const START_ATTEMPTS = 3;
+
+// Children still running when the test process exits are killed synchronously, so a crashed
+// or interrupted test run never leaves servers behind.
+const running = new Set<ChildProcess>();
+const tempDirs = new Set<string>();
+let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on("exit", () => {
+    for (const child of running) child.kill("SIGKILL");
+    for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  });
+}
+
+/** A short random namespace (`t_1a2b3c4d`) for Redis key prefixes and NATS stream/subject names. */
+export function uniqueNamespace(prefix = "t"): string {
+  return `${prefix}_${randomBytes(4).toString("hex")}`;
+}
+
+/** A TCP port that was free on 127.0.0.1 a moment ago. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address !== null ? address.port : 0;
+      server.close(() => (port > 0 ? resolve(port) : reject(new Error("could not read a free port"))));
+    });
+  });
+}
+
+/** The path of an executable: the first match on PATH, else the first existing fallback. */
+function findBinary(name: string, fallbacks: readonly string[]): string | undefined {
+  const dirs = (process.env["PATH"] ?? "").split(delimiter).filter(Boolean);
+  for (const candidate of [...dirs.map((d) => join(d, name)), ...fallbacks]) {
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not here; try the next one
+    }
+  }
+  return undefined;
+}
+
+interface ServerSpec {
+  /** Used in messages: "nats-server", "redis-server". */
+  name: string;
+  binary: string;
+  args(port: number, dir: string): string[];
+  /** Bytes to send once connected, if the server speaks only when spoken to. */
+  probe?: string;
+  /** The reply (prefix) that proves the server is ready to serve. */
+  ready: string;
+  scheme: string;
+}
+
+/** Resolves once a TCP connection to the port receives `ready`; rejects on error or after the timeout. */
+function probeOnce(port: number, spec: ServerSpec, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = new Socket();
+    let received = "";
+    const finish = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => finish(false), timeoutMs);
+    socket.once("error", () => finish(false));
+    socket.once("close", () => finish(false));
+    socket.on("data", (data) => {
+      received += data.toString("latin1");
+      if (received.startsWith(spec.ready)) finish(true);
+      else if (received.length >= spec.ready.length) finish(false);
+    });
+    socket.connect(port, "127.0.0.1", () => {
+      if (spec.probe !== undefined) socket.write(spec.probe);
+    });
+  });
+}
+
+class PrivateServer {
+  #child: ChildProcess | undefined;
+  #output = "";
+  readonly dir: string;
+
+  constructor(
+    readonly spec: ServerSpec,
+    readonly port: number,
+  ) {
+    this.dir = mkdtempSync(join(tmpdir(), `tollgate-${spec.name}-`));
+    tempDirs.add(this.dir);
+  }
+
+  get url(): string {
+    return `${this.spec.scheme}://127.0.0.1:${this.port}`;
+  }
+
+  async start(): Promise<void> {
+    installExitHook();
+    this.#output = "";
+    const child = spawn(this.spec.binary, this.spec.args(this.port, this.dir), {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.#child = child;
+    running.add(child);
+    // Keep the tail of the server's output for the error message if it fails to start.
+    const keep = (data: Buffer) => {
+      this.#output = (this.#output + data.toString()).slice(-2_000);
+    };
+    child.stdout?.on("data", keep);
+    child.stderr?.on("data", keep);
+    let exited: string | undefined;
+    let spawnError: Error | undefined;
+    child.once("error", (err) => {
+      spawnError = err;
+    });
+    child.once("exit", (code, signal) => {
+      running.delete(child);
+      exited = signal ?? `code ${code}`;
+    });
+    // The child's pipes must not keep the test process alive.
+    child.unref();
+    (child.stdout as unknown as Socket | null)?.unref();
+    (child.stderr as unknown as Socket | null)?.unref();
+
+    const deadline = Date.now() + READY_TIMEOUT_MS;
+    while (Date.now() < deadline) {
+      if (spawnError) throw new Error(`${this.spec.name} failed to start: ${spawnError.message}`);
+      if (exited !== undefined) {
+        throw new Error(
+          `${this.spec.name} exited (${exited}) before accepting connections:\n${this.#output}`,
+        );
+      }
+      if (await probeOnce(this.port, this.spec, 1_000)) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await this.kill();
+    throw new Error(
+      `${this.spec.name} did not accept connections on 127.0.0.1:${this.port} within ${READY_TIMEOUT_MS} ms:\n${this.#output}`,
+    );
+  }
+
+  /** Stops the process (SIGTERM, then SIGKILL) and waits for it to exit. */
+  async kill(): Promise<void> {
+    const child = this.#child;
+    this.#child = undefined;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => child.kill("SIGKILL"), STOP_TIMEOUT_MS);
+      child.once("exit", () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      child.kill("SIGTERM");
+    });
+  }
+
+  async stop(): Promise<void> {
+    await this.kill();
+    rmSync(this.dir, { recursive: true, force: true });
+    tempDirs.delete(this.dir);
+  }
+
+  fixture(): ServerFixture {
+    let stopped = false;
+    return {
+      url: this.url,
+      shared: false,
+      stop: async () => {
+        stopped = true;
+        await this.stop();
+      },
+      restart: async () => {
+        if (stopped) throw new Error(`cannot restart a stopped ${this.spec.name}`);
+        await this.kill();
+        await this.start();
+      },
+    };
+  }
+}
+
+/** Starts a private server on a free port, retrying when another process takes the port first. */
+async function startPrivate(spec: ServerSpec): Promise<ServerFixture> {
+  let lastError: unknown;
+  for (let attempt = 0; attempt < START_ATTEMPTS; attempt++) {
+    const server = new PrivateServer(spec, await freePort());
+    try {
+      await server.start();
+      return server.fixture();
+    } catch (err) {
+      lastError = err;
+      await server.stop();
+    }
+  }
+  throw lastError;
+}
+
+function sharedFixture(url: string): ServerFixture {
+  return {
+    url,
+    shared: true,
+    stop: async () => {},
+    restart: async () => {
+      throw new Error(`cannot restart a shared server (${url}); use a private fixture`);
+    },
+  };
+}
+
+function natsSpec(): ServerSpec {
+  const binary = findBinary("nats-server", NATS_FALLBACKS);
+  if (!binary) {
+    throw new Error(
+      "NATS is needed but neither NATS_URL is set nor a nats-server binary was found on PATH or at " +
+        NATS_FALLBACKS.join(", "),
+    );
+  }
+  return {
+    name: "nats-server",
+    binary,
+    args: (port, dir) => ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dir],
+    // A NATS server greets every new connection with INFO once it is ready.
+    ready: "INFO ",
+    scheme: "nats",
+  };
+}
+
+function redisSpec(appendOnly: boolean): ServerSpec {
+  const binary = findBinary("redis-server", REDIS_FALLBACKS);
+  if (!binary) {
+    throw new Error(
+      "Redis is needed but neither REDIS_URL is set nor a redis-server binary was found on PATH or at " +
+        REDIS_FALLBACKS.join(", "),
+    );
+  }
+  return {
+    name: "redis-server",
+    binary,
+    args: (port, dir) => [
+      "--bind",
+      "127.0.0.1",
+      "--port",
+      String(port),
+      "--save",
+      "",
+      "--appendonly",
+      appendOnly ? "yes" : "no",
+      "--dir",
+      dir,
+    ],
+    // Redis accepts connections while it is still loading its data; only +PONG means ready.
+    probe: "PING\r\n",
+    ready: "+PONG",
+    scheme: "redis",
+  };
+}
+
+/** NATS with JetStream: NATS_URL when set, else a private nats-server on a free loopback port. */
+export async function useNats(): Promise<NatsFixture> {
+  const url = process.env["NATS_URL"];
+  if (url) return sharedFixture(url);
+  return privateNats();
+}
+
+/** Always a private nats-server with JetStream, for tests that stop, restart or break it. */
+export async function privateNats(): Promise<NatsFixture> {
+  return startPrivate(natsSpec());
+}
+
+/** Redis: REDIS_URL when set (namespace your keys), else a private redis-server on a free loopback port. */
+export async function useRedis(opts: RedisOptions = {}): Promise<RedisFixture> {
+  const url = process.env["REDIS_URL"];
+  if (url) return sharedFixture(url);
+  return privateRedis(opts);
+}
+
+/** Always a private redis-server, for tests that stop, restart or break it. */
+export async function privateRedis(opts: RedisOptions = {}): Promise<RedisFixture> {
+  return startPrivate(redisSpec(opts.appendOnly ?? false));
+}

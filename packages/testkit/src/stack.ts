@@ -1,0 +1,168 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { freePort } from "./fixtures.js";
+
+/** The repository root (this file is packages/testkit/src/stack.ts). */
+export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+/** The demo configuration shipped in the repository. */
+export const DEMO_CONFIG = join(REPO_ROOT, "deploy/config/tollgate.yaml");
+const DEMO_UPSTREAM_URL = "http://127.0.0.1:18000/v1";
+
+/** How to run the multi-process stack. */
+export interface StackOptions {
+  natsUrl: string;
+  redisUrl: string;
+  /** NATS namespace and Redis prefix suffix, so runs sharing servers never meet. */
+  namespace?: string;
+  /** Number of inference-router replicas (default 2). */
+  routers?: number;
+  /** Public port of api-edge (default: a free one). */
+  port?: number;
+  /** Port of the fake upstream (default: a free one); the demo config is rewritten to it. */
+  upstreamPort?: number;
+  logLevel?: string;
+  /** Called with every line any process prints. */
+  onLine?: (service: string, line: string) => void;
+}
+
+/** One running service process. */
+export interface StackProcess {
+  name: string;
+  port: number;
+  child: ChildProcess;
+}
+
+/** A running multi-process stack. */
+export interface Stack {
+  url: string;
+  demoKey: string;
+  processes: StackProcess[];
+  /** Everything every process printed so far. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+function waitForPort(port: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const attempt = () => {
+      const socket = connect({ host: "127.0.0.1", port });
+      socket.once("connect", () => {
+        socket.destroy();
+        resolve();
+      });
+      socket.once("error", () => {
+        socket.destroy();
+        if (Date.now() > deadline) reject(new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`));
+        else setTimeout(attempt, 100);
+      });
+    };
+    attempt();
+  });
+}
+
+async function waitForReady(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = await fetch(`${url}/readyz`).then((r) => r.ok, () => false);
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`${url}/readyz did not turn ready within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 150));
+  }
+}
+
+function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.once("exit", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    child.kill("SIGTERM");
+  });
+}
+
+/**
+ * Starts every service as its own process (ARCHITECTURE.md, "Local stack"): the fake upstream,
+ * metering, auth-policy, N inference-router replicas and api-edge, against real NATS and Redis.
+ */
+export async function startStack(opts: StackOptions): Promise<Stack> {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-stack-"));
+  const upstreamPort = opts.upstreamPort ?? (await freePort());
+  const configPath = join(dir, "tollgate.yaml");
+  const demo = readFileSync(DEMO_CONFIG, "utf8");
+  writeFileSync(configPath, demo.replace(DEMO_UPSTREAM_URL, `http://127.0.0.1:${upstreamPort}/v1`));
+  const demoKey = /secret:\s*(\S+)/.exec(demo)?.[1] ?? "";
+
+  const lines: string[] = [];
+  const processes: StackProcess[] = [];
+  const common: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    TOLLGATE_CONFIG: configPath,
+    NATS_URL: opts.natsUrl,
+    REDIS_URL: opts.redisUrl,
+    NATS_NAMESPACE: opts.namespace ?? "",
+    REDIS_PREFIX: opts.namespace ? `tollgate:${opts.namespace}:` : "tollgate:",
+    LOG_LEVEL: opts.logLevel ?? "info",
+    GRPC_HOST: "127.0.0.1",
+  };
+  const launch = (name: string, script: string, port: number, env: NodeJS.ProcessEnv) => {
+    const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, script)], {
+      cwd: REPO_ROOT,
+      env: { ...common, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const collect = (chunk: Buffer) => {
+      for (const line of chunk.toString("utf8").split("\n")) {
+        if (line === "") continue;
+        lines.push(line);
+        opts.onLine?.(name, line);
+      }
+    };
+    child.stdout?.on("data", collect);
+    child.stderr?.on("data", collect);
+    processes.push({ name, port, child });
+    return waitForPort(port, 30_000);
+  };
+
+  const stop = async () => {
+    // Front to back, as a rolling shutdown would: edge, routers, then the rest.
+    for (const p of [...processes].reverse()) await stopChild(p.child);
+    rmSync(dir, { recursive: true, force: true });
+  };
+
+  try {
+    const [meteringPort, authPort, edgePort] = [await freePort(), await freePort(), opts.port ?? (await freePort())];
+    const routerPorts: number[] = [];
+    for (let i = 0; i < (opts.routers ?? 2); i++) routerPorts.push(await freePort());
+    await Promise.all([
+      launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
+        PORT: String(upstreamPort),
+        HOST: "127.0.0.1",
+      }),
+      launch("metering", "services/metering/src/main.ts", meteringPort, { GRPC_PORT: String(meteringPort) }),
+      launch("auth-policy", "services/auth-policy/src/main.ts", authPort, { GRPC_PORT: String(authPort) }),
+      ...routerPorts.map((p, i) =>
+        launch(`inference-router-${i + 1}`, "services/inference-router/src/main.ts", p, { GRPC_PORT: String(p) }),
+      ),
+    ]);
+    await launch("api-edge", "services/api-edge/src/main.ts", edgePort, {
+      HOST: "127.0.0.1",
+      PORT: String(edgePort),
+      AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
+      INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
+    });
+    const url = `http://127.0.0.1:${edgePort}`;
+    await waitForReady(url, 30_000);
+    return { url, demoKey, processes, output: () => lines.join("\n"), stop };
+  } catch (err) {
+    await stop();
+    throw new Error(`the stack did not start: ${(err as Error).message}\n${lines.slice(-40).join("\n")}`);
+  }
+}

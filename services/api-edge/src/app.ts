@@ -1,0 +1,115 @@
+import { createClient, type Client, type MethodsOf } from "@tollgate/kit/grpc";
+import { acceptRequestId } from "@tollgate/kit/ids";
+import type { Logger } from "@tollgate/kit/log";
+import { stopInOrder } from "@tollgate/kit/shutdown";
+import { AuthService } from "@tollgate/proto/auth";
+import { InferenceService } from "@tollgate/proto/inference";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import { EdgeError } from "./domain/errors.js";
+import { errorBody, toHttpError } from "./http/errors.js";
+import { chatCompletionsRoute } from "./routes/chat-completions.js";
+import type { RouteContext } from "./routes/context.js";
+import { modelsRoute } from "./routes/models.js";
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** The exact body bytes, forwarded as received (and, on the paid door, digested). */
+    rawBody?: Buffer;
+  }
+}
+
+/** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
+export interface ApiEdgeOptions {
+  host: string;
+  port: number;
+  authPolicyAddr: string;
+  inferenceRouterAddr: string;
+  bodyLimitBytes: number;
+}
+
+/** A running api-edge. */
+export interface ApiEdge {
+  port: number;
+  app: FastifyInstance;
+  stop(): Promise<void>;
+}
+
+/** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
+export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge> {
+  const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr);
+  const inference: Client<MethodsOf<typeof InferenceService>> = createClient(InferenceService, opts.inferenceRouterAddr);
+  const ctx: RouteContext = { auth, inference, log };
+  let draining = false;
+
+  const app = Fastify({
+    loggerInstance: log as FastifyBaseLogger,
+    // Fastify's own per-request lines are off; onResponse logs one fixed line per request.
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
+    genReqId: (req) => acceptRequestId(req.headers["x-request-id"] as string | undefined),
+    bodyLimit: opts.bodyLimitBytes,
+    return503OnClosing: true,
+    keepAliveTimeout: 65_000,
+  });
+
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body: Buffer, done) => {
+    req.rawBody = body;
+    try {
+      done(null, JSON.parse(body.toString("utf8")));
+    } catch {
+      done(new EdgeError("invalid_json", "the request body is not valid JSON"), undefined);
+    }
+  });
+  app.addContentTypeParser("*", (_req, _payload, done) =>
+    done(new EdgeError("unsupported_media_type", "send the body as Content-Type: application/json"), undefined),
+  );
+
+  app.addHook("onRequest", async (req, reply) => {
+    reply.header("x-request-id", req.id);
+  });
+  app.addHook("onResponse", async (req, reply) => {
+    req.log.info(
+      { method: req.method, route: req.routeOptions.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
+      "request served",
+    );
+  });
+  app.setErrorHandler((err, req, reply) => {
+    const e = toHttpError(err, req.log);
+    return reply.code(e.status).send(errorBody(e, req.id));
+  });
+  app.setNotFoundHandler((req, reply) => {
+    const e = toHttpError(new EdgeError("not_found", `no route ${req.method} ${req.url.split("?")[0]}`), req.log);
+    return reply.code(e.status).send(errorBody(e, req.id));
+  });
+
+  app.get("/livez", async () => ({ status: "ok" }));
+  app.get("/readyz", async (_req, reply) => {
+    const ready = await Promise.all([auth.ready(500), inference.ready(500)]).then(
+      () => true,
+      () => false,
+    );
+    return reply.code(ready && !draining ? 200 : 503).send({ status: ready && !draining ? "ready" : "not ready" });
+  });
+  modelsRoute(app, ctx);
+  chatCompletionsRoute(app, ctx);
+
+  await app.listen({ host: opts.host, port: opts.port });
+  const address = app.server.address();
+  const port = typeof address === "object" && address ? address.port : opts.port;
+  log.info({ port }, "api-edge listening");
+
+  return {
+    port,
+    app,
+    stop: () =>
+      stopInOrder([
+        () => {
+          draining = true;
+        },
+        // Stops accepting, lets in-flight requests and streams finish.
+        () => app.close(),
+        () => auth.close(),
+        () => inference.close(),
+      ]),
+  };
+}

@@ -1,0 +1,22 @@
+/** Refusals api-edge decides itself, before any other service is asked. */
+export type EdgeErrorCode =
+  | "missing_api_key"
+  | "wrong_auth_scheme"
+  | "wrong_auth_field"
+  | "invalid_json"
+  | "invalid_request"
+  | "unsupported_media_type"
+  | "payload_too_large"
+  | "not_found"
+  | "method_not_allowed";
+
+/** The one error class of api-edge's own decisions. */
+export class EdgeError extends Error {
+  constructor(
+    readonly code: EdgeErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.name = "EdgeError";
+  }
+}

@@ -1,0 +1,106 @@
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import type { FastifyBaseLogger } from "fastify";
+import { EdgeError } from "../domain/errors.js";
+
+/** An OpenAI-style error as the caller sees it. */
+export interface HttpError {
+  status: number;
+  type: string;
+  code: string;
+  message: string;
+}
+
+const TYPE_BY_STATUS: Record<number, string> = {
+  400: "invalid_request_error",
+  401: "authentication_error",
+  402: "payment_required",
+  403: "permission_error",
+  404: "not_found_error",
+  405: "invalid_request_error",
+  413: "invalid_request_error",
+  415: "invalid_request_error",
+  429: "rate_limit_error",
+};
+
+/**
+ * The spec's error table ("Errors", account-owned routes), keyed by the domain code that
+ * api-edge or a service behind it raised. The one place a code becomes an HTTP status.
+ */
+const STATUS_BY_CODE: Record<string, number> = {
+  // api-edge
+  missing_api_key: 401,
+  wrong_auth_scheme: 401,
+  wrong_auth_field: 401,
+  invalid_json: 400,
+  invalid_request: 400,
+  unsupported_media_type: 415,
+  payload_too_large: 413,
+  not_found: 404,
+  method_not_allowed: 405,
+  // auth-policy
+  invalid_api_key: 401,
+  expired_api_key: 401,
+  revoked_api_key: 401,
+  model_not_allowed: 403,
+  output_cap_above_policy: 403,
+  // inference-router
+  upstream_rejected: 400,
+  model_not_found: 503,
+  upstream_error: 502,
+  upstream_timeout: 504,
+  usage_not_recorded: 503,
+};
+
+/** Messages for 5xx: the cause is logged, never sent. */
+const SERVER_MESSAGES: Record<number, string> = {
+  500: "The gateway failed to process the request. Retry with backoff and keep the request id.",
+  502: "The upstream model failed. Retry with backoff and keep the request id.",
+  503: "The gateway is temporarily unavailable. Retry with backoff and keep the request id.",
+  504: "The upstream model did not answer in time. Retry with backoff and keep the request id.",
+};
+
+function serverError(status: number, code: string): HttpError {
+  return { status, type: "server_error", code, message: SERVER_MESSAGES[status] ?? SERVER_MESSAGES[500]! };
+}
+
+/** Maps anything thrown while serving a request to the caller's error; logs what the caller does not see. */
+export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
+  if (err instanceof EdgeError || (err instanceof RemoteError && err.code && STATUS_BY_CODE[err.code])) {
+    const code = (err as EdgeError | RemoteError).code!;
+    const status = STATUS_BY_CODE[code]!;
+    if (status >= 500) {
+      log.warn({ code, err }, "request failed upstream");
+      return serverError(status, code);
+    }
+    return { status, type: TYPE_BY_STATUS[status] ?? "invalid_request_error", code, message: err.message };
+  }
+  if (err instanceof RemoteError) {
+    log.error({ err, grpcStatus: err.status }, "service call failed");
+    if (err.status === GrpcStatus.UNAVAILABLE) return serverError(503, "service_unavailable");
+    if (err.status === GrpcStatus.DEADLINE_EXCEEDED) return serverError(504, "gateway_timeout");
+    return serverError(500, "internal_error");
+  }
+  // Fastify's own errors (body too large, bad content type, ...), mapped by their status.
+  const fastifyErr = err as { statusCode?: number; code?: string };
+  if (fastifyErr.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+    return { status: 413, type: TYPE_BY_STATUS[413]!, code: "payload_too_large", message: "the request body is too large" };
+  }
+  if (fastifyErr.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") {
+    return {
+      status: 415,
+      type: TYPE_BY_STATUS[415]!,
+      code: "unsupported_media_type",
+      message: "send the body as Content-Type: application/json",
+    };
+  }
+  if (typeof fastifyErr.statusCode === "number" && fastifyErr.statusCode >= 400 && fastifyErr.statusCode < 500) {
+    return { status: 400, type: TYPE_BY_STATUS[400]!, code: "invalid_request", message: "the request could not be read" };
+  }
+  log.error({ err }, "request failed");
+  return serverError(500, "internal_error");
+}
+
+/** The OpenAI-style body of an error. */
+export function errorBody(e: HttpError, requestId: string) {
+  return { error: { message: e.message, type: e.type, code: e.code, request_id: requestId } };
+}

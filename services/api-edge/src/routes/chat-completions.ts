@@ -1,0 +1,110 @@
+import { Route } from "@tollgate/proto/auth";
+import { type CompletionInput, Door, Operation } from "@tollgate/proto/inference";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { CompletionInputSchema } from "@tollgate/proto/inference";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { EdgeError } from "../domain/errors.js";
+import { bearerKey } from "../http/credentials.js";
+import { errorBody, toHttpError } from "../http/errors.js";
+import { SseWriter } from "../http/sse.js";
+import { type ChatRequest, chatRequestSchema, outputCapOf } from "../schemas/chat.js";
+import { AUTH_TIMEOUT_MS, type RouteContext } from "./context.js";
+
+/** An AbortSignal that fires when the caller goes away before the response is finished. */
+function callerGone(reply: FastifyReply): AbortSignal {
+  const controller = new AbortController();
+  reply.raw.on("close", () => {
+    if (!reply.raw.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}
+
+/** Readable one-line description of the first validation problems. */
+export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
+  return issues
+    .slice(0, 3)
+    .map((i) => `${i.path.map(String).join(".") || "body"}: ${i.message}`)
+    .join("; ");
+}
+
+/** POST /v1/chat/completions: the account door's chat route, buffered or streamed (spec, "Endpoints"). */
+export function chatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
+  app.post("/v1/chat/completions", async (req, reply) => {
+    const key = bearerKey(req.headers);
+    const parsed = chatRequestSchema.safeParse(req.body);
+    if (!parsed.success) {
+      // The key is checked first, so a bad key gets its 401 whatever the body holds.
+      await ctx.auth.authorize({ key, route: Route.MODELS, requestId: req.id }, { timeoutMs: AUTH_TIMEOUT_MS });
+      throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
+    }
+    const body = parsed.data;
+    const cap = outputCapOf(body);
+    const grant = await ctx.auth.authorize(
+      {
+        key,
+        route: Route.CHAT_COMPLETIONS,
+        model: body.model ?? "",
+        requestId: req.id,
+        ...(cap !== undefined ? { maxOutputTokens: cap } : {}),
+      },
+      { timeoutMs: AUTH_TIMEOUT_MS },
+    );
+    const input: MessageInitShape<typeof CompletionInputSchema> = {
+      requestId: req.id,
+      operation: Operation.CHAT,
+      model: grant.model,
+      ...(grant.maxOutputTokens !== undefined ? { maxOutputTokens: grant.maxOutputTokens } : {}),
+      body: req.rawBody!,
+      billing: {
+        door: Door.ACCOUNT,
+        accountId: grant.principal?.accountId ?? "",
+        connectionId: grant.principal?.connectionId ?? "",
+        keyId: grant.principal?.keyId ?? "",
+        reservationId: grant.reservationId,
+      },
+    };
+    if (body.stream) return streamCompletion(req, reply, ctx, input, body);
+
+    const res = await ctx.inference.complete({ input }, { signal: callerGone(reply) });
+    if (res.usage) reply.header("x-tollgate-cost", res.usage.cost);
+    return reply.type("application/json").send(Buffer.from(res.body));
+  });
+}
+
+async function streamCompletion(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  ctx: RouteContext,
+  input: MessageInitShape<typeof CompletionInputSchema> | CompletionInput,
+  body: ChatRequest,
+): Promise<FastifyReply> {
+  const signal = callerGone(reply);
+  const events = ctx.inference
+    .streamComplete({ input, includeUsage: body.stream_options?.include_usage === true }, { signal })
+    [Symbol.asyncIterator]();
+  // Until the first event arrives the caller can still get a plain JSON error with its status.
+  let next = await events.next();
+  reply.hijack();
+  const sse = new SseWriter(reply.raw);
+  sse.open({ "x-request-id": req.id });
+  const started = performance.now();
+  let outcome = "completed";
+  try {
+    while (!next.done) {
+      const event = next.value.event;
+      if (event.case === "chunk") await sse.data(event.value);
+      next = await events.next();
+    }
+    sse.end();
+  } catch (err) {
+    if (signal.aborted) {
+      outcome = "client_cancelled";
+    } else {
+      outcome = "failed";
+      await sse.data(JSON.stringify(errorBody(toHttpError(err, req.log), req.id)));
+      sse.close();
+    }
+  }
+  req.log.debug({ outcome, ms: Math.round(performance.now() - started) }, "stream ended");
+  return reply;
+}

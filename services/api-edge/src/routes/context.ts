@@ -1,0 +1,15 @@
+import type { Client } from "@tollgate/kit/grpc";
+import type { Logger } from "@tollgate/kit/log";
+import type { MethodsOf } from "@tollgate/kit/grpc";
+import type { AuthService } from "@tollgate/proto/auth";
+import type { InferenceService } from "@tollgate/proto/inference";
+
+/** What every route needs: the clients of the services behind the edge. */
+export interface RouteContext {
+  auth: Client<MethodsOf<typeof AuthService>>;
+  inference: Client<MethodsOf<typeof InferenceService>>;
+  log: Logger;
+}
+
+/** Deadline for an authorization call. */
+export const AUTH_TIMEOUT_MS = 5_000;

@@ -1,0 +1,32 @@
+import { z } from "zod";
+
+/** Limits on an account-door chat request (documented in the README). */
+export const CHAT_LIMITS = { maxMessages: 2048, maxOutputTokens: 1_000_000 } as const;
+
+const contentPart = z.looseObject({ type: z.string() });
+
+/** One OpenAI chat message; fields beyond these pass through to the upstream untouched. */
+const message = z.looseObject({
+  role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
+  content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+});
+
+const outputCap = z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens);
+
+/** POST /v1/chat/completions (spec, "Chat request"). */
+export const chatRequestSchema = z.looseObject({
+  model: z.string().min(1).max(256).optional(),
+  messages: z.array(message).min(1).max(CHAT_LIMITS.maxMessages),
+  max_tokens: outputCap.nullish(),
+  max_completion_tokens: outputCap.nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
+});
+
+export type ChatRequest = z.output<typeof chatRequestSchema>;
+
+/** The request's output cap: max_completion_tokens wins over max_tokens, as OpenAI does. */
+export function outputCapOf(req: { max_tokens?: number | null | undefined; max_completion_tokens?: number | null | undefined }) {
+  return req.max_completion_tokens ?? req.max_tokens ?? undefined;
+}
