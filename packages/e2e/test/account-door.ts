@@ -18,7 +18,11 @@ export const SECRET_PROMPT = `Tell me about the saffron-${randomBytes(6).toStrin
  * The account door's spine, driven by the official openai SDK exactly as a user would, pointed
  * at {url}/v1 with the printed key (issue: "What must be true").
  */
-export function describeAccountDoor(name: string, setup: () => Promise<Target>, after?: (t: Target) => Promise<void>) {
+export function describeAccountDoor(
+  name: string,
+  setup: () => Promise<Target>,
+  more?: (target: () => Target) => void,
+) {
   describe(name, () => {
     let target: Target;
     let client: OpenAI;
@@ -29,7 +33,6 @@ export function describeAccountDoor(name: string, setup: () => Promise<Target>, 
     });
 
     afterAll(async () => {
-      if (target && after) await after(target);
       await target?.stop();
     });
 
@@ -135,5 +138,7 @@ export function describeAccountDoor(name: string, setup: () => Promise<Target>, 
       expect(logs).not.toContain(SECRET_PROMPT);
       expect(logs).not.toContain("saffron");
     });
+
+    more?.(() => target);
   });
 }
