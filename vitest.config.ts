@@ -18,7 +18,11 @@ export default defineConfig({
       {
         test: {
           name: "integration",
-          include: ["packages/*/test/**/*.int.test.ts", "services/*/test/**/*.int.test.ts", "packages/e2e/test/**/*.e2e.test.ts"],
+          include: [
+            "packages/*/test/**/*.int.test.ts",
+            "services/*/test/**/*.int.test.ts",
+            "packages/e2e/test/**/*.e2e.test.ts",
+          ],
           testTimeout: 60_000,
           hookTimeout: 60_000,
         },

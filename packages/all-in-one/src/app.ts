@@ -71,7 +71,9 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     },
     logger("api-edge"),
   );
-  const demoKey = gateway.accounts.flatMap((a) => a.connections.flatMap((c) => c.keys)).find((k) => k.secret)?.secret;
+  const demoKey = gateway.accounts
+    .flatMap((a) => a.connections.flatMap((c) => c.keys))
+    .find((k) => k.secret)?.secret;
   const host = cfg.host === "0.0.0.0" ? LOOPBACK : cfg.host;
   return {
     url: `http://${host.includes(":") ? `[${host}]` : host}:${edge.port}`,

@@ -3,7 +3,9 @@ import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { z } from "zod";
 
 /** The demo configuration shipped in the repository. */
-export const DEMO_CONFIG_PATH = fileURLToPath(new URL("../../../deploy/config/tollgate.yaml", import.meta.url));
+export const DEMO_CONFIG_PATH = fileURLToPath(
+  new URL("../../../deploy/config/tollgate.yaml", import.meta.url),
+);
 
 const envSchema = z.object({
   HOST: z.string().default("127.0.0.1"),

@@ -22,7 +22,8 @@ function ceilDiv(n: bigint, d: bigint): bigint {
 
 /** Actual cost of a request in base units: integer arithmetic, rounded up once at the end. */
 export function costOf(usage: TokenUsage, prices: Prices): bigint {
-  const scaled = BigInt(usage.inputTokens) * prices.inputPerMillion + BigInt(usage.outputTokens) * prices.outputPerMillion;
+  const scaled =
+    BigInt(usage.inputTokens) * prices.inputPerMillion + BigInt(usage.outputTokens) * prices.outputPerMillion;
   return ceilDiv(scaled, MILLION);
 }
 

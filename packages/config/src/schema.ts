@@ -13,7 +13,10 @@ export const upstreamSchema = z.strictObject({
   /** OpenAI-compatible base URL, ending in /v1 (vLLM, Ollama, llama.cpp server, OpenAI, ...). */
   baseUrl: z.url(),
   /** Name of the environment variable holding the upstream API key; never the key itself. */
-  apiKeyEnv: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+  apiKeyEnv: z
+    .string()
+    .regex(/^[A-Z_][A-Z0-9_]*$/)
+    .optional(),
   timeoutMs: z.number().int().positive().default(120_000),
 });
 
@@ -48,7 +51,10 @@ const keySchema = z
     /** Development only: the key in clear text, hashed on load. */
     secret: z.string().min(16).optional(),
     /** SHA-256 of the key, hex; the production form. */
-    sha256: z.string().regex(/^[0-9a-f]{64}$/).optional(),
+    sha256: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/)
+      .optional(),
     expiresAt: z.iso.datetime({ offset: true }).optional(),
     revoked: z.boolean().default(false),
   })
@@ -100,9 +106,18 @@ export function crossCheck(cfg: GatewayConfig): string[] {
   };
   const upstreams = new Set(cfg.upstreams.map((u) => u.id));
   const models = new Set(cfg.models.map((m) => m.id));
-  dupes("upstreams", cfg.upstreams.map((u) => u.id));
-  dupes("models", cfg.models.map((m) => m.id));
-  dupes("accounts", cfg.accounts.map((a) => a.id));
+  dupes(
+    "upstreams",
+    cfg.upstreams.map((u) => u.id),
+  );
+  dupes(
+    "models",
+    cfg.models.map((m) => m.id),
+  );
+  dupes(
+    "accounts",
+    cfg.accounts.map((a) => a.id),
+  );
   cfg.models.forEach((m, i) => {
     if (!upstreams.has(m.upstream)) problems.push(`models.${i}.upstream: unknown upstream "${m.upstream}"`);
   });
@@ -110,17 +125,22 @@ export function crossCheck(cfg: GatewayConfig): string[] {
     plan.models.forEach((m, i) => {
       if (!models.has(m)) problems.push(`plans.${name}.models.${i}: unknown model "${m}"`);
     });
-    if (!plan.models.includes(plan.default)) problems.push(`plans.${name}.default: "${plan.default}" is not in its models`);
+    if (!plan.models.includes(plan.default))
+      problems.push(`plans.${name}.default: "${plan.default}" is not in its models`);
   }
   const keyIds: string[] = [];
   cfg.accounts.forEach((a, ai) => {
-    dupes(`accounts.${ai}.connections`, a.connections.map((c) => c.id));
+    dupes(
+      `accounts.${ai}.connections`,
+      a.connections.map((c) => c.id),
+    );
     a.connections.forEach((c, ci) => {
       const at = `accounts.${ai}.connections.${ci}`;
       c.models.forEach((m, mi) => {
         if (!models.has(m)) problems.push(`${at}.models.${mi}: unknown model "${m}"`);
       });
-      if (!c.models.includes(c.defaultModel)) problems.push(`${at}.defaultModel: "${c.defaultModel}" is not in its models`);
+      if (!c.models.includes(c.defaultModel))
+        problems.push(`${at}.defaultModel: "${c.defaultModel}" is not in its models`);
       if (c.policy.defaultMaxOutputTokens > c.policy.maxOutputTokens) {
         problems.push(`${at}.policy.defaultMaxOutputTokens: above policy.maxOutputTokens`);
       }

@@ -104,8 +104,15 @@ export function describeAccountDoor(
     });
 
     it("refuses a bad key with 401 and an OpenAI-style body", async () => {
-      const bad = new OpenAI({ baseURL: `${target.url}/v1`, apiKey: "tg_not_a_real_key_000000000000", maxRetries: 0 });
-      const err = await bad.models.list().then(() => undefined, (e: unknown) => e);
+      const bad = new OpenAI({
+        baseURL: `${target.url}/v1`,
+        apiKey: "tg_not_a_real_key_000000000000",
+        maxRetries: 0,
+      });
+      const err = await bad.models.list().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
       expect((err as InstanceType<typeof OpenAI.AuthenticationError>).code).toBe("invalid_api_key");
     });
@@ -114,7 +121,11 @@ export function describeAccountDoor(
       const res = await fetch(`${target.url}/v1/chat/completions`, {
         method: "POST",
         headers: { authorization: "Payment eyJjaGFsbGVuZ2UiOnt9fQ", "content-type": "application/json" },
-        body: JSON.stringify({ model: "tollgate-mini", max_tokens: 4, messages: [{ role: "user", content: "hi" }] }),
+        body: JSON.stringify({
+          model: "tollgate-mini",
+          max_tokens: 4,
+          messages: [{ role: "user", content: "hi" }],
+        }),
       });
       expect(res.status).toBe(401);
       const body = (await res.json()) as { error: { code: string; request_id: string } };

@@ -10,11 +10,15 @@ import { describeAccountDoor, type Target } from "./account-door.js";
  */
 async function startAllInOneProcess(): Promise<Target> {
   const port = await freePort();
-  const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, "packages/all-in-one/src/main.ts")], {
-    cwd: REPO_ROOT,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port) },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", join(REPO_ROOT, "packages/all-in-one/src/main.ts")],
+    {
+      cwd: REPO_ROOT,
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port) },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (c: Buffer) => {
@@ -24,13 +28,14 @@ async function startAllInOneProcess(): Promise<Target> {
     stderr += c.toString("utf8");
   });
   const deadline = Date.now() + 30_000;
-  let match: RegExpExecArray | null = null;
-  while (!(match = /demo key: (\S+)/.exec(stderr))) {
+  let match = /demo key: (\S+)/.exec(stderr);
+  while (!match) {
     if (child.exitCode !== null || Date.now() > deadline) {
       child.kill("SIGKILL");
       throw new Error(`all-in-one did not start:\n${stderr}\n${stdout}`);
     }
     await new Promise((r) => setTimeout(r, 100));
+    match = /demo key: (\S+)/.exec(stderr);
   }
   return {
     url: `http://127.0.0.1:${port}`,

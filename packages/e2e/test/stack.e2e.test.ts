@@ -5,7 +5,13 @@ import { createClient } from "@tollgate/kit/grpc";
 import { MeteringService } from "@tollgate/proto/metering";
 import { natsNames } from "@tollgate/proto/subjects";
 import { type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
-import { type NatsFixture, type RedisFixture, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
+import {
+  type NatsFixture,
+  type RedisFixture,
+  uniqueNamespace,
+  useNats,
+  useRedis,
+} from "@tollgate/testkit/fixtures";
 import { type Stack, startStack } from "@tollgate/testkit/stack";
 import { expect, it } from "vitest";
 import { describeAccountDoor, SECRET_PROMPT, type Target } from "./account-door.js";
@@ -49,52 +55,56 @@ async function storedUsageEvents(): Promise<UsageRecorded[]> {
   }
 }
 
-describeAccountDoor("multi-process stack on real NATS and Redis (two routers)", startMultiProcessStack, (target) => {
-  it("publishes exactly one usage event per served request, streams included, and metering counts each once", async () => {
-    const { url, key } = target();
-    const ids = Array.from({ length: 6 }, (_, i) => `${namespace}-usage-${i}`);
-    for (const [i, id] of ids.entries()) {
-      const res = await fetch(`${url}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "x-request-id": id },
-        body: JSON.stringify({
-          model: "tollgate-mini",
-          max_tokens: 3,
-          stream: i % 2 === 1,
-          messages: [{ role: "user", content: SECRET_PROMPT }],
-        }),
-      });
-      expect(res.status).toBe(200);
-      await res.text();
-    }
-
-    const events = (await storedUsageEvents()).filter((e) => ids.includes(e.requestId));
-    expect(events.map((e) => e.requestId).sort()).toEqual([...ids].sort());
-    expect(new Set(events.map((e) => e.eventId)).size).toBe(ids.length);
-    for (const e of events) {
-      expect(e.outputTokens).toBe(3);
-      expect(e.accountId).toBe("demo");
-      expect(e.keyId).toBe("demo-key");
-      expect(BigInt(e.cost)).toBeGreaterThan(0n);
-    }
-    expect(events.filter((e) => e.streamed)).toHaveLength(3);
-
-    // Every served request of the whole run (the scenarios above too) is counted once.
-    const all = await storedUsageEvents();
-    const metering = stack.processes.find((p) => p.name === "metering")!;
-    const client = createClient(MeteringService, `127.0.0.1:${metering.port}`);
-    try {
-      const expectedCost = all.reduce((sum, e) => sum + BigInt(e.cost), 0n);
-      let totals: { requests: bigint; cost: string } | undefined;
-      for (let i = 0; i < 50; i++) {
-        totals = (await client.getUsage({ accountId: "demo" })).totals;
-        if (totals?.requests === BigInt(all.length)) break;
-        await new Promise((r) => setTimeout(r, 200));
+describeAccountDoor(
+  "multi-process stack on real NATS and Redis (two routers)",
+  startMultiProcessStack,
+  (target) => {
+    it("publishes exactly one usage event per served request, streams included, and metering counts each once", async () => {
+      const { url, key } = target();
+      const ids = Array.from({ length: 6 }, (_, i) => `${namespace}-usage-${i}`);
+      for (const [i, id] of ids.entries()) {
+        const res = await fetch(`${url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "x-request-id": id },
+          body: JSON.stringify({
+            model: "tollgate-mini",
+            max_tokens: 3,
+            stream: i % 2 === 1,
+            messages: [{ role: "user", content: SECRET_PROMPT }],
+          }),
+        });
+        expect(res.status).toBe(200);
+        await res.text();
       }
-      expect(totals?.requests).toBe(BigInt(all.length));
-      expect(totals?.cost).toBe(expectedCost.toString());
-    } finally {
-      client.close();
-    }
-  });
-});
+
+      const events = (await storedUsageEvents()).filter((e) => ids.includes(e.requestId));
+      expect(events.map((e) => e.requestId).sort()).toEqual([...ids].sort());
+      expect(new Set(events.map((e) => e.eventId)).size).toBe(ids.length);
+      for (const e of events) {
+        expect(e.outputTokens).toBe(3);
+        expect(e.accountId).toBe("demo");
+        expect(e.keyId).toBe("demo-key");
+        expect(BigInt(e.cost)).toBeGreaterThan(0n);
+      }
+      expect(events.filter((e) => e.streamed)).toHaveLength(3);
+
+      // Every served request of the whole run (the scenarios above too) is counted once.
+      const all = await storedUsageEvents();
+      const metering = stack.processes.find((p) => p.name === "metering")!;
+      const client = createClient(MeteringService, `127.0.0.1:${metering.port}`);
+      try {
+        const expectedCost = all.reduce((sum, e) => sum + BigInt(e.cost), 0n);
+        let totals: { requests: bigint; cost: string } | undefined;
+        for (let i = 0; i < 50; i++) {
+          totals = (await client.getUsage({ accountId: "demo" })).totals;
+          if (totals?.requests === BigInt(all.length)) break;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+        expect(totals?.requests).toBe(BigInt(all.length));
+        expect(totals?.cost).toBe(expectedCost.toString());
+      } finally {
+        client.close();
+      }
+    });
+  },
+);

@@ -94,7 +94,8 @@ export interface CallOptions {
 }
 
 function serializer(schema: DescMessage) {
-  return (msg: unknown) => Buffer.from(toBinary(schema, create(schema, msg as MessageInitShape<DescMessage>)));
+  return (msg: unknown) =>
+    Buffer.from(toBinary(schema, create(schema, msg as MessageInitShape<DescMessage>)));
 }
 
 function deserializer(schema: DescMessage) {
@@ -132,7 +133,9 @@ function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc
   return { code: grpc.status.INTERNAL, details: "internal error", metadata };
 }
 
-function contextOf(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>) {
+function contextOf(
+  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+) {
   const controller = new AbortController();
   call.on("cancelled", () => controller.abort());
   return { signal: controller.signal, metadata: call.metadata };
@@ -232,7 +235,10 @@ function toRemoteError(err: unknown): Error {
  * "dns:///name" targets (Kubernetes headless services) also round-robin.
  */
 export function grpcTarget(address: string): string {
-  const parts = address.split(",").map((s) => s.trim()).filter(Boolean);
+  const parts = address
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (parts.length > 1) return `ipv4:${parts.join(",")}`;
   return parts[0] ?? address;
 }
@@ -245,12 +251,18 @@ export type Client<M extends GenServiceMethods> = ServiceClient<M> & {
 };
 
 /** Creates a typed promise/stream client for a generated service descriptor. */
-export function createClient<M extends GenServiceMethods>(service: GenService<M>, address: string): Client<M> {
+export function createClient<M extends GenServiceMethods>(
+  service: GenService<M>,
+  address: string,
+): Client<M> {
   const Ctor = grpc.makeGenericClientConstructor(grpcDefinition(service), service.typeName);
   const raw = new Ctor(grpcTarget(address), grpc.credentials.createInsecure(), {
     ...CHANNEL_OPTIONS,
     "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
-  }) as unknown as Record<string, (...args: unknown[]) => grpc.ClientUnaryCall | grpc.ClientReadableStream<unknown>> &
+  }) as unknown as Record<
+    string,
+    (...args: unknown[]) => grpc.ClientUnaryCall | grpc.ClientReadableStream<unknown>
+  > &
     grpc.Client;
   const client: Record<string, unknown> = {};
   for (const m of service.methods as DescMethod[]) {

@@ -19,7 +19,9 @@ const CHECK_TIMEOUT_MS = 1_000;
 function withTimeout(p: Promise<void>): Promise<void> {
   return Promise.race([
     p,
-    new Promise<void>((_, reject) => setTimeout(() => reject(new Error("timeout")), CHECK_TIMEOUT_MS).unref()),
+    new Promise<void>((_, reject) =>
+      setTimeout(() => reject(new Error("timeout")), CHECK_TIMEOUT_MS).unref(),
+    ),
   ]);
 }
 
@@ -35,7 +37,16 @@ export class Health {
   /** Runs every check and returns the report. */
   async report(): Promise<HealthReport> {
     const results = await Promise.all(
-      this.checks.map(async (c) => [c.name, await withTimeout(c.check()).then(() => "ok" as const, () => "failing" as const)] as const),
+      this.checks.map(
+        async (c) =>
+          [
+            c.name,
+            await withTimeout(c.check()).then(
+              () => "ok" as const,
+              () => "failing" as const,
+            ),
+          ] as const,
+      ),
     );
     const checks = Object.fromEntries(results);
     return { ready: this.#serving && results.every(([, r]) => r === "ok"), checks };

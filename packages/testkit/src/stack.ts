@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,6 +24,13 @@ export interface StackOptions {
   port?: number;
   /** Port of the fake upstream (default: a free one); the demo config is rewritten to it. */
   upstreamPort?: number;
+  /** Fixed gRPC ports (default: free ones). */
+  grpcPorts?: { auth: number; metering: number; routers: number[] };
+  /**
+   * Run detached, each process logging to <logDir>/<name>.log, so the stack outlives the
+   * launcher (`make up`). Without it the processes are children of this one.
+   */
+  logDir?: string;
   logLevel?: string;
   /** Called with every line any process prints. */
   onLine?: (service: string, line: string) => void;
@@ -57,7 +64,8 @@ function waitForPort(port: number, timeoutMs: number): Promise<void> {
       });
       socket.once("error", () => {
         socket.destroy();
-        if (Date.now() > deadline) reject(new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`));
+        if (Date.now() > deadline)
+          reject(new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`));
         else setTimeout(attempt, 100);
       });
     };
@@ -68,7 +76,10 @@ function waitForPort(port: number, timeoutMs: number): Promise<void> {
 async function waitForReady(url: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const ok = await fetch(`${url}/readyz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${url}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return;
     if (Date.now() > deadline) throw new Error(`${url}/readyz did not turn ready within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 150));
@@ -92,7 +103,8 @@ function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void> {
  * metering, auth-policy, N inference-router replicas and api-edge, against real NATS and Redis.
  */
 export async function startStack(opts: StackOptions): Promise<Stack> {
-  const dir = mkdtempSync(join(tmpdir(), "tollgate-stack-"));
+  const dir = opts.logDir ?? mkdtempSync(join(tmpdir(), "tollgate-stack-"));
+  if (opts.logDir) mkdirSync(opts.logDir, { recursive: true });
   const upstreamPort = opts.upstreamPort ?? (await freePort());
   const configPath = join(dir, "tollgate.yaml");
   const demo = readFileSync(DEMO_CONFIG, "utf8");
@@ -113,11 +125,14 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     GRPC_HOST: "127.0.0.1",
   };
   const launch = (name: string, script: string, port: number, env: NodeJS.ProcessEnv) => {
+    const logFile = opts.logDir ? openSync(join(opts.logDir, `${name}.log`), "a") : undefined;
     const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, script)], {
       cwd: REPO_ROOT,
       env: { ...common, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
+      stdio: logFile === undefined ? ["ignore", "pipe", "pipe"] : ["ignore", logFile, logFile],
+      detached: logFile !== undefined,
     });
+    if (logFile !== undefined) child.unref();
     const collect = (chunk: Buffer) => {
       for (const line of chunk.toString("utf8").split("\n")) {
         if (line === "") continue;
@@ -134,13 +149,15 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const stop = async () => {
     // Front to back, as a rolling shutdown would: edge, routers, then the rest.
     for (const p of [...processes].reverse()) await stopChild(p.child);
-    rmSync(dir, { recursive: true, force: true });
+    if (!opts.logDir) rmSync(dir, { recursive: true, force: true });
   };
 
   try {
-    const [meteringPort, authPort, edgePort] = [await freePort(), await freePort(), opts.port ?? (await freePort())];
-    const routerPorts: number[] = [];
-    for (let i = 0; i < (opts.routers ?? 2); i++) routerPorts.push(await freePort());
+    const meteringPort = opts.grpcPorts?.metering ?? (await freePort());
+    const authPort = opts.grpcPorts?.auth ?? (await freePort());
+    const edgePort = opts.port ?? (await freePort());
+    const routerPorts: number[] = [...(opts.grpcPorts?.routers ?? [])];
+    while (routerPorts.length < (opts.routers ?? 2)) routerPorts.push(await freePort());
     await Promise.all([
       launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
         PORT: String(upstreamPort),
@@ -149,7 +166,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       launch("metering", "services/metering/src/main.ts", meteringPort, { GRPC_PORT: String(meteringPort) }),
       launch("auth-policy", "services/auth-policy/src/main.ts", authPort, { GRPC_PORT: String(authPort) }),
       ...routerPorts.map((p, i) =>
-        launch(`inference-router-${i + 1}`, "services/inference-router/src/main.ts", p, { GRPC_PORT: String(p) }),
+        launch(`inference-router-${i + 1}`, "services/inference-router/src/main.ts", p, {
+          GRPC_PORT: String(p),
+        }),
       ),
     ]);
     await launch("api-edge", "services/api-edge/src/main.ts", edgePort, {

@@ -1,4 +1,4 @@
-import { createClient, type Client, type MethodsOf } from "@tollgate/kit/grpc";
+import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
 import { stopInOrder } from "@tollgate/kit/shutdown";
@@ -37,7 +37,10 @@ export interface ApiEdge {
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
 export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge> {
   const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr);
-  const inference: Client<MethodsOf<typeof InferenceService>> = createClient(InferenceService, opts.inferenceRouterAddr);
+  const inference: Client<MethodsOf<typeof InferenceService>> = createClient(
+    InferenceService,
+    opts.inferenceRouterAddr,
+  );
   const ctx: RouteContext = { auth, inference, log };
   let draining = false;
 
@@ -61,7 +64,10 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
     }
   });
   app.addContentTypeParser("*", (_req, _payload, done) =>
-    done(new EdgeError("unsupported_media_type", "send the body as Content-Type: application/json"), undefined),
+    done(
+      new EdgeError("unsupported_media_type", "send the body as Content-Type: application/json"),
+      undefined,
+    ),
   );
 
   app.addHook("onRequest", async (req, reply) => {
@@ -69,7 +75,12 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
   });
   app.addHook("onResponse", async (req, reply) => {
     req.log.info(
-      { method: req.method, route: req.routeOptions.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
+      {
+        method: req.method,
+        route: req.routeOptions.url,
+        status: reply.statusCode,
+        ms: Math.round(reply.elapsedTime),
+      },
       "request served",
     );
   });
@@ -78,7 +89,10 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
     return reply.code(e.status).send(errorBody(e, req.id));
   });
   app.setNotFoundHandler((req, reply) => {
-    const e = toHttpError(new EdgeError("not_found", `no route ${req.method} ${req.url.split("?")[0]}`), req.log);
+    const e = toHttpError(
+      new EdgeError("not_found", `no route ${req.method} ${req.url.split("?")[0]}`),
+      req.log,
+    );
     return reply.code(e.status).send(errorBody(e, req.id));
   });
 
@@ -88,7 +102,9 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
       () => true,
       () => false,
     );
-    return reply.code(ready && !draining ? 200 : 503).send({ status: ready && !draining ? "ready" : "not ready" });
+    return reply
+      .code(ready && !draining ? 200 : 503)
+      .send({ status: ready && !draining ? "ready" : "not ready" });
   });
   modelsRoute(app, ctx);
   chatCompletionsRoute(app, ctx);

@@ -7,7 +7,11 @@ const envSchema = z.object({
   AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
   /** One address, a comma list (round-robin) or a dns:/// target. */
   INFERENCE_ROUTER_ADDR: z.string().default("127.0.0.1:50053"),
-  BODY_LIMIT_BYTES: z.coerce.number().int().positive().default(4 * 1024 * 1024),
+  BODY_LIMIT_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(4 * 1024 * 1024),
   LOG_LEVEL: logLevel,
 });
 

@@ -20,5 +20,10 @@ export interface AuthPolicyConfig {
 /** Reads the environment and the configuration file; throws ConfigError naming every problem. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConfig {
   const e = parseEnv(envSchema, env);
-  return { grpcHost: e.GRPC_HOST, grpcPort: e.GRPC_PORT, logLevel: e.LOG_LEVEL, gateway: loadGatewayConfig(e.TOLLGATE_CONFIG) };
+  return {
+    grpcHost: e.GRPC_HOST,
+    grpcPort: e.GRPC_PORT,
+    logLevel: e.LOG_LEVEL,
+    gateway: loadGatewayConfig(e.TOLLGATE_CONFIG),
+  };
 }

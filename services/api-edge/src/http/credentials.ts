@@ -22,7 +22,9 @@ export function bearerKey(headers: IncomingHttpHeaders): string {
       "Payment credentials are accepted only on /v1/mpp/chat/completions; this route takes Authorization: Bearer",
     );
   }
-  if (scheme !== "bearer") throw new EdgeError("wrong_auth_scheme", "this route takes Authorization: Bearer <key>");
-  if (value === "") throw new EdgeError("missing_api_key", "no Virtual Key was sent; use Authorization: Bearer <key>");
+  if (scheme !== "bearer")
+    throw new EdgeError("wrong_auth_scheme", "this route takes Authorization: Bearer <key>");
+  if (value === "")
+    throw new EdgeError("missing_api_key", "no Virtual Key was sent; use Authorization: Bearer <key>");
   return value;
 }

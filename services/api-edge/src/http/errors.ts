@@ -83,7 +83,12 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
   // Fastify's own errors (body too large, bad content type, ...), mapped by their status.
   const fastifyErr = err as { statusCode?: number; code?: string };
   if (fastifyErr.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-    return { status: 413, type: TYPE_BY_STATUS[413]!, code: "payload_too_large", message: "the request body is too large" };
+    return {
+      status: 413,
+      type: TYPE_BY_STATUS[413]!,
+      code: "payload_too_large",
+      message: "the request body is too large",
+    };
   }
   if (fastifyErr.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") {
     return {
@@ -93,8 +98,17 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
       message: "send the body as Content-Type: application/json",
     };
   }
-  if (typeof fastifyErr.statusCode === "number" && fastifyErr.statusCode >= 400 && fastifyErr.statusCode < 500) {
-    return { status: 400, type: TYPE_BY_STATUS[400]!, code: "invalid_request", message: "the request could not be read" };
+  if (
+    typeof fastifyErr.statusCode === "number" &&
+    fastifyErr.statusCode >= 400 &&
+    fastifyErr.statusCode < 500
+  ) {
+    return {
+      status: 400,
+      type: TYPE_BY_STATUS[400]!,
+      code: "invalid_request",
+      message: "the request could not be read",
+    };
   }
   log.error({ err }, "request failed");
   return serverError(500, "internal_error");

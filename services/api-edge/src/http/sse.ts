@@ -19,7 +19,9 @@ export class SseWriter {
   /** Sends one `data:` event; waits when the socket buffer is full. */
   async data(payload: string | Uint8Array): Promise<void> {
     if (this.res.destroyed) return;
-    const ok = this.res.write(`data: ${typeof payload === "string" ? payload : Buffer.from(payload).toString("utf8")}\n\n`);
+    const ok = this.res.write(
+      `data: ${typeof payload === "string" ? payload : Buffer.from(payload).toString("utf8")}\n\n`,
+    );
     if (!ok && !this.res.destroyed) {
       await new Promise<void>((resolve) => {
         const done = () => {

@@ -1,7 +1,7 @@
-import { Route } from "@tollgate/proto/auth";
-import { type CompletionInput, Door, Operation } from "@tollgate/proto/inference";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { Route } from "@tollgate/proto/auth";
 import type { CompletionInputSchema } from "@tollgate/proto/inference";
+import { type CompletionInput, Door, Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { bearerKey } from "../http/credentials.js";
@@ -34,7 +34,10 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): v
     const parsed = chatRequestSchema.safeParse(req.body);
     if (!parsed.success) {
       // The key is checked first, so a bad key gets its 401 whatever the body holds.
-      await ctx.auth.authorize({ key, route: Route.MODELS, requestId: req.id }, { timeoutMs: AUTH_TIMEOUT_MS });
+      await ctx.auth.authorize(
+        { key, route: Route.MODELS, requestId: req.id },
+        { timeoutMs: AUTH_TIMEOUT_MS },
+      );
       throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
     }
     const body = parsed.data;

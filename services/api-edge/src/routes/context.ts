@@ -1,6 +1,5 @@
-import type { Client } from "@tollgate/kit/grpc";
+import type { Client, MethodsOf } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
-import type { MethodsOf } from "@tollgate/kit/grpc";
 import type { AuthService } from "@tollgate/proto/auth";
 import type { InferenceService } from "@tollgate/proto/inference";
 

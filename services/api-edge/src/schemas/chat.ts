@@ -27,6 +27,9 @@ export const chatRequestSchema = z.looseObject({
 export type ChatRequest = z.output<typeof chatRequestSchema>;
 
 /** The request's output cap: max_completion_tokens wins over max_tokens, as OpenAI does. */
-export function outputCapOf(req: { max_tokens?: number | null | undefined; max_completion_tokens?: number | null | undefined }) {
+export function outputCapOf(req: {
+  max_tokens?: number | null | undefined;
+  max_completion_tokens?: number | null | undefined;
+}) {
   return req.max_completion_tokens ?? req.max_tokens ?? undefined;
 }

@@ -30,12 +30,18 @@ const MAX_KEY_LENGTH = 256;
  * Resolves a Virtual Key and applies its connection's policy (spec, "Authentication" and
  * "Errors": 401 for a missing, invalid, expired or revoked key; 403 outside policy).
  */
-export async function authorize(store: KeyStore, input: AuthorizeInput, now = new Date()): Promise<Authorization> {
+export async function authorize(
+  store: KeyStore,
+  input: AuthorizeInput,
+  now = new Date(),
+): Promise<Authorization> {
   if (input.key === "") throw new AuthError("missing_api_key", "no Virtual Key was sent");
-  if (input.key.length > MAX_KEY_LENGTH) throw new AuthError("invalid_api_key", "the Virtual Key is not valid");
+  if (input.key.length > MAX_KEY_LENGTH)
+    throw new AuthError("invalid_api_key", "the Virtual Key is not valid");
   const hash = hashKey(input.key);
   const record = await store.findByHash(hash);
-  if (!record || !sameHash(record.hash, hash)) throw new AuthError("invalid_api_key", "the Virtual Key is not valid");
+  if (!record || !sameHash(record.hash, hash))
+    throw new AuthError("invalid_api_key", "the Virtual Key is not valid");
   if (record.revoked) throw new AuthError("revoked_api_key", "the Virtual Key has been revoked");
   if (record.expiresAt && record.expiresAt.getTime() <= now.getTime()) {
     throw new AuthError("expired_api_key", "the Virtual Key has expired");

@@ -47,7 +47,10 @@ export class Inference {
   ) {}
 
   /** A buffered completion. */
-  async complete(input: CompletionInput, signal: AbortSignal): Promise<{ json: Record<string, unknown>; usage: UsageSummary }> {
+  async complete(
+    input: CompletionInput,
+    signal: AbortSignal,
+  ): Promise<{ json: Record<string, unknown>; usage: UsageSummary }> {
     const route = this.catalog.resolve(input.model);
     const result = await route.provider.complete(this.#request(input, route, false), signal);
     result.json.model = route.model;
@@ -61,7 +64,11 @@ export class Inference {
    * caller only when it asked for it. When the caller goes away (the consumer stops iterating)
    * or the upstream fails mid-stream, the tokens produced so far are recorded.
    */
-  async *stream(input: CompletionInput, includeUsage: boolean, signal: AbortSignal): AsyncGenerator<StreamEvent> {
+  async *stream(
+    input: CompletionInput,
+    includeUsage: boolean,
+    signal: AbortSignal,
+  ): AsyncGenerator<StreamEvent> {
     const route = this.catalog.resolve(input.model);
     let reported: TokenCounts | undefined;
     let started = false;
@@ -98,12 +105,14 @@ export class Inference {
   #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {
     const body: Record<string, unknown> = { ...input.body, model: route.upstreamModel };
     if (input.maxOutputTokens !== undefined) {
-      if (input.operation === "chat" && "max_completion_tokens" in body) body.max_completion_tokens = input.maxOutputTokens;
+      if (input.operation === "chat" && "max_completion_tokens" in body)
+        body.max_completion_tokens = input.maxOutputTokens;
       else body.max_tokens = input.maxOutputTokens;
     }
     if (stream) {
       body.stream = true;
-      const options = typeof body.stream_options === "object" && body.stream_options !== null ? body.stream_options : {};
+      const options =
+        typeof body.stream_options === "object" && body.stream_options !== null ? body.stream_options : {};
       body.stream_options = { ...options, include_usage: true };
     } else {
       delete body.stream;
@@ -154,7 +163,12 @@ function countsAsToken(json: Record<string, unknown>): boolean {
 function outputTextLength(json: Record<string, unknown>): number {
   const choice = (json.choices as Array<Record<string, unknown>> | undefined)?.[0];
   const message = choice?.message as { content?: unknown } | undefined;
-  const text = typeof message?.content === "string" ? message.content : typeof choice?.text === "string" ? choice.text : "";
+  const text =
+    typeof message?.content === "string"
+      ? message.content
+      : typeof choice?.text === "string"
+        ? choice.text
+        : "";
   return Buffer.byteLength(text);
 }
 

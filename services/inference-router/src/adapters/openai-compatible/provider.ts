@@ -18,7 +18,9 @@ const MAX_ERROR_TEXT = 500;
  * Any upstream speaking OpenAI's /chat/completions and /completions: vLLM, Ollama, llama.cpp
  * server, OpenAI and friends. One keep-alive connection pool per upstream.
  */
-export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): Provider & { close(): Promise<void> } {
+export function createOpenAICompatibleProvider(
+  opts: OpenAICompatibleOptions,
+): Provider & { close(): Promise<void> } {
   const url = new URL(opts.baseUrl);
   const basePath = url.pathname.replace(/\/+$/, "");
   const pool = new Pool(url.origin, {
@@ -72,10 +74,12 @@ export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): P
           } catch {
             throw new InferenceError("upstream_error", "the upstream sent an unreadable stream event");
           }
-          if (json.error !== undefined) throw new InferenceError("upstream_error", "the upstream failed mid-stream");
+          if (json.error !== undefined)
+            throw new InferenceError("upstream_error", "the upstream failed mid-stream");
           yield { json, usage: normaliseUsage(json.usage) };
         }
-        if (!signal.aborted) throw new InferenceError("upstream_error", "the upstream stream ended without [DONE]");
+        if (!signal.aborted)
+          throw new InferenceError("upstream_error", "the upstream stream ended without [DONE]");
       } catch (err) {
         throw translate(err, signal);
       } finally {

@@ -1,5 +1,11 @@
 import type { Handlers } from "@tollgate/kit/grpc";
-import { type CompletionInput as WireInput, Door, type InferenceService, Operation, type Usage } from "@tollgate/proto/inference";
+import {
+  Door,
+  type InferenceService,
+  Operation,
+  type Usage,
+  type CompletionInput as WireInput,
+} from "@tollgate/proto/inference";
 import { InferenceError } from "../../domain/errors.js";
 import type { CompletionInput, Inference, UsageSummary } from "../../domain/inference.js";
 import { toStatusError } from "./errors.js";
@@ -59,7 +65,8 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
     async *streamComplete(req, ctx) {
       try {
         for await (const event of inference.stream(toDomain(req.input), req.includeUsage, ctx.signal)) {
-          if ("chunk" in event) yield { event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) } };
+          if ("chunk" in event)
+            yield { event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) } };
           else yield { event: { case: "usage", value: toWireUsage(event.usage) } };
         }
       } catch (err) {

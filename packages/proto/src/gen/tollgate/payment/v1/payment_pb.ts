@@ -4,9 +4,9 @@
 
 // The paid door: MPP session payments (method tempo, intent session, TIP-1034 channels).
 
+import type { Message } from "@bufbuild/protobuf";
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/payment/v1/payment.proto.

@@ -1,0 +1,31 @@
+// `make up`: every service its own process against real NATS and Redis, two inference-routers.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { REPO_ROOT, startStack } from "@tollgate/testkit/stack";
+
+const stateDir = join(REPO_ROOT, ".tollgate");
+const natsUrl = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+const redisUrl = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+
+const stack = await startStack({
+  natsUrl,
+  redisUrl,
+  routers: 2,
+  port: Number(process.env.PORT ?? 8080),
+  upstreamPort: 18000,
+  grpcPorts: { auth: 50051, metering: 50054, routers: [50053, 50063] },
+  logDir: join(stateDir, "logs"),
+});
+writeFileSync(
+  join(stateDir, "stack.json"),
+  JSON.stringify(
+    { processes: stack.processes.map((p) => ({ name: p.name, pid: p.child.pid, port: p.port })) },
+    null,
+    2,
+  ),
+);
+console.log(`Tollgate stack is up on ${stack.url} (NATS ${natsUrl}, Redis ${redisUrl})`);
+for (const p of stack.processes) console.log(`  ${p.name.padEnd(20)} pid ${p.child.pid}  port ${p.port}`);
+console.log(`  demo key: ${stack.demoKey}`);
+console.log(`  logs: .tollgate/logs/<service>.log   stop: make down`);
+process.exit(0);

@@ -1,0 +1,74 @@
+import type { UsageStore } from "../domain/ports.js";
+import {
+  addTotals,
+  bucketStart,
+  bucketStarts,
+  dimensionsKey,
+  emptyTotals,
+  type Granularity,
+  matchesFilter,
+  parseDimensionsKey,
+  toReport,
+  totalsOf,
+  type UsageTotals,
+} from "../domain/usage.js";
+
+/** Options of the in-memory store. */
+export interface MemoryUsageStoreOptions {
+  /** How long an applied event id is remembered; the Redis store's default too. */
+  eventTtlMs?: number;
+  now?: () => number;
+}
+
+const GRANULARITIES: readonly Granularity[] = ["hour", "day"];
+
+/**
+ * The usage store of the all-in-one process without Redis and of unit tests. It has the
+ * Redis store's semantics; record() is atomic because it never awaits between check and update.
+ */
+export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): UsageStore {
+  const ttlMs = opts.eventTtlMs ?? 7 * 24 * 3_600_000;
+  const now = opts.now ?? Date.now;
+  const seen = new Map<string, number>();
+  // "hour:<start ms>" → dimensions key → totals
+  const buckets = new Map<string, Map<string, UsageTotals>>();
+  let nextSweep = now() + ttlMs;
+
+  const sweep = (at: number) => {
+    if (at < nextSweep) return;
+    for (const [id, expires] of seen) if (expires <= at) seen.delete(id);
+    nextSweep = at + ttlMs;
+  };
+
+  return {
+    async record(event) {
+      const at = now();
+      sweep(at);
+      const expires = seen.get(event.eventId);
+      if (expires !== undefined && expires > at) return "duplicate";
+      seen.set(event.eventId, at + ttlMs);
+      const dims = dimensionsKey(event);
+      const add = totalsOf(event);
+      for (const g of GRANULARITIES) {
+        const id = `${g}:${bucketStart(event.occurredAt, g).getTime()}`;
+        const bucket = buckets.get(id) ?? new Map<string, UsageTotals>();
+        buckets.set(id, bucket);
+        const before = bucket.get(dims);
+        bucket.set(dims, before ? addTotals(before, add) : add);
+      }
+      return "recorded";
+    },
+
+    async query(filter, from, to, granularity) {
+      return toReport(
+        bucketStarts(from, to, granularity).map((start) => {
+          let totals = emptyTotals();
+          for (const [dims, t] of buckets.get(`${granularity}:${start.getTime()}`) ?? []) {
+            if (matchesFilter(filter, parseDimensionsKey(dims))) totals = addTotals(totals, t);
+          }
+          return { start, totals };
+        }),
+      );
+    },
+  };
+}

@@ -1,0 +1,94 @@
+import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
+import { addService, bindServer, createServer, shutdownServer } from "@tollgate/kit/grpc";
+import { Health } from "@tollgate/kit/health";
+import type { Logger } from "@tollgate/kit/log";
+import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
+import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
+import { stopInOrder } from "@tollgate/kit/shutdown";
+import { MeteringService } from "@tollgate/proto/metering";
+import { natsNames } from "@tollgate/proto/subjects";
+import { createMemoryUsageStore } from "./adapters/memory-usage-store.js";
+import { createRedisUsageStore } from "./adapters/redis-usage-store.js";
+import { consumeUsage } from "./transport/bus/usage-consumer.js";
+import { meteringHandlers } from "./transport/grpc/handlers.js";
+
+/** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
+export interface MeteringOptions {
+  grpcHost: string;
+  grpcPort: number;
+  /** JetStream carrying usage events; required unless a bus is passed in. */
+  natsUrl?: string;
+  /** Namespace of the NATS stream, subjects and durable (tests); "" in deployments. */
+  natsNamespace?: string;
+  /** Redis holding the rollups; the in-memory store when unset. */
+  redisUrl?: string;
+  /** Prefix of every Redis key. Default "tollgate:". */
+  redisPrefix?: string;
+}
+
+/** Dependencies the caller already owns; the all-in-one process passes its in-memory bus. */
+export interface MeteringDeps {
+  bus?: EventBus;
+}
+
+/** A running metering service. */
+export interface Metering {
+  /** The bound gRPC port. */
+  port: number;
+  /** Usage events published but not yet applied (consumer lag). */
+  pending(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/** Connects the bus and the store, consumes UsageRecorded, serves MeteringService and grpc.health.v1. */
+export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDeps = {}): Promise<Metering> {
+  const names = natsNames(opts.natsNamespace ?? "");
+  if (!deps.bus && !opts.natsUrl) {
+    throw new Error("metering needs an event bus: set NATS_URL (natsUrl) or pass deps.bus");
+  }
+  let nc: NatsConnection | undefined;
+  let redis: Redis | undefined;
+  let health: Health | undefined;
+  let subscription: BusSubscription | undefined;
+  const server = createServer();
+
+  // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
+  const teardown = () =>
+    stopInOrder([
+      () => health?.setServing(false),
+      () => shutdownServer(server),
+      () => subscription?.stop(),
+      () => nc && drainNats(nc),
+      () => redis && quitRedis(redis),
+      () => health?.stop(),
+    ]);
+
+  try {
+    let bus = deps.bus;
+    if (!bus) {
+      nc = await connectNats(opts.natsUrl!, "metering");
+      bus = await createJetStreamBus(nc, {
+        name: names.usageStream,
+        subjects: [names.usageSubjects],
+        storage: "file",
+      });
+    }
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
+    const store = redis
+      ? createRedisUsageStore(redis, { prefix: opts.redisPrefix ?? "tollgate:" })
+      : createMemoryUsageStore();
+    health = new Health([...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])]);
+
+    addService(server, MeteringService, meteringHandlers(store), log);
+    health.addToGrpcServer(server, [MeteringService.typeName]);
+    subscription = await consumeUsage(bus, names, store, log);
+    const port = await bindServer(server, opts.grpcHost, opts.grpcPort);
+    health.setServing(true);
+    log.info({ port, store: redis ? "redis" : "memory" }, "metering serving");
+    const consumer = subscription;
+    return { port, pending: () => consumer.pending(), stop: teardown };
+  } catch (err) {
+    await teardown().catch(() => {});
+    throw err;
+  }
+}

@@ -1,0 +1,32 @@
+import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { z } from "zod";
+import type { MeteringOptions } from "./app.js";
+
+const envSchema = z.object({
+  GRPC_HOST: z.string().default("0.0.0.0"),
+  GRPC_PORT: port(50054),
+  LOG_LEVEL: logLevel,
+  NATS_URL: z.string({ error: "required: URL of the NATS server(s) carrying usage events" }),
+  NATS_NAMESPACE: z.string().default(""),
+  REDIS_URL: z.string({ error: "required: URL of the Redis holding usage rollups" }),
+  REDIS_PREFIX: z.string().default("tollgate:"),
+});
+
+/** Everything metering needs to start on its own. */
+export interface MeteringConfig extends MeteringOptions {
+  logLevel: string;
+}
+
+/** Reads the environment; throws ConfigError naming every problem. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig {
+  const e = parseEnv(envSchema, env);
+  return {
+    grpcHost: e.GRPC_HOST,
+    grpcPort: e.GRPC_PORT,
+    logLevel: e.LOG_LEVEL,
+    natsUrl: e.NATS_URL,
+    natsNamespace: e.NATS_NAMESPACE,
+    redisUrl: e.REDIS_URL,
+    redisPrefix: e.REDIS_PREFIX,
+  };
+}

@@ -1,0 +1,312 @@
+import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { createJetStreamBus, createMemoryBus, type EventBus } from "@tollgate/kit/bus";
+import { createClient } from "@tollgate/kit/grpc";
+import { createLogger } from "@tollgate/kit/log";
+import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
+import { connectRedis, quitRedis } from "@tollgate/kit/redis";
+import {
+  type GetUsageRequestSchema,
+  type GetUsageResponse,
+  Granularity,
+  MeteringService,
+} from "@tollgate/proto/metering";
+import { type NatsNames, natsNames } from "@tollgate/proto/subjects";
+import { UsageRecordedSchema } from "@tollgate/proto/usage";
+import {
+  type NatsFixture,
+  type RedisFixture,
+  uniqueNamespace,
+  useNats,
+  useRedis,
+} from "@tollgate/testkit/fixtures";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { createRedisUsageStore } from "../../src/adapters/redis-usage-store.js";
+import { type Metering, start } from "../../src/app.js";
+import type { UsageStore } from "../../src/domain/ports.js";
+import { consumeUsage } from "../../src/transport/bus/usage-consumer.js";
+
+type EventInit = MessageInitShape<typeof UsageRecordedSchema>;
+
+const log = createLogger({ service: "metering", level: "silent" });
+const HOUR = 3_600_000;
+const WAIT = { timeout: 10_000, interval: 100 };
+
+let nats: NatsFixture;
+let redis: RedisFixture;
+let nc: NatsConnection;
+const namespaces: string[] = [];
+const running = new Set<Metering>();
+const clients = new Set<{ close(): void }>();
+
+beforeAll(async () => {
+  [nats, redis] = await Promise.all([useNats(), useRedis()]);
+  nc = await connectNats(nats.url, "metering-int-test");
+});
+
+afterAll(async () => {
+  for (const c of clients) c.close();
+  for (const app of running) await app.stop();
+  // Remove only what this run created; the servers may be shared.
+  const r = connectRedis(redis.url);
+  for (const ns of namespaces) {
+    const keys: string[] = [];
+    for await (const batch of r.scanStream({ match: `${ns}:*`, count: 500 }))
+      keys.push(...(batch as string[]));
+    if (keys.length > 0) await r.del(...keys);
+    await nc.request(`$JS.API.STREAM.DELETE.${natsNames(ns).usageStream}`).catch(() => undefined);
+  }
+  await quitRedis(r);
+  await drainNats(nc);
+  await Promise.all([nats.stop(), redis.stop()]);
+});
+
+/** A fresh namespace: its own stream, subjects, durable and Redis prefix. */
+function namespace(): { ns: string; names: NatsNames } {
+  const ns = uniqueNamespace("metering");
+  namespaces.push(ns);
+  return { ns, names: natsNames(ns) };
+}
+
+async function startMetering(ns: string, logger = log): Promise<Metering> {
+  const app = await start(
+    {
+      grpcHost: "127.0.0.1",
+      grpcPort: 0,
+      natsUrl: nats.url,
+      natsNamespace: ns,
+      redisUrl: redis.url,
+      redisPrefix: `${ns}:`,
+    },
+    logger,
+  );
+  running.add(app);
+  return app;
+}
+
+async function stopMetering(app: Metering): Promise<void> {
+  running.delete(app);
+  await app.stop();
+}
+
+function client(port: number) {
+  const c = createClient(MeteringService, `127.0.0.1:${port}`);
+  clients.add(c);
+  return c;
+}
+
+/** A publisher of its own, as inference-router would be. */
+function publisher(names: NatsNames): Promise<EventBus> {
+  return createJetStreamBus(nc, {
+    name: names.usageStream,
+    subjects: [names.usageSubjects],
+    storage: "file",
+  });
+}
+
+function publish(bus: EventBus, names: NatsNames, e: EventInit, msgId = e.requestId!): Promise<void> {
+  return bus.publish(
+    names.usageRecorded,
+    toBinary(UsageRecordedSchema, create(UsageRecordedSchema, e)),
+    msgId,
+  );
+}
+
+function totalsOf(events: readonly EventInit[]) {
+  return {
+    requests: BigInt(events.length),
+    inputTokens: events.reduce((s, e) => s + BigInt(e.inputTokens ?? 0), 0n),
+    outputTokens: events.reduce((s, e) => s + BigInt(e.outputTokens ?? 0), 0n),
+    reasoningTokens: events.reduce((s, e) => s + BigInt(e.reasoningTokens ?? 0), 0n),
+    cost: events.reduce((s, e) => s + BigInt(e.cost ?? "0"), 0n).toString(),
+  };
+}
+
+function plain(res: GetUsageResponse) {
+  const t = res.totals;
+  return {
+    requests: t?.requests ?? 0n,
+    inputTokens: t?.inputTokens ?? 0n,
+    outputTokens: t?.outputTokens ?? 0n,
+    reasoningTokens: t?.reasoningTokens ?? 0n,
+    cost: t?.cost ?? "0",
+  };
+}
+
+async function drained(app: Metering): Promise<void> {
+  await vi.waitFor(async () => expect(await app.pending()).toBe(0), WAIT);
+}
+
+describe("metering against real NATS and Redis", () => {
+  it("applies each usage event exactly once, across duplicates, restarts and a full replay", async () => {
+    const { ns, names } = namespace();
+    const now = Date.now();
+    const events: EventInit[] = Array.from({ length: 12 }, (_, k) => ({
+      eventId: `evt_${ns}_${k}`,
+      requestId: `req_${ns}_${k}`,
+      occurredAt: timestampFromDate(new Date(now - 60_000 - k * 37 * 60_000)),
+      accountId: k % 3 === 0 ? "acct_1" : "acct_2",
+      connectionId: `conn_${k % 2}`,
+      keyId: `key_${k % 4}`,
+      model: k % 2 === 0 ? "small" : "big",
+      inputTokens: 100 + k,
+      outputTokens: 10 * k,
+      reasoningTokens: k,
+      // One cost beyond 2^53 proves no float touches the sums.
+      cost: k === 5 ? "9007199254740993" : String(1_000 * (k + 1)),
+    }));
+    const bus = await publisher(names);
+    const app = await startMetering(ns);
+    const metering = client(app.port);
+
+    for (const e of events) await publish(bus, names, e);
+    // Same message id: JetStream keeps one copy.
+    await publish(bus, names, events[0]!);
+    // New message id, same event id (a publisher retry that got a new id): metering must dedupe.
+    await publish(bus, names, { ...events[3]!, requestId: `req_${ns}_retry` });
+
+    const range = {
+      from: timestampFromDate(new Date(now - 24 * HOUR)),
+      to: timestampFromDate(new Date(now + HOUR)),
+    };
+    const expected = totalsOf(events);
+    const usage = (extra: MessageInitShape<typeof GetUsageRequestSchema> = {}) =>
+      metering.getUsage({ ...range, ...extra }, { timeoutMs: 2_000 });
+
+    await vi.waitFor(async () => expect(plain(await usage())).toEqual(expected), WAIT);
+    await drained(app);
+    const hourly = await usage({ granularity: Granularity.HOUR });
+    expect(plain(hourly)).toEqual(expected);
+    const starts = hourly.buckets.map((b) => timestampDate(b.start!).getTime());
+    expect(starts).toEqual([...starts].sort((a, b) => a - b));
+    expect(starts.every((s) => s % HOUR === 0)).toBe(true);
+    const bucketSum = hourly.buckets.reduce(
+      (sum, b) => ({ requests: sum.requests + b.totals!.requests, cost: sum.cost + BigInt(b.totals!.cost) }),
+      { requests: 0n, cost: 0n },
+    );
+    expect(bucketSum).toEqual({ requests: expected.requests, cost: BigInt(expected.cost) });
+    expect(plain(await usage({ granularity: Granularity.DAY }))).toEqual(expected);
+    expect(plain(await usage({ model: "big", accountId: "acct_2" }))).toEqual(
+      totalsOf(events.filter((e) => e.model === "big" && e.accountId === "acct_2")),
+    );
+
+    // Restart with the same durable: everything was acked, nothing is counted again, and
+    // the new consumer picks up new events.
+    await stopMetering(app);
+    const again = await startMetering(ns);
+    const metering2 = client(again.port);
+    const extra: EventInit = {
+      ...events[1]!,
+      eventId: `evt_${ns}_extra`,
+      requestId: `req_${ns}_extra`,
+      cost: "7",
+    };
+    await publish(bus, names, extra);
+    const withExtra = totalsOf([...events, extra]);
+    await vi.waitFor(
+      async () => expect(plain(await metering2.getUsage(range, { timeoutMs: 2_000 }))).toEqual(withExtra),
+      WAIT,
+    );
+    await drained(again);
+    expect(plain(await metering2.getUsage(range))).toEqual(withExtra);
+
+    // Lose the durable: the new consumer replays the whole stream and Redis dedupes all of it.
+    await stopMetering(again);
+    const deleted = await nc.request(`$JS.API.CONSUMER.DELETE.${names.usageStream}.${names.meteringDurable}`);
+    expect(deleted.json<{ success?: boolean }>().success).toBe(true);
+    const lines: Array<{ msg?: string }> = [];
+    const capture = createLogger({
+      service: "metering",
+      level: "debug",
+      destination: { write: (line: string) => void lines.push(JSON.parse(line) as { msg?: string }) },
+    });
+    const replayed = await startMetering(ns, capture);
+    // 14 messages are stored: the 12 events, the retry with a new message id, the extra one.
+    await vi.waitFor(
+      () =>
+        expect(lines.filter((l) => l.msg === "duplicate usage event skipped").length).toBeGreaterThanOrEqual(
+          14,
+        ),
+      WAIT,
+    );
+    await drained(replayed);
+    expect(lines.filter((l) => l.msg === "usage recorded")).toEqual([]);
+    expect(plain(await client(replayed.port).getUsage(range))).toEqual(withExtra);
+  });
+
+  it("redelivers an event whose handler failed and still counts it once", async () => {
+    const { ns, names } = namespace();
+    const bus = await publisher(names);
+    const r = connectRedis(redis.url);
+    const inner = createRedisUsageStore(r, { prefix: `${ns}:` });
+    const outcomes: string[] = [];
+    const flaky: UsageStore = {
+      async record(event) {
+        const outcome = await inner.record(event);
+        outcomes.push(outcome);
+        // Applied, but the handler fails before the ack: JetStream must deliver it again.
+        if (outcomes.length === 1) throw new Error("crashed before ack");
+        return outcome;
+      },
+      query: (...args) => inner.query(...args),
+    };
+    const sub = await consumeUsage(bus, names, flaky, log);
+    try {
+      const at = new Date();
+      await publish(bus, names, {
+        eventId: `evt_${ns}`,
+        requestId: `req_${ns}`,
+        occurredAt: timestampFromDate(at),
+        model: "small",
+        inputTokens: 3,
+        cost: "11",
+      });
+      await vi.waitFor(() => expect(outcomes).toEqual(["recorded", "duplicate"]), WAIT);
+      await vi.waitFor(async () => expect(await sub.pending()).toBe(0), WAIT);
+      const day = await inner.query({}, new Date(at.getTime() - HOUR), new Date(at.getTime() + HOUR), "day");
+      expect(day.totals).toEqual({
+        requests: 1n,
+        inputTokens: 3n,
+        outputTokens: 0n,
+        reasoningTokens: 0n,
+        cost: 11n,
+      });
+    } finally {
+      await sub.stop();
+      await quitRedis(r);
+    }
+  });
+
+  it("runs on a bus it is given, with the memory store when no Redis is set", async () => {
+    const bus = createMemoryBus();
+    const names = natsNames("");
+    const app = await start({ grpcHost: "127.0.0.1", grpcPort: 0 }, log, { bus });
+    running.add(app);
+    const at = new Date();
+    await publish(bus, names, {
+      eventId: "evt_mem",
+      requestId: "req_mem",
+      occurredAt: timestampFromDate(at),
+      cost: "5",
+    });
+    await drained(app);
+    const res = await client(app.port).getUsage({});
+    expect(plain(res)).toMatchObject({ requests: 1n, cost: "5" });
+    await stopMetering(app);
+    await bus.close();
+  });
+
+  it("refuses to start without an event bus and rejects over-wide queries", async () => {
+    await expect(start({ grpcHost: "127.0.0.1", grpcPort: 0 }, log)).rejects.toThrow(/NATS_URL/);
+    const app = await start({ grpcHost: "127.0.0.1", grpcPort: 0 }, log, { bus: createMemoryBus() });
+    running.add(app);
+    const err = await client(app.port)
+      .getUsage({
+        from: timestampFromDate(new Date(Date.now() - 32 * 24 * HOUR)),
+        granularity: Granularity.HOUR,
+      })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ status: 3, code: "time_range_too_large" });
+    await stopMetering(app);
+  });
+});

@@ -1,0 +1,132 @@
+import { randomUUID } from "node:crypto";
+import { expect, it } from "vitest";
+import type { UsageStore } from "../src/domain/ports.js";
+import type { UsageEvent } from "../src/domain/usage.js";
+
+/** A valid event; every call gets a fresh event id. */
+export function usageEvent(overrides: Partial<UsageEvent> = {}): UsageEvent {
+  return {
+    eventId: randomUUID(),
+    requestId: `req_${randomUUID()}`,
+    occurredAt: new Date("2025-03-10T10:15:00Z"),
+    accountId: "acct_a",
+    connectionId: "conn_a",
+    keyId: "key_a",
+    model: "small",
+    inputTokens: 100,
+    outputTokens: 20,
+    reasoningTokens: 5,
+    cost: 1_250n,
+    ...overrides,
+  };
+}
+
+const at = (iso: string) => new Date(iso);
+
+/**
+ * Behaviour every UsageStore must show; the memory store runs it as a unit test and the
+ * Redis store against a real Redis, so the two cannot drift apart.
+ */
+export function usageStoreContract(makeStore: () => UsageStore | Promise<UsageStore>): void {
+  it("applies an event once however often it arrives", async () => {
+    const store = await makeStore();
+    const e = usageEvent();
+    expect(await store.record(e)).toBe("recorded");
+    expect(await store.record(e)).toBe("duplicate");
+    expect(await store.record({ ...e, requestId: "req_other", cost: 999n })).toBe("duplicate");
+    const r = await store.query({}, at("2025-03-10T00:00:00Z"), at("2025-03-11T00:00:00Z"), "hour");
+    expect(r.totals).toEqual({
+      requests: 1n,
+      inputTokens: 100n,
+      outputTokens: 20n,
+      reasoningTokens: 5n,
+      cost: 1_250n,
+    });
+  });
+
+  it("applies concurrent copies of one event exactly once", async () => {
+    const store = await makeStore();
+    const e = usageEvent();
+    const outcomes = await Promise.all(Array.from({ length: 20 }, () => store.record(e)));
+    expect(outcomes.filter((o) => o === "recorded")).toHaveLength(1);
+    const r = await store.query({}, at("2025-03-10T00:00:00Z"), at("2025-03-11T00:00:00Z"), "day");
+    expect(r.totals.requests).toBe(1n);
+  });
+
+  it("rolls events up into UTC hour and day buckets ordered by start", async () => {
+    const store = await makeStore();
+    await store.record(usageEvent({ occurredAt: at("2025-03-10T23:59:59.999Z"), cost: 1n }));
+    await store.record(usageEvent({ occurredAt: at("2025-03-11T00:00:00Z"), cost: 2n }));
+    await store.record(usageEvent({ occurredAt: at("2025-03-10T22:00:00Z"), cost: 4n }));
+    await store.record(usageEvent({ occurredAt: at("2025-03-10T23:30:00Z"), cost: 8n }));
+
+    const hours = await store.query({}, at("2025-03-10T00:00:00Z"), at("2025-03-12T00:00:00Z"), "hour");
+    expect(hours.buckets.map((b) => [b.start.toISOString(), b.totals.cost, b.totals.requests])).toEqual([
+      ["2025-03-10T22:00:00.000Z", 4n, 1n],
+      ["2025-03-10T23:00:00.000Z", 9n, 2n],
+      ["2025-03-11T00:00:00.000Z", 2n, 1n],
+    ]);
+    expect(hours.totals.cost).toBe(15n);
+
+    const days = await store.query({}, at("2025-03-01T00:00:00Z"), at("2025-04-01T00:00:00Z"), "day");
+    expect(days.buckets.map((b) => [b.start.toISOString(), b.totals.cost])).toEqual([
+      ["2025-03-10T00:00:00.000Z", 13n],
+      ["2025-03-11T00:00:00.000Z", 2n],
+    ]);
+    expect(days.totals).toEqual(hours.totals);
+  });
+
+  it("counts the buckets overlapping [from, to) and nothing outside", async () => {
+    const store = await makeStore();
+    await store.record(usageEvent({ occurredAt: at("2025-03-10T09:59:00Z"), cost: 1n }));
+    await store.record(usageEvent({ occurredAt: at("2025-03-10T10:05:00Z"), cost: 10n }));
+    await store.record(usageEvent({ occurredAt: at("2025-03-10T11:00:00Z"), cost: 100n }));
+    // 10:30 lies inside the 10:00 bucket, so that bucket counts; 11:00 is excluded by `to`.
+    const r = await store.query({}, at("2025-03-10T10:30:00Z"), at("2025-03-10T11:00:00Z"), "hour");
+    expect(r.totals.cost).toBe(10n);
+    expect(r.buckets).toHaveLength(1);
+  });
+
+  it("filters by each dimension, an empty filter matching everything", async () => {
+    const store = await makeStore();
+    await store.record(
+      usageEvent({ accountId: "a1", connectionId: "c1", keyId: "k1", model: "m1", cost: 1n }),
+    );
+    await store.record(
+      usageEvent({ accountId: "a1", connectionId: "c1", keyId: "k2", model: "m2", cost: 10n }),
+    );
+    await store.record(
+      usageEvent({ accountId: "a1", connectionId: "c2", keyId: "k3", model: "m1", cost: 100n }),
+    );
+    await store.record(
+      usageEvent({ accountId: "a2", connectionId: "c3", keyId: "k4", model: "m1", cost: 1000n }),
+    );
+    // Separators inside ids must not let one combination pass for another.
+    await store.record(
+      usageEvent({ accountId: "a1|c1", connectionId: "k1", keyId: "", model: "m1", cost: 10000n }),
+    );
+    const from = at("2025-03-10T00:00:00Z");
+    const to = at("2025-03-11T00:00:00Z");
+    const cost = async (f: Parameters<UsageStore["query"]>[0]) =>
+      (await store.query(f, from, to, "hour")).totals.cost;
+    expect(await cost({})).toBe(11111n);
+    expect(await cost({ accountId: "", connectionId: "", keyId: "", model: "" })).toBe(11111n);
+    expect(await cost({ accountId: "a1" })).toBe(111n);
+    expect(await cost({ accountId: "a1", connectionId: "c1" })).toBe(11n);
+    expect(await cost({ keyId: "k2" })).toBe(10n);
+    expect(await cost({ model: "m1" })).toBe(11101n);
+    expect(await cost({ accountId: "a1", model: "m1" })).toBe(101n);
+    expect(await cost({ accountId: "nobody" })).toBe(0n);
+    expect((await store.query({ accountId: "nobody" }, from, to, "hour")).buckets).toEqual([]);
+  });
+
+  it("keeps costs and sums exact beyond 2^53", async () => {
+    const store = await makeStore();
+    const big = 2n ** 60n + 1n;
+    await store.record(usageEvent({ cost: big }));
+    await store.record(usageEvent({ cost: 3n }));
+    const r = await store.query({}, at("2025-03-10T00:00:00Z"), at("2025-03-11T00:00:00Z"), "day");
+    expect(r.totals.cost).toBe(big + 3n);
+    expect(r.totals.requests).toBe(2n);
+  });
+}
