@@ -1,0 +1,158 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { captureLogs } from "@tollgate/testkit/logs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const KEYS = {
+  good: "tg_test_good_0123456789abcdef0123",
+  expired: "tg_test_expired_0123456789abcdef",
+  revoked: "tg_test_revoked_0123456789abcdef",
+  future: "tg_test_future_0123456789abcdef0",
+};
+
+const config = (upstreamUrl: string) => `
+upstreams:
+  - { id: fake, baseUrl: "${upstreamUrl}" }
+models:
+  - { id: small, upstream: fake, upstreamModel: fake-small, runtime: vllm, pricing: { inputPerMillion: 100000, outputPerMillion: 400000 } }
+  - { id: large, upstream: fake, upstreamModel: fake-large, runtime: vllm, pricing: { inputPerMillion: 1000000, outputPerMillion: 4000000 } }
+accounts:
+  - id: acme
+    connections:
+      - id: acme-small
+        models: [small]
+        defaultModel: small
+        policy: { defaultMaxOutputTokens: 7, maxOutputTokens: 100 }
+        keys:
+          - { id: good, secret: ${KEYS.good} }
+          - { id: expired, secret: ${KEYS.expired}, expiresAt: "2020-01-01T00:00:00Z" }
+          - { id: revoked, secret: ${KEYS.revoked}, revoked: true }
+          - { id: future, secret: ${KEYS.future}, expiresAt: "2999-01-01T00:00:00Z" }
+`;
+
+describe("account door error contract (all-in-one, in process)", () => {
+  let upstream: FakeUpstream;
+  let gateway: AllInOne;
+  let dir: string;
+  const logs = captureLogs();
+
+  beforeAll(async () => {
+    upstream = await startFakeUpstream();
+    dir = mkdtempSync(join(tmpdir(), "tollgate-errors-"));
+    writeFileSync(join(dir, "tollgate.yaml"), config(upstream.url));
+    gateway = await startAllInOne(
+      {
+        host: "127.0.0.1",
+        port: 0,
+        configPath: join(dir, "tollgate.yaml"),
+        natsNamespace: "",
+        redisPrefix: "tollgate:",
+        logLevel: "info",
+        env: {},
+      },
+      logs.stream,
+    );
+  });
+
+  afterAll(async () => {
+    await gateway?.stop();
+    await upstream?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const chat = (key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
+    fetch(`${gateway.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        ...(key ? { authorization: `Bearer ${key}` } : {}),
+        ...headers,
+      },
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    });
+  const ok = { model: "small", max_tokens: 3, messages: [{ role: "user", content: "hi" }] };
+
+  async function expectError(res: Response, status: number, code: string) {
+    const body = (await res.json()) as { error: { code: string; type: string; message: string; request_id: string } };
+    expect({ status: res.status, code: body.error.code }).toEqual({ status, code });
+    expect(body.error.message.length).toBeGreaterThan(0);
+    expect(body.error.request_id).toBe(res.headers.get("x-request-id"));
+    return body.error;
+  }
+
+  it.each([
+    ["no key", undefined, "missing_api_key"],
+    ["an unknown key", "tg_test_unknown_0123456789abcdef", "invalid_api_key"],
+    ["an expired key", KEYS.expired, "expired_api_key"],
+    ["a revoked key", KEYS.revoked, "revoked_api_key"],
+  ])("refuses %s with 401 on both routes, before any model runs", async (_label, key, code) => {
+    const before = upstream.requests.length;
+    await expectError(await chat(key, ok), 401, code);
+    const models = await fetch(`${gateway.url}/v1/models`, key ? { headers: { authorization: `Bearer ${key}` } } : {});
+    await expectError(models, 401, code);
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it("accepts a key whose expiry is in the future", async () => {
+    expect((await chat(KEYS.future, ok)).status).toBe(200);
+  });
+
+  it("refuses a Payment credential, another scheme, or the key in the wrong field with 401", async () => {
+    await expectError(await chat(undefined, ok, { authorization: "Payment abc.def" }), 401, "wrong_auth_scheme");
+    await expectError(await chat(undefined, ok, { authorization: `Basic ${KEYS.good}` }), 401, "wrong_auth_scheme");
+    await expectError(await chat(undefined, ok, { "x-api-key": KEYS.good }), 401, "wrong_auth_field");
+  });
+
+  it("refuses a model outside the connection and a cap above policy with 403, before any model runs", async () => {
+    const before = upstream.requests.length;
+    await expectError(await chat(KEYS.good, { ...ok, model: "large" }), 403, "model_not_allowed");
+    await expectError(await chat(KEYS.good, { ...ok, model: "nonexistent" }), 403, "model_not_allowed");
+    await expectError(await chat(KEYS.good, { ...ok, max_tokens: 101 }), 403, "output_cap_above_policy");
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it("applies the connection's default cap and forwards the upstream model id", async () => {
+    const res = await chat(KEYS.good, { messages: [{ role: "user", content: "hi" }] });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { model: string; usage: { completion_tokens: number } };
+    expect(body.model).toBe("small");
+    expect(body.usage.completion_tokens).toBe(7);
+    const sent = upstream.requests.at(-1)?.body as { model: string; max_tokens: number };
+    expect(sent).toMatchObject({ model: "fake-small", max_tokens: 7 });
+    expect(res.headers.get("x-tollgate-cost")).toMatch(/^\d+$/);
+  });
+
+  it("answers bad input with the right 4xx, checking the key first", async () => {
+    await expectError(await chat(KEYS.good, "{not json"), 400, "invalid_json");
+    await expectError(await chat(KEYS.good, { model: "small", messages: [] }), 400, "invalid_request");
+    await expectError(await chat(KEYS.good, { ...ok, max_tokens: -1 }), 400, "invalid_request");
+    await expectError(await chat(KEYS.good, { ...ok, messages: [{ role: "wizard", content: "x" }] }), 400, "invalid_request");
+    // A bad key with a bad body is still a 401.
+    await expectError(await chat("tg_wrong_000000000000000000000", { messages: [] }), 401, "invalid_api_key");
+    await expectError(await chat(KEYS.good, "x=1", { "content-type": "text/plain" }), 415, "unsupported_media_type");
+    const huge = JSON.stringify({ ...ok, messages: [{ role: "user", content: "x".repeat(5 * 1024 * 1024) }] });
+    await expectError(await chat(KEYS.good, huge), 413, "payload_too_large");
+    const notFound = await fetch(`${gateway.url}/v1/nope`, { headers: { authorization: `Bearer ${KEYS.good}` } });
+    await expectError(notFound, 404, "not_found");
+  });
+
+  it("maps an upstream failure to a retry-safe 502 without leaking its cause", async () => {
+    upstream.failNext(1, { status: 500, body: '{"error":{"message":"secret stack trace"}}' });
+    const error = await expectError(await chat(KEYS.good, ok), 502, "upstream_error");
+    expect(error.type).toBe("server_error");
+    expect(error.message).not.toContain("secret stack trace");
+    upstream.failNext(1, { status: 400, body: '{"error":{"message":"context length exceeded"}}' });
+    const rejected = await expectError(await chat(KEYS.good, ok), 400, "upstream_rejected");
+    expect(rejected.message).toContain("context length exceeded");
+  });
+
+  it("never logs a key", async () => {
+    await new Promise((r) => setTimeout(r, 200));
+    const text = logs.text();
+    expect(text).toContain("request served");
+    for (const key of Object.values(KEYS)) expect(text).not.toContain(key);
+  });
+});
