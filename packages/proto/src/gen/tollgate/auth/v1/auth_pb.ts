@@ -4,18 +4,15 @@
 
 // Account door authorization: Virtual Keys, connections, model access and policy.
 
-import type { Message } from "@bufbuild/protobuf";
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/auth/v1/auth.proto.
  */
-export const file_tollgate_auth_v1_auth: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEirwEKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIs8BChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zKokBCgVSb3V0ZRIVChFST1VURV9VTlNQRUNJRklFRBAAEhAKDFJPVVRFX01PREVMUxABEhoKFlJPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIVChFST1VURV9DT01QTEVUSU9OUxADEhMKD1JPVVRFX1JFU1BPTlNFUxAEEg8KC1JPVVRFX1RISU5LEAUyYwoLQXV0aFNlcnZpY2USVAoJQXV0aG9yaXplEiIudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXNwb25zZWIGcHJvdG8z",
-  );
+export const file_tollgate_auth_v1_auth: GenFile = /*@__PURE__*/
+  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEirwEKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIs8BChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zKokBCgVSb3V0ZRIVChFST1VURV9VTlNQRUNJRklFRBAAEhAKDFJPVVRFX01PREVMUxABEhoKFlJPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIVChFST1VURV9DT01QTEVUSU9OUxADEhMKD1JPVVRFX1JFU1BPTlNFUxAEEg8KC1JPVVRFX1RISU5LEAUyYwoLQXV0aFNlcnZpY2USVAoJQXV0aG9yaXplEiIudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * @generated from message tollgate.auth.v1.AuthorizeRequest
@@ -66,8 +63,7 @@ export type AuthorizeRequest = Message<"tollgate.auth.v1.AuthorizeRequest"> & {
  * Describes the message tollgate.auth.v1.AuthorizeRequest.
  * Use `create(AuthorizeRequestSchema)` to create a new message.
  */
-export const AuthorizeRequestSchema: GenMessage<AuthorizeRequest> =
-  /*@__PURE__*/
+export const AuthorizeRequestSchema: GenMessage<AuthorizeRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_auth_v1_auth, 0);
 
 /**
@@ -96,8 +92,7 @@ export type Principal = Message<"tollgate.auth.v1.Principal"> & {
  * Describes the message tollgate.auth.v1.Principal.
  * Use `create(PrincipalSchema)` to create a new message.
  */
-export const PrincipalSchema: GenMessage<Principal> =
-  /*@__PURE__*/
+export const PrincipalSchema: GenMessage<Principal> = /*@__PURE__*/
   messageDesc(file_tollgate_auth_v1_auth, 1);
 
 /**
@@ -149,8 +144,7 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
  * Describes the message tollgate.auth.v1.AuthorizeResponse.
  * Use `create(AuthorizeResponseSchema)` to create a new message.
  */
-export const AuthorizeResponseSchema: GenMessage<AuthorizeResponse> =
-  /*@__PURE__*/
+export const AuthorizeResponseSchema: GenMessage<AuthorizeResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_auth_v1_auth, 2);
 
 /**
@@ -193,7 +187,8 @@ export enum Route {
 /**
  * Describes the enum tollgate.auth.v1.Route.
  */
-export const RouteSchema: GenEnum<Route> = /*@__PURE__*/ enumDesc(file_tollgate_auth_v1_auth, 0);
+export const RouteSchema: GenEnum<Route> = /*@__PURE__*/
+  enumDesc(file_tollgate_auth_v1_auth, 0);
 
 /**
  * AuthService resolves a Virtual Key into the account connection it belongs to and decides
@@ -212,5 +207,7 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof AuthorizeRequestSchema;
     output: typeof AuthorizeResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_tollgate_auth_v1_auth, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_tollgate_auth_v1_auth, 0);
+

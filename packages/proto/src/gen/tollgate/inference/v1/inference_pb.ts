@@ -4,18 +4,15 @@
 
 // Model execution: public model id -> upstream, buffered and streamed.
 
-import type { Message } from "@bufbuild/protobuf";
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/inference/v1/inference.proto.
  */
-export const file_tollgate_inference_v1_inference: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CiV0b2xsZ2F0ZS9pbmZlcmVuY2UvdjEvaW5mZXJlbmNlLnByb3RvEhV0b2xsZ2F0ZS5pbmZlcmVuY2UudjEihwEKB0JpbGxpbmcSKQoEZG9vchgBIAEoDjIbLnRvbGxnYXRlLmluZmVyZW5jZS52MS5Eb29yEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIOCgZrZXlfaWQYBCABKAkSFgoOcmVzZXJ2YXRpb25faWQYBSABKAki3gEKD0NvbXBsZXRpb25JbnB1dBISCgpyZXF1ZXN0X2lkGAEgASgJEjMKCW9wZXJhdGlvbhgCIAEoDjIgLnRvbGxnYXRlLmluZmVyZW5jZS52MS5PcGVyYXRpb24SDQoFbW9kZWwYAyABKAkSHgoRbWF4X291dHB1dF90b2tlbnMYBCABKA1IAIgBARIMCgRib2R5GAUgASgMEi8KB2JpbGxpbmcYBiABKAsyHi50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuQmlsbGluZ0IUChJfbWF4X291dHB1dF90b2tlbnMieQoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgNEhUKDW91dHB1dF90b2tlbnMYAiABKA0SGAoQcmVhc29uaW5nX3Rva2VucxgDIAEoDRIMCgRjb3N0GAQgASgJEhsKE3ByaWNpbmdfc25hcHNob3RfaWQYBSABKAkiSAoPQ29tcGxldGVSZXF1ZXN0EjUKBWlucHV0GAEgASgLMiYudG9sbGdhdGUuaW5mZXJlbmNlLnYxLkNvbXBsZXRpb25JbnB1dCJNChBDb21wbGV0ZVJlc3BvbnNlEgwKBGJvZHkYASABKAwSKwoFdXNhZ2UYAiABKAsyHC50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuVXNhZ2UiZQoVU3RyZWFtQ29tcGxldGVSZXF1ZXN0EjUKBWlucHV0GAEgASgLMiYudG9sbGdhdGUuaW5mZXJlbmNlLnYxLkNvbXBsZXRpb25JbnB1dBIVCg1pbmNsdWRlX3VzYWdlGAIgASgIImEKFlN0cmVhbUNvbXBsZXRlUmVzcG9uc2USDwoFY2h1bmsYASABKAxIABItCgV1c2FnZRgCIAEoCzIcLnRvbGxnYXRlLmluZmVyZW5jZS52MS5Vc2FnZUgAQgcKBWV2ZW50Kk4KCU9wZXJhdGlvbhIZChVPUEVSQVRJT05fVU5TUEVDSUZJRUQQABISCg5PUEVSQVRJT05fQ0hBVBABEhIKDk9QRVJBVElPTl9URVhUEAIqPQoERG9vchIUChBET09SX1VOU1BFQ0lGSUVEEAASEAoMRE9PUl9BQ0NPVU5UEAESDQoJRE9PUl9QQUlEEAIy4AEKEEluZmVyZW5jZVNlcnZpY2USWwoIQ29tcGxldGUSJi50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuQ29tcGxldGVSZXF1ZXN0GicudG9sbGdhdGUuaW5mZXJlbmNlLnYxLkNvbXBsZXRlUmVzcG9uc2USbwoOU3RyZWFtQ29tcGxldGUSLC50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuU3RyZWFtQ29tcGxldGVSZXF1ZXN0Gi0udG9sbGdhdGUuaW5mZXJlbmNlLnYxLlN0cmVhbUNvbXBsZXRlUmVzcG9uc2UwAWIGcHJvdG8z",
-  );
+export const file_tollgate_inference_v1_inference: GenFile = /*@__PURE__*/
+  fileDesc("CiV0b2xsZ2F0ZS9pbmZlcmVuY2UvdjEvaW5mZXJlbmNlLnByb3RvEhV0b2xsZ2F0ZS5pbmZlcmVuY2UudjEihwEKB0JpbGxpbmcSKQoEZG9vchgBIAEoDjIbLnRvbGxnYXRlLmluZmVyZW5jZS52MS5Eb29yEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIOCgZrZXlfaWQYBCABKAkSFgoOcmVzZXJ2YXRpb25faWQYBSABKAki3gEKD0NvbXBsZXRpb25JbnB1dBISCgpyZXF1ZXN0X2lkGAEgASgJEjMKCW9wZXJhdGlvbhgCIAEoDjIgLnRvbGxnYXRlLmluZmVyZW5jZS52MS5PcGVyYXRpb24SDQoFbW9kZWwYAyABKAkSHgoRbWF4X291dHB1dF90b2tlbnMYBCABKA1IAIgBARIMCgRib2R5GAUgASgMEi8KB2JpbGxpbmcYBiABKAsyHi50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuQmlsbGluZ0IUChJfbWF4X291dHB1dF90b2tlbnMieQoFVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgNEhUKDW91dHB1dF90b2tlbnMYAiABKA0SGAoQcmVhc29uaW5nX3Rva2VucxgDIAEoDRIMCgRjb3N0GAQgASgJEhsKE3ByaWNpbmdfc25hcHNob3RfaWQYBSABKAkiSAoPQ29tcGxldGVSZXF1ZXN0EjUKBWlucHV0GAEgASgLMiYudG9sbGdhdGUuaW5mZXJlbmNlLnYxLkNvbXBsZXRpb25JbnB1dCJNChBDb21wbGV0ZVJlc3BvbnNlEgwKBGJvZHkYASABKAwSKwoFdXNhZ2UYAiABKAsyHC50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuVXNhZ2UiZQoVU3RyZWFtQ29tcGxldGVSZXF1ZXN0EjUKBWlucHV0GAEgASgLMiYudG9sbGdhdGUuaW5mZXJlbmNlLnYxLkNvbXBsZXRpb25JbnB1dBIVCg1pbmNsdWRlX3VzYWdlGAIgASgIImEKFlN0cmVhbUNvbXBsZXRlUmVzcG9uc2USDwoFY2h1bmsYASABKAxIABItCgV1c2FnZRgCIAEoCzIcLnRvbGxnYXRlLmluZmVyZW5jZS52MS5Vc2FnZUgAQgcKBWV2ZW50Kk4KCU9wZXJhdGlvbhIZChVPUEVSQVRJT05fVU5TUEVDSUZJRUQQABISCg5PUEVSQVRJT05fQ0hBVBABEhIKDk9QRVJBVElPTl9URVhUEAIqPQoERG9vchIUChBET09SX1VOU1BFQ0lGSUVEEAASEAoMRE9PUl9BQ0NPVU5UEAESDQoJRE9PUl9QQUlEEAIy4AEKEEluZmVyZW5jZVNlcnZpY2USWwoIQ29tcGxldGUSJi50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuQ29tcGxldGVSZXF1ZXN0GicudG9sbGdhdGUuaW5mZXJlbmNlLnYxLkNvbXBsZXRlUmVzcG9uc2USbwoOU3RyZWFtQ29tcGxldGUSLC50b2xsZ2F0ZS5pbmZlcmVuY2UudjEuU3RyZWFtQ29tcGxldGVSZXF1ZXN0Gi0udG9sbGdhdGUuaW5mZXJlbmNlLnYxLlN0cmVhbUNvbXBsZXRlUmVzcG9uc2UwAWIGcHJvdG8z");
 
 /**
  * Billing says whom the usage event of this request is charged to.
@@ -55,8 +52,7 @@ export type Billing = Message<"tollgate.inference.v1.Billing"> & {
  * Describes the message tollgate.inference.v1.Billing.
  * Use `create(BillingSchema)` to create a new message.
  */
-export const BillingSchema: GenMessage<Billing> =
-  /*@__PURE__*/
+export const BillingSchema: GenMessage<Billing> = /*@__PURE__*/
   messageDesc(file_tollgate_inference_v1_inference, 0);
 
 /**
@@ -105,8 +101,7 @@ export type CompletionInput = Message<"tollgate.inference.v1.CompletionInput"> &
  * Describes the message tollgate.inference.v1.CompletionInput.
  * Use `create(CompletionInputSchema)` to create a new message.
  */
-export const CompletionInputSchema: GenMessage<CompletionInput> =
-  /*@__PURE__*/
+export const CompletionInputSchema: GenMessage<CompletionInput> = /*@__PURE__*/
   messageDesc(file_tollgate_inference_v1_inference, 1);
 
 /**
@@ -147,8 +142,7 @@ export type Usage = Message<"tollgate.inference.v1.Usage"> & {
  * Describes the message tollgate.inference.v1.Usage.
  * Use `create(UsageSchema)` to create a new message.
  */
-export const UsageSchema: GenMessage<Usage> =
-  /*@__PURE__*/
+export const UsageSchema: GenMessage<Usage> = /*@__PURE__*/
   messageDesc(file_tollgate_inference_v1_inference, 2);
 
 /**
@@ -165,8 +159,7 @@ export type CompleteRequest = Message<"tollgate.inference.v1.CompleteRequest"> &
  * Describes the message tollgate.inference.v1.CompleteRequest.
  * Use `create(CompleteRequestSchema)` to create a new message.
  */
-export const CompleteRequestSchema: GenMessage<CompleteRequest> =
-  /*@__PURE__*/
+export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_inference_v1_inference, 3);
 
 /**
@@ -190,8 +183,7 @@ export type CompleteResponse = Message<"tollgate.inference.v1.CompleteResponse">
  * Describes the message tollgate.inference.v1.CompleteResponse.
  * Use `create(CompleteResponseSchema)` to create a new message.
  */
-export const CompleteResponseSchema: GenMessage<CompleteResponse> =
-  /*@__PURE__*/
+export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_inference_v1_inference, 4);
 
 /**
@@ -216,8 +208,7 @@ export type StreamCompleteRequest = Message<"tollgate.inference.v1.StreamComplet
  * Describes the message tollgate.inference.v1.StreamCompleteRequest.
  * Use `create(StreamCompleteRequestSchema)` to create a new message.
  */
-export const StreamCompleteRequestSchema: GenMessage<StreamCompleteRequest> =
-  /*@__PURE__*/
+export const StreamCompleteRequestSchema: GenMessage<StreamCompleteRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_inference_v1_inference, 5);
 
 /**
@@ -227,34 +218,30 @@ export type StreamCompleteResponse = Message<"tollgate.inference.v1.StreamComple
   /**
    * @generated from oneof tollgate.inference.v1.StreamCompleteResponse.event
    */
-  event:
-    | {
-        /**
-         * One OpenAI-compatible chunk JSON (the payload of an SSE "data:" line).
-         *
-         * @generated from field: bytes chunk = 1;
-         */
-        value: Uint8Array;
-        case: "chunk";
-      }
-    | {
-        /**
-         * Final usage; always the last message of a successful stream.
-         *
-         * @generated from field: tollgate.inference.v1.Usage usage = 2;
-         */
-        value: Usage;
-        case: "usage";
-      }
-    | { case: undefined; value?: undefined };
+  event: {
+    /**
+     * One OpenAI-compatible chunk JSON (the payload of an SSE "data:" line).
+     *
+     * @generated from field: bytes chunk = 1;
+     */
+    value: Uint8Array;
+    case: "chunk";
+  } | {
+    /**
+     * Final usage; always the last message of a successful stream.
+     *
+     * @generated from field: tollgate.inference.v1.Usage usage = 2;
+     */
+    value: Usage;
+    case: "usage";
+  } | { case: undefined; value?: undefined };
 };
 
 /**
  * Describes the message tollgate.inference.v1.StreamCompleteResponse.
  * Use `create(StreamCompleteResponseSchema)` to create a new message.
  */
-export const StreamCompleteResponseSchema: GenMessage<StreamCompleteResponse> =
-  /*@__PURE__*/
+export const StreamCompleteResponseSchema: GenMessage<StreamCompleteResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_inference_v1_inference, 6);
 
 /**
@@ -286,8 +273,7 @@ export enum Operation {
 /**
  * Describes the enum tollgate.inference.v1.Operation.
  */
-export const OperationSchema: GenEnum<Operation> =
-  /*@__PURE__*/
+export const OperationSchema: GenEnum<Operation> = /*@__PURE__*/
   enumDesc(file_tollgate_inference_v1_inference, 0);
 
 /**
@@ -315,7 +301,8 @@ export enum Door {
 /**
  * Describes the enum tollgate.inference.v1.Door.
  */
-export const DoorSchema: GenEnum<Door> = /*@__PURE__*/ enumDesc(file_tollgate_inference_v1_inference, 1);
+export const DoorSchema: GenEnum<Door> = /*@__PURE__*/
+  enumDesc(file_tollgate_inference_v1_inference, 1);
 
 /**
  * InferenceService runs one completion against the upstream that serves a public model id.
@@ -332,7 +319,7 @@ export const InferenceService: GenService<{
     methodKind: "unary";
     input: typeof CompleteRequestSchema;
     output: typeof CompleteResponseSchema;
-  };
+  },
   /**
    * StreamComplete runs a streamed completion; the last message carries the usage.
    *
@@ -342,5 +329,7 @@ export const InferenceService: GenService<{
     methodKind: "server_streaming";
     input: typeof StreamCompleteRequestSchema;
     output: typeof StreamCompleteResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_tollgate_inference_v1_inference, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_tollgate_inference_v1_inference, 0);
+

@@ -4,21 +4,17 @@
 
 // Usage analytics, built from UsageRecorded events applied exactly once.
 
-import type { Message } from "@bufbuild/protobuf";
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/metering/v1/metering.proto.
  */
-export const file_tollgate_metering_v1_metering: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CiN0b2xsZ2F0ZS9tZXRlcmluZy92MS9tZXRlcmluZy5wcm90bxIUdG9sbGdhdGUubWV0ZXJpbmcudjEi5QEKD0dldFVzYWdlUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEigKBGZyb20YBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKAnRvGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI2CgtncmFudWxhcml0eRgHIAEoDjIhLnRvbGxnYXRlLm1ldGVyaW5nLnYxLkdyYW51bGFyaXR5InQKC1VzYWdlVG90YWxzEhAKCHJlcXVlc3RzGAEgASgEEhQKDGlucHV0X3Rva2VucxgCIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAMgASgEEhgKEHJlYXNvbmluZ190b2tlbnMYBCABKAQSDAoEY29zdBgFIAEoCSJrCgtVc2FnZUJ1Y2tldBIpCgVzdGFydBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoGdG90YWxzGAIgASgLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VUb3RhbHMieQoQR2V0VXNhZ2VSZXNwb25zZRIxCgZ0b3RhbHMYASABKAsyIS50b2xsZ2F0ZS5tZXRlcmluZy52MS5Vc2FnZVRvdGFscxIyCgdidWNrZXRzGAIgAygLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VCdWNrZXQqVQoLR3JhbnVsYXJpdHkSGwoXR1JBTlVMQVJJVFlfVU5TUEVDSUZJRUQQABIUChBHUkFOVUxBUklUWV9IT1VSEAESEwoPR1JBTlVMQVJJVFlfREFZEAIybAoPTWV0ZXJpbmdTZXJ2aWNlElkKCEdldFVzYWdlEiUudG9sbGdhdGUubWV0ZXJpbmcudjEuR2V0VXNhZ2VSZXF1ZXN0GiYudG9sbGdhdGUubWV0ZXJpbmcudjEuR2V0VXNhZ2VSZXNwb25zZWIGcHJvdG8z",
-    [file_google_protobuf_timestamp],
-  );
+export const file_tollgate_metering_v1_metering: GenFile = /*@__PURE__*/
+  fileDesc("CiN0b2xsZ2F0ZS9tZXRlcmluZy92MS9tZXRlcmluZy5wcm90bxIUdG9sbGdhdGUubWV0ZXJpbmcudjEi5QEKD0dldFVzYWdlUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEigKBGZyb20YBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKAnRvGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI2CgtncmFudWxhcml0eRgHIAEoDjIhLnRvbGxnYXRlLm1ldGVyaW5nLnYxLkdyYW51bGFyaXR5InQKC1VzYWdlVG90YWxzEhAKCHJlcXVlc3RzGAEgASgEEhQKDGlucHV0X3Rva2VucxgCIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAMgASgEEhgKEHJlYXNvbmluZ190b2tlbnMYBCABKAQSDAoEY29zdBgFIAEoCSJrCgtVc2FnZUJ1Y2tldBIpCgVzdGFydBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoGdG90YWxzGAIgASgLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VUb3RhbHMieQoQR2V0VXNhZ2VSZXNwb25zZRIxCgZ0b3RhbHMYASABKAsyIS50b2xsZ2F0ZS5tZXRlcmluZy52MS5Vc2FnZVRvdGFscxIyCgdidWNrZXRzGAIgAygLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VCdWNrZXQqVQoLR3JhbnVsYXJpdHkSGwoXR1JBTlVMQVJJVFlfVU5TUEVDSUZJRUQQABIUChBHUkFOVUxBUklUWV9IT1VSEAESEwoPR1JBTlVMQVJJVFlfREFZEAIybAoPTWV0ZXJpbmdTZXJ2aWNlElkKCEdldFVzYWdlEiUudG9sbGdhdGUubWV0ZXJpbmcudjEuR2V0VXNhZ2VSZXF1ZXN0GiYudG9sbGdhdGUubWV0ZXJpbmcudjEuR2V0VXNhZ2VSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message tollgate.metering.v1.GetUsageRequest
@@ -66,8 +62,7 @@ export type GetUsageRequest = Message<"tollgate.metering.v1.GetUsageRequest"> & 
  * Describes the message tollgate.metering.v1.GetUsageRequest.
  * Use `create(GetUsageRequestSchema)` to create a new message.
  */
-export const GetUsageRequestSchema: GenMessage<GetUsageRequest> =
-  /*@__PURE__*/
+export const GetUsageRequestSchema: GenMessage<GetUsageRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_metering_v1_metering, 0);
 
 /**
@@ -108,8 +103,7 @@ export type UsageTotals = Message<"tollgate.metering.v1.UsageTotals"> & {
  * Describes the message tollgate.metering.v1.UsageTotals.
  * Use `create(UsageTotalsSchema)` to create a new message.
  */
-export const UsageTotalsSchema: GenMessage<UsageTotals> =
-  /*@__PURE__*/
+export const UsageTotalsSchema: GenMessage<UsageTotals> = /*@__PURE__*/
   messageDesc(file_tollgate_metering_v1_metering, 1);
 
 /**
@@ -131,8 +125,7 @@ export type UsageBucket = Message<"tollgate.metering.v1.UsageBucket"> & {
  * Describes the message tollgate.metering.v1.UsageBucket.
  * Use `create(UsageBucketSchema)` to create a new message.
  */
-export const UsageBucketSchema: GenMessage<UsageBucket> =
-  /*@__PURE__*/
+export const UsageBucketSchema: GenMessage<UsageBucket> = /*@__PURE__*/
   messageDesc(file_tollgate_metering_v1_metering, 2);
 
 /**
@@ -154,8 +147,7 @@ export type GetUsageResponse = Message<"tollgate.metering.v1.GetUsageResponse"> 
  * Describes the message tollgate.metering.v1.GetUsageResponse.
  * Use `create(GetUsageResponseSchema)` to create a new message.
  */
-export const GetUsageResponseSchema: GenMessage<GetUsageResponse> =
-  /*@__PURE__*/
+export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_metering_v1_metering, 3);
 
 /**
@@ -183,8 +175,7 @@ export enum Granularity {
 /**
  * Describes the enum tollgate.metering.v1.Granularity.
  */
-export const GranularitySchema: GenEnum<Granularity> =
-  /*@__PURE__*/
+export const GranularitySchema: GenEnum<Granularity> = /*@__PURE__*/
   enumDesc(file_tollgate_metering_v1_metering, 0);
 
 /**
@@ -202,5 +193,7 @@ export const MeteringService: GenService<{
     methodKind: "unary";
     input: typeof GetUsageRequestSchema;
     output: typeof GetUsageResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_tollgate_metering_v1_metering, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_tollgate_metering_v1_metering, 0);
+

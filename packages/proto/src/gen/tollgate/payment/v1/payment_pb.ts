@@ -4,18 +4,15 @@
 
 // The paid door: MPP session payments (method tempo, intent session, TIP-1034 channels).
 
-import type { Message } from "@bufbuild/protobuf";
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/payment/v1/payment.proto.
  */
-export const file_tollgate_payment_v1_payment: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSJPChBDaGFsbGVuZ2VSZXF1ZXN0Ei0KB2JpbmRpbmcYASABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmcSDAoEYm9keRgCIAEoDCJDChFDaGFsbGVuZ2VSZXNwb25zZRIYChB3d3dfYXV0aGVudGljYXRlGAEgASgJEhQKDGNoYWxsZW5nZV9pZBgCIAEoCSJXCg1WZXJpZnlSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCRIMCgRib2R5GAQgASgMIswBCg5WZXJpZnlSZXNwb25zZRIrCgZhY3Rpb24YASABKA4yGy50b2xsZ2F0ZS5wYXltZW50LnYxLkFjdGlvbhISCgpjaGFubmVsX2lkGAIgASgJEhQKDGNoYWxsZW5nZV9pZBgDIAEoCRItCgdiaW5kaW5nGAQgASgLMhwudG9sbGdhdGUucGF5bWVudC52MS5CaW5kaW5nEhsKE2FjY2VwdGVkX2N1bXVsYXRpdmUYBSABKAkSFwoPcGF5bWVudF9yZWNlaXB0GAYgASgJIkcKDlJlc2VydmVSZXF1ZXN0EhIKCmNoYW5uZWxfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRINCgVxdW90ZRgDIAEoCSIpCg9SZXNlcnZlUmVzcG9uc2USFgoOcmVzZXJ2YXRpb25faWQYASABKAkiZgoNQ29tbWl0UmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpjaGFubmVsX2lkGAIgASgJEhQKDGNoYWxsZW5nZV9pZBgDIAEoCRITCgthY3R1YWxfY29zdBgEIAEoCSIpCg5Db21taXRSZXNwb25zZRIXCg9wYXltZW50X3JlY2VpcHQYASABKAkiPAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKY2hhbm5lbF9pZBgCIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UiSAoMQ2xvc2VSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCSIoCg1DbG9zZVJlc3BvbnNlEhcKD3BheW1lbnRfcmVjZWlwdBgBIAEoCSpqCgZBY3Rpb24SFgoSQUNUSU9OX1VOU1BFQ0lGSUVEEAASDwoLQUNUSU9OX09QRU4QARIRCg1BQ1RJT05fVE9QX1VQEAISEgoOQUNUSU9OX1ZPVUNIRVIQAxIQCgxBQ1RJT05fQ0xPU0UQBDKOBAoOUGF5bWVudFNlcnZpY2USWgoJQ2hhbGxlbmdlEiUudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXF1ZXN0GiYudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXNwb25zZRJRCgZWZXJpZnkSIi50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlcXVlc3QaIy50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlc3BvbnNlElQKB1Jlc2VydmUSIy50b2xsZ2F0ZS5wYXltZW50LnYxLlJlc2VydmVSZXF1ZXN0GiQudG9sbGdhdGUucGF5bWVudC52MS5SZXNlcnZlUmVzcG9uc2USUQoGQ29tbWl0EiIudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXF1ZXN0GiMudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXNwb25zZRJUCgdSZWxlYXNlEiMudG9sbGdhdGUucGF5bWVudC52MS5SZWxlYXNlUmVxdWVzdBokLnRvbGxnYXRlLnBheW1lbnQudjEuUmVsZWFzZVJlc3BvbnNlEk4KBUNsb3NlEiEudG9sbGdhdGUucGF5bWVudC52MS5DbG9zZVJlcXVlc3QaIi50b2xsZ2F0ZS5wYXltZW50LnYxLkNsb3NlUmVzcG9uc2ViBnByb3RvMw",
-  );
+export const file_tollgate_payment_v1_payment: GenFile = /*@__PURE__*/
+  fileDesc("CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSJPChBDaGFsbGVuZ2VSZXF1ZXN0Ei0KB2JpbmRpbmcYASABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmcSDAoEYm9keRgCIAEoDCJDChFDaGFsbGVuZ2VSZXNwb25zZRIYChB3d3dfYXV0aGVudGljYXRlGAEgASgJEhQKDGNoYWxsZW5nZV9pZBgCIAEoCSJXCg1WZXJpZnlSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCRIMCgRib2R5GAQgASgMIswBCg5WZXJpZnlSZXNwb25zZRIrCgZhY3Rpb24YASABKA4yGy50b2xsZ2F0ZS5wYXltZW50LnYxLkFjdGlvbhISCgpjaGFubmVsX2lkGAIgASgJEhQKDGNoYWxsZW5nZV9pZBgDIAEoCRItCgdiaW5kaW5nGAQgASgLMhwudG9sbGdhdGUucGF5bWVudC52MS5CaW5kaW5nEhsKE2FjY2VwdGVkX2N1bXVsYXRpdmUYBSABKAkSFwoPcGF5bWVudF9yZWNlaXB0GAYgASgJIkcKDlJlc2VydmVSZXF1ZXN0EhIKCmNoYW5uZWxfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRINCgVxdW90ZRgDIAEoCSIpCg9SZXNlcnZlUmVzcG9uc2USFgoOcmVzZXJ2YXRpb25faWQYASABKAkiZgoNQ29tbWl0UmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpjaGFubmVsX2lkGAIgASgJEhQKDGNoYWxsZW5nZV9pZBgDIAEoCRITCgthY3R1YWxfY29zdBgEIAEoCSIpCg5Db21taXRSZXNwb25zZRIXCg9wYXltZW50X3JlY2VpcHQYASABKAkiPAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKY2hhbm5lbF9pZBgCIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UiSAoMQ2xvc2VSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCSIoCg1DbG9zZVJlc3BvbnNlEhcKD3BheW1lbnRfcmVjZWlwdBgBIAEoCSpqCgZBY3Rpb24SFgoSQUNUSU9OX1VOU1BFQ0lGSUVEEAASDwoLQUNUSU9OX09QRU4QARIRCg1BQ1RJT05fVE9QX1VQEAISEgoOQUNUSU9OX1ZPVUNIRVIQAxIQCgxBQ1RJT05fQ0xPU0UQBDKOBAoOUGF5bWVudFNlcnZpY2USWgoJQ2hhbGxlbmdlEiUudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXF1ZXN0GiYudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXNwb25zZRJRCgZWZXJpZnkSIi50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlcXVlc3QaIy50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlc3BvbnNlElQKB1Jlc2VydmUSIy50b2xsZ2F0ZS5wYXltZW50LnYxLlJlc2VydmVSZXF1ZXN0GiQudG9sbGdhdGUucGF5bWVudC52MS5SZXNlcnZlUmVzcG9uc2USUQoGQ29tbWl0EiIudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXF1ZXN0GiMudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXNwb25zZRJUCgdSZWxlYXNlEiMudG9sbGdhdGUucGF5bWVudC52MS5SZWxlYXNlUmVxdWVzdBokLnRvbGxnYXRlLnBheW1lbnQudjEuUmVsZWFzZVJlc3BvbnNlEk4KBUNsb3NlEiEudG9sbGdhdGUucGF5bWVudC52MS5DbG9zZVJlcXVlc3QaIi50b2xsZ2F0ZS5wYXltZW50LnYxLkNsb3NlUmVzcG9uc2ViBnByb3RvMw");
 
 /**
  * Binding is what a challenge binds besides the body digest; it is HMAC-protected.
@@ -68,8 +65,7 @@ export type Binding = Message<"tollgate.payment.v1.Binding"> & {
  * Describes the message tollgate.payment.v1.Binding.
  * Use `create(BindingSchema)` to create a new message.
  */
-export const BindingSchema: GenMessage<Binding> =
-  /*@__PURE__*/
+export const BindingSchema: GenMessage<Binding> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 0);
 
 /**
@@ -93,8 +89,7 @@ export type ChallengeRequest = Message<"tollgate.payment.v1.ChallengeRequest"> &
  * Describes the message tollgate.payment.v1.ChallengeRequest.
  * Use `create(ChallengeRequestSchema)` to create a new message.
  */
-export const ChallengeRequestSchema: GenMessage<ChallengeRequest> =
-  /*@__PURE__*/
+export const ChallengeRequestSchema: GenMessage<ChallengeRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 1);
 
 /**
@@ -118,8 +113,7 @@ export type ChallengeResponse = Message<"tollgate.payment.v1.ChallengeResponse">
  * Describes the message tollgate.payment.v1.ChallengeResponse.
  * Use `create(ChallengeResponseSchema)` to create a new message.
  */
-export const ChallengeResponseSchema: GenMessage<ChallengeResponse> =
-  /*@__PURE__*/
+export const ChallengeResponseSchema: GenMessage<ChallengeResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 2);
 
 /**
@@ -153,8 +147,7 @@ export type VerifyRequest = Message<"tollgate.payment.v1.VerifyRequest"> & {
  * Describes the message tollgate.payment.v1.VerifyRequest.
  * Use `create(VerifyRequestSchema)` to create a new message.
  */
-export const VerifyRequestSchema: GenMessage<VerifyRequest> =
-  /*@__PURE__*/
+export const VerifyRequestSchema: GenMessage<VerifyRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 3);
 
 /**
@@ -202,8 +195,7 @@ export type VerifyResponse = Message<"tollgate.payment.v1.VerifyResponse"> & {
  * Describes the message tollgate.payment.v1.VerifyResponse.
  * Use `create(VerifyResponseSchema)` to create a new message.
  */
-export const VerifyResponseSchema: GenMessage<VerifyResponse> =
-  /*@__PURE__*/
+export const VerifyResponseSchema: GenMessage<VerifyResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 4);
 
 /**
@@ -232,8 +224,7 @@ export type ReserveRequest = Message<"tollgate.payment.v1.ReserveRequest"> & {
  * Describes the message tollgate.payment.v1.ReserveRequest.
  * Use `create(ReserveRequestSchema)` to create a new message.
  */
-export const ReserveRequestSchema: GenMessage<ReserveRequest> =
-  /*@__PURE__*/
+export const ReserveRequestSchema: GenMessage<ReserveRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 5);
 
 /**
@@ -250,8 +241,7 @@ export type ReserveResponse = Message<"tollgate.payment.v1.ReserveResponse"> & {
  * Describes the message tollgate.payment.v1.ReserveResponse.
  * Use `create(ReserveResponseSchema)` to create a new message.
  */
-export const ReserveResponseSchema: GenMessage<ReserveResponse> =
-  /*@__PURE__*/
+export const ReserveResponseSchema: GenMessage<ReserveResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 6);
 
 /**
@@ -285,8 +275,7 @@ export type CommitRequest = Message<"tollgate.payment.v1.CommitRequest"> & {
  * Describes the message tollgate.payment.v1.CommitRequest.
  * Use `create(CommitRequestSchema)` to create a new message.
  */
-export const CommitRequestSchema: GenMessage<CommitRequest> =
-  /*@__PURE__*/
+export const CommitRequestSchema: GenMessage<CommitRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 7);
 
 /**
@@ -305,8 +294,7 @@ export type CommitResponse = Message<"tollgate.payment.v1.CommitResponse"> & {
  * Describes the message tollgate.payment.v1.CommitResponse.
  * Use `create(CommitResponseSchema)` to create a new message.
  */
-export const CommitResponseSchema: GenMessage<CommitResponse> =
-  /*@__PURE__*/
+export const CommitResponseSchema: GenMessage<CommitResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 8);
 
 /**
@@ -328,21 +316,20 @@ export type ReleaseRequest = Message<"tollgate.payment.v1.ReleaseRequest"> & {
  * Describes the message tollgate.payment.v1.ReleaseRequest.
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
-export const ReleaseRequestSchema: GenMessage<ReleaseRequest> =
-  /*@__PURE__*/
+export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 9);
 
 /**
  * @generated from message tollgate.payment.v1.ReleaseResponse
  */
-export type ReleaseResponse = Message<"tollgate.payment.v1.ReleaseResponse"> & {};
+export type ReleaseResponse = Message<"tollgate.payment.v1.ReleaseResponse"> & {
+};
 
 /**
  * Describes the message tollgate.payment.v1.ReleaseResponse.
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
-export const ReleaseResponseSchema: GenMessage<ReleaseResponse> =
-  /*@__PURE__*/
+export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 10);
 
 /**
@@ -369,8 +356,7 @@ export type CloseRequest = Message<"tollgate.payment.v1.CloseRequest"> & {
  * Describes the message tollgate.payment.v1.CloseRequest.
  * Use `create(CloseRequestSchema)` to create a new message.
  */
-export const CloseRequestSchema: GenMessage<CloseRequest> =
-  /*@__PURE__*/
+export const CloseRequestSchema: GenMessage<CloseRequest> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 11);
 
 /**
@@ -387,8 +373,7 @@ export type CloseResponse = Message<"tollgate.payment.v1.CloseResponse"> & {
  * Describes the message tollgate.payment.v1.CloseResponse.
  * Use `create(CloseResponseSchema)` to create a new message.
  */
-export const CloseResponseSchema: GenMessage<CloseResponse> =
-  /*@__PURE__*/
+export const CloseResponseSchema: GenMessage<CloseResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 12);
 
 /**
@@ -426,7 +411,8 @@ export enum Action {
 /**
  * Describes the enum tollgate.payment.v1.Action.
  */
-export const ActionSchema: GenEnum<Action> = /*@__PURE__*/ enumDesc(file_tollgate_payment_v1_payment, 0);
+export const ActionSchema: GenEnum<Action> = /*@__PURE__*/
+  enumDesc(file_tollgate_payment_v1_payment, 0);
 
 /**
  * PaymentService issues challenges, verifies session credentials and keeps per-channel
@@ -445,7 +431,7 @@ export const PaymentService: GenService<{
     methodKind: "unary";
     input: typeof ChallengeRequestSchema;
     output: typeof ChallengeResponseSchema;
-  };
+  },
   /**
    * Verify checks a Payment credential against the request it was sent with.
    *
@@ -455,7 +441,7 @@ export const PaymentService: GenService<{
     methodKind: "unary";
     input: typeof VerifyRequestSchema;
     output: typeof VerifyResponseSchema;
-  };
+  },
   /**
    * Reserve holds a request's quote inside the channel's accepted cumulative voucher.
    *
@@ -465,7 +451,7 @@ export const PaymentService: GenService<{
     methodKind: "unary";
     input: typeof ReserveRequestSchema;
     output: typeof ReserveResponseSchema;
-  };
+  },
   /**
    * Commit records the served request's actual cost and returns the Payment-Receipt.
    *
@@ -475,7 +461,7 @@ export const PaymentService: GenService<{
     methodKind: "unary";
     input: typeof CommitRequestSchema;
     output: typeof CommitResponseSchema;
-  };
+  },
   /**
    * Release returns a hold that will not be committed.
    *
@@ -485,7 +471,7 @@ export const PaymentService: GenService<{
     methodKind: "unary";
     input: typeof ReleaseRequestSchema;
     output: typeof ReleaseResponseSchema;
-  };
+  },
   /**
    * Close settles a session on chain from a close credential.
    *
@@ -495,5 +481,7 @@ export const PaymentService: GenService<{
     methodKind: "unary";
     input: typeof CloseRequestSchema;
     output: typeof CloseResponseSchema;
-  };
-}> = /*@__PURE__*/ serviceDesc(file_tollgate_payment_v1_payment, 0);
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_tollgate_payment_v1_payment, 0);
+

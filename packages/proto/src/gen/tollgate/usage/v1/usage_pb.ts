@@ -4,21 +4,17 @@
 
 // Usage events published on JetStream (stream TOLLGATE_USAGE, subjects tollgate.usage.v1.>).
 
-import type { Message } from "@bufbuild/protobuf";
 import type { GenEnum, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/usage/v1/usage.proto.
  */
-export const file_tollgate_usage_v1_usage: GenFile =
-  /*@__PURE__*/
-  fileDesc(
-    "Ch10b2xsZ2F0ZS91c2FnZS92MS91c2FnZS5wcm90bxIRdG9sbGdhdGUudXNhZ2UudjEixgMKDVVzYWdlUmVjb3JkZWQSEAoIZXZlbnRfaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAyABKAkSJQoEZG9vchgEIAEoDjIXLnRvbGxnYXRlLnVzYWdlLnYxLkRvb3ISEgoKYWNjb3VudF9pZBgFIAEoCRIVCg1jb25uZWN0aW9uX2lkGAYgASgJEg4KBmtleV9pZBgHIAEoCRINCgVtb2RlbBgIIAEoCRIPCgdydW50aW1lGAkgASgJEhMKC3Vwc3RyZWFtX2lkGAogASgJEhQKDGlucHV0X3Rva2VucxgLIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAwgASgNEhgKEHJlYXNvbmluZ190b2tlbnMYDSABKA0SDAoEY29zdBgOIAEoCRIbChNwcmljaW5nX3NuYXBzaG90X2lkGA8gASgJEhYKDnJlc2VydmF0aW9uX2lkGBAgASgJEisKB291dGNvbWUYESABKA4yGi50b2xsZ2F0ZS51c2FnZS52MS5PdXRjb21lEhAKCHN0cmVhbWVkGBIgASgIKj0KBERvb3ISFAoQRE9PUl9VTlNQRUNJRklFRBAAEhAKDERPT1JfQUNDT1VOVBABEg0KCURPT1JfUEFJRBACKnQKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhUKEU9VVENPTUVfQ09NUExFVEVEEAESHAoYT1VUQ09NRV9DTElFTlRfQ0FOQ0VMTEVEEAISGwoXT1VUQ09NRV9VUFNUUkVBTV9GQUlMRUQQA2IGcHJvdG8z",
-    [file_google_protobuf_timestamp],
-  );
+export const file_tollgate_usage_v1_usage: GenFile = /*@__PURE__*/
+  fileDesc("Ch10b2xsZ2F0ZS91c2FnZS92MS91c2FnZS5wcm90bxIRdG9sbGdhdGUudXNhZ2UudjEixgMKDVVzYWdlUmVjb3JkZWQSEAoIZXZlbnRfaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAyABKAkSJQoEZG9vchgEIAEoDjIXLnRvbGxnYXRlLnVzYWdlLnYxLkRvb3ISEgoKYWNjb3VudF9pZBgFIAEoCRIVCg1jb25uZWN0aW9uX2lkGAYgASgJEg4KBmtleV9pZBgHIAEoCRINCgVtb2RlbBgIIAEoCRIPCgdydW50aW1lGAkgASgJEhMKC3Vwc3RyZWFtX2lkGAogASgJEhQKDGlucHV0X3Rva2VucxgLIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAwgASgNEhgKEHJlYXNvbmluZ190b2tlbnMYDSABKA0SDAoEY29zdBgOIAEoCRIbChNwcmljaW5nX3NuYXBzaG90X2lkGA8gASgJEhYKDnJlc2VydmF0aW9uX2lkGBAgASgJEisKB291dGNvbWUYESABKA4yGi50b2xsZ2F0ZS51c2FnZS52MS5PdXRjb21lEhAKCHN0cmVhbWVkGBIgASgIKj0KBERvb3ISFAoQRE9PUl9VTlNQRUNJRklFRBAAEhAKDERPT1JfQUNDT1VOVBABEg0KCURPT1JfUEFJRBACKnQKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhUKEU9VVENPTUVfQ09NUExFVEVEEAESHAoYT1VUQ09NRV9DTElFTlRfQ0FOQ0VMTEVEEAISGwoXT1VUQ09NRV9VUFNUUkVBTV9GQUlMRUQQA2IGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * UsageRecorded is published once per served request. Its JetStream message id is the
@@ -126,8 +122,7 @@ export type UsageRecorded = Message<"tollgate.usage.v1.UsageRecorded"> & {
  * Describes the message tollgate.usage.v1.UsageRecorded.
  * Use `create(UsageRecordedSchema)` to create a new message.
  */
-export const UsageRecordedSchema: GenMessage<UsageRecorded> =
-  /*@__PURE__*/
+export const UsageRecordedSchema: GenMessage<UsageRecorded> = /*@__PURE__*/
   messageDesc(file_tollgate_usage_v1_usage, 0);
 
 /**
@@ -155,7 +150,8 @@ export enum Door {
 /**
  * Describes the enum tollgate.usage.v1.Door.
  */
-export const DoorSchema: GenEnum<Door> = /*@__PURE__*/ enumDesc(file_tollgate_usage_v1_usage, 0);
+export const DoorSchema: GenEnum<Door> = /*@__PURE__*/
+  enumDesc(file_tollgate_usage_v1_usage, 0);
 
 /**
  * Outcome says how the served request ended.
@@ -193,4 +189,6 @@ export enum Outcome {
 /**
  * Describes the enum tollgate.usage.v1.Outcome.
  */
-export const OutcomeSchema: GenEnum<Outcome> = /*@__PURE__*/ enumDesc(file_tollgate_usage_v1_usage, 1);
+export const OutcomeSchema: GenEnum<Outcome> = /*@__PURE__*/
+  enumDesc(file_tollgate_usage_v1_usage, 1);
+

@@ -1,0 +1,129 @@
+import { Writable } from "node:stream";
+import { describe, expect, it } from "vitest";
+import { createLogger } from "./log.js";
+
+/** A destination that keeps every line pino writes, synchronously. */
+function capture() {
+  const chunks: string[] = [];
+  const stream = new Writable({
+    decodeStrings: false,
+    write(chunk: string | Buffer, _encoding, callback) {
+      chunks.push(typeof chunk === "string" ? chunk : chunk.toString("utf8"));
+      callback();
+    },
+  });
+  const text = () => chunks.join("");
+  const records = () =>
+    text()
+      .split("\n")
+      .filter((l) => l !== "")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+  return { stream, text, records };
+}
+
+const VK = "tg_live_9f8e7d6c5b4a39281706f5e4d3c2b1a0";
+
+/** Every field name that must never carry its value into a log line. */
+const SENSITIVE = [
+  "key",
+  "authorization",
+  "credential",
+  "signature",
+  "receipt",
+  "paymentReceipt",
+  "idempotencyKey",
+  "payer",
+  "wallet",
+  "address",
+  "source",
+  "prompt",
+  "messages",
+  "body",
+  "input",
+  "content",
+  "secret",
+] as const;
+
+describe("createLogger", () => {
+  it("redacts each sensitive field at the top level and keeps ordinary fields", () => {
+    for (const field of SENSITIVE) {
+      const out = capture();
+      const log = createLogger({ service: "api-edge", version: "1.2.3", destination: out.stream });
+      const secret = `${VK}-${field}-top`;
+      log.info({ [field]: secret, requestId: "req_1", model: "tollgate-mini" }, "request");
+      const text = out.text();
+      expect(text, field).not.toContain(secret);
+      expect(text, field).toContain("[redacted]");
+      const [record] = out.records();
+      expect(record?.[field], field).toBe("[redacted]");
+      expect(record?.["requestId"]).toBe("req_1");
+      expect(record?.["model"]).toBe("tollgate-mini");
+    }
+  });
+
+  it("redacts each sensitive field one level down", () => {
+    for (const field of SENSITIVE) {
+      const out = capture();
+      const log = createLogger({ service: "api-edge", destination: out.stream });
+      const secret = `${VK}-${field}-nested`;
+      log.warn({ ctx: { [field]: secret, requestId: "req_2" } }, "nested");
+      const text = out.text();
+      expect(text, field).not.toContain(secret);
+      const [record] = out.records();
+      const ctx = record?.["ctx"] as Record<string, unknown> | undefined;
+      expect(ctx?.[field], field).toBe("[redacted]");
+      expect(ctx?.["requestId"]).toBe("req_2");
+    }
+  });
+
+  it("redacts an authorization header inside a request object and structured values", () => {
+    const out = capture();
+    const log = createLogger({ service: "api-edge", destination: out.stream });
+    log.info(
+      {
+        req: { method: "POST", url: "/v1/chat/completions", headers: {
+            authorization: `Bearer ${VK}`,
+            "payment-receipt": "receipt-abc-123",
+            "idempotency-key": "idem-xyz-789",
+            "content-type": "application/json",
+          },
+        },
+        messages: [{ role: "user", content: "my medical history is private" }],
+        body: { prompt: "tell nobody" },
+        requestId: "req_3",
+      },
+      "incoming",
+    );
+    const text = out.text();
+    expect(text).not.toContain(VK);
+    expect(text).not.toContain("my medical history is private");
+    expect(text).not.toContain("tell nobody");
+    expect(text).not.toContain("receipt-abc-123");
+    expect(text).not.toContain("idem-xyz-789");
+    const [record] = out.records();
+    const req = record?.["req"] as { headers: Record<string, unknown>; url: string };
+    expect(req.headers["authorization"]).toBe("[redacted]");
+    expect(req.headers["content-type"]).toBe("application/json");
+    expect(req.url).toBe("/v1/chat/completions");
+    expect(record?.["requestId"]).toBe("req_3");
+  });
+
+  it("stamps every line with service and version, and the level as a label", () => {
+    const out = capture();
+    const log = createLogger({ service: "metering", version: "9.9.9", destination: out.stream });
+    log.error({ requestId: "req_4" }, "failed");
+    const [record] = out.records();
+    expect(record).toMatchObject({ service: "metering", version: "9.9.9", level: "error", msg: "failed" });
+    expect(typeof record?.["time"]).toBe("string");
+  });
+
+  it("defaults the version and honours the level", () => {
+    const out = capture();
+    const log = createLogger({ service: "auth-policy", level: "warn", destination: out.stream });
+    log.info("hidden");
+    log.warn("shown");
+    const records = out.records();
+    expect(records.map((r) => r["msg"])).toEqual(["shown"]);
+    expect(records[0]?.["version"]).toBe("0.1.0");
+  });
+});
