@@ -76,7 +76,9 @@ describe("account door error contract (all-in-one, in process)", () => {
   const ok = { model: "small", max_tokens: 3, messages: [{ role: "user", content: "hi" }] };
 
   async function expectError(res: Response, status: number, code: string) {
-    const body = (await res.json()) as { error: { code: string; type: string; message: string; request_id: string } };
+    const body = (await res.json()) as {
+      error: { code: string; type: string; message: string; request_id: string };
+    };
     expect({ status: res.status, code: body.error.code }).toEqual({ status, code });
     expect(body.error.message.length).toBeGreaterThan(0);
     expect(body.error.request_id).toBe(res.headers.get("x-request-id"));
@@ -91,7 +93,10 @@ describe("account door error contract (all-in-one, in process)", () => {
   ])("refuses %s with 401 on both routes, before any model runs", async (_label, key, code) => {
     const before = upstream.requests.length;
     await expectError(await chat(key, ok), 401, code);
-    const models = await fetch(`${gateway.url}/v1/models`, key ? { headers: { authorization: `Bearer ${key}` } } : {});
+    const models = await fetch(
+      `${gateway.url}/v1/models`,
+      key ? { headers: { authorization: `Bearer ${key}` } } : {},
+    );
     await expectError(models, 401, code);
     expect(upstream.requests.length).toBe(before);
   });
@@ -101,8 +106,16 @@ describe("account door error contract (all-in-one, in process)", () => {
   });
 
   it("refuses a Payment credential, another scheme, or the key in the wrong field with 401", async () => {
-    await expectError(await chat(undefined, ok, { authorization: "Payment abc.def" }), 401, "wrong_auth_scheme");
-    await expectError(await chat(undefined, ok, { authorization: `Basic ${KEYS.good}` }), 401, "wrong_auth_scheme");
+    await expectError(
+      await chat(undefined, ok, { authorization: "Payment abc.def" }),
+      401,
+      "wrong_auth_scheme",
+    );
+    await expectError(
+      await chat(undefined, ok, { authorization: `Basic ${KEYS.good}` }),
+      401,
+      "wrong_auth_scheme",
+    );
     await expectError(await chat(undefined, ok, { "x-api-key": KEYS.good }), 401, "wrong_auth_field");
   });
 
@@ -129,13 +142,26 @@ describe("account door error contract (all-in-one, in process)", () => {
     await expectError(await chat(KEYS.good, "{not json"), 400, "invalid_json");
     await expectError(await chat(KEYS.good, { model: "small", messages: [] }), 400, "invalid_request");
     await expectError(await chat(KEYS.good, { ...ok, max_tokens: -1 }), 400, "invalid_request");
-    await expectError(await chat(KEYS.good, { ...ok, messages: [{ role: "wizard", content: "x" }] }), 400, "invalid_request");
+    await expectError(
+      await chat(KEYS.good, { ...ok, messages: [{ role: "wizard", content: "x" }] }),
+      400,
+      "invalid_request",
+    );
     // A bad key with a bad body is still a 401.
     await expectError(await chat("tg_wrong_000000000000000000000", { messages: [] }), 401, "invalid_api_key");
-    await expectError(await chat(KEYS.good, "x=1", { "content-type": "text/plain" }), 415, "unsupported_media_type");
-    const huge = JSON.stringify({ ...ok, messages: [{ role: "user", content: "x".repeat(5 * 1024 * 1024) }] });
+    await expectError(
+      await chat(KEYS.good, "x=1", { "content-type": "text/plain" }),
+      415,
+      "unsupported_media_type",
+    );
+    const huge = JSON.stringify({
+      ...ok,
+      messages: [{ role: "user", content: "x".repeat(5 * 1024 * 1024) }],
+    });
     await expectError(await chat(KEYS.good, huge), 413, "payload_too_large");
-    const notFound = await fetch(`${gateway.url}/v1/nope`, { headers: { authorization: `Bearer ${KEYS.good}` } });
+    const notFound = await fetch(`${gateway.url}/v1/nope`, {
+      headers: { authorization: `Bearer ${KEYS.good}` },
+    });
     await expectError(notFound, 404, "not_found");
   });
 
