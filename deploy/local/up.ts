@@ -13,7 +13,7 @@ const stack = await startStack({
   routers: 2,
   port: Number(process.env.PORT ?? 8080),
   upstreamPort: 18000,
-  grpcPorts: { auth: 50051, metering: 50054, routers: [50053, 50063] },
+  grpcPorts: { auth: 50051, metering: 50054, payment: 50052, routers: [50053, 50063] },
   logDir: join(stateDir, "logs"),
 });
 writeFileSync(

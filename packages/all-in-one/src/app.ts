@@ -7,6 +7,7 @@ import { createMemoryBus, type EventBus } from "@tollgate/kit/bus";
 import { createLogger } from "@tollgate/kit/log";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { start as startMetering } from "@tollgate/metering";
+import { start as startMppPayment } from "@tollgate/mpp-payment";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import type { DestinationStream } from "pino";
 import { type AllInOneConfig, DEMO_CONFIG_PATH } from "./config.js";
@@ -55,6 +56,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     logger("metering"),
     deps,
   );
+  const payment = await startMppPayment({ grpcHost: LOOPBACK, grpcPort: 0 }, logger("mpp-payment"));
   const auth = await startAuthPolicy({ grpcHost: LOOPBACK, grpcPort: 0, gateway }, logger("auth-policy"));
   const router = await startInferenceRouter(
     { grpcHost: LOOPBACK, grpcPort: 0, gateway, upstreamKeys: upstreamKeysFrom(gateway, cfg.env), ...nats },
@@ -87,6 +89,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
         () => edge.stop(),
         () => router.stop(),
         () => auth.stop(),
+        () => payment.stop(),
         () => metering.stop(),
         () => bus?.close(),
         () => upstream?.close(),

@@ -2,6 +2,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { createClient } from "@tollgate/kit/grpc";
+import { checkGrpcHealth } from "@tollgate/kit/health";
 import { MeteringService } from "@tollgate/proto/metering";
 import { natsNames } from "@tollgate/proto/subjects";
 import { type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";

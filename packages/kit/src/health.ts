@@ -1,5 +1,6 @@
 import type * as grpc from "@grpc/grpc-js";
-import { HealthImplementation } from "grpc-health-check";
+import * as grpcJs from "@grpc/grpc-js";
+import { HealthImplementation, service as healthService } from "grpc-health-check";
 
 /** One dependency whose failure makes the process not ready (Redis PING, NATS connected, ...). */
 export interface HealthCheck {
@@ -77,4 +78,26 @@ export class Health {
   stop(): void {
     if (this.#timer) clearInterval(this.#timer);
   }
+}
+
+/** Asks a gRPC server's grpc.health.v1 Check for `service` ("" = the whole server). */
+export function checkGrpcHealth(address: string, service = "", timeoutMs = 2_000): Promise<string> {
+  const Ctor = grpcJs.makeGenericClientConstructor(
+    healthService as unknown as grpcJs.ServiceDefinition,
+    "Health",
+  );
+  const client = new Ctor(address, grpcJs.credentials.createInsecure()) as unknown as grpcJs.Client & {
+    check(
+      req: { service: string },
+      opts: grpcJs.CallOptions,
+      cb: (err: grpcJs.ServiceError | null, res: { status: string }) => void,
+    ): void;
+  };
+  return new Promise<string>((resolve, reject) => {
+    client.check({ service }, { deadline: Date.now() + timeoutMs }, (err, res) => {
+      client.close();
+      if (err) reject(err);
+      else resolve(res.status);
+    });
+  });
 }

@@ -25,7 +25,7 @@ export interface StackOptions {
   /** Port of the fake upstream (default: a free one); the demo config is rewritten to it. */
   upstreamPort?: number;
   /** Fixed gRPC ports (default: free ones). */
-  grpcPorts?: { auth: number; metering: number; routers: number[] };
+  grpcPorts?: { auth: number; metering: number; payment: number; routers: number[] };
   /**
    * Run detached, each process logging to <logDir>/<name>.log, so the stack outlives the
    * launcher (`make up`). Without it the processes are children of this one.
@@ -154,6 +154,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
 
   try {
     const meteringPort = opts.grpcPorts?.metering ?? (await freePort());
+    const paymentPort = opts.grpcPorts?.payment ?? (await freePort());
     const authPort = opts.grpcPorts?.auth ?? (await freePort());
     const edgePort = opts.port ?? (await freePort());
     const routerPorts: number[] = [...(opts.grpcPorts?.routers ?? [])];
@@ -164,6 +165,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         HOST: "127.0.0.1",
       }),
       launch("metering", "services/metering/src/main.ts", meteringPort, { GRPC_PORT: String(meteringPort) }),
+      launch("mpp-payment", "services/mpp-payment/src/main.ts", paymentPort, {
+        GRPC_PORT: String(paymentPort),
+      }),
       launch("auth-policy", "services/auth-policy/src/main.ts", authPort, { GRPC_PORT: String(authPort) }),
       ...routerPorts.map((p, i) =>
         launch(`inference-router-${i + 1}`, "services/inference-router/src/main.ts", p, {

@@ -1,0 +1,9 @@
+import { createLogger } from "@tollgate/kit/log";
+import { onShutdown } from "@tollgate/kit/shutdown";
+import { start } from "./app.js";
+import { loadConfig } from "./config.js";
+
+const config = loadConfig();
+const log = createLogger({ service: "mpp-payment", level: config.logLevel });
+const app = await start(config, log);
+onShutdown(app, log);
