@@ -9,9 +9,11 @@ export * from "./schema.js";
 /** Validates a parsed configuration document; throws ConfigError naming every problem. */
 export function parseGatewayConfig(doc: unknown, source = "config"): GatewayConfig {
   const result = gatewayConfigSchema.safeParse(doc);
-  if (!result.success) throw new ConfigError(describeIssues(result.error.issues, source));
-  const problems = crossCheck(result.data);
-  if (problems.length > 0) throw new ConfigError(problems.map((p) => `${source}: ${p}`));
+  const problems = [
+    ...(result.success ? [] : describeIssues(result.error.issues, source)),
+    ...crossCheck(result.success ? result.data : doc).map((p) => `${source}: ${p}`),
+  ];
+  if (problems.length > 0 || !result.success) throw new ConfigError(problems);
   return result.data;
 }
 

@@ -94,59 +94,85 @@ export type ConnectionConfig = AccountConfig["connections"][number];
 export type KeyConfig = ConnectionConfig["keys"][number];
 export type PlanConfig = z.output<typeof planSchema>;
 
-/** Cross-reference problems zod cannot see: unknown ids, duplicates, defaults outside their lists. */
-export function crossCheck(cfg: GatewayConfig): string[] {
+/**
+ * Cross-reference problems zod cannot see: unknown ids, duplicates, defaults outside their lists.
+ * Tolerant of a document that failed the schema, so both kinds are reported in one pass.
+ */
+export function crossCheck(doc: unknown): string[] {
+  const cfg = (typeof doc === "object" && doc !== null ? doc : {}) as DeepPartial<GatewayConfig>;
+  const list = <T>(v: T[] | undefined): T[] => (Array.isArray(v) ? v : []);
   const problems: string[] = [];
-  const dupes = (label: string, ids: string[]) => {
-    const seen = new Set<string>();
+  const dupes = (label: string, ids: unknown[]) => {
+    const seen = new Set<unknown>();
     for (const i of ids) {
-      if (seen.has(i)) problems.push(`${label}: duplicate id "${i}"`);
+      if (seen.has(i)) problems.push(`${label}: duplicate id "${String(i)}"`);
       seen.add(i);
     }
   };
-  const upstreams = new Set(cfg.upstreams.map((u) => u.id));
-  const models = new Set(cfg.models.map((m) => m.id));
+  const upstreams = list(cfg.upstreams);
+  const models = list(cfg.models);
+  const accounts = list(cfg.accounts);
+  const upstreamIds = new Set(upstreams.map((u) => u?.id));
+  const modelIds = new Set(models.map((m) => m?.id));
   dupes(
     "upstreams",
-    cfg.upstreams.map((u) => u.id),
+    upstreams.map((u) => u?.id),
   );
   dupes(
     "models",
-    cfg.models.map((m) => m.id),
+    models.map((m) => m?.id),
   );
   dupes(
     "accounts",
-    cfg.accounts.map((a) => a.id),
+    accounts.map((a) => a?.id),
   );
-  cfg.models.forEach((m, i) => {
-    if (!upstreams.has(m.upstream)) problems.push(`models.${i}.upstream: unknown upstream "${m.upstream}"`);
+  models.forEach((m, i) => {
+    if (typeof m?.upstream === "string" && !upstreamIds.has(m.upstream)) {
+      problems.push(`models.${i}.upstream: unknown upstream "${m.upstream}"`);
+    }
   });
   for (const [name, plan] of Object.entries(cfg.plans ?? {})) {
-    plan.models.forEach((m, i) => {
-      if (!models.has(m)) problems.push(`plans.${name}.models.${i}: unknown model "${m}"`);
+    const planModels = list(plan?.models);
+    planModels.forEach((m, i) => {
+      if (!modelIds.has(m)) problems.push(`plans.${name}.models.${i}: unknown model "${m}"`);
     });
-    if (!plan.models.includes(plan.default))
+    if (plan?.default !== undefined && !planModels.includes(plan.default)) {
       problems.push(`plans.${name}.default: "${plan.default}" is not in its models`);
+    }
   }
-  const keyIds: string[] = [];
-  cfg.accounts.forEach((a, ai) => {
+  const keyIds: unknown[] = [];
+  accounts.forEach((a, ai) => {
+    const connections = list(a?.connections);
     dupes(
       `accounts.${ai}.connections`,
-      a.connections.map((c) => c.id),
+      connections.map((c) => c?.id),
     );
-    a.connections.forEach((c, ci) => {
+    connections.forEach((c, ci) => {
       const at = `accounts.${ai}.connections.${ci}`;
-      c.models.forEach((m, mi) => {
-        if (!models.has(m)) problems.push(`${at}.models.${mi}: unknown model "${m}"`);
+      const connectionModels = list(c?.models);
+      connectionModels.forEach((m, mi) => {
+        if (!modelIds.has(m)) problems.push(`${at}.models.${mi}: unknown model "${m}"`);
       });
-      if (!c.models.includes(c.defaultModel))
+      if (c?.defaultModel !== undefined && !connectionModels.includes(c.defaultModel)) {
         problems.push(`${at}.defaultModel: "${c.defaultModel}" is not in its models`);
-      if (c.policy.defaultMaxOutputTokens > c.policy.maxOutputTokens) {
+      }
+      const policy = c?.policy;
+      if (
+        typeof policy?.defaultMaxOutputTokens === "number" &&
+        typeof policy.maxOutputTokens === "number" &&
+        policy.defaultMaxOutputTokens > policy.maxOutputTokens
+      ) {
         problems.push(`${at}.policy.defaultMaxOutputTokens: above policy.maxOutputTokens`);
       }
-      keyIds.push(...c.keys.map((k) => k.id));
+      keyIds.push(...list(c?.keys).map((k) => k?.id));
     });
   });
   dupes("keys", keyIds);
   return problems;
 }
+
+type DeepPartial<T> = T extends readonly (infer U)[]
+  ? DeepPartial<U>[]
+  : T extends object
+    ? { [K in keyof T]?: DeepPartial<T[K]> }
+    : T;

@@ -43,7 +43,11 @@ const serverSawAbort = new Map<string, Promise<void>>();
 const auth: Handlers<typeof AuthService> = {
   async authorize(req) {
     if (req.key === "deny") {
-      throw new StatusError(GrpcStatus.PERMISSION_DENIED, "model_not_allowed", "the model 'x' is not allowed");
+      throw new StatusError(
+        GrpcStatus.PERMISSION_DENIED,
+        "model_not_allowed",
+        "the model 'x' is not allowed",
+      );
     }
     if (req.key === "boom") throw new Error("database password is hunter2");
     return {
@@ -193,15 +197,15 @@ describe("grpc bridge", () => {
       { input: { requestId: "req_5", model: "hang" } },
       { signal: controller.signal },
     );
-    const it = stream[Symbol.asyncIterator]();
-    const first = await within(it.next(), 5_000, "the first message");
+    const iter = stream[Symbol.asyncIterator]();
+    const first = await within(iter.next(), 5_000, "the first message");
     expect(first.done).toBe(false);
     const sawAbort = serverSawAbort.get("req_5");
     expect(sawAbort).toBeDefined();
     controller.abort();
     // The caller's iteration ends (with a cancellation error or done), never hangs.
     await within(
-      it.next().catch(() => undefined),
+      iter.next().catch(() => undefined),
       5_000,
       "the client stream to end",
     );
@@ -209,12 +213,12 @@ describe("grpc bridge", () => {
   });
 
   it("fails a call that outlives its timeout with DEADLINE_EXCEEDED", async () => {
-    const it = inferenceClient
+    const iter = inferenceClient
       .streamComplete({ input: { requestId: "req_6", model: "hang" } }, { timeoutMs: 300 })
       [Symbol.asyncIterator]();
-    await within(it.next(), 5_000, "the first message");
+    await within(iter.next(), 5_000, "the first message");
     const err = await within(
-      it.next().then(
+      iter.next().then(
         () => undefined,
         (e: unknown) => e,
       ),

@@ -81,7 +81,10 @@ describe("createLogger", () => {
     const log = createLogger({ service: "api-edge", destination: out.stream });
     log.info(
       {
-        req: { method: "POST", url: "/v1/chat/completions", headers: {
+        req: {
+          method: "POST",
+          url: "/v1/chat/completions",
+          headers: {
             authorization: `Bearer ${VK}`,
             "payment-receipt": "receipt-abc-123",
             "idempotency-key": "idem-xyz-789",

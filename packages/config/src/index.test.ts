@@ -1,0 +1,220 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ConfigError } from "@tollgate/kit/config";
+import { afterAll, describe, expect, it } from "vitest";
+import { loadGatewayConfig, parseGatewayConfig } from "./index.js";
+
+const DEMO = fileURLToPath(new URL("../../../deploy/config/tollgate.yaml", import.meta.url));
+
+/** A small valid document; tests copy and break it. */
+function validDoc() {
+  return {
+    upstreams: [{ id: "local", baseUrl: "http://127.0.0.1:8000/v1" }],
+    models: [
+      {
+        id: "mini",
+        upstream: "local",
+        upstreamModel: "qwen",
+        runtime: "vllm",
+        pricing: { inputPerMillion: 150000, outputPerMillion: 600000 },
+      },
+      {
+        id: "pro",
+        upstream: "local",
+        upstreamModel: "llama",
+        runtime: "vllm",
+        pricing: { inputPerMillion: "2500000", outputPerMillion: "10000000" },
+      },
+    ],
+    accounts: [
+      {
+        id: "acme",
+        connections: [
+          {
+            id: "default",
+            models: ["mini", "pro"],
+            defaultModel: "mini",
+            keys: [{ id: "k1", secret: "tg_dev_0123456789abcdef" }],
+          },
+        ],
+      },
+    ],
+  };
+}
+
+function problemsOf(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return [...(err as ConfigError).problems];
+  }
+  throw new Error("expected a ConfigError");
+}
+
+describe("loadGatewayConfig on the demo file", () => {
+  it("loads the documented example", () => {
+    const cfg = loadGatewayConfig(DEMO);
+    expect(cfg.upstreams.map((u) => u.id)).toEqual(["demo"]);
+    expect(cfg.upstreams[0]?.kind).toBe("openai-compatible");
+    expect(cfg.models.map((m) => m.id)).toEqual(["tollgate-mini", "tollgate-pro", "tollgate-reasoner"]);
+    expect(cfg.models[0]?.pricing).toEqual({ inputPerMillion: 150000n, outputPerMillion: 600000n });
+    expect(cfg.models[0]?.reasoning).toBe(false);
+    expect(cfg.models[2]?.reasoning).toBe(true);
+    expect(cfg.plans?.Premium.default).toBe("tollgate-reasoner");
+    const conn = cfg.accounts[0]?.connections[0];
+    expect(conn?.defaultModel).toBe("tollgate-mini");
+    expect(conn?.policy).toEqual({ defaultMaxOutputTokens: 256, maxOutputTokens: 4096 });
+    expect(conn?.keys[0]).toMatchObject({ id: "demo-key", revoked: false });
+  });
+});
+
+describe("parseGatewayConfig", () => {
+  it("fills in defaults", () => {
+    const cfg = parseGatewayConfig(validDoc());
+    expect(cfg.upstreams[0]?.timeoutMs).toBe(120_000);
+    expect(cfg.models[0]?.maxOutputTokens).toBe(4096);
+    expect(cfg.accounts[0]?.connections[0]?.policy).toEqual({
+      defaultMaxOutputTokens: 1024,
+      maxOutputTokens: 4096,
+    });
+    expect(cfg.accounts[0]?.connections[0]?.keys[0]?.revoked).toBe(false);
+  });
+
+  it("accepts prices as integers or decimal strings, exactly", () => {
+    const doc = validDoc();
+    doc.models[1]!.pricing.inputPerMillion = "123456789012345678901234567890";
+    const cfg = parseGatewayConfig(doc);
+    expect(cfg.models[1]?.pricing.inputPerMillion).toBe(123456789012345678901234567890n);
+    expect(cfg.models[1]?.pricing.outputPerMillion).toBe(10000000n);
+  });
+
+  it("accepts an accounts-free document (paid door only)", () => {
+    const { accounts: _, ...doc } = validDoc();
+    expect(parseGatewayConfig(doc).accounts).toEqual([]);
+  });
+
+  it("names every field-level problem at once", () => {
+    const doc = validDoc() as unknown as {
+      upstreams: Array<Record<string, unknown>>;
+      models: Array<{ pricing: Record<string, unknown> }>;
+      accounts: Array<{ connections: Array<{ keys: Array<Record<string, unknown>> }> }>;
+    };
+    doc.upstreams[0] = { id: "local", baseURL: "http://127.0.0.1:8000/v1" };
+    doc.models[0]!.pricing["inputPerMillion"] = 0.5;
+    doc.accounts[0]!.connections[0]!.keys[0]!["sha256"] = "a".repeat(64);
+    const problems = problemsOf(() => parseGatewayConfig(doc, "tollgate.yaml"));
+    const text = problems.join("\n");
+    expect(text).toContain('Unrecognized key: "baseURL"');
+    expect(text).toContain("tollgate.yaml.upstreams.0.baseUrl");
+    expect(text).toContain("tollgate.yaml.models.0.pricing.inputPerMillion");
+    expect(text).toMatch(
+      /tollgate\.yaml\.accounts\.0\.connections\.0\.keys\.0: .*exactly one of secret or sha256/,
+    );
+  });
+
+  it("refuses a key with neither secret nor sha256, and a short secret", () => {
+    const doc = validDoc() as unknown as {
+      accounts: Array<{ connections: Array<{ keys: Array<Record<string, unknown>> }> }>;
+    };
+    doc.accounts[0]!.connections[0]!.keys = [{ id: "none" }, { id: "short", secret: "tg_short" }];
+    const text = problemsOf(() => parseGatewayConfig(doc)).join("\n");
+    expect(text).toContain("accounts.0.connections.0.keys.0");
+    expect(text).toContain("accounts.0.connections.0.keys.1.secret");
+  });
+
+  it("names every cross-reference problem at once", () => {
+    const doc = validDoc();
+    doc.models[1]!.upstream = "missing-upstream";
+    const conn = doc.accounts[0]!.connections[0]!;
+    conn.defaultModel = "not-listed";
+    conn.models = ["mini", "ghost"];
+    conn.keys.push({ id: "k1", secret: "tg_dev_fedcba9876543210" });
+    const problems = problemsOf(() => parseGatewayConfig({ ...doc, models: [...doc.models, doc.models[0]] }));
+    const text = problems.join("\n");
+    expect(text).toContain('models.1.upstream: unknown upstream "missing-upstream"');
+    expect(text).toContain('models: duplicate id "mini"');
+    expect(text).toContain('accounts.0.connections.0.models.1: unknown model "ghost"');
+    expect(text).toContain('accounts.0.connections.0.defaultModel: "not-listed" is not in its models');
+    expect(text).toContain('keys: duplicate id "k1"');
+    expect(problems).toHaveLength(5);
+  });
+
+  it("refuses a default output cap above the connection's maximum", () => {
+    const doc = validDoc();
+    Object.assign(doc.accounts[0]!.connections[0]!, {
+      policy: { defaultMaxOutputTokens: 5000, maxOutputTokens: 4096 },
+    });
+    const text = problemsOf(() => parseGatewayConfig(doc)).join("\n");
+    expect(text).toContain("policy.defaultMaxOutputTokens");
+  });
+
+  it("checks plans against the models", () => {
+    const plans = {
+      Starter: { models: ["mini"], default: "mini" },
+      Plus: { models: ["mini", "nope"], default: "mini" },
+      Premium: { models: ["mini", "pro"], default: "absent" },
+    };
+    const text = problemsOf(() => parseGatewayConfig({ ...validDoc(), plans })).join("\n");
+    expect(text).toContain('plans.Plus.models.1: unknown model "nope"');
+    expect(text).toContain('plans.Premium.default: "absent" is not in its models');
+  });
+});
+
+describe("loadGatewayConfig errors", () => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-config-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("names the path of a missing file", () => {
+    const path = join(dir, "absent.yaml");
+    const problems = problemsOf(() => loadGatewayConfig(path));
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toContain(path);
+    expect(problems[0]).toContain("ENOENT");
+  });
+
+  it("names the path of a file that is not YAML", () => {
+    const path = join(dir, "broken.yaml");
+    writeFileSync(path, "upstreams:\n  - id: a\n    baseUrl: [unclosed\n");
+    const problems = problemsOf(() => loadGatewayConfig(path));
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toContain(path);
+    expect(problems[0]).toContain("not valid YAML");
+  });
+
+  it("prefixes validation problems with the path", () => {
+    const path = join(dir, "empty-models.yaml");
+    writeFileSync(path, "upstreams:\n  - id: a\n    baseUrl: http://a/v1\nmodels: []\n");
+    const problems = problemsOf(() => loadGatewayConfig(path));
+    expect(problems.some((p) => p.startsWith(`${path}.models`))).toBe(true);
+  });
+});
+
+describe("parseGatewayConfig reports schema and cross-reference problems together", () => {
+  it("names a misspelled field and an unknown upstream in one error", () => {
+    const doc = {
+      upstreams: [{ id: "u", baseURL: "http://x/v1" }],
+      models: [
+        {
+          id: "m",
+          upstream: "nope",
+          upstreamModel: "x",
+          runtime: "vllm",
+          pricing: { inputPerMillion: 1, outputPerMillion: 1 },
+        },
+      ],
+      accounts: [{ id: "a", connections: [{ id: "c", models: ["m"], defaultModel: "m2" }] }],
+    };
+    let problems: readonly string[] = [];
+    try {
+      parseGatewayConfig(doc);
+    } catch (err) {
+      problems = (err as ConfigError).problems;
+    }
+    expect(problems.some((p) => p.includes("baseURL"))).toBe(true);
+    expect(problems.some((p) => p.includes('unknown upstream "nope"'))).toBe(true);
+    expect(problems.some((p) => p.includes('"m2" is not in its models'))).toBe(true);
+  });
+});
