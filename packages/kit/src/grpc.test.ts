@@ -37,6 +37,9 @@ function aborted(signal: AbortSignal): Promise<void> {
   });
 }
 
+/** Resolves, per request id, when the flood handler's cleanup ran. */
+const serverCleanedUp = new Map<string, Promise<void>>();
+
 /** Records, per request id, that the server saw the caller go away. */
 const serverSawAbort = new Map<string, Promise<void>>();
 
@@ -72,6 +75,23 @@ const inference: Handlers<typeof InferenceService> = {
   async *streamComplete(req, ctx) {
     const id = req.input?.requestId ?? "";
     const mode = req.input?.model ?? "";
+    if (mode === "flood") {
+      // Yields far more than the socket buffers hold; its cleanup must still run on cancel.
+      let finish: () => void = () => {};
+      serverCleanedUp.set(
+        id,
+        new Promise<void>((r) => {
+          finish = r;
+        }),
+      );
+      try {
+        for (let i = 0; i < 100_000; i++)
+          yield { event: { case: "chunk", value: new Uint8Array(64 * 1024) } };
+      } finally {
+        finish();
+      }
+      return;
+    }
     if (mode === "hang") {
       serverSawAbort.set(id, aborted(ctx.signal));
       yield { event: { case: "chunk", value: encoder.encode("first") } };
@@ -210,6 +230,19 @@ describe("grpc bridge", () => {
       "the client stream to end",
     );
     await within(sawAbort!, 5_000, "the server to see the abort");
+  });
+
+  it("runs the handler's cleanup when a slow caller cancels while the stream is full", async () => {
+    const controller = new AbortController();
+    const iter = inferenceClient
+      .streamComplete({ input: { requestId: "req_flood", model: "flood" } }, { signal: controller.signal })
+      [Symbol.asyncIterator]();
+    await within(iter.next(), 5_000, "the first message");
+    // Stop reading until the server's write buffer is full and it waits for "drain".
+    await new Promise((r) => setTimeout(r, 500));
+    controller.abort();
+    await iter.return?.(undefined);
+    await within(serverCleanedUp.get("req_flood")!, 5_000, "the server handler's cleanup");
   });
 
   it("fails a call that outlives its timeout with DEADLINE_EXCEEDED", async () => {

@@ -141,6 +141,27 @@ function contextOf(
   return { signal: controller.signal, metadata: call.metadata };
 }
 
+/**
+ * Waits until a full stream can take more, or the caller cancels. Waiting on "drain" alone
+ * would park a handler forever when a slow caller goes away, and its cleanup (billing the
+ * tokens produced) would never run.
+ */
+function drainOrCancel(
+  call: grpc.ServerWritableStream<unknown, unknown>,
+  signal: AbortSignal,
+): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      call.off("drain", done);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    call.once("drain", done);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
 /** Adapts promise/async-iterable handlers to grpc-js callbacks and registers them on `server`. */
 export function addService<M extends GenServiceMethods>(
   server: grpc.Server,
@@ -171,7 +192,7 @@ export function addService<M extends GenServiceMethods>(
           try {
             for await (const msg of handler(call.request, ctx) as AsyncIterable<unknown>) {
               if (ctx.signal.aborted) return;
-              if (!call.write(msg)) await new Promise((resolve) => call.once("drain", resolve));
+              if (!call.write(msg)) await drainOrCancel(call, ctx.signal);
             }
             call.end();
           } catch (err) {

@@ -1,0 +1,498 @@
+import { costOf, type ModelConfig } from "@tollgate/config";
+import { describe, expect, it } from "vitest";
+import { Catalog } from "./catalog.js";
+import { InferenceError } from "./errors.js";
+import { type CompletionInput, Inference, type StreamEvent } from "./inference.js";
+import type {
+  Provider,
+  ProviderChunk,
+  ProviderRequest,
+  ProviderResult,
+  TokenCounts,
+  UsageEvent,
+  UsagePublisher,
+} from "./ports.js";
+
+const PRICES = { inputPerMillion: 2_000n, outputPerMillion: 7_000_000n };
+const SNAPSHOT = "ps_test_snapshot";
+
+const MODEL: ModelConfig = {
+  id: "public-small",
+  upstream: "up-1",
+  upstreamModel: "org/small-7b",
+  runtime: "vllm",
+  pricing: PRICES,
+  maxOutputTokens: 4096,
+  reasoning: false,
+};
+
+const BILLING = {
+  door: "paid",
+  accountId: "acct_1",
+  connectionId: "conn_1",
+  keyId: "key_1",
+  reservationId: "res_1",
+} as const;
+
+/** Scripted upstream behaviour for one fake provider. */
+interface Script {
+  result?: ProviderResult;
+  chunks?: ProviderChunk[];
+  /** Throw this after yielding `throwAfter` chunks (0: before any chunk). */
+  error?: Error;
+  throwAfter?: number;
+}
+
+/** A Provider that answers from a script and records what it was asked. */
+class FakeProvider implements Provider {
+  readonly id = "up-1";
+  readonly requests: ProviderRequest[] = [];
+  /** Set once the stream generator finished, however it finished (return() included). */
+  streamClosed = false;
+  constructor(public script: Script = {}) {}
+
+  async complete(req: ProviderRequest): Promise<ProviderResult> {
+    this.requests.push(structuredClone(req));
+    if (this.script.error) throw this.script.error;
+    if (!this.script.result) throw new Error("no scripted result");
+    return structuredClone(this.script.result);
+  }
+
+  async *stream(req: ProviderRequest, signal: AbortSignal): AsyncGenerator<ProviderChunk> {
+    this.requests.push(structuredClone(req));
+    try {
+      const chunks = structuredClone(this.script.chunks ?? []);
+      for (const [i, chunk] of chunks.entries()) {
+        if (this.script.error && this.script.throwAfter === i) throw this.script.error;
+        if (signal.aborted) throw signal.reason;
+        await Promise.resolve();
+        yield chunk;
+      }
+      if (this.script.error) throw this.script.error;
+    } finally {
+      this.streamClosed = true;
+    }
+  }
+}
+
+/** Keeps every published event in memory; can be told to fail. */
+class MemoryPublisher implements UsagePublisher {
+  readonly events: UsageEvent[] = [];
+  failing = false;
+  async publish(event: UsageEvent): Promise<void> {
+    if (this.failing) throw new Error("bus down");
+    this.events.push(event);
+  }
+}
+
+function setup(script: Script = {}) {
+  const provider = new FakeProvider(script);
+  const publisher = new MemoryPublisher();
+  let n = 0;
+  const inference = new Inference(
+    new Catalog([MODEL], new Map([["up-1", provider]])),
+    publisher,
+    SNAPSHOT,
+    () => `evt_${++n}`,
+  );
+  return { provider, publisher, inference };
+}
+
+function input(overrides: Partial<CompletionInput> = {}): CompletionInput {
+  const body = overrides.body ?? {
+    model: "public-small",
+    messages: [{ role: "user", content: "Say something" }],
+  };
+  return {
+    requestId: "req_1",
+    operation: "chat",
+    model: "public-small",
+    maxOutputTokens: 64,
+    body,
+    bodyBytes: Buffer.byteLength(JSON.stringify(body)),
+    billing: BILLING,
+    ...overrides,
+  };
+}
+
+const usage = (inputTokens: number, outputTokens: number, reasoningTokens = 0): TokenCounts => ({
+  inputTokens,
+  outputTokens,
+  reasoningTokens,
+});
+
+function chatResult(content: string, u: TokenCounts | undefined): ProviderResult {
+  return {
+    json: {
+      id: "chatcmpl-1",
+      object: "chat.completion",
+      model: "org/small-7b",
+      choices: [{ index: 0, message: { role: "assistant", content }, finish_reason: "stop" }],
+      ...(u ? { usage: { prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens } } : {}),
+    },
+    usage: u,
+  };
+}
+
+const roleChunk = (): ProviderChunk => ({
+  json: { model: "org/small-7b", choices: [{ index: 0, delta: { role: "assistant", content: "" } }] },
+  usage: undefined,
+});
+const textChunk = (content: string): ProviderChunk => ({
+  json: { model: "org/small-7b", choices: [{ index: 0, delta: { content }, finish_reason: null }] },
+  usage: undefined,
+});
+const finishChunk = (): ProviderChunk => ({
+  json: { model: "org/small-7b", choices: [{ index: 0, delta: {}, finish_reason: "stop" }] },
+  usage: undefined,
+});
+const usageChunk = (u: TokenCounts): ProviderChunk => ({
+  json: {
+    model: "org/small-7b",
+    choices: [],
+    usage: { prompt_tokens: u.inputTokens, completion_tokens: u.outputTokens },
+  },
+  usage: u,
+});
+
+/** A whole upstream stream: role, three words, finish, usage. */
+const fullStream = (u: TokenCounts) => [
+  roleChunk(),
+  textChunk("one "),
+  textChunk("two "),
+  textChunk("three "),
+  finishChunk(),
+  usageChunk(u),
+];
+
+async function drain(events: AsyncIterable<StreamEvent>): Promise<StreamEvent[]> {
+  const out: StreamEvent[] = [];
+  for await (const e of events) out.push(e);
+  return out;
+}
+
+const chunksOf = (events: StreamEvent[]) =>
+  events.flatMap((e) => ("chunk" in e ? [e.chunk as Record<string, unknown>] : []));
+const usagesOf = (events: StreamEvent[]) => events.flatMap((e) => ("usage" in e ? [e.usage] : []));
+
+async function rejection(p: Promise<unknown>): Promise<unknown> {
+  return p.then(
+    () => expect.unreachable("expected a rejection"),
+    (err: unknown) => err,
+  );
+}
+
+describe("Inference.complete", () => {
+  it("sends the upstream model id and the cap as max_tokens, and answers with the public id", async () => {
+    const { provider, inference } = setup({ result: chatResult("hello there", usage(12, 3)) });
+    const body = { model: "public-small", messages: [{ role: "user", content: "hi" }], stream: false };
+    const { json } = await inference.complete(input({ body }), new AbortController().signal);
+
+    expect(json.model).toBe("public-small");
+    expect(provider.requests).toHaveLength(1);
+    const sent = provider.requests[0]!;
+    expect(sent.operation).toBe("chat");
+    expect(sent.body).toEqual({
+      model: "org/small-7b",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 64,
+    });
+  });
+
+  it("overrides the caller's own cap with the authorized one", async () => {
+    const { provider, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const body = { model: "public-small", messages: [{ role: "user", content: "hi" }], max_tokens: 9000 };
+    await inference.complete(input({ body, maxOutputTokens: 100 }), new AbortController().signal);
+    expect(provider.requests[0]!.body.max_tokens).toBe(100);
+  });
+
+  it("forwards the cap as max_completion_tokens when the caller used that field", async () => {
+    const { provider, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const body = {
+      model: "public-small",
+      messages: [{ role: "user", content: "hi" }],
+      max_completion_tokens: 500,
+    };
+    await inference.complete(input({ body, maxOutputTokens: 32 }), new AbortController().signal);
+    const sent = provider.requests[0]!.body;
+    expect(sent.max_completion_tokens).toBe(32);
+    expect(sent).not.toHaveProperty("max_tokens");
+  });
+
+  it("leaves the body's cap alone when no cap was authorized", async () => {
+    const { provider, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const { maxOutputTokens: _, ...noCap } = input();
+    await inference.complete(noCap, new AbortController().signal);
+    const sent = provider.requests[0]!.body;
+    expect(sent).not.toHaveProperty("max_tokens");
+    expect(sent).not.toHaveProperty("max_completion_tokens");
+  });
+
+  it("publishes exactly one event priced from the reported usage with the snapshot id", async () => {
+    const { publisher, inference } = setup({ result: chatResult("hello there", usage(1_234, 567, 89)) });
+    const { usage: summary } = await inference.complete(input(), new AbortController().signal);
+
+    const cost = costOf({ inputTokens: 1_234, outputTokens: 567 }, PRICES);
+    // 1234 * 2000 + 567 * 7_000_000 = 3_971_468_000 → ceil(/1e6) = 3972: the rounding is up.
+    expect(cost).toBe(3_972n);
+    expect(summary).toEqual({ ...usage(1_234, 567, 89), cost, pricingSnapshotId: SNAPSHOT });
+    expect(publisher.events).toHaveLength(1);
+    const event = publisher.events[0]!;
+    expect(event).toMatchObject({
+      eventId: "evt_1",
+      requestId: "req_1",
+      ...BILLING,
+      model: "public-small",
+      runtime: "vllm",
+      upstreamId: "up-1",
+      tokens: usage(1_234, 567, 89),
+      cost,
+      pricingSnapshotId: SNAPSHOT,
+      outcome: "completed",
+      streamed: false,
+    });
+    expect(event.occurredAt).toBeInstanceOf(Date);
+  });
+
+  it("estimates usage from the body and the answer when the upstream reports none", async () => {
+    const content = "naïve café answer"; // 19 bytes of UTF-8 for 17 characters
+    const { publisher, inference } = setup({ result: chatResult(content, undefined) });
+    const { usage: summary } = await inference.complete(
+      input({ bodyBytes: 101 }),
+      new AbortController().signal,
+    );
+
+    const tokens = usage(Math.ceil(101 / 4), Math.ceil(Buffer.byteLength(content) / 4), 0);
+    expect(tokens).toEqual(usage(26, 5, 0));
+    expect(summary).toEqual({ ...tokens, cost: costOf(tokens, PRICES), pricingSnapshotId: SNAPSHOT });
+    expect(publisher.events.map((e) => e.tokens)).toEqual([tokens]);
+  });
+
+  it("estimates the output of a text completion from choices[0].text", async () => {
+    const { publisher, inference } = setup({
+      result: { json: { choices: [{ index: 0, text: "0123456789abc" }] }, usage: undefined },
+    });
+    await inference.complete(
+      input({ operation: "text", body: { model: "public-small", prompt: "p" }, bodyBytes: 8 }),
+      new AbortController().signal,
+    );
+    expect(publisher.events[0]!.tokens).toEqual(usage(2, 4, 0));
+  });
+
+  it("refuses an unknown model without calling the upstream or publishing", async () => {
+    const { provider, publisher, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const err = await rejection(inference.complete(input({ model: "nope" }), new AbortController().signal));
+    expect(err).toBeInstanceOf(InferenceError);
+    expect((err as InferenceError).code).toBe("model_not_found");
+    expect(provider.requests).toHaveLength(0);
+    expect(publisher.events).toHaveLength(0);
+  });
+
+  it("publishes nothing when the upstream fails", async () => {
+    const failure = new InferenceError("upstream_error", "the upstream answered 500");
+    const { publisher, inference } = setup({ error: failure });
+    await expect(inference.complete(input(), new AbortController().signal)).rejects.toBe(failure);
+    expect(publisher.events).toHaveLength(0);
+  });
+
+  it("fails with usage_not_recorded when the usage event cannot be published", async () => {
+    const { publisher, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    publisher.failing = true;
+    const err = await rejection(inference.complete(input(), new AbortController().signal));
+    expect(err).toBeInstanceOf(InferenceError);
+    expect((err as InferenceError).code).toBe("usage_not_recorded");
+  });
+});
+
+describe("Inference.stream", () => {
+  it("always asks the upstream for usage, keeping the caller's other stream options", async () => {
+    const { provider, inference } = setup({ chunks: fullStream(usage(5, 3)) });
+    const body = {
+      model: "public-small",
+      messages: [{ role: "user", content: "hi" }],
+      stream_options: { include_usage: false, continuous_usage_stats: true },
+    };
+    await drain(inference.stream(input({ body }), false, new AbortController().signal));
+
+    expect(provider.requests[0]!.body).toEqual({
+      model: "org/small-7b",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 64,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    });
+  });
+
+  it("without includeUsage hides the usage-only chunk but ends with the usage and records one event", async () => {
+    const { publisher, inference } = setup({ chunks: fullStream(usage(40, 3, 1)) });
+    const events = await drain(inference.stream(input(), false, new AbortController().signal));
+
+    const chunks = chunksOf(events);
+    expect(chunks).toHaveLength(5);
+    for (const c of chunks) {
+      expect(c.model).toBe("public-small");
+      expect(c.choices).not.toEqual([]);
+      expect(c).not.toHaveProperty("usage");
+    }
+    const last = events.at(-1)!;
+    const cost = costOf(usage(40, 3), PRICES);
+    expect(last).toEqual({ usage: { ...usage(40, 3, 1), cost, pricingSnapshotId: SNAPSHOT } });
+    expect(usagesOf(events)).toHaveLength(1);
+
+    expect(publisher.events).toHaveLength(1);
+    expect(publisher.events[0]).toMatchObject({
+      outcome: "completed",
+      streamed: true,
+      tokens: usage(40, 3, 1),
+      cost,
+      model: "public-small",
+      requestId: "req_1",
+      ...BILLING,
+    });
+  });
+
+  it("with includeUsage passes the usage chunk on before the final usage", async () => {
+    const { publisher, inference } = setup({ chunks: fullStream(usage(40, 3)) });
+    const events = await drain(inference.stream(input(), true, new AbortController().signal));
+
+    const chunks = chunksOf(events);
+    expect(chunks).toHaveLength(6);
+    expect(chunks[5]).toMatchObject({
+      model: "public-small",
+      choices: [],
+      usage: { prompt_tokens: 40, completion_tokens: 3 },
+    });
+    expect(events.at(-1)).toHaveProperty("usage");
+    expect(publisher.events).toHaveLength(1);
+  });
+
+  it("removes per-chunk usage from content chunks when the caller did not ask for usage", async () => {
+    const withStats: ProviderChunk = {
+      json: { choices: [{ index: 0, delta: { content: "a" } }], usage: { prompt_tokens: 1 } },
+      usage: usage(1, 1),
+    };
+    const { inference } = setup({ chunks: [withStats, usageChunk(usage(1, 1))] });
+    const hidden = chunksOf(await drain(inference.stream(input(), false, new AbortController().signal)));
+    expect(hidden).toHaveLength(1);
+    expect(hidden[0]).not.toHaveProperty("usage");
+  });
+
+  it("counts one token per text chunk when the upstream reports no usage", async () => {
+    const chunks = [
+      roleChunk(),
+      textChunk("a"),
+      textChunk("b"),
+      textChunk("c"),
+      textChunk("d"),
+      finishChunk(),
+    ];
+    const { publisher, inference } = setup({ chunks });
+    const events = await drain(
+      inference.stream(input({ bodyBytes: 40 }), false, new AbortController().signal),
+    );
+
+    expect(usagesOf(events)[0]).toMatchObject(usage(10, 4, 0));
+    expect(publisher.events.map((e) => e.tokens)).toEqual([usage(10, 4, 0)]);
+  });
+
+  it("records one client_cancelled event when the consumer stops after two chunks", async () => {
+    const chunks = [textChunk("a"), textChunk("b"), textChunk("c"), textChunk("d"), usageChunk(usage(9, 4))];
+    const { provider, publisher, inference } = setup({ chunks });
+    const received: StreamEvent[] = [];
+    for await (const event of inference.stream(
+      input({ bodyBytes: 20 }),
+      false,
+      new AbortController().signal,
+    )) {
+      received.push(event);
+      if (received.length === 2) break;
+    }
+
+    expect(received).toHaveLength(2);
+    expect(provider.streamClosed).toBe(true);
+    expect(publisher.events).toHaveLength(1);
+    const tokens = usage(5, 2, 0);
+    expect(publisher.events[0]).toMatchObject({
+      outcome: "client_cancelled",
+      streamed: true,
+      tokens,
+      cost: costOf(tokens, PRICES),
+    });
+  });
+
+  it("records client_cancelled and ends quietly when the signal aborts mid-stream", async () => {
+    const chunks = [roleChunk(), textChunk("a"), textChunk("b"), textChunk("c"), finishChunk()];
+    const { publisher, inference } = setup({ chunks });
+    const abort = new AbortController();
+    const received: StreamEvent[] = [];
+    for await (const event of inference.stream(input({ bodyBytes: 4 }), false, abort.signal)) {
+      received.push(event);
+      if (received.length === 3) abort.abort();
+    }
+
+    expect(received).toHaveLength(3);
+    expect(usagesOf(received)).toHaveLength(0);
+    expect(publisher.events).toHaveLength(1);
+    expect(publisher.events[0]).toMatchObject({ outcome: "client_cancelled", tokens: usage(1, 2, 0) });
+  });
+
+  it("records one upstream_failed event and rethrows when the upstream fails mid-stream", async () => {
+    const failure = new InferenceError("upstream_error", "the upstream failed mid-stream");
+    const chunks = [roleChunk(), textChunk("a"), textChunk("b"), textChunk("c"), finishChunk()];
+    const { publisher, inference } = setup({ chunks, error: failure, throwAfter: 3 });
+    const received: StreamEvent[] = [];
+    const err = await rejection(
+      (async () => {
+        for await (const event of inference.stream(
+          input({ bodyBytes: 12 }),
+          false,
+          new AbortController().signal,
+        ))
+          received.push(event);
+      })(),
+    );
+
+    expect(err).toBe(failure);
+    expect(received).toHaveLength(3);
+    expect(publisher.events).toHaveLength(1);
+    const tokens = usage(3, 2, 0);
+    expect(publisher.events[0]).toMatchObject({
+      outcome: "upstream_failed",
+      streamed: true,
+      tokens,
+      cost: costOf(tokens, PRICES),
+    });
+  });
+
+  it("publishes nothing and rethrows when the upstream fails before any chunk", async () => {
+    const failure = new InferenceError("upstream_rejected", "context too long");
+    const { publisher, inference } = setup({ chunks: [textChunk("a")], error: failure, throwAfter: 0 });
+    await expect(drain(inference.stream(input(), false, new AbortController().signal))).rejects.toBe(failure);
+    expect(publisher.events).toHaveLength(0);
+  });
+
+  it("refuses an unknown model without calling the upstream", async () => {
+    const { provider, publisher, inference } = setup({ chunks: fullStream(usage(1, 1)) });
+    const err = await rejection(
+      drain(inference.stream(input({ model: "nope" }), false, new AbortController().signal)),
+    );
+    expect((err as InferenceError).code).toBe("model_not_found");
+    expect(provider.requests).toHaveLength(0);
+    expect(publisher.events).toHaveLength(0);
+  });
+
+  it("fails with usage_not_recorded instead of ending with usage when publishing fails", async () => {
+    const { publisher, inference } = setup({ chunks: fullStream(usage(5, 3)) });
+    publisher.failing = true;
+    const received: StreamEvent[] = [];
+    const err = await rejection(
+      (async () => {
+        for await (const event of inference.stream(input(), false, new AbortController().signal))
+          received.push(event);
+      })(),
+    );
+    expect(err).toBeInstanceOf(InferenceError);
+    expect((err as InferenceError).code).toBe("usage_not_recorded");
+    expect(usagesOf(received)).toHaveLength(0);
+  });
+});
