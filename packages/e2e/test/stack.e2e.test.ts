@@ -60,6 +60,19 @@ describeAccountDoor(
   "multi-process stack on real NATS and Redis (two routers)",
   startMultiProcessStack,
   (target) => {
+    it("runs all five services as their own processes, each reporting SERVING over grpc.health.v1", async () => {
+      const grpcServices = stack.processes.filter((p) => p.name !== "api-edge" && p.name !== "fake-upstream");
+      expect(grpcServices.map((p) => p.name.replace(/-\d+$/, "")).sort()).toEqual([
+        "auth-policy",
+        "inference-router",
+        "inference-router",
+        "metering",
+        "mpp-payment",
+      ]);
+      for (const p of grpcServices) expect(await checkGrpcHealth(`127.0.0.1:${p.port}`)).toBe("SERVING");
+      expect((await fetch(`${target().url}/readyz`)).status).toBe(200);
+    });
+
     it("publishes exactly one usage event per served request, streams included, and metering counts each once", async () => {
       const { url, key } = target();
       const ids = Array.from({ length: 6 }, (_, i) => `${namespace}-usage-${i}`);

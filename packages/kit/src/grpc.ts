@@ -11,6 +11,7 @@ import {
 import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
+import { Health, type HealthCheck } from "./health.js";
 
 export { status as GrpcStatus } from "@grpc/grpc-js";
 
@@ -321,4 +322,58 @@ export function createClient<M extends GenServiceMethods>(
       raw.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve())),
     );
   return client as Client<M>;
+}
+
+/** One service and its handlers, ready to be served; build it with `implement`. */
+export interface Implementation {
+  register(server: grpc.Server, log: Logger): string;
+}
+
+/** Pairs a generated service with its handlers, checked against each other. */
+export function implement<M extends GenServiceMethods>(
+  service: GenService<M>,
+  handlers: ServiceHandlers<M>,
+): Implementation {
+  return {
+    register(server, log) {
+      addService(server, service, handlers, log);
+      return service.typeName;
+    },
+  };
+}
+
+/** A bound gRPC server serving its services and grpc.health.v1. */
+export interface GrpcServer {
+  port: number;
+  health: Health;
+  /** Not ready → stop accepting → let in-flight calls (streams too) finish for up to `graceMs`. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+/**
+ * The one way a service serves gRPC: register the implementations and grpc.health.v1 (whose
+ * status follows `checks`), bind, and mark serving.
+ */
+export async function serveGrpc(opts: {
+  host: string;
+  port: number;
+  log: Logger;
+  services: readonly Implementation[];
+  checks?: readonly HealthCheck[];
+}): Promise<GrpcServer> {
+  const server = createServer();
+  const health = new Health(opts.checks ?? []);
+  const names = opts.services.map((s) => s.register(server, opts.log));
+  health.addToGrpcServer(server, names);
+  const port = await bindServer(server, opts.host, opts.port);
+  health.setServing(true);
+  return {
+    port,
+    health,
+    async stop(graceMs = 10_000) {
+      health.setServing(false);
+      await shutdownServer(server, graceMs);
+      health.stop();
+    },
+  };
 }

@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { type GatewayConfig, pricingSnapshotId } from "@tollgate/config";
 import { createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
-import { addService, bindServer, createServer, shutdownServer } from "@tollgate/kit/grpc";
-import { Health, type HealthCheck } from "@tollgate/kit/health";
+import { implement, serveGrpc } from "@tollgate/kit/grpc";
+import type { HealthCheck } from "@tollgate/kit/health";
 import type { Logger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { stopInOrder } from "@tollgate/kit/shutdown";
@@ -55,24 +55,23 @@ export async function start(
     () => `evt_${randomUUID()}`,
   );
 
-  const health = new Health(checks);
-  const server = createServer();
-  addService(server, InferenceService, inferenceHandlers(inference), log);
-  health.addToGrpcServer(server, [InferenceService.typeName]);
-  const port = await bindServer(server, opts.grpcHost, opts.grpcPort);
-  health.setServing(true);
-  log.info({ port }, "inference-router serving");
+  const grpc = await serveGrpc({
+    host: opts.grpcHost,
+    port: opts.grpcPort,
+    log,
+    checks,
+    services: [implement(InferenceService, inferenceHandlers(inference))],
+  });
+  log.info({ port: grpc.port }, "inference-router serving");
 
   return {
-    port,
+    port: grpc.port,
     stop: () =>
       stopInOrder([
-        () => health.setServing(false),
         // In-flight streams finish (and publish their usage) before the server goes away.
-        () => shutdownServer(server, 20_000),
+        () => grpc.stop(20_000),
         () => Promise.all([...providers.values()].map((p) => p.close())),
         () => (nc ? drainNats(nc) : undefined),
-        () => health.stop(),
       ]),
   };
 }

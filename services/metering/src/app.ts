@@ -1,6 +1,5 @@
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
-import { addService, bindServer, createServer, shutdownServer } from "@tollgate/kit/grpc";
-import { Health } from "@tollgate/kit/health";
+import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
@@ -48,19 +47,16 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
   }
   let nc: NatsConnection | undefined;
   let redis: Redis | undefined;
-  let health: Health | undefined;
+  let grpc: GrpcServer | undefined;
   let subscription: BusSubscription | undefined;
-  const server = createServer();
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
     stopInOrder([
-      () => health?.setServing(false),
-      () => shutdownServer(server),
+      () => grpc?.stop(),
       () => subscription?.stop(),
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
-      () => health?.stop(),
     ]);
 
   try {
@@ -77,16 +73,17 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
     const store = redis
       ? createRedisUsageStore(redis, { prefix: opts.redisPrefix ?? "tollgate:" })
       : createMemoryUsageStore();
-    health = new Health([...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])]);
-
-    addService(server, MeteringService, meteringHandlers(store), log);
-    health.addToGrpcServer(server, [MeteringService.typeName]);
     subscription = await consumeUsage(bus, names, store, log);
-    const port = await bindServer(server, opts.grpcHost, opts.grpcPort);
-    health.setServing(true);
-    log.info({ port, store: redis ? "redis" : "memory" }, "metering serving");
+    grpc = await serveGrpc({
+      host: opts.grpcHost,
+      port: opts.grpcPort,
+      log,
+      checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
+      services: [implement(MeteringService, meteringHandlers(store))],
+    });
+    log.info({ port: grpc.port, store: redis ? "redis" : "memory" }, "metering serving");
     const consumer = subscription;
-    return { port, pending: () => consumer.pending(), stop: teardown };
+    return { port: grpc.port, pending: () => consumer.pending(), stop: teardown };
   } catch (err) {
     await teardown().catch(() => {});
     throw err;

@@ -1,8 +1,5 @@
-import { bindServer, createServer, shutdownServer } from "@tollgate/kit/grpc";
-import { Health } from "@tollgate/kit/health";
+import { serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
-import { stopInOrder } from "@tollgate/kit/shutdown";
-import { PaymentService } from "@tollgate/proto/payment";
 
 /** What start() needs. */
 export interface MppPaymentOptions {
@@ -22,15 +19,7 @@ export interface MppPayment {
  * get gRPC UNIMPLEMENTED rather than a stand-in answer.
  */
 export async function start(opts: MppPaymentOptions, log: Logger): Promise<MppPayment> {
-  const health = new Health();
-  const server = createServer();
-  health.addToGrpcServer(server, [PaymentService.typeName]);
-  const port = await bindServer(server, opts.grpcHost, opts.grpcPort);
-  health.setServing(true);
-  log.info({ port }, "mpp-payment serving (health only; paid door not implemented yet)");
-  return {
-    port,
-    stop: () =>
-      stopInOrder([() => health.setServing(false), () => shutdownServer(server), () => health.stop()]),
-  };
+  const grpc = await serveGrpc({ host: opts.grpcHost, port: opts.grpcPort, log, services: [] });
+  log.info({ port: grpc.port }, "mpp-payment serving (health only; paid door not implemented yet)");
+  return { port: grpc.port, stop: () => grpc.stop() };
 }
