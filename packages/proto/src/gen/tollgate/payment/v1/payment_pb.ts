@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/payment/v1/payment.proto.
  */
 export const file_tollgate_payment_v1_payment: GenFile = /*@__PURE__*/
-  fileDesc("CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSJPChBDaGFsbGVuZ2VSZXF1ZXN0Ei0KB2JpbmRpbmcYASABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmcSDAoEYm9keRgCIAEoDCJDChFDaGFsbGVuZ2VSZXNwb25zZRIYChB3d3dfYXV0aGVudGljYXRlGAEgASgJEhQKDGNoYWxsZW5nZV9pZBgCIAEoCSJXCg1WZXJpZnlSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCRIMCgRib2R5GAQgASgMIswBCg5WZXJpZnlSZXNwb25zZRIrCgZhY3Rpb24YASABKA4yGy50b2xsZ2F0ZS5wYXltZW50LnYxLkFjdGlvbhISCgpjaGFubmVsX2lkGAIgASgJEhQKDGNoYWxsZW5nZV9pZBgDIAEoCRItCgdiaW5kaW5nGAQgASgLMhwudG9sbGdhdGUucGF5bWVudC52MS5CaW5kaW5nEhsKE2FjY2VwdGVkX2N1bXVsYXRpdmUYBSABKAkSFwoPcGF5bWVudF9yZWNlaXB0GAYgASgJIkcKDlJlc2VydmVSZXF1ZXN0EhIKCmNoYW5uZWxfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRINCgVxdW90ZRgDIAEoCSIpCg9SZXNlcnZlUmVzcG9uc2USFgoOcmVzZXJ2YXRpb25faWQYASABKAkiZgoNQ29tbWl0UmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpjaGFubmVsX2lkGAIgASgJEhQKDGNoYWxsZW5nZV9pZBgDIAEoCRITCgthY3R1YWxfY29zdBgEIAEoCSIpCg5Db21taXRSZXNwb25zZRIXCg9wYXltZW50X3JlY2VpcHQYASABKAkiPAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKY2hhbm5lbF9pZBgCIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UiSAoMQ2xvc2VSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCSIoCg1DbG9zZVJlc3BvbnNlEhcKD3BheW1lbnRfcmVjZWlwdBgBIAEoCSpqCgZBY3Rpb24SFgoSQUNUSU9OX1VOU1BFQ0lGSUVEEAASDwoLQUNUSU9OX09QRU4QARIRCg1BQ1RJT05fVE9QX1VQEAISEgoOQUNUSU9OX1ZPVUNIRVIQAxIQCgxBQ1RJT05fQ0xPU0UQBDKOBAoOUGF5bWVudFNlcnZpY2USWgoJQ2hhbGxlbmdlEiUudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXF1ZXN0GiYudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXNwb25zZRJRCgZWZXJpZnkSIi50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlcXVlc3QaIy50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlc3BvbnNlElQKB1Jlc2VydmUSIy50b2xsZ2F0ZS5wYXltZW50LnYxLlJlc2VydmVSZXF1ZXN0GiQudG9sbGdhdGUucGF5bWVudC52MS5SZXNlcnZlUmVzcG9uc2USUQoGQ29tbWl0EiIudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXF1ZXN0GiMudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXNwb25zZRJUCgdSZWxlYXNlEiMudG9sbGdhdGUucGF5bWVudC52MS5SZWxlYXNlUmVxdWVzdBokLnRvbGxnYXRlLnBheW1lbnQudjEuUmVsZWFzZVJlc3BvbnNlEk4KBUNsb3NlEiEudG9sbGdhdGUucGF5bWVudC52MS5DbG9zZVJlcXVlc3QaIi50b2xsZ2F0ZS5wYXltZW50LnYxLkNsb3NlUmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSKiAQoLUGFpZFJlcXVlc3QSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEhoKEm1vZGVsX29wdGltaXphdGlvbhgEIAEoCBINCgVtb2RlbBgFIAEoCRISCgpvdXRwdXRfY2FwGAYgASgNEhUKDW1lc3NhZ2VfY291bnQYByABKA0SDAoEYm9keRgIIAEoDCJFChBDaGFsbGVuZ2VSZXF1ZXN0EjEKB3JlcXVlc3QYASABKAsyIC50b2xsZ2F0ZS5wYXltZW50LnYxLlBhaWRSZXF1ZXN0InIKEUNoYWxsZW5nZVJlc3BvbnNlEhgKEHd3d19hdXRoZW50aWNhdGUYASABKAkSFAoMY2hhbGxlbmdlX2lkGAIgASgJEi0KB2JpbmRpbmcYAyABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmciVwoNVmVyaWZ5UmVxdWVzdBIVCg1hdXRob3JpemF0aW9uGAEgASgJEhMKC2h0dHBfbWV0aG9kGAIgASgJEgwKBHBhdGgYAyABKAkSDAoEYm9keRgEIAEoDCLbAQoOVmVyaWZ5UmVzcG9uc2USKwoGYWN0aW9uGAEgASgOMhsudG9sbGdhdGUucGF5bWVudC52MS5BY3Rpb24SEgoKY2hhbm5lbF9pZBgCIAEoCRIUCgxjaGFsbGVuZ2VfaWQYAyABKAkSLQoHYmluZGluZxgEIAEoCzIcLnRvbGxnYXRlLnBheW1lbnQudjEuQmluZGluZxIbChNhY2NlcHRlZF9jdW11bGF0aXZlGAUgASgJEhcKD3BheW1lbnRfcmVjZWlwdBgGIAEoCRINCgVxdW90ZRgHIAEoCSJHCg5SZXNlcnZlUmVxdWVzdBISCgpjaGFubmVsX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFcXVvdGUYAyABKAkiKQoPUmVzZXJ2ZVJlc3BvbnNlEhYKDnJlc2VydmF0aW9uX2lkGAEgASgJImYKDUNvbW1pdFJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKY2hhbm5lbF9pZBgCIAEoCRIUCgxjaGFsbGVuZ2VfaWQYAyABKAkSEwoLYWN0dWFsX2Nvc3QYBCABKAkiKQoOQ29tbWl0UmVzcG9uc2USFwoPcGF5bWVudF9yZWNlaXB0GAEgASgJIjwKDlJlbGVhc2VSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEhIKCmNoYW5uZWxfaWQYAiABKAkiEQoPUmVsZWFzZVJlc3BvbnNlIkgKDENsb3NlUmVxdWVzdBIVCg1hdXRob3JpemF0aW9uGAEgASgJEhMKC2h0dHBfbWV0aG9kGAIgASgJEgwKBHBhdGgYAyABKAkiKAoNQ2xvc2VSZXNwb25zZRIXCg9wYXltZW50X3JlY2VpcHQYASABKAkqagoGQWN0aW9uEhYKEkFDVElPTl9VTlNQRUNJRklFRBAAEg8KC0FDVElPTl9PUEVOEAESEQoNQUNUSU9OX1RPUF9VUBACEhIKDkFDVElPTl9WT1VDSEVSEAMSEAoMQUNUSU9OX0NMT1NFEAQyjgQKDlBheW1lbnRTZXJ2aWNlEloKCUNoYWxsZW5nZRIlLnRvbGxnYXRlLnBheW1lbnQudjEuQ2hhbGxlbmdlUmVxdWVzdBomLnRvbGxnYXRlLnBheW1lbnQudjEuQ2hhbGxlbmdlUmVzcG9uc2USUQoGVmVyaWZ5EiIudG9sbGdhdGUucGF5bWVudC52MS5WZXJpZnlSZXF1ZXN0GiMudG9sbGdhdGUucGF5bWVudC52MS5WZXJpZnlSZXNwb25zZRJUCgdSZXNlcnZlEiMudG9sbGdhdGUucGF5bWVudC52MS5SZXNlcnZlUmVxdWVzdBokLnRvbGxnYXRlLnBheW1lbnQudjEuUmVzZXJ2ZVJlc3BvbnNlElEKBkNvbW1pdBIiLnRvbGxnYXRlLnBheW1lbnQudjEuQ29tbWl0UmVxdWVzdBojLnRvbGxnYXRlLnBheW1lbnQudjEuQ29tbWl0UmVzcG9uc2USVAoHUmVsZWFzZRIjLnRvbGxnYXRlLnBheW1lbnQudjEuUmVsZWFzZVJlcXVlc3QaJC50b2xsZ2F0ZS5wYXltZW50LnYxLlJlbGVhc2VSZXNwb25zZRJOCgVDbG9zZRIhLnRvbGxnYXRlLnBheW1lbnQudjEuQ2xvc2VSZXF1ZXN0GiIudG9sbGdhdGUucGF5bWVudC52MS5DbG9zZVJlc3BvbnNlYgZwcm90bzM");
 
 /**
  * Binding is what a challenge binds besides the body digest; it is HMAC-protected.
@@ -69,20 +69,75 @@ export const BindingSchema: GenMessage<Binding> = /*@__PURE__*/
   messageDesc(file_tollgate_payment_v1_payment, 0);
 
 /**
+ * PaidRequest is what api-edge knows of a paid chat request after validating its body.
+ *
+ * @generated from message tollgate.payment.v1.PaidRequest
+ */
+export type PaidRequest = Message<"tollgate.payment.v1.PaidRequest"> & {
+  /**
+   * @generated from field: string http_method = 1;
+   */
+  httpMethod: string;
+
+  /**
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * Starter, Plus or Premium.
+   *
+   * @generated from field: string plan = 3;
+   */
+  plan: string;
+
+  /**
+   * true: the plan's default model; false: `model` must be eligible for the plan.
+   *
+   * @generated from field: bool model_optimization = 4;
+   */
+  modelOptimization: boolean;
+
+  /**
+   * @generated from field: string model = 5;
+   */
+  model: string;
+
+  /**
+   * The explicit output cap of the request.
+   *
+   * @generated from field: uint32 output_cap = 6;
+   */
+  outputCap: number;
+
+  /**
+   * @generated from field: uint32 message_count = 7;
+   */
+  messageCount: number;
+
+  /**
+   * The exact request body bytes, for the digest and the input bound.
+   *
+   * @generated from field: bytes body = 8;
+   */
+  body: Uint8Array;
+};
+
+/**
+ * Describes the message tollgate.payment.v1.PaidRequest.
+ * Use `create(PaidRequestSchema)` to create a new message.
+ */
+export const PaidRequestSchema: GenMessage<PaidRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_payment_v1_payment, 1);
+
+/**
  * @generated from message tollgate.payment.v1.ChallengeRequest
  */
 export type ChallengeRequest = Message<"tollgate.payment.v1.ChallengeRequest"> & {
   /**
-   * @generated from field: tollgate.payment.v1.Binding binding = 1;
+   * @generated from field: tollgate.payment.v1.PaidRequest request = 1;
    */
-  binding?: Binding | undefined;
-
-  /**
-   * The exact request body bytes, for the digest.
-   *
-   * @generated from field: bytes body = 2;
-   */
-  body: Uint8Array;
+  request?: PaidRequest | undefined;
 };
 
 /**
@@ -90,7 +145,7 @@ export type ChallengeRequest = Message<"tollgate.payment.v1.ChallengeRequest"> &
  * Use `create(ChallengeRequestSchema)` to create a new message.
  */
 export const ChallengeRequestSchema: GenMessage<ChallengeRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 1);
+  messageDesc(file_tollgate_payment_v1_payment, 2);
 
 /**
  * @generated from message tollgate.payment.v1.ChallengeResponse
@@ -107,6 +162,13 @@ export type ChallengeResponse = Message<"tollgate.payment.v1.ChallengeResponse">
    * @generated from field: string challenge_id = 2;
    */
   challengeId: string;
+
+  /**
+   * What the challenge binds (resolved model, runtime, caps, pricing snapshot).
+   *
+   * @generated from field: tollgate.payment.v1.Binding binding = 3;
+   */
+  binding?: Binding | undefined;
 };
 
 /**
@@ -114,7 +176,7 @@ export type ChallengeResponse = Message<"tollgate.payment.v1.ChallengeResponse">
  * Use `create(ChallengeResponseSchema)` to create a new message.
  */
 export const ChallengeResponseSchema: GenMessage<ChallengeResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 2);
+  messageDesc(file_tollgate_payment_v1_payment, 3);
 
 /**
  * @generated from message tollgate.payment.v1.VerifyRequest
@@ -148,7 +210,7 @@ export type VerifyRequest = Message<"tollgate.payment.v1.VerifyRequest"> & {
  * Use `create(VerifyRequestSchema)` to create a new message.
  */
 export const VerifyRequestSchema: GenMessage<VerifyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 3);
+  messageDesc(file_tollgate_payment_v1_payment, 4);
 
 /**
  * @generated from message tollgate.payment.v1.VerifyResponse
@@ -189,6 +251,14 @@ export type VerifyResponse = Message<"tollgate.payment.v1.VerifyResponse"> & {
    * @generated from field: string payment_receipt = 6;
    */
   paymentReceipt: string;
+
+  /**
+   * The request's quote in base units (decimal string): input bound and output cap priced
+   * with the bound pricing snapshot; what Reserve should hold.
+   *
+   * @generated from field: string quote = 7;
+   */
+  quote: string;
 };
 
 /**
@@ -196,7 +266,7 @@ export type VerifyResponse = Message<"tollgate.payment.v1.VerifyResponse"> & {
  * Use `create(VerifyResponseSchema)` to create a new message.
  */
 export const VerifyResponseSchema: GenMessage<VerifyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 4);
+  messageDesc(file_tollgate_payment_v1_payment, 5);
 
 /**
  * @generated from message tollgate.payment.v1.ReserveRequest
@@ -225,7 +295,7 @@ export type ReserveRequest = Message<"tollgate.payment.v1.ReserveRequest"> & {
  * Use `create(ReserveRequestSchema)` to create a new message.
  */
 export const ReserveRequestSchema: GenMessage<ReserveRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 5);
+  messageDesc(file_tollgate_payment_v1_payment, 6);
 
 /**
  * @generated from message tollgate.payment.v1.ReserveResponse
@@ -242,7 +312,7 @@ export type ReserveResponse = Message<"tollgate.payment.v1.ReserveResponse"> & {
  * Use `create(ReserveResponseSchema)` to create a new message.
  */
 export const ReserveResponseSchema: GenMessage<ReserveResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 6);
+  messageDesc(file_tollgate_payment_v1_payment, 7);
 
 /**
  * @generated from message tollgate.payment.v1.CommitRequest
@@ -276,7 +346,7 @@ export type CommitRequest = Message<"tollgate.payment.v1.CommitRequest"> & {
  * Use `create(CommitRequestSchema)` to create a new message.
  */
 export const CommitRequestSchema: GenMessage<CommitRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 7);
+  messageDesc(file_tollgate_payment_v1_payment, 8);
 
 /**
  * @generated from message tollgate.payment.v1.CommitResponse
@@ -295,7 +365,7 @@ export type CommitResponse = Message<"tollgate.payment.v1.CommitResponse"> & {
  * Use `create(CommitResponseSchema)` to create a new message.
  */
 export const CommitResponseSchema: GenMessage<CommitResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 8);
+  messageDesc(file_tollgate_payment_v1_payment, 9);
 
 /**
  * @generated from message tollgate.payment.v1.ReleaseRequest
@@ -317,7 +387,7 @@ export type ReleaseRequest = Message<"tollgate.payment.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 9);
+  messageDesc(file_tollgate_payment_v1_payment, 10);
 
 /**
  * @generated from message tollgate.payment.v1.ReleaseResponse
@@ -330,7 +400,7 @@ export type ReleaseResponse = Message<"tollgate.payment.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 10);
+  messageDesc(file_tollgate_payment_v1_payment, 11);
 
 /**
  * @generated from message tollgate.payment.v1.CloseRequest
@@ -357,7 +427,7 @@ export type CloseRequest = Message<"tollgate.payment.v1.CloseRequest"> & {
  * Use `create(CloseRequestSchema)` to create a new message.
  */
 export const CloseRequestSchema: GenMessage<CloseRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 11);
+  messageDesc(file_tollgate_payment_v1_payment, 12);
 
 /**
  * @generated from message tollgate.payment.v1.CloseResponse
@@ -374,7 +444,7 @@ export type CloseResponse = Message<"tollgate.payment.v1.CloseResponse"> & {
  * Use `create(CloseResponseSchema)` to create a new message.
  */
 export const CloseResponseSchema: GenMessage<CloseResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_payment_v1_payment, 12);
+  messageDesc(file_tollgate_payment_v1_payment, 13);
 
 /**
  * Action is the session payload action of a verified credential.
