@@ -69,6 +69,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       port: cfg.port,
       authPolicyAddr: `${LOOPBACK}:${auth.port}`,
       inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
+      mppPaymentAddr: `${LOOPBACK}:${payment.port}`,
       bodyLimitBytes: 4 * 1024 * 1024,
     },
     logger("api-edge"),

@@ -180,6 +180,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       PORT: String(edgePort),
       AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
       INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
+      MPP_PAYMENT_ADDR: `127.0.0.1:${paymentPort}`,
     });
     const url = `http://127.0.0.1:${edgePort}`;
     await waitForReady(url, 30_000);

@@ -4,12 +4,14 @@ import type { Logger } from "@tollgate/kit/log";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
+import { PaymentService } from "@tollgate/proto/payment";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { EdgeError } from "./domain/errors.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import type { RouteContext } from "./routes/context.js";
 import { modelsRoute } from "./routes/models.js";
+import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -24,6 +26,7 @@ export interface ApiEdgeOptions {
   port: number;
   authPolicyAddr: string;
   inferenceRouterAddr: string;
+  mppPaymentAddr: string;
   bodyLimitBytes: number;
 }
 
@@ -41,7 +44,8 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
     InferenceService,
     opts.inferenceRouterAddr,
   );
-  const ctx: RouteContext = { auth, inference, log };
+  const payment: Client<MethodsOf<typeof PaymentService>> = createClient(PaymentService, opts.mppPaymentAddr);
+  const ctx: RouteContext = { auth, inference, payment, log };
   let draining = false;
 
   const app = Fastify({
@@ -108,6 +112,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
   });
   modelsRoute(app, ctx);
   chatCompletionsRoute(app, ctx);
+  mppChatCompletionsRoute(app, ctx);
 
   await app.listen({ host: opts.host, port: opts.port });
   const address = app.server.address();
@@ -126,6 +131,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
         () => app.close(),
         () => auth.close(),
         () => inference.close(),
+        () => payment.close(),
       ]),
   };
 }

@@ -8,7 +8,9 @@ export type EdgeErrorCode =
   | "unsupported_media_type"
   | "payload_too_large"
   | "not_found"
-  | "method_not_allowed";
+  | "method_not_allowed"
+  | "mpp_streaming_unavailable"
+  | "mpp_commit_failed";
 
 /** The one error class of api-edge's own decisions. */
 export class EdgeError extends Error {

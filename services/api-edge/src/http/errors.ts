@@ -11,6 +11,7 @@ export interface HttpError {
 }
 
 const TYPE_BY_STATUS: Record<number, string> = {
+  410: "invalid_request_error",
   400: "invalid_request_error",
   401: "authentication_error",
   402: "payment_required",
@@ -43,6 +44,25 @@ const STATUS_BY_CODE: Record<string, number> = {
   revoked_api_key: 401,
   model_not_allowed: 403,
   output_cap_above_policy: 403,
+  // the paid door (spec, "Errors: MPP route"); 402 wherever the client should pay or re-sign
+  payment_required: 402,
+  mpp_session_deposit_below_request_cost: 402,
+  mpp_voucher_bucket_refresh_required: 402,
+  mpp_malformed_credential: 402,
+  mpp_invalid_challenge: 402,
+  mpp_body_digest_mismatch: 402,
+  mpp_payment_verification_failed: 402,
+  mpp_method_unsupported: 400,
+  mpp_invalid_request: 400,
+  mpp_request_quote_invalid: 400,
+  mpp_request_exceeds_voucher_bucket: 400,
+  mpp_streaming_unavailable: 400,
+  mpp_payer_not_allowed: 403,
+  mpp_channel_finalized: 410,
+  mpp_reservation_failed: 503,
+  mpp_commit_failed: 500,
+  mpp_session_close_unavailable: 503,
+  mpp_session_close_failed: 502,
   // inference-router
   upstream_rejected: 400,
   model_not_found: 503,
@@ -50,6 +70,17 @@ const STATUS_BY_CODE: Record<string, number> = {
   upstream_timeout: 504,
   usage_not_recorded: 503,
 };
+
+/**
+ * Paid-door codes whose caller action the spec gives as a 5xx-like "stop and surface": their
+ * message is kept, since it names no internal cause.
+ */
+const SURFACED = new Set([
+  "mpp_commit_failed",
+  "mpp_reservation_failed",
+  "mpp_session_close_unavailable",
+  "mpp_session_close_failed",
+]);
 
 /** Messages for 5xx: the cause is logged, never sent. */
 const SERVER_MESSAGES: Record<number, string> = {
@@ -70,7 +101,9 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
     const status = STATUS_BY_CODE[code]!;
     if (status >= 500) {
       log.warn({ code, err }, "request failed upstream");
-      return serverError(status, code);
+      return SURFACED.has(code)
+        ? { ...serverError(status, code), message: err.message }
+        : serverError(status, code);
     }
     return { status, type: TYPE_BY_STATUS[status] ?? "invalid_request_error", code, message: err.message };
   }
@@ -117,4 +150,34 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
 /** The OpenAI-style body of an error. */
 export function errorBody(e: HttpError, requestId: string) {
   return { error: { message: e.message, type: e.type, code: e.code, request_id: requestId } };
+}
+
+/** Problem type URIs an mppx client knows (notes 1.10), by our code; others get our own URI. */
+const PROBLEM_TYPES: Record<string, string> = {
+  payment_required: "payment-required",
+  mpp_malformed_credential: "malformed-credential",
+  mpp_invalid_challenge: "invalid-challenge",
+  mpp_payment_verification_failed: "verification-failed",
+  mpp_method_unsupported: "method-unsupported",
+  mpp_session_deposit_below_request_cost: "session/insufficient-balance",
+  mpp_voucher_bucket_refresh_required: "payment-insufficient",
+  mpp_channel_finalized: "session/channel-finalized",
+};
+
+/**
+ * The paid door's error body: RFC 9457 problem details as an mppx client reads them, with the
+ * spec's code, and the OpenAI-style `error` object for OpenAI-minded callers.
+ */
+export function problemBody(e: HttpError, requestId: string, challengeId?: string) {
+  const suffix = PROBLEM_TYPES[e.code];
+  return {
+    type: suffix ? `https://paymentauth.org/problems/${suffix}` : `https://tollgate.dev/problems/${e.code}`,
+    title: e.code,
+    status: e.status,
+    detail: e.message,
+    code: e.code,
+    request_id: requestId,
+    ...(challengeId ? { challengeId } : {}),
+    error: { message: e.message, type: e.type, code: e.code, request_id: requestId },
+  };
 }

@@ -4,20 +4,12 @@ import type { CompletionInputSchema } from "@tollgate/proto/inference";
 import { type CompletionInput, Door, Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
+import { callerGone } from "../http/caller.js";
 import { bearerKey } from "../http/credentials.js";
 import { errorBody, toHttpError } from "../http/errors.js";
 import { SseWriter } from "../http/sse.js";
 import { type ChatRequest, chatRequestSchema, outputCapOf } from "../schemas/chat.js";
 import { AUTH_TIMEOUT_MS, type RouteContext } from "./context.js";
-
-/** An AbortSignal that fires when the caller goes away before the response is finished. */
-function callerGone(reply: FastifyReply): AbortSignal {
-  const controller = new AbortController();
-  reply.raw.on("close", () => {
-    if (!reply.raw.writableFinished) controller.abort();
-  });
-  return controller.signal;
-}
 
 /** Readable one-line description of the first validation problems. */
 export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {

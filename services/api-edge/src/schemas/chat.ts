@@ -33,3 +33,42 @@ export function outputCapOf(req: {
 }) {
   return req.max_completion_tokens ?? req.max_tokens ?? undefined;
 }
+
+/** The paid door's plans (spec, "MPP-only request fields"). */
+export const PLANS = ["Starter", "Plus", "Premium"] as const;
+
+/**
+ * POST /v1/mpp/chat/completions (spec, "Rules for POST /v1/mpp/chat/completions"): plan,
+ * model_optimization and messages are required; model only when model_optimization is false;
+ * an explicit output cap is required. `stream: true` is refused separately with its own code.
+ */
+export const paidChatRequestSchema = chatRequestSchema
+  .extend({
+    plan: z.enum(PLANS),
+    model_optimization: z.boolean(),
+  })
+  .superRefine((req, ctx) => {
+    if (req.model_optimization && req.model !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["model"],
+        message: "omit model when model_optimization is true",
+      });
+    }
+    if (!req.model_optimization && req.model === undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["model"],
+        message: "model is required when model_optimization is false",
+      });
+    }
+    if (outputCapOf(req) === undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["max_tokens"],
+        message: "an explicit output cap (max_tokens or max_completion_tokens) is required",
+      });
+    }
+  });
+
+export type PaidChatRequest = z.output<typeof paidChatRequestSchema>;

@@ -1,0 +1,216 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { Door, Operation } from "@tollgate/proto/inference";
+import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { EdgeError } from "../domain/errors.js";
+import { callerGone } from "../http/caller.js";
+import { type HttpError, problemBody, toHttpError } from "../http/errors.js";
+import { outputCapOf, type PaidChatRequest, paidChatRequestSchema } from "../schemas/chat.js";
+import { describeInvalid } from "./chat-completions.js";
+import type { RouteContext } from "./context.js";
+
+const PATH = "/v1/mpp/chat/completions";
+const PAYMENT_TIMEOUT_MS = 30_000;
+
+type Credential = { kind: "none" } | { kind: "payment"; header: string };
+
+/**
+ * The paid door accepts only `Authorization: Payment` (spec, "Authentication" rules 2 and 3):
+ * a Virtual Key or any other scheme here is a 401.
+ */
+function paymentCredential(req: FastifyRequest): Credential {
+  const auth = req.headers.authorization;
+  if (auth === undefined || auth.trim() === "") {
+    if (req.headers["x-api-key"] !== undefined || req.headers["api-key"] !== undefined) {
+      throw new EdgeError(
+        "wrong_auth_scheme",
+        "Virtual Keys belong to the account routes; this route takes payment",
+      );
+    }
+    return { kind: "none" };
+  }
+  // The Payment scheme may stand among other schemes in one header (notes 1.8).
+  if (/(^|,)\s*payment\s+\S/i.test(auth)) return { kind: "payment", header: auth };
+  if (/^\s*bearer(\s|$)/i.test(auth)) {
+    throw new EdgeError(
+      "wrong_auth_scheme",
+      "Virtual Keys belong to the account routes; this route takes Authorization: Payment",
+    );
+  }
+  throw new EdgeError("wrong_auth_scheme", "this route takes Authorization: Payment");
+}
+
+function paidRequestOf(
+  req: FastifyRequest,
+  body: PaidChatRequest,
+): MessageInitShape<typeof PaidRequestSchema> {
+  return {
+    httpMethod: "POST",
+    path: PATH,
+    plan: body.plan,
+    modelOptimization: body.model_optimization,
+    model: body.model ?? "",
+    outputCap: outputCapOf(body) ?? 0,
+    messageCount: body.messages.length,
+    body: req.rawBody ?? new Uint8Array(),
+  };
+}
+
+/** Validates the body; unpaid and paid requests obey the same rules. */
+function validate(req: FastifyRequest): PaidChatRequest {
+  const raw = req.body as { stream?: unknown } | undefined;
+  if (raw && typeof raw === "object" && raw.stream === true) {
+    throw new EdgeError(
+      "mpp_streaming_unavailable",
+      "streaming is not available on the paid route; send stream: false",
+    );
+  }
+  const parsed = paidChatRequestSchema.safeParse(req.body);
+  if (!parsed.success) throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
+  return parsed.data;
+}
+
+/**
+ * POST /v1/mpp/chat/completions: 402 with a challenge when unpaid; with a session credential,
+ * verify → reserve → buffered inference → commit, and the receipt only after the commit.
+ */
+export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
+  // HEAD is reserved for later rollouts and never runs a model (spec, "Accountless route").
+  app.head(PATH, async (_req, reply) => reply.code(405).header("allow", "POST").send());
+
+  app.post(PATH, { errorHandler: paidErrorHandler(ctx) }, async (req, reply) => {
+    const credential = paymentCredential(req);
+    const bodyless = (req.rawBody?.length ?? 0) === 0;
+    if (credential.kind === "none") {
+      const body = validate(req);
+      const challenge = await ctx.payment.challenge(
+        { request: paidRequestOf(req, body) },
+        { timeoutMs: PAYMENT_TIMEOUT_MS },
+      );
+      const e: HttpError = {
+        status: 402,
+        type: "payment_required",
+        code: "payment_required",
+        message: "this route is paid per request: retry the identical body with Authorization: Payment",
+      };
+      return sendProblem(reply, req, e, challenge.wwwAuthenticate, challenge.challengeId);
+    }
+
+    const verified = await ctx.payment.verify(
+      {
+        authorization: credential.header,
+        httpMethod: "POST",
+        path: PATH,
+        body: req.rawBody ?? new Uint8Array(),
+      },
+      { timeoutMs: PAYMENT_TIMEOUT_MS },
+    );
+    // Management credentials (topUp, close, or a bodyless open/voucher) never reach a model.
+    if (bodyless || verified.action === Action.TOP_UP || verified.action === Action.CLOSE) {
+      let receipt = verified.paymentReceipt;
+      if (verified.action === Action.CLOSE && receipt === "") {
+        receipt = (
+          await ctx.payment.close(
+            { authorization: credential.header, httpMethod: "POST", path: PATH },
+            { timeoutMs: PAYMENT_TIMEOUT_MS },
+          )
+        ).paymentReceipt;
+      }
+      if (receipt === "")
+        throw new EdgeError("invalid_request", "a management credential needs no body; content needs one");
+      return reply.code(204).header("payment-receipt", receipt).header("cache-control", "private").send();
+    }
+
+    const body = validate(req);
+    const binding = verified.binding;
+    const { reservationId } = await ctx.payment.reserve(
+      { channelId: verified.channelId, requestId: req.id, quote: verified.quote },
+      { timeoutMs: PAYMENT_TIMEOUT_MS },
+    );
+    let result: Awaited<ReturnType<RouteContext["inference"]["complete"]>>;
+    try {
+      result = await ctx.inference.complete(
+        {
+          input: {
+            requestId: req.id,
+            operation: Operation.CHAT,
+            model: binding?.model ?? body.model ?? "",
+            ...(binding?.outputCap ? { maxOutputTokens: binding.outputCap } : {}),
+            body: req.rawBody!,
+            billing: { door: Door.PAID, reservationId },
+          },
+        },
+        { signal: callerGone(reply) },
+      );
+    } catch (err) {
+      // Nothing was served: the hold goes back and no receipt is sent.
+      await ctx.payment
+        .release({ reservationId, channelId: verified.channelId }, { timeoutMs: PAYMENT_TIMEOUT_MS })
+        .catch((releaseErr: unknown) => req.log.error({ err: releaseErr }, "hold release failed"));
+      throw err;
+    }
+    const commit = await ctx.payment
+      .commit(
+        {
+          reservationId,
+          channelId: verified.channelId,
+          challengeId: verified.challengeId,
+          actualCost: result.usage?.cost ?? "0",
+        },
+        { timeoutMs: PAYMENT_TIMEOUT_MS },
+      )
+      .catch((err: unknown) => {
+        req.log.error({ err }, "paid usage commit failed");
+        return { paymentReceipt: "" };
+      });
+    // A 200 without Payment-Receipt never happens (spec, MPP rule 5): no commit, no content.
+    if (commit.paymentReceipt === "") {
+      throw new EdgeError(
+        "mpp_commit_failed",
+        "the paid usage could not be committed; no receipt was issued",
+      );
+    }
+    if (result.usage) reply.header("x-tollgate-cost", result.usage.cost);
+    return reply
+      .header("payment-receipt", commit.paymentReceipt)
+      .header("cache-control", "private")
+      .type("application/json")
+      .send(Buffer.from(result.body));
+  });
+}
+
+function sendProblem(
+  reply: FastifyReply,
+  req: FastifyRequest,
+  e: HttpError,
+  wwwAuthenticate?: string,
+  challengeId?: string,
+) {
+  if (wwwAuthenticate) reply.header("www-authenticate", wwwAuthenticate);
+  return reply
+    .code(e.status)
+    .header("cache-control", "no-store")
+    .type("application/problem+json")
+    .send(problemBody(e, req.id, challengeId));
+}
+
+/**
+ * Errors of the paid route: problem details, and a fresh challenge on every 402 so the
+ * client can pay or re-sign (notes 1.10) — when the body is valid enough to bind one.
+ */
+function paidErrorHandler(ctx: RouteContext) {
+  return async (err: unknown, req: FastifyRequest, reply: FastifyReply) => {
+    const e = toHttpError(err, req.log);
+    if (e.status !== 402) return sendProblem(reply, req, e);
+    try {
+      const body = validate(req);
+      const challenge = await ctx.payment.challenge(
+        { request: paidRequestOf(req, body) },
+        { timeoutMs: PAYMENT_TIMEOUT_MS },
+      );
+      return sendProblem(reply, req, e, challenge.wwwAuthenticate, challenge.challengeId);
+    } catch {
+      return sendProblem(reply, req, e);
+    }
+  };
+}
