@@ -117,7 +117,7 @@ describeAccountDoor(
         expect(totals?.requests).toBe(BigInt(all.length));
         expect(totals?.cost).toBe(expectedCost.toString());
       } finally {
-        client.close();
+        client.$close();
       }
     });
   },

@@ -120,12 +120,12 @@ describe("grpc bridge", () => {
     expect(port).toBeGreaterThan(0);
     authClient = createClient(AuthService, `127.0.0.1:${port}`);
     inferenceClient = createClient(InferenceService, `127.0.0.1:${port}`);
-    await authClient.ready(5_000);
+    await authClient.$ready(5_000);
   });
 
   afterAll(async () => {
-    authClient?.close();
-    inferenceClient?.close();
+    authClient?.$close();
+    inferenceClient?.$close();
     if (server) await shutdownServer(server, 1_000);
   });
 

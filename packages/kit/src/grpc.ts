@@ -265,11 +265,14 @@ export function grpcTarget(address: string): string {
   return parts[0] ?? address;
 }
 
-/** A typed client plus its lifecycle. */
+/**
+ * A typed client plus its lifecycle. The lifecycle methods carry a `$` so that they can never
+ * collide with an RPC's name (PaymentService has a Close RPC).
+ */
 export type Client<M extends GenServiceMethods> = ServiceClient<M> & {
-  close(): void;
+  $close(): void;
   /** Resolves once the channel is connected, or rejects after `timeoutMs`. */
-  ready(timeoutMs: number): Promise<void>;
+  $ready(timeoutMs: number): Promise<void>;
 };
 
 /** Creates a typed promise/stream client for a generated service descriptor. */
@@ -316,10 +319,14 @@ export function createClient<M extends GenServiceMethods>(
         })();
     }
   }
-  client.close = () => raw.close();
-  client.ready = (timeoutMs: number) =>
+  // The generated constructor puts RPC methods on the prototype, where an RPC named Close
+  // would shadow grpc.Client#close; call the base class's methods directly.
+  client.$close = () => grpc.Client.prototype.close.call(raw);
+  client.$ready = (timeoutMs: number) =>
     new Promise<void>((resolve, reject) =>
-      raw.waitForReady(Date.now() + timeoutMs, (err) => (err ? reject(err) : resolve())),
+      grpc.Client.prototype.waitForReady.call(raw, Date.now() + timeoutMs, (err) =>
+        err ? reject(err) : resolve(),
+      ),
     );
   return client as Client<M>;
 }

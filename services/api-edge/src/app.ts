@@ -102,7 +102,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
 
   app.get("/livez", async () => ({ status: "ok" }));
   app.get("/readyz", async (_req, reply) => {
-    const ready = await Promise.all([auth.ready(500), inference.ready(500)]).then(
+    const ready = await Promise.all([auth.$ready(500), inference.$ready(500)]).then(
       () => true,
       () => false,
     );
@@ -129,9 +129,9 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
         },
         // Stops accepting, lets in-flight requests and streams finish.
         () => app.close(),
-        () => auth.close(),
-        () => inference.close(),
-        () => payment.close(),
+        () => auth.$close(),
+        () => inference.$close(),
+        () => payment.$close(),
       ]),
   };
 }

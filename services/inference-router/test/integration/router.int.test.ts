@@ -39,7 +39,7 @@ let gateway: GatewayConfig;
 let router: InferenceRouter;
 let client: Client<Service>;
 const routers = new Set<InferenceRouter>();
-const clients = new Set<{ close(): void }>();
+const clients = new Set<{ $close(): void }>();
 
 /** What each served request must have produced on the usage stream, by request id. */
 const served = new Map<string, Partial<UsageRecorded>>();
@@ -151,11 +151,11 @@ beforeAll(async () => {
   );
   router = await startRouter();
   client = clientOf(router);
-  await client.ready(5_000);
+  await client.$ready(5_000);
 });
 
 afterAll(async () => {
-  for (const c of clients) c.close();
+  for (const c of clients) c.$close();
   for (const r of routers) await r.stop();
   await fake?.close();
   await tap?.close();

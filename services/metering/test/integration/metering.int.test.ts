@@ -37,7 +37,7 @@ let redis: RedisFixture;
 let nc: NatsConnection;
 const namespaces: string[] = [];
 const running = new Set<Metering>();
-const clients = new Set<{ close(): void }>();
+const clients = new Set<{ $close(): void }>();
 
 beforeAll(async () => {
   [nats, redis] = await Promise.all([useNats(), useRedis()]);
@@ -45,7 +45,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const c of clients) c.close();
+  for (const c of clients) c.$close();
   for (const app of running) await app.stop();
   // Remove only what this run created; the servers may be shared.
   const r = connectRedis(redis.url);

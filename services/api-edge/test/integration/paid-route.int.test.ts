@@ -1,0 +1,247 @@
+import { parseGatewayConfig } from "@tollgate/config";
+import { type InferenceRouter, start as startRouter } from "@tollgate/inference-router";
+import { createMemoryBus } from "@tollgate/kit/bus";
+import {
+  type GrpcServer,
+  GrpcStatus,
+  type Handlers,
+  implement,
+  StatusError,
+  serveGrpc,
+} from "@tollgate/kit/grpc";
+import { createLogger } from "@tollgate/kit/log";
+import { Action, PaymentService } from "@tollgate/proto/payment";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { type ApiEdge, start } from "../../src/app.js";
+
+/**
+ * The paid route's control flow in api-edge, against a scripted PaymentService: what reaches
+ * the model, what the caller sees, and that no receipt ever goes out without a commit. The
+ * real mpp-payment and the unmodified mppx client are exercised end to end in packages/e2e.
+ */
+const log = createLogger({ service: "api-edge", level: "silent" });
+const PATH = "/v1/mpp/chat/completions";
+const CHALLENGE =
+  'Payment id="ch_1", realm="tollgate", method="tempo", intent="session", request="e30", expires="2999-01-01T00:00:00.000Z"';
+
+const calls: string[] = [];
+let script: { verify?: () => never; commit?: () => never; receipt?: string } = {};
+
+const payment: Handlers<typeof PaymentService> = {
+  async challenge(req) {
+    calls.push(`challenge:${req.request?.plan}`);
+    return { wwwAuthenticate: CHALLENGE, challengeId: "ch_1", binding: { model: "small", outputCap: 5 } };
+  },
+  async verify(req) {
+    calls.push("verify");
+    script.verify?.();
+    const bodyless = req.body.length === 0;
+    return {
+      action: Action.VOUCHER,
+      channelId: "0xchan",
+      challengeId: "ch_1",
+      binding: { model: "small", outputCap: 5, plan: "Starter" },
+      acceptedCumulative: "1000000",
+      quote: "100",
+      paymentReceipt: bodyless ? "mgmt-receipt" : "",
+    };
+  },
+  async reserve() {
+    calls.push("reserve");
+    return { reservationId: "res_1" };
+  },
+  async commit(req) {
+    calls.push(`commit:${req.actualCost}`);
+    script.commit?.();
+    return { paymentReceipt: script.receipt ?? "receipt-after-commit" };
+  },
+  async release() {
+    calls.push("release");
+    return {};
+  },
+  async close() {
+    calls.push("close");
+    return { paymentReceipt: "close-receipt" };
+  },
+};
+
+describe("paid route control flow (api-edge)", () => {
+  let upstream: FakeUpstream;
+  let router: InferenceRouter;
+  let paymentServer: GrpcServer;
+  let edge: ApiEdge;
+  let url: string;
+
+  beforeAll(async () => {
+    upstream = await startFakeUpstream();
+    const gateway = parseGatewayConfig({
+      upstreams: [{ id: "fake", baseUrl: upstream.url }],
+      models: [
+        {
+          id: "small",
+          upstream: "fake",
+          upstreamModel: "fake-small",
+          runtime: "vllm",
+          pricing: { inputPerMillion: 1000, outputPerMillion: 2000 },
+        },
+      ],
+    });
+    router = await startRouter({ grpcHost: "127.0.0.1", grpcPort: 0, gateway, upstreamKeys: {} }, log, {
+      bus: createMemoryBus(),
+    });
+    paymentServer = await serveGrpc({
+      host: "127.0.0.1",
+      port: 0,
+      log,
+      services: [implement(PaymentService, payment)],
+    });
+    edge = await start(
+      {
+        host: "127.0.0.1",
+        port: 0,
+        authPolicyAddr: "127.0.0.1:1",
+        inferenceRouterAddr: `127.0.0.1:${router.port}`,
+        mppPaymentAddr: `127.0.0.1:${paymentServer.port}`,
+        bodyLimitBytes: 1024 * 1024,
+      },
+      log,
+    );
+    url = `http://127.0.0.1:${edge.port}${PATH}`;
+  });
+
+  afterAll(async () => {
+    await edge?.stop();
+    await paymentServer?.stop(100);
+    await router?.stop();
+    await upstream?.close();
+  });
+
+  beforeEach(() => {
+    calls.length = 0;
+    script = {};
+  });
+
+  const body = {
+    plan: "Starter",
+    model_optimization: true,
+    max_tokens: 5,
+    messages: [{ role: "user", content: "hi" }],
+  };
+  const post = (b: unknown, headers: Record<string, string> = {}) =>
+    fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body: typeof b === "string" ? b : JSON.stringify(b),
+    });
+
+  it("answers an unpaid valid request with 402, a Payment challenge and code payment_required", async () => {
+    const before = upstream.requests.length;
+    const res = await post(body);
+    expect(res.status).toBe(402);
+    expect(res.headers.get("www-authenticate")).toBe(CHALLENGE);
+    expect(res.headers.get("cache-control")).toBe("no-store");
+    expect(res.headers.get("content-type")).toContain("application/problem+json");
+    const problem = (await res.json()) as { code: string; status: number; challengeId: string };
+    expect(problem).toMatchObject({ code: "payment_required", status: 402, challengeId: "ch_1" });
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it.each([
+    ["a Virtual Key", { authorization: "Bearer tg_demo_key_00000000000000000000" }, 401, "wrong_auth_scheme"],
+    ["another scheme", { authorization: "Basic abc" }, 401, "wrong_auth_scheme"],
+  ])("refuses %s with 401", async (_l, headers, status, code) => {
+    const res = await post(body, headers);
+    expect(res.status).toBe(status);
+    expect(((await res.json()) as { code: string }).code).toBe(code);
+    expect(calls).toEqual([]);
+  });
+
+  it.each([
+    ["stream: true", { ...body, stream: true }, "mpp_streaming_unavailable"],
+    ["no plan", { ...body, plan: undefined }, "invalid_request"],
+    ["an unknown plan", { ...body, plan: "Gold" }, "invalid_request"],
+    ["model with model_optimization true", { ...body, model: "small" }, "invalid_request"],
+    ["no model with model_optimization false", { ...body, model_optimization: false }, "invalid_request"],
+    ["no output cap", { ...body, max_tokens: undefined }, "invalid_request"],
+    ["no messages", { ...body, messages: undefined }, "invalid_request"],
+  ])("refuses %s with 400 before any challenge or model", async (_l, b, code) => {
+    const before = upstream.requests.length;
+    const res = await post(b);
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { code: string }).code).toBe(code);
+    expect(calls).toEqual([]);
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it("keeps HEAD disabled and never runs a model", async () => {
+    const before = upstream.requests.length;
+    const res = await fetch(url, { method: "HEAD" });
+    expect(res.status).toBe(405);
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it("serves a paid request: verify, reserve, model, commit, then the receipt", async () => {
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("payment-receipt")).toBe("receipt-after-commit");
+    expect(res.headers.get("cache-control")).toBe("private");
+    const json = (await res.json()) as { choices: Array<{ message: { content: string } }> };
+    expect(json.choices[0]?.message.content.length).toBeGreaterThan(0);
+    expect(calls[0]).toBe("verify");
+    expect(calls[1]).toBe("reserve");
+    expect(calls[2]).toMatch(/^commit:\d+$/);
+    expect(calls).toHaveLength(3);
+    expect((upstream.requests.at(-1)?.body as { max_tokens: number }).max_tokens).toBe(5);
+  });
+
+  it("releases the hold and sends no receipt when inference fails", async () => {
+    upstream.failNext(1, { status: 500 });
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(502);
+    expect(res.headers.get("payment-receipt")).toBeNull();
+    expect(calls).toEqual(["verify", "reserve", "release"]);
+  });
+
+  it("sends no content and no receipt when the commit fails (mpp_commit_failed)", async () => {
+    script.commit = () => {
+      throw new StatusError(GrpcStatus.UNAVAILABLE, "mpp_commit_failed", "store down");
+    };
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(500);
+    expect(res.headers.get("payment-receipt")).toBeNull();
+    const problem = (await res.json()) as { code: string; choices?: unknown };
+    expect(problem.code).toBe("mpp_commit_failed");
+    expect(problem.choices).toBeUndefined();
+  });
+
+  it("never answers 200 without a receipt, even if the commit returns none", async () => {
+    script.receipt = "";
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(500);
+    expect(res.headers.get("payment-receipt")).toBeNull();
+  });
+
+  it("attaches a fresh challenge to a 402 from verification", async () => {
+    script.verify = () => {
+      throw new StatusError(
+        GrpcStatus.FAILED_PRECONDITION,
+        "mpp_voucher_bucket_refresh_required",
+        "sign a higher voucher",
+      );
+    };
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(402);
+    expect(res.headers.get("www-authenticate")).toBe(CHALLENGE);
+    expect(((await res.json()) as { code: string }).code).toBe("mpp_voucher_bucket_refresh_required");
+    expect(calls).toEqual(["verify", "challenge:Starter"]);
+  });
+
+  it("answers a bodyless management credential with 204 and its receipt, without a model", async () => {
+    const before = upstream.requests.length;
+    const res = await fetch(url, { method: "POST", headers: { authorization: "Payment abc" } });
+    expect(res.status).toBe(204);
+    expect(res.headers.get("payment-receipt")).toBe("mgmt-receipt");
+    expect(upstream.requests.length).toBe(before);
+  });
+});
