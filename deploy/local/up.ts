@@ -13,6 +13,7 @@ const stack = await startStack({
   routers: 2,
   port: Number(process.env.PORT ?? 8080),
   upstreamPort: 18000,
+  devnetPort: 18545,
   grpcPorts: { auth: 50051, metering: 50054, payment: 50052, routers: [50053, 50063] },
   logDir: join(stateDir, "logs"),
 });
@@ -27,5 +28,6 @@ writeFileSync(
 console.log(`Tollgate stack is up on ${stack.url} (NATS ${natsUrl}, Redis ${redisUrl})`);
 for (const p of stack.processes) console.log(`  ${p.name.padEnd(20)} pid ${p.child.pid}  port ${p.port}`);
 console.log(`  demo key: ${stack.demoKey}`);
+console.log(`  paid door: POST ${stack.url}/v1/mpp/chat/completions, Tempo devnet ${stack.tempoRpcUrl}`);
 console.log(`  logs: .tollgate/logs/<service>.log   stop: make down`);
 process.exit(0);

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { start as startApiEdge } from "@tollgate/api-edge";
 import { start as startAuthPolicy } from "@tollgate/auth-policy";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
@@ -9,6 +10,7 @@ import { stopInOrder } from "@tollgate/kit/shutdown";
 import { start as startMetering } from "@tollgate/metering";
 import { start as startMppPayment } from "@tollgate/mpp-payment";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { createTempoDevnet, DEMO_PAYEE_PRIVATE_KEY, type TempoDevnet } from "@tollgate/testkit/tempo-devnet";
 import type { DestinationStream } from "pino";
 import { type AllInOneConfig, DEMO_CONFIG_PATH } from "./config.js";
 
@@ -22,6 +24,10 @@ export interface AllInOne {
   demoKey?: string;
   /** The bundled fake upstream, in demo mode. */
   upstream?: FakeUpstream;
+  /** The bundled Tempo devnet, when no TEMPO_RPC_URL was given. */
+  devnet?: TempoDevnet;
+  /** The chain the paid door settles on, when the paid door runs. */
+  tempoRpcUrl?: string;
   stop(): Promise<void>;
 }
 
@@ -46,18 +52,40 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
   const deps = bus ? { bus } : {};
   const nats = cfg.natsUrl ? { natsUrl: cfg.natsUrl, natsNamespace: cfg.natsNamespace } : {};
 
+  const redis = cfg.redisUrl ? { redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix } : {};
   const metering = await startMetering(
-    {
-      grpcHost: LOOPBACK,
-      grpcPort: 0,
-      ...nats,
-      ...(cfg.redisUrl ? { redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix } : {}),
-    },
+    { grpcHost: LOOPBACK, grpcPort: 0, ...nats, ...redis },
     logger("metering"),
     deps,
   );
-  const payment = await startMppPayment({ grpcHost: LOOPBACK, grpcPort: 0 }, logger("mpp-payment"));
-  const auth = await startAuthPolicy({ grpcHost: LOOPBACK, grpcPort: 0, gateway }, logger("auth-policy"));
+  // The paid door runs when the configuration has plans; without them its route does not exist.
+  const paidDoor = gateway.plans !== undefined;
+  const devnet =
+    cfg.tempoRpcUrl || !paidDoor
+      ? undefined
+      : await createTempoDevnet({ host: LOOPBACK, port: cfg.tempoDevnetPort });
+  const tempoRpcUrl = cfg.tempoRpcUrl ?? devnet?.url;
+  const payeeKey = cfg.mppPayeeKey ?? (devnet ? DEMO_PAYEE_PRIVATE_KEY : undefined);
+  const payment =
+    paidDoor && tempoRpcUrl
+      ? await startMppPayment(
+          {
+            grpcHost: LOOPBACK,
+            grpcPort: 0,
+            gateway,
+            ...redis,
+            // One process, one replica: a per-process secret is enough when none is configured.
+            secret: cfg.mppSecret ?? randomBytes(32).toString("hex"),
+            tempoRpcUrl,
+            ...(payeeKey ? { payeeKey } : {}),
+          },
+          logger("mpp-payment"),
+        )
+      : undefined;
+  const auth = await startAuthPolicy(
+    { grpcHost: LOOPBACK, grpcPort: 0, gateway, ...redis, ...nats },
+    logger("auth-policy"),
+  );
   const router = await startInferenceRouter(
     { grpcHost: LOOPBACK, grpcPort: 0, gateway, upstreamKeys: upstreamKeysFrom(gateway, cfg.env), ...nats },
     logger("inference-router"),
@@ -69,7 +97,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       port: cfg.port,
       authPolicyAddr: `${LOOPBACK}:${auth.port}`,
       inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
-      mppPaymentAddr: `${LOOPBACK}:${payment.port}`,
+      ...(payment ? { mppPaymentAddr: `${LOOPBACK}:${payment.port}` } : {}),
       bodyLimitBytes: 4 * 1024 * 1024,
     },
     logger("api-edge"),
@@ -84,16 +112,19 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     gateway,
     ...(demoKey ? { demoKey } : {}),
     ...(upstream ? { upstream } : {}),
+    ...(devnet ? { devnet } : {}),
+    ...(tempoRpcUrl ? { tempoRpcUrl } : {}),
     // Front to back: stop taking requests, finish in-flight work, then the consumers.
     stop: () =>
       stopInOrder([
         () => edge.stop(),
         () => router.stop(),
         () => auth.stop(),
-        () => payment.stop(),
+        () => payment?.stop(),
         () => metering.stop(),
         () => bus?.close(),
         () => upstream?.close(),
+        () => devnet?.close(),
       ]),
   };
 }

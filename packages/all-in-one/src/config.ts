@@ -15,6 +15,17 @@ const envSchema = z.object({
   NATS_URL: z.string().optional(),
   NATS_NAMESPACE: z.string().default(""),
   REDIS_PREFIX: z.string().default("tollgate:"),
+  /** The Tempo JSON-RPC endpoint; unset starts the bundled devnet. */
+  TEMPO_RPC_URL: z.string().optional(),
+  /** Port of the bundled devnet (0 picks a free one). */
+  TEMPO_DEVNET_PORT: port(18545),
+  /** HMAC key of payment challenges (≥ 32 bytes); unset makes a random one for this process. */
+  MPP_SECRET: z.string().min(32).optional(),
+  /** Payee key that signs settle and close; unset uses the devnet's demo payee with the bundled devnet. */
+  MPP_PAYEE_KEY: z
+    .string()
+    .regex(/^0x[0-9a-fA-F]{64}$/)
+    .optional(),
   LOG_LEVEL: logLevel,
 });
 
@@ -29,6 +40,10 @@ export interface AllInOneConfig {
   natsNamespace: string;
   redisPrefix: string;
   logLevel: string;
+  tempoRpcUrl?: string;
+  tempoDevnetPort: number;
+  mppSecret?: string;
+  mppPayeeKey?: `0x${string}`;
   /** Environment the inference-router reads upstream API keys from. */
   env: NodeJS.ProcessEnv;
 }
@@ -45,6 +60,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     natsNamespace: e.NATS_NAMESPACE,
     redisPrefix: e.REDIS_PREFIX,
     logLevel: e.LOG_LEVEL,
+    ...(e.TEMPO_RPC_URL ? { tempoRpcUrl: e.TEMPO_RPC_URL } : {}),
+    tempoDevnetPort: e.TEMPO_DEVNET_PORT,
+    ...(e.MPP_SECRET ? { mppSecret: e.MPP_SECRET } : {}),
+    ...(e.MPP_PAYEE_KEY ? { mppPayeeKey: e.MPP_PAYEE_KEY as `0x${string}` } : {}),
     env,
   };
 }

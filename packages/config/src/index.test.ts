@@ -151,6 +151,46 @@ describe("parseGatewayConfig", () => {
     expect(text).toContain("policy.defaultMaxOutputTokens");
   });
 
+  it("accepts rate limits and a route list, and leaves them unset (unlimited) by default", () => {
+    expect(parseGatewayConfig(validDoc()).accounts[0]).not.toHaveProperty("limits");
+    const doc = validDoc();
+    Object.assign(doc.accounts[0]!, { limits: { requestsPerMinute: 600 } });
+    Object.assign(doc.accounts[0]!.connections[0]!, {
+      routes: ["chat", "models"],
+      limits: {
+        requestsPerMinute: 120,
+        tokensPerMinute: 200000,
+        keyRequestsPerMinute: 60,
+        keyTokensPerMinute: 100000,
+        routes: { chat: { requestsPerMinute: 30 }, think: { tokensPerMinute: 5000 } },
+      },
+    });
+    const cfg = parseGatewayConfig(doc);
+    expect(cfg.accounts[0]?.limits).toEqual({ requestsPerMinute: 600 });
+    const conn = cfg.accounts[0]?.connections[0];
+    expect(conn?.routes).toEqual(["chat", "models"]);
+    expect(conn?.limits?.routes).toEqual({
+      chat: { requestsPerMinute: 30 },
+      think: { tokensPerMinute: 5000 },
+    });
+    expect(conn?.limits?.keyTokensPerMinute).toBe(100000);
+  });
+
+  it("refuses unknown routes, zero or fractional limits and misspelled limit fields", () => {
+    const doc = validDoc();
+    Object.assign(doc.accounts[0]!, { limits: { requestsPerMinute: 0 } });
+    Object.assign(doc.accounts[0]!.connections[0]!, {
+      routes: ["chat", "embeddings"],
+      limits: { tokensPerMinute: 1.5, rpm: 5, routes: { images: { requestsPerMinute: 1 } } },
+    });
+    const text = problemsOf(() => parseGatewayConfig(doc)).join("\n");
+    expect(text).toContain("accounts.0.limits.requestsPerMinute");
+    expect(text).toContain("accounts.0.connections.0.routes.1");
+    expect(text).toContain("accounts.0.connections.0.limits.tokensPerMinute");
+    expect(text).toContain('Unrecognized key: "rpm"');
+    expect(text).toContain("accounts.0.connections.0.limits.routes");
+  });
+
   it("checks plans against the models", () => {
     const plans = {
       Starter: { models: ["mini"], default: "mini" },

@@ -1,6 +1,8 @@
 import { z } from "zod";
 
-const id = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/, "ids use letters, digits and . _ : -");
+/** The shape of every id: accounts, connections, keys, models, upstreams. */
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+const id = z.string().regex(ID_PATTERN, "ids use letters, digits and . _ : -");
 /** Base units are non-negative integers; YAML may give them as numbers or decimal strings. */
 const baseUnits = z
   .union([z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER), z.string().regex(/^\d+$/)])
@@ -62,10 +64,38 @@ const keySchema = z
     message: "give exactly one of secret or sha256",
   });
 
+/** The account-door routes, as named in configuration (policy and per-route limits). */
+export const routeNames = ["models", "chat", "completions", "responses", "think"] as const;
+export type RouteName = (typeof routeNames)[number];
+
+const perMinute = z.number().int().positive().max(4_294_967_295).optional();
+
+/** Per-minute caps of one scope; an absent field means unlimited. */
+const rateLimitsSchema = z.strictObject({
+  requestsPerMinute: perMinute,
+  /** Counts each request's input estimate plus its effective output cap. */
+  tokensPerMinute: perMinute,
+});
+
+const connectionLimitsSchema = z.strictObject({
+  /** Every key of the connection together. */
+  requestsPerMinute: perMinute,
+  tokensPerMinute: perMinute,
+  /** Each key of the connection on its own. */
+  keyRequestsPerMinute: perMinute,
+  keyTokensPerMinute: perMinute,
+  /** Per route, every key of the connection together. */
+  routes: z.partialRecord(z.enum(routeNames), rateLimitsSchema).optional(),
+});
+
 const connectionSchema = z.strictObject({
   id,
   models: z.array(id).min(1),
   defaultModel: id,
+  /** Routes the connection's keys may call (403 route_not_allowed otherwise); absent: all. */
+  routes: z.array(z.enum(routeNames)).min(1).optional(),
+  /** Rate limits; absent: unlimited. */
+  limits: connectionLimitsSchema.optional(),
   policy: z
     .strictObject({
       /** Output cap applied when a request carries none. */
@@ -77,7 +107,12 @@ const connectionSchema = z.strictObject({
   keys: z.array(keySchema).default([]),
 });
 
-const accountSchema = z.strictObject({ id, connections: z.array(connectionSchema).min(1) });
+const accountSchema = z.strictObject({
+  id,
+  /** Rate limits over every connection and key of the account; absent: unlimited. */
+  limits: rateLimitsSchema.optional(),
+  connections: z.array(connectionSchema).min(1),
+});
 
 export const gatewayConfigSchema = z.strictObject({
   upstreams: z.array(upstreamSchema).min(1),
@@ -93,6 +128,8 @@ export type AccountConfig = GatewayConfig["accounts"][number];
 export type ConnectionConfig = AccountConfig["connections"][number];
 export type KeyConfig = ConnectionConfig["keys"][number];
 export type PlanConfig = z.output<typeof planSchema>;
+export type RateLimitsConfig = z.output<typeof rateLimitsSchema>;
+export type ConnectionLimitsConfig = z.output<typeof connectionLimitsSchema>;
 
 /**
  * Cross-reference problems zod cannot see: unknown ids, duplicates, defaults outside their lists.

@@ -51,6 +51,7 @@ describe("account door error contract (all-in-one, in process)", () => {
         natsNamespace: "",
         redisPrefix: "tollgate:",
         logLevel: "info",
+        tempoDevnetPort: 0,
         env: {},
       },
       logs.stream,

@@ -43,7 +43,18 @@ const serverCleanedUp = new Map<string, Promise<void>>();
 /** Records, per request id, that the server saw the caller go away. */
 const serverSawAbort = new Map<string, Promise<void>>();
 
+// The admin RPCs of AuthService are not exercised here.
+const unimplemented = async (): Promise<never> => {
+  throw new StatusError(GrpcStatus.UNIMPLEMENTED, "unimplemented", "not implemented in this test");
+};
+
 const auth: Handlers<typeof AuthService> = {
+  createAccount: unimplemented,
+  createConnection: unimplemented,
+  createKey: unimplemented,
+  listKeys: unimplemented,
+  revokeKey: unimplemented,
+  rotateKey: unimplemented,
   async authorize(req) {
     if (req.key === "deny") {
       throw new StatusError(
@@ -53,6 +64,12 @@ const auth: Handlers<typeof AuthService> = {
       );
     }
     if (req.key === "boom") throw new Error("database password is hunter2");
+    if (req.key === "slow-down") {
+      throw new StatusError(GrpcStatus.RESOURCE_EXHAUSTED, "rate_limited", "too many requests", {
+        "retry-after": "7",
+        "ratelimit-limit": "10",
+      });
+    }
     return {
       principal: { accountId: "acct_1", connectionId: "conn_1", keyId: `key:${req.key}` },
       model: req.model === "" ? "tollgate-mini" : req.model,
@@ -172,6 +189,21 @@ describe("grpc bridge", () => {
       code: "model_not_allowed",
       message: "the model 'x' is not allowed",
     });
+  });
+
+  it("carries error details as tollgate-* trailing metadata", async () => {
+    const err = await authClient.authorize({ key: "slow-down" }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RemoteError);
+    expect(err).toMatchObject({ status: GrpcStatus.RESOURCE_EXHAUSTED, code: "rate_limited" });
+    expect((err as RemoteError).details).toEqual({ "retry-after": "7", "ratelimit-limit": "10" });
+    const plain = await authClient.authorize({ key: "deny" }).catch((e: unknown) => e);
+    expect((plain as RemoteError).details).toEqual({});
+  });
+
+  it("refuses a detail name that cannot travel as metadata", () => {
+    for (const name of ["Upper", "code", "x-bin", "a b", ""]) {
+      expect(() => new StatusError(GrpcStatus.INTERNAL, "x", "y", { [name]: "v" })).toThrow(TypeError);
+    }
   });
 
   it("turns an unexpected failure into INTERNAL without leaking its message", async () => {

@@ -18,27 +18,47 @@ export { status as GrpcStatus } from "@grpc/grpc-js";
 /** Trailing metadata key carrying a domain error code across a gRPC boundary. */
 export const ERROR_CODE_KEY = "tollgate-code";
 
+/** Prefix of every trailing metadata key the bridge writes: the code and each detail. */
+export const ERROR_DETAIL_PREFIX = "tollgate-";
+
+/** Detail names travel as metadata keys: lower-case ASCII, and not "-bin" (binary) ones. */
+const DETAIL_NAME = /^[a-z0-9][a-z0-9_.-]*$/;
+
+/** Machine-readable facts about a failure (e.g. retry-after seconds), as strings. */
+export type ErrorDetails = Readonly<Record<string, string>>;
+
 /**
  * A domain failure on its way out of a gRPC handler: a gRPC status plus the domain code.
- * Each service builds these in exactly one place, its transport/grpc/errors.ts.
+ * Each service builds these in exactly one place, its transport/grpc/errors.ts. Optional
+ * `details` travel as trailing metadata `tollgate-<name>` and arrive as `RemoteError.details`.
  */
 export class StatusError extends Error {
   constructor(
     readonly status: grpc.status,
     readonly code: string,
     message: string,
+    readonly details: ErrorDetails = {},
   ) {
     super(message);
     this.name = "StatusError";
+    for (const name of Object.keys(details)) {
+      if (!DETAIL_NAME.test(name) || name === "code" || name.endsWith("-bin")) {
+        throw new TypeError(`invalid error detail name "${name}"`);
+      }
+    }
   }
 }
 
-/** A failure received from a remote gRPC service, with the domain code when it sent one. */
+/**
+ * A failure received from a remote gRPC service, with the domain code when it sent one and
+ * the details it attached (empty when none).
+ */
 export class RemoteError extends Error {
   constructor(
     readonly status: grpc.status,
     readonly code: string | undefined,
     message: string,
+    readonly details: ErrorDetails = {},
   ) {
     super(message);
     this.name = "RemoteError";
@@ -126,6 +146,7 @@ function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc
   if (err instanceof StatusError) {
     const metadata = new grpc.Metadata();
     metadata.set(ERROR_CODE_KEY, err.code);
+    for (const [name, value] of Object.entries(err.details)) metadata.set(ERROR_DETAIL_PREFIX + name, value);
     return { code: err.status, details: err.message, metadata };
   }
   log.error({ err, method }, "handler failed");
@@ -248,7 +269,18 @@ function toRemoteError(err: unknown): Error {
   const e = err as grpc.ServiceError;
   if (typeof e?.code !== "number") return err as Error;
   const code = e.metadata?.get(ERROR_CODE_KEY)[0];
-  return new RemoteError(e.code, typeof code === "string" ? code : undefined, e.details ?? e.message);
+  const details: Record<string, string> = {};
+  for (const [key, value] of Object.entries(e.metadata?.getMap() ?? {})) {
+    if (key !== ERROR_CODE_KEY && key.startsWith(ERROR_DETAIL_PREFIX) && typeof value === "string") {
+      details[key.slice(ERROR_DETAIL_PREFIX.length)] = value;
+    }
+  }
+  return new RemoteError(
+    e.code,
+    typeof code === "string" ? code : undefined,
+    e.details ?? e.message,
+    details,
+  );
 }
 
 /**

@@ -1,10 +1,12 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { freePort } from "./fixtures.js";
+import { DEMO_PAYEE_PRIVATE_KEY } from "./tempo-devnet/demo-accounts.js";
 
 /** The repository root (this file is packages/testkit/src/stack.ts). */
 export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -24,6 +26,8 @@ export interface StackOptions {
   port?: number;
   /** Port of the fake upstream (default: a free one); the demo config is rewritten to it. */
   upstreamPort?: number;
+  /** Port of the Tempo devnet (default: a free one). */
+  devnetPort?: number;
   /** Fixed gRPC ports (default: free ones). */
   grpcPorts?: { auth: number; metering: number; payment: number; routers: number[] };
   /**
@@ -46,6 +50,8 @@ export interface StackProcess {
 /** A running multi-process stack. */
 export interface Stack {
   url: string;
+  /** JSON-RPC URL of the stack's Tempo devnet. */
+  tempoRpcUrl: string;
   demoKey: string;
   processes: StackProcess[];
   /** Everything every process printed so far. */
@@ -155,6 +161,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   try {
     const meteringPort = opts.grpcPorts?.metering ?? (await freePort());
     const paymentPort = opts.grpcPorts?.payment ?? (await freePort());
+    const devnetPort = opts.devnetPort ?? (await freePort());
     const authPort = opts.grpcPorts?.auth ?? (await freePort());
     const edgePort = opts.port ?? (await freePort());
     const routerPorts: number[] = [...(opts.grpcPorts?.routers ?? [])];
@@ -165,8 +172,16 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         HOST: "127.0.0.1",
       }),
       launch("metering", "services/metering/src/main.ts", meteringPort, { GRPC_PORT: String(meteringPort) }),
+      launch("tempo-devnet", "packages/testkit/src/bin/tempo-devnet.ts", devnetPort, {
+        PORT: String(devnetPort),
+        HOST: "127.0.0.1",
+      }),
       launch("mpp-payment", "services/mpp-payment/src/main.ts", paymentPort, {
         GRPC_PORT: String(paymentPort),
+        TEMPO_RPC_URL: `http://127.0.0.1:${devnetPort}`,
+        // Every replica of one stack shares the secret; a new stack gets a new one.
+        MPP_SECRET: randomBytes(32).toString("hex"),
+        MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
       }),
       launch("auth-policy", "services/auth-policy/src/main.ts", authPort, { GRPC_PORT: String(authPort) }),
       ...routerPorts.map((p, i) =>
@@ -184,7 +199,14 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     });
     const url = `http://127.0.0.1:${edgePort}`;
     await waitForReady(url, 30_000);
-    return { url, demoKey, processes, output: () => lines.join("\n"), stop };
+    return {
+      url,
+      tempoRpcUrl: `http://127.0.0.1:${devnetPort}`,
+      demoKey,
+      processes,
+      output: () => lines.join("\n"),
+      stop,
+    };
   } catch (err) {
     await stop();
     throw new Error(`the stack did not start: ${(err as Error).message}\n${lines.slice(-40).join("\n")}`);

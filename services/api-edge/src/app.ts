@@ -9,7 +9,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import { EdgeError } from "./domain/errors.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
-import type { RouteContext } from "./routes/context.js";
+import type { AccountRouteContext } from "./routes/context.js";
 import { modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
 
@@ -26,7 +26,8 @@ export interface ApiEdgeOptions {
   port: number;
   authPolicyAddr: string;
   inferenceRouterAddr: string;
-  mppPaymentAddr: string;
+  /** Absent: the paid door is off and its route does not exist. */
+  mppPaymentAddr?: string;
   bodyLimitBytes: number;
 }
 
@@ -44,8 +45,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
     InferenceService,
     opts.inferenceRouterAddr,
   );
-  const payment: Client<MethodsOf<typeof PaymentService>> = createClient(PaymentService, opts.mppPaymentAddr);
-  const ctx: RouteContext = { auth, inference, payment, log };
+  const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr) : undefined;
   let draining = false;
 
   const app = Fastify({
@@ -110,9 +110,10 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
       .code(ready && !draining ? 200 : 503)
       .send({ status: ready && !draining ? "ready" : "not ready" });
   });
+  const ctx: AccountRouteContext = { auth, inference, log };
   modelsRoute(app, ctx);
   chatCompletionsRoute(app, ctx);
-  mppChatCompletionsRoute(app, ctx);
+  if (payment) mppChatCompletionsRoute(app, { ...ctx, payment });
 
   await app.listen({ host: opts.host, port: opts.port });
   const address = app.server.address();
@@ -131,7 +132,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
         () => app.close(),
         () => auth.$close(),
         () => inference.$close(),
-        () => payment.$close(),
+        () => payment?.$close(),
       ]),
   };
 }

@@ -7,6 +7,7 @@ const envSchema = z.object({
   AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
   /** One address, a comma list (round-robin) or a dns:/// target. */
   INFERENCE_ROUTER_ADDR: z.string().default("127.0.0.1:50053"),
+  /** The paid door's mpp-payment; "off" disables the paid route. */
   MPP_PAYMENT_ADDR: z.string().default("127.0.0.1:50052"),
   BODY_LIMIT_BYTES: z.coerce
     .number()
@@ -22,7 +23,7 @@ export interface ApiEdgeConfig {
   port: number;
   authPolicyAddr: string;
   inferenceRouterAddr: string;
-  mppPaymentAddr: string;
+  mppPaymentAddr?: string;
   bodyLimitBytes: number;
   logLevel: string;
 }
@@ -35,7 +36,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     port: e.PORT,
     authPolicyAddr: e.AUTH_POLICY_ADDR,
     inferenceRouterAddr: e.INFERENCE_ROUTER_ADDR,
-    mppPaymentAddr: e.MPP_PAYMENT_ADDR,
+    ...(e.MPP_PAYMENT_ADDR !== "off" ? { mppPaymentAddr: e.MPP_PAYMENT_ADDR } : {}),
     bodyLimitBytes: e.BODY_LIMIT_BYTES,
     logLevel: e.LOG_LEVEL,
   };

@@ -1,15 +1,47 @@
 import type { GatewayConfig } from "@tollgate/config";
-import { implement, serveGrpc } from "@tollgate/kit/grpc";
+import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
+import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
+import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
+import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
-import { createConfigKeyStore } from "./adapters/config-key-store.js";
+import { natsNames } from "@tollgate/proto/subjects";
+import { createMemoryKeyStore } from "./adapters/memory-key-store.js";
+import { createMemoryRateLimiter } from "./adapters/memory-rate-limiter.js";
+import { createNatsRevocationPublisher } from "./adapters/nats-revocation-publisher.js";
+import { createRedisKeyStore } from "./adapters/redis-key-store.js";
+import { createRedisRateLimiter } from "./adapters/redis-rate-limiter.js";
+import { createAdmin } from "./domain/admin.js";
+import { broadcastDueDeadlines } from "./domain/deadlines.js";
+import { importConfig } from "./domain/import-config.js";
+import type { RevocationPublisher } from "./domain/ports.js";
 import { authHandlers } from "./transport/grpc/handlers.js";
+
+export { createMemoryRevocationBus, type MemoryRevocationBus } from "./adapters/memory-revocation-bus.js";
+export type { KeyRevocation, RevocationPublisher } from "./domain/ports.js";
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
 export interface AuthPolicyOptions {
   grpcHost: string;
   grpcPort: number;
   gateway: GatewayConfig;
+  /** Redis holding accounts, keys and rate-limit counters for every replica; memory when unset. */
+  redisUrl?: string;
+  /** Prefix of every Redis key. Default "tollgate:". */
+  redisPrefix?: string;
+  /** NATS for the KeyRevoked broadcast; unset (and no deps.revocations): nothing is broadcast. */
+  natsUrl?: string;
+  /** Namespace of the NATS subjects (tests); "" in deployments. */
+  natsNamespace?: string;
+  /** Grace window of a RotateKey that names none. Default 24 h. */
+  rotationGraceSeconds?: number;
+  /** How often due key deadlines (rotation ends, expiries) are looked for. Default 250 ms. */
+  deadlineSweepMs?: number;
+}
+
+/** Dependencies the caller already owns; the all-in-one process may pass its in-memory broadcaster. */
+export interface AuthPolicyDeps {
+  revocations?: RevocationPublisher;
 }
 
 /** A running auth-policy. */
@@ -19,15 +51,85 @@ export interface AuthPolicy {
   stop(): Promise<void>;
 }
 
-/** Builds the adapters, serves AuthService and grpc.health.v1, and returns a handle to stop it. */
-export async function start(opts: AuthPolicyOptions, log: Logger): Promise<AuthPolicy> {
-  const store = createConfigKeyStore(opts.gateway);
-  const grpc = await serveGrpc({
-    host: opts.grpcHost,
-    port: opts.grpcPort,
-    log,
-    services: [implement(AuthService, authHandlers(store))],
-  });
-  log.info({ port: grpc.port }, "auth-policy serving");
-  return { port: grpc.port, stop: () => grpc.stop() };
+/**
+ * Builds the adapters, loads the configured accounts, connections and keys into the store,
+ * serves AuthService and grpc.health.v1, broadcasts key deadlines as they fall due, and returns
+ * a handle to stop it.
+ */
+export async function start(
+  opts: AuthPolicyOptions,
+  log: Logger,
+  deps: AuthPolicyDeps = {},
+): Promise<AuthPolicy> {
+  let redis: Redis | undefined;
+  let nc: NatsConnection | undefined;
+  let grpc: GrpcServer | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let sweeping: Promise<void> | undefined;
+
+  // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
+  const teardown = () =>
+    stopInOrder([
+      () => grpc?.stop(),
+      () => clearInterval(timer),
+      () => sweeping,
+      () => nc && drainNats(nc),
+      () => redis && quitRedis(redis),
+    ]);
+
+  try {
+    const prefix = opts.redisPrefix ?? "tollgate:";
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
+    const store = redis ? createRedisKeyStore(redis, { prefix }) : createMemoryKeyStore();
+    const limiter = redis ? createRedisRateLimiter(redis, { prefix }) : createMemoryRateLimiter();
+    await importConfig(store, opts.gateway);
+
+    let publisher = deps.revocations;
+    if (!publisher && opts.natsUrl) {
+      nc = await connectNats(opts.natsUrl, "auth-policy");
+      publisher = createNatsRevocationPublisher(nc, natsNames(opts.natsNamespace ?? "").keyRevoked);
+    }
+    if (publisher) {
+      const broadcaster = publisher;
+      timer = setInterval(() => {
+        sweeping ??= broadcastDueDeadlines(store, broadcaster)
+          .then(
+            (n) => void (n > 0 && log.info({ count: n }, "key deadlines broadcast")),
+            (err: unknown) => log.warn({ err }, "key deadline broadcast failed; will retry"),
+          )
+          .finally(() => {
+            sweeping = undefined;
+          });
+      }, opts.deadlineSweepMs ?? 250);
+      timer.unref();
+    } else if (redis) {
+      log.warn("NATS_URL is not set: key revocations are not broadcast to caches in front of auth-policy");
+    }
+
+    const admin = createAdmin({
+      store,
+      publisher: publisher ?? { publish: async () => {} },
+      knownModels: new Set(opts.gateway.models.map((m) => m.id)),
+      ...(opts.rotationGraceSeconds !== undefined ? { defaultGraceSeconds: opts.rotationGraceSeconds } : {}),
+    });
+    grpc = await serveGrpc({
+      host: opts.grpcHost,
+      port: opts.grpcPort,
+      log,
+      checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
+      services: [implement(AuthService, authHandlers({ store, limiter, admin, log }))],
+    });
+    log.info(
+      {
+        port: grpc.port,
+        store: redis ? "redis" : "memory",
+        broadcast: nc ? "nats" : publisher ? "injected" : "none",
+      },
+      "auth-policy serving",
+    );
+    return { port: grpc.port, stop: teardown };
+  } catch (err) {
+    await teardown().catch(() => {});
+    throw err;
+  }
 }

@@ -1,18 +1,30 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { z } from "zod";
+import type { AuthPolicyOptions } from "./app.js";
+import { DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS } from "./domain/admin.js";
 
 const envSchema = z.object({
   TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
   GRPC_HOST: z.string().default("0.0.0.0"),
   GRPC_PORT: port(50051),
   LOG_LEVEL: logLevel,
+  /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
+  REDIS_URL: z.string().optional(),
+  REDIS_PREFIX: z.string().default("tollgate:"),
+  /** Unset: revocations are not broadcast (fine for one process with no cache in front). */
+  NATS_URL: z.string().optional(),
+  NATS_NAMESPACE: z.string().default(""),
+  KEY_ROTATION_GRACE_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_GRACE_SECONDS)
+    .default(DEFAULT_GRACE_SECONDS),
 });
 
 /** Everything auth-policy needs to start. */
-export interface AuthPolicyConfig {
-  grpcHost: string;
-  grpcPort: number;
+export interface AuthPolicyConfig extends AuthPolicyOptions {
   logLevel: string;
   gateway: GatewayConfig;
 }
@@ -25,5 +37,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
     grpcPort: e.GRPC_PORT,
     logLevel: e.LOG_LEVEL,
     gateway: loadGatewayConfig(e.TOLLGATE_CONFIG),
+    ...(e.REDIS_URL ? { redisUrl: e.REDIS_URL } : {}),
+    redisPrefix: e.REDIS_PREFIX,
+    ...(e.NATS_URL ? { natsUrl: e.NATS_URL } : {}),
+    natsNamespace: e.NATS_NAMESPACE,
+    rotationGraceSeconds: e.KEY_ROTATION_GRACE_SECONDS,
   };
 }

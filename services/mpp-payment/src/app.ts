@@ -1,25 +1,185 @@
-import { serveGrpc } from "@tollgate/kit/grpc";
+import type { GatewayConfig } from "@tollgate/config";
+import { ConfigError } from "@tollgate/kit/config";
+import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
+import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
+import { stopInOrder } from "@tollgate/kit/shutdown";
+import { PaymentService } from "@tollgate/proto/payment";
+import type { Address, Hex } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { createMemoryChannelStore } from "./adapters/memory-channel-store.js";
+import { createRedisChannelStore } from "./adapters/redis-channel-store.js";
+import { createTempoRpcChain } from "./adapters/tempo-rpc-chain.js";
+import { DEFAULTS } from "./defaults.js";
+import { MAX_AMOUNT } from "./domain/amounts.js";
+import { createCatalog } from "./domain/catalog.js";
+import { createPayments } from "./domain/payments.js";
+import type { Chain } from "./domain/ports.js";
+import type { PaymentSettings } from "./domain/settings.js";
+import { createSettlementWorker, type SettlementWorker } from "./domain/settlement.js";
+import { paymentHandlers } from "./transport/grpc/handlers.js";
 
-/** What start() needs. */
+export { DEFAULTS };
+
+/** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
 export interface MppPaymentOptions {
   grpcHost: string;
   grpcPort: number;
+  /** Plans, models and prices (TOLLGATE_CONFIG); it must define plans. */
+  gateway: GatewayConfig;
+  /** Redis holding channel state; the in-memory store when unset (the all-in-one process). */
+  redisUrl?: string;
+  /** Prefix of every Redis key. Default "tollgate:". */
+  redisPrefix?: string;
+  /** HMAC key of challenge ids, at least 32 bytes, the same on every replica. */
+  secret: string;
+  /** Challenge realm. Default "tollgate". */
+  realm?: string;
+  /** Tempo JSON-RPC endpoint (mainnet, or the devnet). */
+  tempoRpcUrl: string;
+  /** Default 4217 (Tempo mainnet). */
+  chainId?: number;
+  /** Session currency. Default USDC.e. */
+  currency?: Address;
+  /** Session escrow. Default the TIP-1034 precompile 0x4d505…. */
+  escrow?: Address;
+  /** 0x-prefixed private key of the payee, which signs settle and close; without it Close answers mpp_session_close_unavailable. */
+  payeeKey?: Hex;
+  /** Payee address; defaults to the payee key's address. One of the two is required. */
+  recipient?: Address;
+  /** Challenge amount, base units. Default 1000000. */
+  voucherBucket?: bigint;
+  /** suggestedDeposit, base units. Default 5000000. */
+  suggestedDeposit?: bigint;
+  /** Default 300. */
+  challengeTtlSeconds?: number;
+  /** When set, only these payers may pay. */
+  payerAllowlist?: readonly Address[];
+  /** Default 16384. */
+  maxCredentialBytes?: number;
+  /** Seconds between settlement passes; 0 disables the worker. Default 60. */
+  settleIntervalSeconds?: number;
+  /** Lifetime of an uncommitted hold. Default 300. */
+  reservationTtlSeconds?: number;
+  /** How often the chain adapter polls for receipts. Default 500 ms. */
+  rpcPollingIntervalMs?: number;
+}
+
+/** Dependencies the caller already owns (tests pass a stand-in chain). */
+export interface MppPaymentDeps {
+  chain?: Chain;
 }
 
 /** A running mpp-payment. */
 export interface MppPayment {
+  /** The bound gRPC port. */
   port: number;
+  /** Runs one settlement pass now (also when the interval is 0). */
+  settleOnce(): Promise<void>;
   stop(): Promise<void>;
 }
 
-/**
- * Serves grpc.health.v1. The PaymentService contract (proto/tollgate/payment/v1) is fixed; its
- * implementation is the paid-door issue, so until then its RPCs are not registered and callers
- * get gRPC UNIMPLEMENTED rather than a stand-in answer.
- */
-export async function start(opts: MppPaymentOptions, log: Logger): Promise<MppPayment> {
-  const grpc = await serveGrpc({ host: opts.grpcHost, port: opts.grpcPort, log, services: [] });
-  log.info({ port: grpc.port }, "mpp-payment serving (health only; paid door not implemented yet)");
-  return { port: grpc.port, stop: () => grpc.stop() };
+/** Checks what zod in config.ts cannot see when start() is called directly; throws ConfigError naming every problem. */
+function settingsOf(opts: MppPaymentOptions): PaymentSettings {
+  const problems: string[] = [];
+  if (Buffer.byteLength(opts.secret, "utf8") < 32) problems.push("secret: must be at least 32 bytes");
+  let payee: Address | undefined;
+  if (opts.payeeKey !== undefined) {
+    if (/^0x[0-9a-fA-F]{64}$/.test(opts.payeeKey)) payee = privateKeyToAccount(opts.payeeKey).address;
+    else problems.push("payeeKey: must be a 0x-prefixed 32-byte hex private key");
+  }
+  const recipient = opts.recipient ?? payee;
+  if (!recipient) problems.push("recipient: required unless payeeKey is given");
+  if (recipient && payee && recipient.toLowerCase() !== payee.toLowerCase()) {
+    problems.push(
+      "recipient: differs from the payee key's address; the escrow accepts settle and close only from the payee",
+    );
+  }
+  const bucket = opts.voucherBucket ?? DEFAULTS.voucherBucket;
+  if (bucket <= 0n || bucket > MAX_AMOUNT)
+    problems.push("voucherBucket: must be a positive amount below 2^53");
+  const suggestedDeposit = opts.suggestedDeposit ?? DEFAULTS.suggestedDeposit;
+  if (suggestedDeposit <= 0n || suggestedDeposit > MAX_AMOUNT) {
+    problems.push("suggestedDeposit: must be a positive amount below 2^53");
+  }
+  if (!opts.gateway.plans)
+    problems.push("gateway: the configuration defines no plans (Starter, Plus, Premium)");
+  if (problems.length > 0 || !recipient) throw new ConfigError(problems);
+  return {
+    realm: opts.realm ?? DEFAULTS.realm,
+    secret: opts.secret,
+    chainId: opts.chainId ?? DEFAULTS.chainId,
+    currency: opts.currency ?? DEFAULTS.currency,
+    escrow: opts.escrow ?? DEFAULTS.escrow,
+    recipient,
+    bucket,
+    suggestedDeposit,
+    challengeTtlSeconds: opts.challengeTtlSeconds ?? DEFAULTS.challengeTtlSeconds,
+    ...(opts.payerAllowlist ? { payerAllowlist: opts.payerAllowlist } : {}),
+    maxCredentialBytes: opts.maxCredentialBytes ?? DEFAULTS.maxCredentialBytes,
+    reservationTtlSeconds: opts.reservationTtlSeconds ?? DEFAULTS.reservationTtlSeconds,
+  };
+}
+
+/** Builds the store and the chain adapter, serves PaymentService and grpc.health.v1, runs the settlement worker. */
+export async function start(
+  opts: MppPaymentOptions,
+  log: Logger,
+  deps: MppPaymentDeps = {},
+): Promise<MppPayment> {
+  const settings = settingsOf(opts);
+  const catalog = createCatalog(opts.gateway);
+  const chain =
+    deps.chain ??
+    createTempoRpcChain({
+      url: opts.tempoRpcUrl,
+      chainId: settings.chainId,
+      escrow: settings.escrow,
+      currency: settings.currency,
+      recipient: settings.recipient,
+      ...(opts.payeeKey ? { payeeKey: opts.payeeKey } : {}),
+      ...(opts.rpcPollingIntervalMs ? { pollingIntervalMs: opts.rpcPollingIntervalMs } : {}),
+    });
+  let redis: Redis | undefined;
+  let grpc: GrpcServer | undefined;
+  let worker: SettlementWorker | undefined;
+
+  // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
+  const teardown = () =>
+    stopInOrder([() => grpc?.stop(), () => worker?.stop(), () => redis && quitRedis(redis)]);
+
+  try {
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
+    const store = redis
+      ? createRedisChannelStore(redis, { prefix: opts.redisPrefix ?? DEFAULTS.redisPrefix })
+      : createMemoryChannelStore();
+    const payments = createPayments({ settings, catalog, store, chain, log });
+    const intervalSeconds = opts.settleIntervalSeconds ?? DEFAULTS.settleIntervalSeconds;
+    worker = createSettlementWorker(
+      { store, chain, log, lockTtlMs: Math.max(2 * intervalSeconds, 120) * 1000 },
+      intervalSeconds * 1000,
+    );
+    grpc = await serveGrpc({
+      host: opts.grpcHost,
+      port: opts.grpcPort,
+      log,
+      checks: redis ? [redisHealth(redis)] : [],
+      services: [implement(PaymentService, paymentHandlers(payments))],
+    });
+    log.info(
+      {
+        port: grpc.port,
+        store: redis ? "redis" : "memory",
+        chainId: settings.chainId,
+        closeSigner: chain.canSend,
+        settleIntervalSeconds: chain.canSend ? intervalSeconds : 0,
+      },
+      "mpp-payment serving",
+    );
+    const running = worker;
+    return { port: grpc.port, settleOnce: () => running.runOnce(), stop: teardown };
+  } catch (err) {
+    await teardown().catch(() => {});
+    throw err;
+  }
 }

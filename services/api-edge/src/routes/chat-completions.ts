@@ -9,7 +9,7 @@ import { bearerKey } from "../http/credentials.js";
 import { errorBody, toHttpError } from "../http/errors.js";
 import { SseWriter } from "../http/sse.js";
 import { type ChatRequest, chatRequestSchema, outputCapOf } from "../schemas/chat.js";
-import { AUTH_TIMEOUT_MS, type RouteContext } from "./context.js";
+import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
 
 /** Readable one-line description of the first validation problems. */
 export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
@@ -20,7 +20,7 @@ export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; mes
 }
 
 /** POST /v1/chat/completions: the account door's chat route, buffered or streamed (spec, "Endpoints"). */
-export function chatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
+export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.post("/v1/chat/completions", async (req, reply) => {
     const key = bearerKey(req.headers);
     const parsed = chatRequestSchema.safeParse(req.body);
@@ -69,7 +69,7 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): v
 async function streamCompletion(
   req: FastifyRequest,
   reply: FastifyReply,
-  ctx: RouteContext,
+  ctx: AccountRouteContext,
   input: MessageInitShape<typeof CompletionInputSchema> | CompletionInput,
   body: ChatRequest,
 ): Promise<FastifyReply> {

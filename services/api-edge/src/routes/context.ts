@@ -4,12 +4,16 @@ import type { AuthService } from "@tollgate/proto/auth";
 import type { InferenceService } from "@tollgate/proto/inference";
 import type { PaymentService } from "@tollgate/proto/payment";
 
-/** What every route needs: the clients of the services behind the edge. */
-export interface RouteContext {
+/** What the account routes need: the clients of the services behind the edge. */
+export interface AccountRouteContext {
   auth: Client<MethodsOf<typeof AuthService>>;
   inference: Client<MethodsOf<typeof InferenceService>>;
-  payment: Client<MethodsOf<typeof PaymentService>>;
   log: Logger;
+}
+
+/** What the paid route needs besides. */
+export interface RouteContext extends AccountRouteContext {
+  payment: Client<MethodsOf<typeof PaymentService>>;
 }
 
 /** Deadline for an authorization call. */

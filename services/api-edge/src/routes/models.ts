@@ -1,10 +1,10 @@
 import { Route } from "@tollgate/proto/auth";
 import type { FastifyInstance } from "fastify";
 import { bearerKey } from "../http/credentials.js";
-import { AUTH_TIMEOUT_MS, type RouteContext } from "./context.js";
+import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
 
 /** GET /v1/models: the models the calling key may use, in OpenAI's list shape. */
-export function modelsRoute(app: FastifyInstance, ctx: RouteContext): void {
+export function modelsRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.get("/v1/models", async (req) => {
     const grant = await ctx.auth.authorize(
       { key: bearerKey(req.headers), route: Route.MODELS, requestId: req.id },

@@ -1,11 +1,28 @@
-/** A Virtual Key as stored: never the secret, only its hash and what it grants. */
-export interface KeyRecord {
-  keyId: string;
-  hash: Buffer;
+/** The account-door routes, as policy and per-route limits name them. */
+export type RouteName = "models" | "chat" | "completions" | "responses" | "think";
+
+/** Per-minute caps of one scope; an absent field means unlimited. */
+export interface RateLimits {
+  requestsPerMinute?: number;
+  tokensPerMinute?: number;
+}
+
+/** The rate limits of a connection. */
+export interface ConnectionLimits {
+  /** Every key of the connection together. */
+  connection: RateLimits;
+  /** Each key of the connection on its own. */
+  perKey: RateLimits;
+  /** Per route, every key of the connection together. */
+  routes: Partial<Record<RouteName, RateLimits>>;
+}
+
+/** An account as stored. */
+export interface AccountRecord {
   accountId: string;
-  connectionId: string;
-  expiresAt?: Date;
-  revoked: boolean;
+  /** Over every connection and key of the account. */
+  limits: RateLimits;
+  createdAt: Date;
 }
 
 /** The policy of one account connection. */
@@ -17,12 +34,159 @@ export interface ConnectionPolicy {
   defaultModel: string;
   defaultMaxOutputTokens: number;
   maxOutputTokens: number;
+  /** Routes the connection's keys may call; undefined means every route. */
+  routes?: readonly RouteName[];
+  limits: ConnectionLimits;
+  createdAt: Date;
 }
 
-/** Where keys and connections are looked up. */
+/** A Virtual Key as stored: never the secret, only its hash and what it grants. */
+export interface KeyRecord {
+  keyId: string;
+  /** SHA-256 of the secret. */
+  hash: Buffer;
+  accountId: string;
+  connectionId: string;
+  /** Free-form label; "" when none. */
+  name: string;
+  createdAt: Date;
+  expiresAt?: Date;
+  revokedAt?: Date;
+  /** The key this one replaced by rotation. */
+  rotatedFrom?: string;
+  /** The key that replaced this one. */
+  rotatedTo?: string;
+  /** Set once rotated: the key works until then. */
+  graceEndsAt?: Date;
+  /** Last four characters of the secret; "" when only the hash was ever known. */
+  last4: string;
+}
+
+/** Why a key stopped (or will stop) working; each is broadcast so caches drop the key. */
+export type DeadlineReason = "revoked" | "rotated" | "expired";
+
+/** A moment at which a key stops working, queued so that it is broadcast once, when due. */
+export interface KeyDeadline {
+  at: Date;
+  reason: DeadlineReason;
+  keyId: string;
+  /** Lower-case hex SHA-256 of the secret. */
+  keyHash: string;
+}
+
+/** Why a rotation did not happen. */
+export type RotateRefusal = "not_found" | "revoked" | "rotated" | "expired" | "conflict";
+
+/** Where accounts, connections and keys live (Redis across replicas, memory in one process). */
 export interface KeyStore {
   /** Finds a key by the SHA-256 of its secret. */
   findByHash(hash: Buffer): Promise<KeyRecord | undefined>;
+  /** Finds a key by its id. */
+  findById(keyId: string): Promise<KeyRecord | undefined>;
+  /** Returns an account. */
+  account(accountId: string): Promise<AccountRecord | undefined>;
   /** Returns the policy of a connection. */
   connection(accountId: string, connectionId: string): Promise<ConnectionPolicy | undefined>;
+  /** A connection's policy and its account, in one read: what every Authorize needs. */
+  policy(
+    accountId: string,
+    connectionId: string,
+  ): Promise<{ connection: ConnectionPolicy; account?: AccountRecord } | undefined>;
+  /** Adds an account; false when the id is taken. */
+  createAccount(account: AccountRecord): Promise<boolean>;
+  /** Adds a connection to an existing account; false when the id is taken. */
+  createConnection(connection: ConnectionPolicy): Promise<boolean>;
+  /** Creates or replaces an account (configuration import); keeps the first createdAt. */
+  putAccount(account: AccountRecord): Promise<void>;
+  /** Creates or replaces a connection (configuration import); keeps the first createdAt. */
+  putConnection(connection: ConnectionPolicy): Promise<void>;
+  /** Stores a new key and its expiry deadline; false when its id or hash exists already. */
+  createKey(key: KeyRecord): Promise<boolean>;
+  /**
+   * Creates or updates a configured key: the configuration owns its connection, name and
+   * expiry; revocation and rotation, once set, are never undone; `revoked` can only add one.
+   */
+  importKey(key: KeyRecord, revoked: boolean): Promise<void>;
+  /** Every key of an account, or of one of its connections, oldest first. */
+  listKeys(accountId: string, connectionId?: string): Promise<KeyRecord[]>;
+  /** Marks a key revoked at `at` unless it already is (the first time stays); undefined if unknown. */
+  revokeKey(keyId: string, at: Date): Promise<KeyRecord | undefined>;
+  /**
+   * Atomically: checks the old key is neither revoked, rotated nor expired at `now`, stores
+   * `fresh`, marks the old key rotated to it until `graceEndsAt` and queues that deadline.
+   */
+  rotateKey(
+    oldKeyId: string,
+    fresh: KeyRecord,
+    graceEndsAt: Date,
+    now: Date,
+  ): Promise<{ ok: true; old: KeyRecord } | { ok: false; reason: RotateRefusal }>;
+  /** Removes and returns up to `limit` deadlines due at `now`; each is handed to one caller only. */
+  takeDueDeadlines(now: Date, limit: number): Promise<KeyDeadline[]>;
+  /** Queues deadlines (again); the same reason, key and hash is queued once. */
+  addDeadlines(deadlines: readonly KeyDeadline[]): Promise<void>;
+  /** Ids of the keys the configuration file declared at the last import. */
+  configKeyIds(): Promise<string[]>;
+  /** Replaces the ids of the keys the configuration file declares. */
+  setConfigKeyIds(ids: readonly string[]): Promise<void>;
+}
+
+/** Whose window: the whole account, one connection, one key, or one route of a connection. */
+export type RateScope = "account" | "connection" | "key" | "route";
+/** What a window counts. */
+export type RateUnit = "requests" | "tokens";
+
+/** One rate-limit window a request must fit. */
+export interface RateWindow {
+  /** Stable identity of the window; windows of one account share the `{accountId}` prefix. */
+  id: string;
+  scope: RateScope;
+  unit: RateUnit;
+  /** Units admitted per minute. */
+  limit: number;
+  /** Units this request uses. */
+  cost: number;
+}
+
+/** What the counters of one window said. */
+export interface WindowCount {
+  /** Units counted in the window before this request. */
+  used: number;
+  /** The newest bucket holding units before this request, -1 when none. */
+  newestBucket: number;
+  /** When refused: ms until this request would fit; -1 when it never can. 0 when it fits. */
+  retryAfterMs: number;
+}
+
+/** The outcome of one rate-limit check. */
+export interface RateDecision {
+  admitted: boolean;
+  /** The clock the counters used, in ms since the epoch. */
+  nowMs: number;
+  /** One per window, in the order given. */
+  counts: WindowCount[];
+}
+
+/** Counts requests and tokens per window, shared by every replica. */
+export interface RateLimiter {
+  /**
+   * Checks every window and, only if the request fits all of them, counts it in each: a
+   * refused request consumes nothing. One atomic step.
+   */
+  consume(windows: readonly RateWindow[], now: Date): Promise<RateDecision>;
+}
+
+/** A key that stopped working, as broadcast to every cache in front of auth-policy. */
+export interface KeyRevocation {
+  /** Lower-case hex SHA-256 of the secret; never the secret. */
+  keyHash: string;
+  keyId: string;
+  revokedAt: Date;
+  reason: DeadlineReason;
+}
+
+/** Tells every api-edge replica that a key stopped working (core NATS, or memory in one process). */
+export interface RevocationPublisher {
+  /** Resolves once the broadcast left this process; rejects if it could not. */
+  publish(revocation: KeyRevocation): Promise<void>;
 }

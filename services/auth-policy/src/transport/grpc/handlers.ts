@@ -1,19 +1,148 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Handlers } from "@tollgate/kit/grpc";
-import { type AuthService, Route } from "@tollgate/proto/auth";
-import { authorize } from "../../domain/authorize.js";
-import type { KeyStore } from "../../domain/ports.js";
+import type { Logger } from "@tollgate/kit/log";
+import {
+  type AccountSchema,
+  type AuthService,
+  type ConnectionLimits as ConnectionLimitsMsg,
+  type ConnectionSchema,
+  type KeyInfoSchema,
+  KeyState,
+  type RateLimits as RateLimitsMsg,
+  Route,
+} from "@tollgate/proto/auth";
+import type { Admin } from "../../domain/admin.js";
+import { type AuthorizeDeps, authorize } from "../../domain/authorize.js";
+import { AuthError } from "../../domain/errors.js";
+import { keyState } from "../../domain/keys.js";
+import type {
+  AccountRecord,
+  ConnectionLimits,
+  ConnectionPolicy,
+  KeyRecord,
+  RateLimits,
+  RouteName,
+} from "../../domain/ports.js";
 import { toStatusError } from "./errors.js";
 
-/** Maps AuthService messages to the domain and back. */
-export function authHandlers(store: KeyStore): Handlers<typeof AuthService> {
+const ROUTE_NAME: Partial<Record<Route, RouteName>> = {
+  [Route.MODELS]: "models",
+  [Route.CHAT_COMPLETIONS]: "chat",
+  [Route.COMPLETIONS]: "completions",
+  [Route.RESPONSES]: "responses",
+  [Route.THINK]: "think",
+};
+
+const ROUTE_ENUM = {
+  models: Route.MODELS,
+  chat: Route.CHAT_COMPLETIONS,
+  completions: Route.COMPLETIONS,
+  responses: Route.RESPONSES,
+  think: Route.THINK,
+} satisfies Record<RouteName, Route>;
+
+const KEY_STATE = {
+  active: KeyState.ACTIVE,
+  rotating: KeyState.ROTATING,
+  rotated: KeyState.ROTATED,
+  expired: KeyState.EXPIRED,
+  revoked: KeyState.REVOKED,
+} satisfies Record<ReturnType<typeof keyState>, KeyState>;
+
+function routeName(route: Route): RouteName {
+  const name = ROUTE_NAME[route];
+  if (!name) throw new AuthError("invalid_argument", `unknown route ${route}`);
+  return name;
+}
+
+const dateOf = (t: Timestamp | undefined) => (t ? timestampDate(t) : undefined);
+
+function limitsIn(m: RateLimitsMsg | undefined): RateLimits {
   return {
-    async authorize(req) {
-      try {
-        const a = await authorize(store, {
+    ...(m?.requestsPerMinute !== undefined ? { requestsPerMinute: m.requestsPerMinute } : {}),
+    ...(m?.tokensPerMinute !== undefined ? { tokensPerMinute: m.tokensPerMinute } : {}),
+  };
+}
+
+function connectionLimitsIn(m: ConnectionLimitsMsg | undefined): ConnectionLimits {
+  const routes: ConnectionLimits["routes"] = {};
+  for (const r of m?.routes ?? []) {
+    const name = routeName(r.route);
+    if (routes[name]) throw new AuthError("invalid_argument", `limits name the route '${name}' twice`);
+    routes[name] = limitsIn(r.limits);
+  }
+  return { connection: limitsIn(m?.connection), perKey: limitsIn(m?.perKey), routes };
+}
+
+function accountOut(a: AccountRecord): MessageInitShape<typeof AccountSchema> {
+  return { accountId: a.accountId, limits: a.limits, createdAt: timestampFromDate(a.createdAt) };
+}
+
+function connectionOut(c: ConnectionPolicy): MessageInitShape<typeof ConnectionSchema> {
+  return {
+    accountId: c.accountId,
+    connectionId: c.connectionId,
+    models: [...c.models],
+    defaultModel: c.defaultModel,
+    defaultMaxOutputTokens: c.defaultMaxOutputTokens,
+    maxOutputTokens: c.maxOutputTokens,
+    routes: (c.routes ?? []).map((r) => ROUTE_ENUM[r]),
+    limits: {
+      connection: c.limits.connection,
+      perKey: c.limits.perKey,
+      routes: Object.entries(c.limits.routes).map(([route, limits]) => ({
+        route: ROUTE_ENUM[route as RouteName],
+        limits: limits ?? {},
+      })),
+    },
+    createdAt: timestampFromDate(c.createdAt),
+  };
+}
+
+/** A key as the admin API shows it: never the secret, never the hash. */
+function keyOut(k: KeyRecord, now: Date): MessageInitShape<typeof KeyInfoSchema> {
+  return {
+    keyId: k.keyId,
+    accountId: k.accountId,
+    connectionId: k.connectionId,
+    name: k.name,
+    createdAt: timestampFromDate(k.createdAt),
+    ...(k.expiresAt ? { expiresAt: timestampFromDate(k.expiresAt) } : {}),
+    ...(k.revokedAt ? { revokedAt: timestampFromDate(k.revokedAt) } : {}),
+    rotatedFrom: k.rotatedFrom ?? "",
+    rotatedTo: k.rotatedTo ?? "",
+    ...(k.graceEndsAt ? { graceEndsAt: timestampFromDate(k.graceEndsAt) } : {}),
+    last4: k.last4,
+    state: KEY_STATE[keyState(k, now)],
+  };
+}
+
+/** Runs a handler body, turning domain errors into gRPC statuses. */
+async function mapped<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw toStatusError(err);
+  }
+}
+
+/** Maps AuthService messages to the domain and back. */
+export function authHandlers(
+  deps: AuthorizeDeps & { admin: Admin; log: Logger },
+): Handlers<typeof AuthService> {
+  const { admin, log } = deps;
+  return {
+    authorize: (req) =>
+      mapped(async () => {
+        const a = await authorize(deps, {
           key: req.key,
           model: req.model,
-          runsModel: req.route !== Route.MODELS,
+          ...(ROUTE_NAME[req.route] ? { route: ROUTE_NAME[req.route] } : {}),
           ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
+          ...(req.estimatedInputTokens !== undefined
+            ? { estimatedInputTokens: req.estimatedInputTokens }
+            : {}),
         });
         return {
           principal: { accountId: a.accountId, connectionId: a.connectionId, keyId: a.keyId },
@@ -21,10 +150,96 @@ export function authHandlers(store: KeyStore): Handlers<typeof AuthService> {
           ...(a.maxOutputTokens !== undefined ? { maxOutputTokens: a.maxOutputTokens } : {}),
           allowedModels: [...a.allowedModels],
           defaultModel: a.defaultModel,
+          ...(a.rateLimit ? { rateLimit: a.rateLimit } : {}),
+          ...(a.keyValidUntil ? { keyValidUntil: timestampFromDate(a.keyValidUntil) } : {}),
         };
-      } catch (err) {
-        throw toStatusError(err);
-      }
-    },
+      }),
+
+    createAccount: (req) =>
+      mapped(async () => {
+        const account = await admin.createAccount({ accountId: req.accountId, limits: limitsIn(req.limits) });
+        log.info({ accountId: account.accountId }, "account created");
+        return { account: accountOut(account) };
+      }),
+
+    createConnection: (req) =>
+      mapped(async () => {
+        const connection = await admin.createConnection({
+          accountId: req.accountId,
+          connectionId: req.connectionId,
+          models: req.models,
+          defaultModel: req.defaultModel,
+          ...(req.defaultMaxOutputTokens !== undefined
+            ? { defaultMaxOutputTokens: req.defaultMaxOutputTokens }
+            : {}),
+          ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
+          routes: req.routes.map(routeName),
+          limits: connectionLimitsIn(req.limits),
+        });
+        log.info(
+          { accountId: connection.accountId, connectionId: connection.connectionId },
+          "connection created",
+        );
+        return { connection: connectionOut(connection) };
+      }),
+
+    createKey: (req) =>
+      mapped(async () => {
+        const expiresAt = dateOf(req.expiresAt);
+        const now = new Date();
+        const { key, secret } = await admin.createKey(
+          {
+            accountId: req.accountId,
+            connectionId: req.connectionId,
+            name: req.name,
+            ...(expiresAt ? { expiresAt } : {}),
+          },
+          now,
+        );
+        log.info(
+          { accountId: key.accountId, connectionId: key.connectionId, keyId: key.keyId },
+          "key created",
+        );
+        return { key: keyOut(key, now), secret };
+      }),
+
+    listKeys: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const keys = await admin.listKeys({ accountId: req.accountId, connectionId: req.connectionId });
+        return { keys: keys.map((k) => keyOut(k, now)) };
+      }),
+
+    revokeKey: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const key = await admin.revokeKey(req.keyId, now);
+        log.info({ accountId: key.accountId, keyId: key.keyId }, "key revoked");
+        return { key: keyOut(key, now) };
+      }),
+
+    rotateKey: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const expiresAt = dateOf(req.expiresAt);
+        const { key, secret, old } = await admin.rotateKey(
+          {
+            keyId: req.keyId,
+            ...(req.graceSeconds !== undefined ? { graceSeconds: req.graceSeconds } : {}),
+            ...(expiresAt ? { expiresAt } : {}),
+          },
+          now,
+        );
+        log.info(
+          {
+            accountId: key.accountId,
+            keyId: key.keyId,
+            rotatedFrom: old.keyId,
+            graceEndsAt: old.graceEndsAt,
+          },
+          "key rotated",
+        );
+        return { oldKey: keyOut(old, now), newKey: keyOut(key, now), secret };
+      }),
   };
 }

@@ -6,13 +6,15 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/auth/v1/auth.proto.
  */
 export const file_tollgate_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEirwEKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIs8BChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zKokBCgVSb3V0ZRIVChFST1VURV9VTlNQRUNJRklFRBAAEhAKDFJPVVRFX01PREVMUxABEhoKFlJPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIVChFST1VURV9DT01QTEVUSU9OUxADEhMKD1JPVVRFX1JFU1BPTlNFUxAEEg8KC1JPVVRFX1RISU5LEAUyYwoLQXV0aFNlcnZpY2USVAoJQXV0aG9yaXplEiIudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEi7wEKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBQhQKEl9tYXhfb3V0cHV0X3Rva2Vuc0IZChdfZXN0aW1hdGVkX2lucHV0X3Rva2VucyJGCglQcmluY2lwYWwSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBmtleV9pZBgDIAEoCSK7AgoRQXV0aG9yaXplUmVzcG9uc2USLgoJcHJpbmNpcGFsGAEgASgLMhsudG9sbGdhdGUuYXV0aC52MS5QcmluY2lwYWwSDQoFbW9kZWwYAiABKAkSHgoRbWF4X291dHB1dF90b2tlbnMYAyABKA1IAIgBARIWCg5hbGxvd2VkX21vZGVscxgEIAMoCRIVCg1kZWZhdWx0X21vZGVsGAUgASgJEhYKDnJlc2VydmF0aW9uX2lkGAYgASgJEjUKCnJhdGVfbGltaXQYByABKAsyIS50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdFN0YXR1cxIzCg9rZXlfdmFsaWRfdW50aWwYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJnCg9SYXRlTGltaXRTdGF0dXMSDQoFbGltaXQYASABKA0SEQoJcmVtYWluaW5nGAIgASgNEhUKDXJlc2V0X3NlY29uZHMYAyABKA0SDQoFc2NvcGUYBCABKAkSDAoEdW5pdBgFIAEoCSJ8CgpSYXRlTGltaXRzEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYASABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgCIAEoDUgBiAEBQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZSJnCg9Sb3V0ZVJhdGVMaW1pdHMSJgoFcm91dGUYASABKA4yFy50b2xsZ2F0ZS5hdXRoLnYxLlJvdXRlEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyKmAQoQQ29ubmVjdGlvbkxpbWl0cxIwCgpjb25uZWN0aW9uGAEgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEi0KB3Blcl9rZXkYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSMQoGcm91dGVzGAMgAygLMiEudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZVJhdGVMaW1pdHMiewoHQWNjb3VudBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxIuCgpjcmVhdGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKpAgoKQ29ubmVjdGlvbhISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGbW9kZWxzGAMgAygJEhUKDWRlZmF1bHRfbW9kZWwYBCABKAkSIQoZZGVmYXVsdF9tYXhfb3V0cHV0X3Rva2VucxgFIAEoDRIZChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDRInCgZyb3V0ZXMYByADKA4yFy50b2xsZ2F0ZS5hdXRoLnYxLlJvdXRlEjIKBmxpbWl0cxgIIAEoCzIiLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbkxpbWl0cxIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCL5AgoHS2V5SW5mbxIOCgZrZXlfaWQYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIVCg1jb25uZWN0aW9uX2lkGAMgASgJEgwKBG5hbWUYBCABKAkSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcm90YXRlZF9mcm9tGAggASgJEhIKCnJvdGF0ZWRfdG8YCSABKAkSMQoNZ3JhY2VfZW5kc19hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFbGFzdDQYCyABKAkSKQoFc3RhdGUYDCABKA4yGi50b2xsZ2F0ZS5hdXRoLnYxLktleVN0YXRlIlgKFENyZWF0ZUFjY291bnRSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSLAoGbGltaXRzGAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzIkMKFUNyZWF0ZUFjY291bnRSZXNwb25zZRIqCgdhY2NvdW50GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5BY2NvdW50IsQCChdDcmVhdGVDb25uZWN0aW9uUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGbW9kZWxzGAMgAygJEhUKDWRlZmF1bHRfbW9kZWwYBCABKAkSJgoZZGVmYXVsdF9tYXhfb3V0cHV0X3Rva2VucxgFIAEoDUgAiAEBEh4KEW1heF9vdXRwdXRfdG9rZW5zGAYgASgNSAGIAQESJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHNCHAoaX2RlZmF1bHRfbWF4X291dHB1dF90b2tlbnNCFAoSX21heF9vdXRwdXRfdG9rZW5zIkwKGENyZWF0ZUNvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uInsKEENyZWF0ZUtleVJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBG5hbWUYBCABKAkiSwoRQ3JlYXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEg4KBnNlY3JldBgCIAEoCSI8Cg9MaXN0S2V5c1JlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJIjsKEExpc3RLZXlzUmVzcG9uc2USJwoEa2V5cxgBIAMoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyIiChBSZXZva2VLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCSI7ChFSZXZva2VLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8igAEKEFJvdGF0ZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJEhoKDWdyYWNlX3NlY29uZHMYAiABKA1IAIgBARIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIQCg5fZ3JhY2Vfc2Vjb25kcyJ7ChFSb3RhdGVLZXlSZXNwb25zZRIqCgdvbGRfa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEioKB25ld19rZXkYAiABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SDgoGc2VjcmV0GAMgASgJIpIBCgpLZXlSZXZva2VkEhAKCGtleV9oYXNoGAEgASgJEg4KBmtleV9pZBgCIAEoCRIuCgpyZXZva2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCgZyZWFzb24YBCABKA4yIi50b2xsZ2F0ZS5hdXRoLnYxLktleVJldm9rZWRSZWFzb24qiQEKBVJvdXRlEhUKEVJPVVRFX1VOU1BFQ0lGSUVEEAASEAoMUk9VVEVfTU9ERUxTEAESGgoWUk9VVEVfQ0hBVF9DT01QTEVUSU9OUxACEhUKEVJPVVRFX0NPTVBMRVRJT05TEAMSEwoPUk9VVEVfUkVTUE9OU0VTEAQSDwoLUk9VVEVfVEhJTksQBSqYAQoIS2V5U3RhdGUSGQoVS0VZX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQS0VZX1NUQVRFX0FDVElWRRABEhYKEktFWV9TVEFURV9ST1RBVElORxACEhUKEUtFWV9TVEFURV9ST1RBVEVEEAMSFQoRS0VZX1NUQVRFX0VYUElSRUQQBBIVChFLRVlfU1RBVEVfUkVWT0tFRBAFKpYBChBLZXlSZXZva2VkUmVhc29uEiIKHktFWV9SRVZPS0VEX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9SRVZPS0VEEAESHgoaS0VZX1JFVk9LRURfUkVBU09OX1JPVEFURUQQAhIeChpLRVlfUkVWT0tFRF9SRUFTT05fRVhQSVJFRBADMoUFCgtBdXRoU2VydmljZRJUCglBdXRob3JpemUSIi50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlc3BvbnNlEmAKDUNyZWF0ZUFjY291bnQSJi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUFjY291bnRSZXF1ZXN0GicudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVBY2NvdW50UmVzcG9uc2USaQoQQ3JlYXRlQ29ubmVjdGlvbhIpLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QaKi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUNvbm5lY3Rpb25SZXNwb25zZRJUCglDcmVhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlc3BvbnNlElEKCExpc3RLZXlzEiEudG9sbGdhdGUuYXV0aC52MS5MaXN0S2V5c1JlcXVlc3QaIi50b2xsZ2F0ZS5hdXRoLnYxLkxpc3RLZXlzUmVzcG9uc2USVAoJUmV2b2tlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXNwb25zZRJUCglSb3RhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message tollgate.auth.v1.AuthorizeRequest
@@ -57,6 +59,14 @@ export type AuthorizeRequest = Message<"tollgate.auth.v1.AuthorizeRequest"> & {
    * @generated from field: string quote = 6;
    */
   quote: string;
+
+  /**
+   * Estimated input tokens of the request. With the effective output cap it is what a
+   * tokens-per-minute limit counts; absent counts as 0.
+   *
+   * @generated from field: optional uint32 estimated_input_tokens = 7;
+   */
+  estimatedInputTokens?: number | undefined;
 };
 
 /**
@@ -138,6 +148,22 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
    * @generated from field: string reservation_id = 6;
    */
   reservationId: string;
+
+  /**
+   * The rate-limit window closest to exhaustion after this request (for RateLimit-* headers);
+   * unset when no rate limit applies to the request.
+   *
+   * @generated from field: tollgate.auth.v1.RateLimitStatus rate_limit = 7;
+   */
+  rateLimit?: RateLimitStatus | undefined;
+
+  /**
+   * When the key stops working unless revoked earlier: its expiry or the end of its rotation
+   * grace period, whichever comes first. Unset when neither is set. Caches must not outlive it.
+   *
+   * @generated from field: google.protobuf.Timestamp key_valid_until = 8;
+   */
+  keyValidUntil?: Timestamp | undefined;
 };
 
 /**
@@ -146,6 +172,682 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
  */
 export const AuthorizeResponseSchema: GenMessage<AuthorizeResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_auth_v1_auth, 2);
+
+/**
+ * RateLimitStatus describes one rate-limit window. A refusal (RESOURCE_EXHAUSTED,
+ * "rate_limited") carries the same numbers in trailing metadata: tollgate-retry-after,
+ * tollgate-ratelimit-limit, -remaining, -reset, -scope and -unit.
+ *
+ * @generated from message tollgate.auth.v1.RateLimitStatus
+ */
+export type RateLimitStatus = Message<"tollgate.auth.v1.RateLimitStatus"> & {
+  /**
+   * Units the window admits per minute.
+   *
+   * @generated from field: uint32 limit = 1;
+   */
+  limit: number;
+
+  /**
+   * Units still available now.
+   *
+   * @generated from field: uint32 remaining = 2;
+   */
+  remaining: number;
+
+  /**
+   * Seconds until every unit now counted has left the window (quota fully available again).
+   *
+   * @generated from field: uint32 reset_seconds = 3;
+   */
+  resetSeconds: number;
+
+  /**
+   * Whose window: "account", "connection", "key" or "route".
+   *
+   * @generated from field: string scope = 4;
+   */
+  scope: string;
+
+  /**
+   * What it counts: "requests" or "tokens".
+   *
+   * @generated from field: string unit = 5;
+   */
+  unit: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.RateLimitStatus.
+ * Use `create(RateLimitStatusSchema)` to create a new message.
+ */
+export const RateLimitStatusSchema: GenMessage<RateLimitStatus> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 3);
+
+/**
+ * RateLimits caps one scope per minute; an unset field means unlimited.
+ *
+ * @generated from message tollgate.auth.v1.RateLimits
+ */
+export type RateLimits = Message<"tollgate.auth.v1.RateLimits"> & {
+  /**
+   * @generated from field: optional uint32 requests_per_minute = 1;
+   */
+  requestsPerMinute?: number | undefined;
+
+  /**
+   * @generated from field: optional uint32 tokens_per_minute = 2;
+   */
+  tokensPerMinute?: number | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.RateLimits.
+ * Use `create(RateLimitsSchema)` to create a new message.
+ */
+export const RateLimitsSchema: GenMessage<RateLimits> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 4);
+
+/**
+ * RouteRateLimits caps one route of a connection, all its keys together.
+ *
+ * @generated from message tollgate.auth.v1.RouteRateLimits
+ */
+export type RouteRateLimits = Message<"tollgate.auth.v1.RouteRateLimits"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Route route = 1;
+   */
+  route: Route;
+
+  /**
+   * @generated from field: tollgate.auth.v1.RateLimits limits = 2;
+   */
+  limits?: RateLimits | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.RouteRateLimits.
+ * Use `create(RouteRateLimitsSchema)` to create a new message.
+ */
+export const RouteRateLimitsSchema: GenMessage<RouteRateLimits> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 5);
+
+/**
+ * ConnectionLimits are the rate limits of a connection.
+ *
+ * @generated from message tollgate.auth.v1.ConnectionLimits
+ */
+export type ConnectionLimits = Message<"tollgate.auth.v1.ConnectionLimits"> & {
+  /**
+   * Every key of the connection together.
+   *
+   * @generated from field: tollgate.auth.v1.RateLimits connection = 1;
+   */
+  connection?: RateLimits | undefined;
+
+  /**
+   * Each key of the connection on its own.
+   *
+   * @generated from field: tollgate.auth.v1.RateLimits per_key = 2;
+   */
+  perKey?: RateLimits | undefined;
+
+  /**
+   * Per route, every key of the connection together; one entry per route at most.
+   *
+   * @generated from field: repeated tollgate.auth.v1.RouteRateLimits routes = 3;
+   */
+  routes: RouteRateLimits[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ConnectionLimits.
+ * Use `create(ConnectionLimitsSchema)` to create a new message.
+ */
+export const ConnectionLimitsSchema: GenMessage<ConnectionLimits> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 6);
+
+/**
+ * Account is one account as stored.
+ *
+ * @generated from message tollgate.auth.v1.Account
+ */
+export type Account = Message<"tollgate.auth.v1.Account"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Limits over every connection and key of the account.
+   *
+   * @generated from field: tollgate.auth.v1.RateLimits limits = 2;
+   */
+  limits?: RateLimits | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 3;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.Account.
+ * Use `create(AccountSchema)` to create a new message.
+ */
+export const AccountSchema: GenMessage<Account> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 7);
+
+/**
+ * Connection is one account connection and its policy.
+ *
+ * @generated from message tollgate.auth.v1.Connection
+ */
+export type Connection = Message<"tollgate.auth.v1.Connection"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+
+  /**
+   * Public model ids, in the order callers see them.
+   *
+   * @generated from field: repeated string models = 3;
+   */
+  models: string[];
+
+  /**
+   * @generated from field: string default_model = 4;
+   */
+  defaultModel: string;
+
+  /**
+   * Output cap applied when a request carries none.
+   *
+   * @generated from field: uint32 default_max_output_tokens = 5;
+   */
+  defaultMaxOutputTokens: number;
+
+  /**
+   * Largest output cap a request may ask for.
+   *
+   * @generated from field: uint32 max_output_tokens = 6;
+   */
+  maxOutputTokens: number;
+
+  /**
+   * Routes the connection may call; empty means every route.
+   *
+   * @generated from field: repeated tollgate.auth.v1.Route routes = 7;
+   */
+  routes: Route[];
+
+  /**
+   * @generated from field: tollgate.auth.v1.ConnectionLimits limits = 8;
+   */
+  limits?: ConnectionLimits | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 9;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.Connection.
+ * Use `create(ConnectionSchema)` to create a new message.
+ */
+export const ConnectionSchema: GenMessage<Connection> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 8);
+
+/**
+ * KeyInfo describes a key without its secret or hash.
+ *
+ * @generated from message tollgate.auth.v1.KeyInfo
+ */
+export type KeyInfo = Message<"tollgate.auth.v1.KeyInfo"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+
+  /**
+   * @generated from field: string account_id = 2;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 3;
+   */
+  connectionId: string;
+
+  /**
+   * Free-form label given at creation.
+   *
+   * @generated from field: string name = 4;
+   */
+  name: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 5;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * Unset: never expires.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 6;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * Unset: not revoked.
+   *
+   * @generated from field: google.protobuf.Timestamp revoked_at = 7;
+   */
+  revokedAt?: Timestamp | undefined;
+
+  /**
+   * The key this one replaced by rotation, if any.
+   *
+   * @generated from field: string rotated_from = 8;
+   */
+  rotatedFrom: string;
+
+  /**
+   * The key that replaced this one, if any.
+   *
+   * @generated from field: string rotated_to = 9;
+   */
+  rotatedTo: string;
+
+  /**
+   * Set once rotated: the old key works until then.
+   *
+   * @generated from field: google.protobuf.Timestamp grace_ends_at = 10;
+   */
+  graceEndsAt?: Timestamp | undefined;
+
+  /**
+   * Last four characters of the secret; empty for keys configured by hash only.
+   *
+   * @generated from field: string last4 = 11;
+   */
+  last4: string;
+
+  /**
+   * @generated from field: tollgate.auth.v1.KeyState state = 12;
+   */
+  state: KeyState;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.KeyInfo.
+ * Use `create(KeyInfoSchema)` to create a new message.
+ */
+export const KeyInfoSchema: GenMessage<KeyInfo> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 9);
+
+/**
+ * @generated from message tollgate.auth.v1.CreateAccountRequest
+ */
+export type CreateAccountRequest = Message<"tollgate.auth.v1.CreateAccountRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: tollgate.auth.v1.RateLimits limits = 2;
+   */
+  limits?: RateLimits | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.CreateAccountRequest.
+ * Use `create(CreateAccountRequestSchema)` to create a new message.
+ */
+export const CreateAccountRequestSchema: GenMessage<CreateAccountRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 10);
+
+/**
+ * @generated from message tollgate.auth.v1.CreateAccountResponse
+ */
+export type CreateAccountResponse = Message<"tollgate.auth.v1.CreateAccountResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.CreateAccountResponse.
+ * Use `create(CreateAccountResponseSchema)` to create a new message.
+ */
+export const CreateAccountResponseSchema: GenMessage<CreateAccountResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 11);
+
+/**
+ * @generated from message tollgate.auth.v1.CreateConnectionRequest
+ */
+export type CreateConnectionRequest = Message<"tollgate.auth.v1.CreateConnectionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+
+  /**
+   * Public model ids the connection may use; each must exist in the gateway configuration.
+   *
+   * @generated from field: repeated string models = 3;
+   */
+  models: string[];
+
+  /**
+   * Empty: the first of models.
+   *
+   * @generated from field: string default_model = 4;
+   */
+  defaultModel: string;
+
+  /**
+   * Unset: 1024 (capped at max_output_tokens).
+   *
+   * @generated from field: optional uint32 default_max_output_tokens = 5;
+   */
+  defaultMaxOutputTokens?: number | undefined;
+
+  /**
+   * Unset: 4096.
+   *
+   * @generated from field: optional uint32 max_output_tokens = 6;
+   */
+  maxOutputTokens?: number | undefined;
+
+  /**
+   * Routes the connection may call; empty means every route.
+   *
+   * @generated from field: repeated tollgate.auth.v1.Route routes = 7;
+   */
+  routes: Route[];
+
+  /**
+   * @generated from field: tollgate.auth.v1.ConnectionLimits limits = 8;
+   */
+  limits?: ConnectionLimits | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.CreateConnectionRequest.
+ * Use `create(CreateConnectionRequestSchema)` to create a new message.
+ */
+export const CreateConnectionRequestSchema: GenMessage<CreateConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 12);
+
+/**
+ * @generated from message tollgate.auth.v1.CreateConnectionResponse
+ */
+export type CreateConnectionResponse = Message<"tollgate.auth.v1.CreateConnectionResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Connection connection = 1;
+   */
+  connection?: Connection | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.CreateConnectionResponse.
+ * Use `create(CreateConnectionResponseSchema)` to create a new message.
+ */
+export const CreateConnectionResponseSchema: GenMessage<CreateConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 13);
+
+/**
+ * @generated from message tollgate.auth.v1.CreateKeyRequest
+ */
+export type CreateKeyRequest = Message<"tollgate.auth.v1.CreateKeyRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+
+  /**
+   * Unset: never expires. Must be in the future.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * Free-form label, at most 128 characters.
+   *
+   * @generated from field: string name = 4;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.CreateKeyRequest.
+ * Use `create(CreateKeyRequestSchema)` to create a new message.
+ */
+export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 14);
+
+/**
+ * @generated from message tollgate.auth.v1.CreateKeyResponse
+ */
+export type CreateKeyResponse = Message<"tollgate.auth.v1.CreateKeyResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.KeyInfo key = 1;
+   */
+  key?: KeyInfo | undefined;
+
+  /**
+   * The Virtual Key in clear text ("tg_" + 40 base62 characters). Shown once, never stored.
+   *
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.CreateKeyResponse.
+ * Use `create(CreateKeyResponseSchema)` to create a new message.
+ */
+export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 15);
+
+/**
+ * @generated from message tollgate.auth.v1.ListKeysRequest
+ */
+export type ListKeysRequest = Message<"tollgate.auth.v1.ListKeysRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Empty: every connection of the account.
+   *
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ListKeysRequest.
+ * Use `create(ListKeysRequestSchema)` to create a new message.
+ */
+export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 16);
+
+/**
+ * @generated from message tollgate.auth.v1.ListKeysResponse
+ */
+export type ListKeysResponse = Message<"tollgate.auth.v1.ListKeysResponse"> & {
+  /**
+   * Oldest first.
+   *
+   * @generated from field: repeated tollgate.auth.v1.KeyInfo keys = 1;
+   */
+  keys: KeyInfo[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ListKeysResponse.
+ * Use `create(ListKeysResponseSchema)` to create a new message.
+ */
+export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 17);
+
+/**
+ * @generated from message tollgate.auth.v1.RevokeKeyRequest
+ */
+export type RevokeKeyRequest = Message<"tollgate.auth.v1.RevokeKeyRequest"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.RevokeKeyRequest.
+ * Use `create(RevokeKeyRequestSchema)` to create a new message.
+ */
+export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 18);
+
+/**
+ * @generated from message tollgate.auth.v1.RevokeKeyResponse
+ */
+export type RevokeKeyResponse = Message<"tollgate.auth.v1.RevokeKeyResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.KeyInfo key = 1;
+   */
+  key?: KeyInfo | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.RevokeKeyResponse.
+ * Use `create(RevokeKeyResponseSchema)` to create a new message.
+ */
+export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 19);
+
+/**
+ * @generated from message tollgate.auth.v1.RotateKeyRequest
+ */
+export type RotateKeyRequest = Message<"tollgate.auth.v1.RotateKeyRequest"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+
+  /**
+   * How long the old key keeps working; unset: the service default (24 h). 0 ends it now.
+   * At most 30 days.
+   *
+   * @generated from field: optional uint32 grace_seconds = 2;
+   */
+  graceSeconds?: number | undefined;
+
+  /**
+   * Expiry of the new key; unset: never expires. Must be in the future.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.RotateKeyRequest.
+ * Use `create(RotateKeyRequestSchema)` to create a new message.
+ */
+export const RotateKeyRequestSchema: GenMessage<RotateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 20);
+
+/**
+ * @generated from message tollgate.auth.v1.RotateKeyResponse
+ */
+export type RotateKeyResponse = Message<"tollgate.auth.v1.RotateKeyResponse"> & {
+  /**
+   * The old key, now rotating (or rotated when the grace period is 0).
+   *
+   * @generated from field: tollgate.auth.v1.KeyInfo old_key = 1;
+   */
+  oldKey?: KeyInfo | undefined;
+
+  /**
+   * @generated from field: tollgate.auth.v1.KeyInfo new_key = 2;
+   */
+  newKey?: KeyInfo | undefined;
+
+  /**
+   * The new Virtual Key in clear text. Shown once, never stored.
+   *
+   * @generated from field: string secret = 3;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.RotateKeyResponse.
+ * Use `create(RotateKeyResponseSchema)` to create a new message.
+ */
+export const RotateKeyResponseSchema: GenMessage<RotateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 21);
+
+/**
+ * KeyRevoked is broadcast on core NATS (subject natsNames(ns).keyRevoked) whenever a key stops
+ * working, so every cache in front of auth-policy drops it within a second. It names the key by
+ * the hex SHA-256 of its secret, never by the secret.
+ *
+ * @generated from message tollgate.auth.v1.KeyRevoked
+ */
+export type KeyRevoked = Message<"tollgate.auth.v1.KeyRevoked"> & {
+  /**
+   * Lower-case hex SHA-256 of the key's secret.
+   *
+   * @generated from field: string key_hash = 1;
+   */
+  keyHash: string;
+
+  /**
+   * @generated from field: string key_id = 2;
+   */
+  keyId: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp revoked_at = 3;
+   */
+  revokedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: tollgate.auth.v1.KeyRevokedReason reason = 4;
+   */
+  reason: KeyRevokedReason;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.KeyRevoked.
+ * Use `create(KeyRevokedSchema)` to create a new message.
+ */
+export const KeyRevokedSchema: GenMessage<KeyRevoked> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 22);
 
 /**
  * Route names the account-door route being called, so policy can differ per route.
@@ -191,6 +893,92 @@ export const RouteSchema: GenEnum<Route> = /*@__PURE__*/
   enumDesc(file_tollgate_auth_v1_auth, 0);
 
 /**
+ * KeyState is a key's state at the time of the answer.
+ *
+ * @generated from enum tollgate.auth.v1.KeyState
+ */
+export enum KeyState {
+  /**
+   * @generated from enum value: KEY_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: KEY_STATE_ACTIVE = 1;
+   */
+  ACTIVE = 1,
+
+  /**
+   * Rotated, still working until grace_ends_at.
+   *
+   * @generated from enum value: KEY_STATE_ROTATING = 2;
+   */
+  ROTATING = 2,
+
+  /**
+   * Rotated and past its grace period.
+   *
+   * @generated from enum value: KEY_STATE_ROTATED = 3;
+   */
+  ROTATED = 3,
+
+  /**
+   * @generated from enum value: KEY_STATE_EXPIRED = 4;
+   */
+  EXPIRED = 4,
+
+  /**
+   * @generated from enum value: KEY_STATE_REVOKED = 5;
+   */
+  REVOKED = 5,
+}
+
+/**
+ * Describes the enum tollgate.auth.v1.KeyState.
+ */
+export const KeyStateSchema: GenEnum<KeyState> = /*@__PURE__*/
+  enumDesc(file_tollgate_auth_v1_auth, 1);
+
+/**
+ * KeyRevokedReason says why a key stopped working.
+ *
+ * @generated from enum tollgate.auth.v1.KeyRevokedReason
+ */
+export enum KeyRevokedReason {
+  /**
+   * @generated from enum value: KEY_REVOKED_REASON_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * RevokeKey, or a configured key that was removed or marked revoked.
+   *
+   * @generated from enum value: KEY_REVOKED_REASON_REVOKED = 1;
+   */
+  REVOKED = 1,
+
+  /**
+   * The grace period of a rotated key ended.
+   *
+   * @generated from enum value: KEY_REVOKED_REASON_ROTATED = 2;
+   */
+  ROTATED = 2,
+
+  /**
+   * The key reached its expiry.
+   *
+   * @generated from enum value: KEY_REVOKED_REASON_EXPIRED = 3;
+   */
+  EXPIRED = 3,
+}
+
+/**
+ * Describes the enum tollgate.auth.v1.KeyRevokedReason.
+ */
+export const KeyRevokedReasonSchema: GenEnum<KeyRevokedReason> = /*@__PURE__*/
+  enumDesc(file_tollgate_auth_v1_auth, 2);
+
+/**
  * AuthService resolves a Virtual Key into the account connection it belongs to and decides
  * whether one request may run. Domain failures travel as a gRPC status plus the trailing
  * metadata key "tollgate-code" (see packages/kit grpc bridge).
@@ -207,6 +995,70 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof AuthorizeRequestSchema;
     output: typeof AuthorizeResponseSchema;
+  },
+  /**
+   * CreateAccount adds an account. ALREADY_EXISTS ("account_exists") when the id is taken.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.CreateAccount
+   */
+  createAccount: {
+    methodKind: "unary";
+    input: typeof CreateAccountRequestSchema;
+    output: typeof CreateAccountResponseSchema;
+  },
+  /**
+   * CreateConnection adds a connection to an account. NOT_FOUND ("account_not_found"),
+   * ALREADY_EXISTS ("connection_exists"), INVALID_ARGUMENT ("invalid_argument").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.CreateConnection
+   */
+  createConnection: {
+    methodKind: "unary";
+    input: typeof CreateConnectionRequestSchema;
+    output: typeof CreateConnectionResponseSchema;
+  },
+  /**
+   * CreateKey issues a Virtual Key. The clear-text secret is in this response only; the
+   * service keeps nothing but its SHA-256.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.CreateKey
+   */
+  createKey: {
+    methodKind: "unary";
+    input: typeof CreateKeyRequestSchema;
+    output: typeof CreateKeyResponseSchema;
+  },
+  /**
+   * ListKeys describes the keys of an account or one of its connections, never their secrets.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.ListKeys
+   */
+  listKeys: {
+    methodKind: "unary";
+    input: typeof ListKeysRequestSchema;
+    output: typeof ListKeysResponseSchema;
+  },
+  /**
+   * RevokeKey stops a key at once on every replica and broadcasts KeyRevoked. Idempotent: a
+   * second call keeps the first revocation time and broadcasts again.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.RevokeKey
+   */
+  revokeKey: {
+    methodKind: "unary";
+    input: typeof RevokeKeyRequestSchema;
+    output: typeof RevokeKeyResponseSchema;
+  },
+  /**
+   * RotateKey issues a new key for the same connection; the old key keeps working for a grace
+   * period, then answers "rotated_api_key" (UNAUTHENTICATED) and KeyRevoked is broadcast.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.RotateKey
+   */
+  rotateKey: {
+    methodKind: "unary";
+    input: typeof RotateKeyRequestSchema;
+    output: typeof RotateKeyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_tollgate_auth_v1_auth, 0);

@@ -1,0 +1,52 @@
+import { fileURLToPath } from "node:url";
+import { ConfigError } from "@tollgate/kit/config";
+import { describe, expect, it } from "vitest";
+import { loadConfig } from "./config.js";
+
+const DEMO = fileURLToPath(new URL("../../../deploy/config/tollgate.yaml", import.meta.url));
+
+describe("loadConfig", () => {
+  it("runs in memory with defaults when only the configuration file is given", () => {
+    const c = loadConfig({ TOLLGATE_CONFIG: DEMO });
+    expect(c).toMatchObject({
+      grpcPort: 50051,
+      redisPrefix: "tollgate:",
+      natsNamespace: "",
+      rotationGraceSeconds: 86_400,
+    });
+    expect(c.redisUrl).toBeUndefined();
+    expect(c.natsUrl).toBeUndefined();
+    expect(c.gateway.accounts[0]?.id).toBe("demo");
+  });
+
+  it("takes Redis, NATS and the rotation grace from the environment, empty meaning unset", () => {
+    const c = loadConfig({
+      TOLLGATE_CONFIG: DEMO,
+      REDIS_URL: "redis://r:6379",
+      REDIS_PREFIX: "t1:",
+      NATS_URL: "",
+      NATS_NAMESPACE: "ns",
+      KEY_ROTATION_GRACE_SECONDS: "3600",
+    });
+    expect(c).toMatchObject({
+      redisUrl: "redis://r:6379",
+      redisPrefix: "t1:",
+      natsNamespace: "ns",
+      rotationGraceSeconds: 3_600,
+    });
+    expect(c.natsUrl).toBeUndefined();
+  });
+
+  it("names every bad variable at once", () => {
+    try {
+      loadConfig({ GRPC_PORT: "x", KEY_ROTATION_GRACE_SECONDS: String(31 * 86_400) });
+      expect.unreachable();
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      const text = (err as ConfigError).problems.join(" ");
+      expect(text).toContain("TOLLGATE_CONFIG");
+      expect(text).toContain("GRPC_PORT");
+      expect(text).toContain("KEY_ROTATION_GRACE_SECONDS");
+    }
+  });
+});

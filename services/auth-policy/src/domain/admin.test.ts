@@ -1,0 +1,300 @@
+import { createHash } from "node:crypto";
+import { beforeEach, describe, expect, it } from "vitest";
+import { createMemoryKeyStore } from "../adapters/memory-key-store.js";
+import { createMemoryRateLimiter } from "../adapters/memory-rate-limiter.js";
+import { type Admin, type CreateConnectionInput, createAdmin } from "./admin.js";
+import { authorize } from "./authorize.js";
+import { broadcastDueDeadlines } from "./deadlines.js";
+import { AuthError, type AuthErrorCode } from "./errors.js";
+import type { KeyRevocation, KeyStore, RateLimiter, RevocationPublisher } from "./ports.js";
+
+const NOW = new Date("2025-06-01T12:00:00Z");
+const after = (s: number) => new Date(NOW.getTime() + s * 1_000);
+const sha256 = (s: string) => createHash("sha256").update(s, "utf8").digest("hex");
+
+let store: KeyStore;
+let limiter: RateLimiter;
+let sent: KeyRevocation[];
+let failBroadcasts: boolean;
+let admin: Admin;
+
+const publisher: RevocationPublisher = {
+  async publish(r) {
+    if (failBroadcasts) throw new Error("nats is down");
+    sent.push(r);
+  },
+};
+
+const conn = (over: Partial<CreateConnectionInput> = {}): CreateConnectionInput => ({
+  accountId: "acme",
+  connectionId: "main",
+  models: ["mini", "pro"],
+  defaultModel: "",
+  routes: [],
+  limits: { connection: {}, perKey: {}, routes: {} },
+  ...over,
+});
+
+beforeEach(async () => {
+  store = createMemoryKeyStore();
+  limiter = createMemoryRateLimiter();
+  sent = [];
+  failBroadcasts = false;
+  admin = createAdmin({ store, publisher, knownModels: new Set(["mini", "pro", "reasoner"]) });
+  await admin.createAccount({ accountId: "acme", limits: {} }, NOW);
+  await admin.createConnection(conn(), NOW);
+});
+
+async function codeOf(p: Promise<unknown>): Promise<AuthErrorCode | "resolved"> {
+  try {
+    await p;
+    return "resolved";
+  } catch (err) {
+    expect(err).toBeInstanceOf(AuthError);
+    return (err as AuthError).code;
+  }
+}
+
+const use = (key: string, now = NOW) =>
+  authorize({ store, limiter }, { key, model: "", route: "chat" }, now).then(
+    (a) => a.keyId,
+    (err: AuthError) => err.code,
+  );
+
+describe("accounts and connections", () => {
+  it("creates an account once", async () => {
+    expect(await codeOf(admin.createAccount({ accountId: "acme", limits: {} }))).toBe("account_exists");
+    const a = await admin.createAccount({ accountId: "globex", limits: { requestsPerMinute: 5 } }, NOW);
+    expect(a).toEqual({ accountId: "globex", limits: { requestsPerMinute: 5 }, createdAt: NOW });
+  });
+
+  it("fills in a connection's default model and caps", async () => {
+    const c = await admin.createConnection(conn({ connectionId: "other", routes: ["chat", "chat"] }), NOW);
+    expect(c).toMatchObject({
+      defaultModel: "mini",
+      defaultMaxOutputTokens: 1024,
+      maxOutputTokens: 4096,
+      routes: ["chat"],
+    });
+    const small = await admin.createConnection(conn({ connectionId: "small", maxOutputTokens: 500 }), NOW);
+    expect(small.defaultMaxOutputTokens).toBe(500);
+  });
+
+  it("refuses a connection that is invalid, duplicated or in no account", async () => {
+    const bad: Array<[Partial<CreateConnectionInput>, AuthErrorCode]> = [
+      [{}, "connection_exists"],
+      [{ accountId: "nobody", connectionId: "x" }, "account_not_found"],
+      [{ connectionId: "has space" }, "invalid_argument"],
+      [{ connectionId: "x", models: [] }, "invalid_argument"],
+      [{ connectionId: "x", models: ["nope"] }, "invalid_argument"],
+      [{ connectionId: "x", models: ["mini", "mini"] }, "invalid_argument"],
+      [{ connectionId: "x", defaultModel: "reasoner" }, "invalid_argument"],
+      [{ connectionId: "x", defaultMaxOutputTokens: 5000 }, "invalid_argument"],
+      [{ connectionId: "x", maxOutputTokens: 0 }, "invalid_argument"],
+      [
+        { connectionId: "x", limits: { connection: { requestsPerMinute: 0 }, perKey: {}, routes: {} } },
+        "invalid_argument",
+      ],
+      [
+        { connectionId: "x", limits: { connection: {}, perKey: { tokensPerMinute: 1.5 }, routes: {} } },
+        "invalid_argument",
+      ],
+    ];
+    for (const [over, code] of bad)
+      expect(await codeOf(admin.createConnection(conn(over), NOW)), JSON.stringify(over)).toBe(code);
+  });
+});
+
+describe("keys", () => {
+  it("issues a tg_ key once, stores only its hash and last four characters", async () => {
+    const { key, secret } = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "ci" },
+      NOW,
+    );
+    expect(secret).toMatch(/^tg_[0-9A-Za-z]{40}$/);
+    expect(key).toMatchObject({
+      accountId: "acme",
+      connectionId: "main",
+      name: "ci",
+      last4: secret.slice(-4),
+    });
+    const stored = await store.findById(key.keyId);
+    expect(stored?.hash.toString("hex")).toBe(sha256(secret));
+    expect(JSON.stringify(stored)).not.toContain(secret.slice(3));
+    expect(await use(secret)).toBe(key.keyId);
+    const second = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    expect(second.secret).not.toBe(secret);
+    expect(second.key.keyId).not.toBe(key.keyId);
+  });
+
+  it("refuses a key for an unknown account or connection, or with a past expiry", async () => {
+    expect(await codeOf(admin.createKey({ accountId: "x", connectionId: "main", name: "" }))).toBe(
+      "account_not_found",
+    );
+    expect(await codeOf(admin.createKey({ accountId: "acme", connectionId: "x", name: "" }))).toBe(
+      "connection_not_found",
+    );
+    expect(
+      await codeOf(
+        admin.createKey({ accountId: "acme", connectionId: "main", name: "", expiresAt: NOW }, NOW),
+      ),
+    ).toBe("invalid_argument");
+    expect(
+      await codeOf(admin.createKey({ accountId: "acme", connectionId: "main", name: "n".repeat(129) })),
+    ).toBe("invalid_argument");
+  });
+
+  it("honours an expiry and broadcasts it when it falls due", async () => {
+    const { key, secret } = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", expiresAt: after(30) },
+      NOW,
+    );
+    expect(await use(secret, after(29))).toBe(key.keyId);
+    expect(await use(secret, after(30))).toBe("expired_api_key");
+    expect(await broadcastDueDeadlines(store, publisher, after(29))).toBe(0);
+    expect(await broadcastDueDeadlines(store, publisher, after(30))).toBe(1);
+    expect(sent).toEqual([
+      { keyHash: sha256(secret), keyId: key.keyId, revokedAt: after(30), reason: "expired" },
+    ]);
+  });
+
+  it("lists keys with their state", async () => {
+    const a = await admin.createKey({ accountId: "acme", connectionId: "main", name: "a" }, NOW);
+    const b = await admin.createKey({ accountId: "acme", connectionId: "main", name: "b" }, after(1));
+    await admin.revokeKey(a.key.keyId, after(2));
+    const listed = await admin.listKeys({ accountId: "acme", connectionId: "" });
+    expect(listed.map((k) => [k.keyId, k.revokedAt])).toEqual([
+      [a.key.keyId, after(2)],
+      [b.key.keyId, undefined],
+    ]);
+    expect(await codeOf(admin.listKeys({ accountId: "nobody", connectionId: "" }))).toBe("account_not_found");
+    expect(await codeOf(admin.listKeys({ accountId: "acme", connectionId: "nope" }))).toBe(
+      "connection_not_found",
+    );
+  });
+});
+
+describe("revocation", () => {
+  it("refuses the key at once and broadcasts its hash, never its secret", async () => {
+    const { key, secret } = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    const revoked = await admin.revokeKey(key.keyId, after(5));
+    expect(revoked.revokedAt).toEqual(after(5));
+    expect(await use(secret, after(5))).toBe("revoked_api_key");
+    expect(sent).toEqual([
+      { keyHash: sha256(secret), keyId: key.keyId, revokedAt: after(5), reason: "revoked" },
+    ]);
+    expect(JSON.stringify(sent)).not.toContain(secret);
+  });
+
+  it("is idempotent: a repeat keeps the first time and broadcasts again", async () => {
+    const { key } = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    await admin.revokeKey(key.keyId, after(5));
+    const again = await admin.revokeKey(key.keyId, after(9));
+    expect(again.revokedAt).toEqual(after(5));
+    expect(sent.map((r) => r.revokedAt)).toEqual([after(5), after(5)]);
+  });
+
+  it("still revokes when the broadcast fails, and says so", async () => {
+    const { key, secret } = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    failBroadcasts = true;
+    expect(await codeOf(admin.revokeKey(key.keyId, after(1)))).toBe("broadcast_failed");
+    expect(await use(secret, after(1))).toBe("revoked_api_key");
+    failBroadcasts = false;
+    await admin.revokeKey(key.keyId, after(2));
+    expect(sent).toHaveLength(1);
+  });
+
+  it("refuses an unknown key", async () => {
+    expect(await codeOf(admin.revokeKey("key_nope"))).toBe("key_not_found");
+  });
+});
+
+describe("rotation", () => {
+  it("keeps both keys working for the grace period, then only the new one, and broadcasts the end", async () => {
+    const old = await admin.createKey({ accountId: "acme", connectionId: "main", name: "prod" }, NOW);
+    const r = await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 120 }, after(10));
+    expect(r.secret).toMatch(/^tg_[0-9A-Za-z]{40}$/);
+    expect(r.key).toMatchObject({
+      rotatedFrom: old.key.keyId,
+      name: "prod",
+      accountId: "acme",
+      connectionId: "main",
+    });
+    expect(r.old).toMatchObject({ rotatedTo: r.key.keyId, graceEndsAt: after(130) });
+    expect(await use(old.secret, after(129))).toBe(old.key.keyId);
+    expect(await use(r.secret, after(129))).toBe(r.key.keyId);
+    expect(await use(old.secret, after(130))).toBe("rotated_api_key");
+    expect(await use(r.secret, after(130))).toBe(r.key.keyId);
+    expect(sent).toEqual([]);
+    await broadcastDueDeadlines(store, publisher, after(130));
+    await broadcastDueDeadlines(store, publisher, after(131));
+    expect(sent).toEqual([
+      { keyHash: sha256(old.secret), keyId: old.key.keyId, revokedAt: after(130), reason: "rotated" },
+    ]);
+  });
+
+  it("defaults to a 24 h grace, or the configured default", async () => {
+    const old = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    const r = await admin.rotateKey({ keyId: old.key.keyId }, NOW);
+    expect(r.old.graceEndsAt).toEqual(after(86_400));
+    const short = createAdmin({ store, publisher, knownModels: new Set(), defaultGraceSeconds: 5 });
+    const other = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    expect((await short.rotateKey({ keyId: other.key.keyId }, NOW)).old.graceEndsAt).toEqual(after(5));
+  });
+
+  it("ends the old key at once with a zero grace", async () => {
+    const old = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    const r = await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 0 }, NOW);
+    expect(await use(old.secret, NOW)).toBe("rotated_api_key");
+    expect(await use(r.secret, NOW)).toBe(r.key.keyId);
+    expect(await broadcastDueDeadlines(store, publisher, NOW)).toBe(1);
+  });
+
+  it("gives the new key its own expiry, none by default", async () => {
+    const old = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", expiresAt: after(50) },
+      NOW,
+    );
+    const r = await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 3_600 }, NOW);
+    expect(r.key.expiresAt).toBeUndefined();
+    // The old key's own expiry still ends it first.
+    expect(await use(old.secret, after(50))).toBe("expired_api_key");
+    const again = await admin.rotateKey({ keyId: r.key.keyId, expiresAt: after(999) }, NOW);
+    expect(again.key.expiresAt).toEqual(after(999));
+  });
+
+  it("rotates a key once only, and never a revoked, expired or unknown one", async () => {
+    const a = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    await admin.rotateKey({ keyId: a.key.keyId, graceSeconds: 60 }, NOW);
+    expect(await codeOf(admin.rotateKey({ keyId: a.key.keyId }, NOW))).toBe("key_not_active");
+    const b = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    await admin.revokeKey(b.key.keyId, NOW);
+    expect(await codeOf(admin.rotateKey({ keyId: b.key.keyId }, NOW))).toBe("key_not_active");
+    const c = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", expiresAt: after(1) },
+      NOW,
+    );
+    expect(await codeOf(admin.rotateKey({ keyId: c.key.keyId }, after(1)))).toBe("key_not_active");
+    expect(await codeOf(admin.rotateKey({ keyId: "key_nope" }, NOW))).toBe("key_not_found");
+    expect(await codeOf(admin.rotateKey({ keyId: a.key.keyId, graceSeconds: 31 * 86_400 }, NOW))).toBe(
+      "invalid_argument",
+    );
+  });
+
+  it("lets a revocation end the grace early", async () => {
+    const old = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 600 }, NOW);
+    await admin.revokeKey(old.key.keyId, after(1));
+    expect(await use(old.secret, after(2))).toBe("revoked_api_key");
+  });
+
+  it("queues a failed deadline broadcast again", async () => {
+    const old = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 0 }, NOW);
+    failBroadcasts = true;
+    await expect(broadcastDueDeadlines(store, publisher, NOW)).rejects.toThrow("nats is down");
+    failBroadcasts = false;
+    expect(await broadcastDueDeadlines(store, publisher, NOW)).toBe(1);
+    expect(sent.map((r) => r.reason)).toEqual(["rotated"]);
+  });
+});

@@ -1,0 +1,87 @@
+import type { ConnectionConfig, GatewayConfig, RateLimitsConfig } from "@tollgate/config";
+import { hashKey } from "./keys.js";
+import type {
+  ConnectionLimits,
+  ConnectionPolicy,
+  KeyDeadline,
+  KeyRecord,
+  KeyStore,
+  RateLimits,
+} from "./ports.js";
+
+const limitsOf = (l: RateLimitsConfig | undefined): RateLimits => ({
+  ...(l?.requestsPerMinute !== undefined ? { requestsPerMinute: l.requestsPerMinute } : {}),
+  ...(l?.tokensPerMinute !== undefined ? { tokensPerMinute: l.tokensPerMinute } : {}),
+});
+
+/** The rate limits a configured connection declares. */
+export function connectionLimitsOf(c: ConnectionConfig): ConnectionLimits {
+  const l = c.limits;
+  return {
+    connection: limitsOf({ requestsPerMinute: l?.requestsPerMinute, tokensPerMinute: l?.tokensPerMinute }),
+    perKey: limitsOf({ requestsPerMinute: l?.keyRequestsPerMinute, tokensPerMinute: l?.keyTokensPerMinute }),
+    routes: Object.fromEntries(Object.entries(l?.routes ?? {}).map(([route, rl]) => [route, limitsOf(rl)])),
+  };
+}
+
+/**
+ * Loads the configuration file's accounts, connections and (development) keys into the store;
+ * safe to run on every start of every replica. The file owns what it declares: accounts and
+ * connections are replaced, a key's connection, name and expiry follow the file. A revocation
+ * or rotation done at run time is never undone. A configured key whose secret changed, or that
+ * was removed from the file, is revoked; those revocations are queued for broadcast.
+ */
+export async function importConfig(store: KeyStore, cfg: GatewayConfig, now = new Date()): Promise<void> {
+  const broadcasts: KeyDeadline[] = [];
+  const revoke = async (keyId: string) => {
+    const old = await store.revokeKey(keyId, now);
+    if (old) broadcasts.push({ at: now, reason: "revoked", keyId, keyHash: old.hash.toString("hex") });
+  };
+  const declared: string[] = [];
+  for (const account of cfg.accounts) {
+    await store.putAccount({ accountId: account.id, limits: limitsOf(account.limits), createdAt: now });
+    for (const c of account.connections) {
+      const connection: ConnectionPolicy = {
+        accountId: account.id,
+        connectionId: c.id,
+        models: c.models,
+        defaultModel: c.defaultModel,
+        defaultMaxOutputTokens: c.policy.defaultMaxOutputTokens,
+        maxOutputTokens: c.policy.maxOutputTokens,
+        ...(c.routes ? { routes: c.routes } : {}),
+        limits: connectionLimitsOf(c),
+        createdAt: now,
+      };
+      await store.putConnection(connection);
+      for (const k of c.keys) {
+        declared.push(k.id);
+        const hash = k.sha256 ? Buffer.from(k.sha256, "hex") : hashKey(k.secret!);
+        const existing = await store.findById(k.id);
+        if (existing && !existing.hash.equals(hash)) await revoke(k.id);
+        const record: KeyRecord = {
+          keyId: k.id,
+          hash,
+          accountId: account.id,
+          connectionId: c.id,
+          name: "",
+          createdAt: now,
+          ...(k.expiresAt ? { expiresAt: new Date(k.expiresAt) } : {}),
+          last4: k.secret ? k.secret.slice(-4) : "",
+        };
+        await store.importKey(record, k.revoked);
+        if (record.expiresAt) {
+          broadcasts.push({
+            at: record.expiresAt,
+            reason: "expired",
+            keyId: k.id,
+            keyHash: hash.toString("hex"),
+          });
+        }
+      }
+    }
+  }
+  const current = new Set(declared);
+  for (const keyId of await store.configKeyIds()) if (!current.has(keyId)) await revoke(keyId);
+  await store.setConfigKeyIds(declared);
+  await store.addDeadlines(broadcasts);
+}

@@ -1,0 +1,322 @@
+import { createHash } from "node:crypto";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { type GatewayConfig, parseGatewayConfig } from "@tollgate/config";
+import { type Client, createClient, GrpcStatus, type MethodsOf, RemoteError } from "@tollgate/kit/grpc";
+import { checkGrpcHealth } from "@tollgate/kit/health";
+import { createLogger } from "@tollgate/kit/log";
+import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
+import { connectRedis, quitRedis } from "@tollgate/kit/redis";
+import { AuthService, KeyState, RATE_LIMIT_DETAILS, Route } from "@tollgate/proto/auth";
+import { natsNames } from "@tollgate/proto/subjects";
+import {
+  type NatsFixture,
+  type RedisFixture,
+  uniqueNamespace,
+  useNats,
+  useRedis,
+} from "@tollgate/testkit/fixtures";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type AuthPolicy, start } from "../../src/app.js";
+import type { KeyRevocation } from "../../src/domain/ports.js";
+import { subscribeRevocations } from "../../src/transport/nats/revocations.js";
+
+type AuthClient = Client<MethodsOf<typeof AuthService>>;
+
+const log = createLogger({ service: "auth-policy", level: "silent" });
+const DEV_KEY = "tg_dev_int_test_key_0123456789abcdef";
+const sha256 = (s: string) => createHash("sha256").update(s, "utf8").digest("hex");
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const pricing = { inputPerMillion: 1, outputPerMillion: 1 };
+const GATEWAY: GatewayConfig = parseGatewayConfig({
+  upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
+  models: [
+    { id: "mini", upstream: "u", upstreamModel: "a", runtime: "vllm", pricing },
+    { id: "pro", upstream: "u", upstreamModel: "b", runtime: "vllm", pricing },
+  ],
+  accounts: [
+    {
+      id: "demo",
+      connections: [
+        { id: "default", models: ["mini"], defaultModel: "mini", keys: [{ id: "dev", secret: DEV_KEY }] },
+      ],
+    },
+  ],
+});
+
+let nats: NatsFixture;
+let redis: RedisFixture;
+let nc: NatsConnection;
+let ns: string;
+const replicas: AuthPolicy[] = [];
+let one: AuthClient;
+let two: AuthClient;
+const received: Array<{ at: number; revocation: KeyRevocation }> = [];
+
+async function startReplica(): Promise<AuthPolicy> {
+  const app = await start(
+    {
+      grpcHost: "127.0.0.1",
+      grpcPort: 0,
+      gateway: GATEWAY,
+      redisUrl: redis.url,
+      redisPrefix: `${ns}:`,
+      natsUrl: nats.url,
+      natsNamespace: ns,
+      deadlineSweepMs: 100,
+    },
+    log,
+  );
+  replicas.push(app);
+  return app;
+}
+
+beforeAll(async () => {
+  [nats, redis] = await Promise.all([useNats(), useRedis()]);
+  ns = uniqueNamespace("auth");
+  nc = await connectNats(nats.url, "auth-policy-int-test");
+  subscribeRevocations(nc, natsNames(ns).keyRevoked, (revocation) =>
+    received.push({ at: Date.now(), revocation }),
+  );
+  await nc.flush();
+  // Two replicas starting together import the same configuration into the same Redis.
+  const [a, b] = await Promise.all([startReplica(), startReplica()]);
+  one = createClient(AuthService, `127.0.0.1:${a.port}`);
+  two = createClient(AuthService, `127.0.0.1:${b.port}`);
+  await Promise.all([one.$ready(5_000), two.$ready(5_000)]);
+});
+
+afterAll(async () => {
+  one?.$close();
+  two?.$close();
+  for (const app of replicas) await app.stop();
+  const r = connectRedis(redis.url);
+  const keys: string[] = [];
+  for await (const batch of r.scanStream({ match: `${ns}:*`, count: 500 })) keys.push(...(batch as string[]));
+  if (keys.length > 0) await r.del(...keys);
+  await quitRedis(r);
+  await drainNats(nc);
+  await Promise.all([nats.stop(), redis.stop()]);
+});
+
+/** The error a call failed with. */
+async function failure(p: Promise<unknown>): Promise<RemoteError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(RemoteError);
+  return err as RemoteError;
+}
+
+/** A fresh account and connection (via the admin RPCs) and one key on it. */
+async function setUp(
+  client: AuthClient,
+  limits: Parameters<AuthClient["createConnection"]>[0]["limits"] = {},
+) {
+  const accountId = uniqueNamespace("acct");
+  await client.createAccount({ accountId });
+  await client.createConnection({ accountId, connectionId: "main", models: ["mini", "pro"], limits });
+  const created = await client.createKey({ accountId, connectionId: "main", name: "int" });
+  return { accountId, secret: created.secret, keyId: created.key!.keyId };
+}
+
+const chat = (key: string) => ({ key, route: Route.CHAT_COMPLETIONS, model: "", maxOutputTokens: 16 });
+
+describe("two auth-policy replicas on one Redis", () => {
+  it("both serve the configured development key and report healthy", async () => {
+    for (const c of [one, two]) expect((await c.authorize(chat(DEV_KEY))).principal?.keyId).toBe("dev");
+    for (const app of replicas) expect(await checkGrpcHealth(`127.0.0.1:${app.port}`)).toBe("SERVING");
+  });
+
+  it("authorizes on one replica a key created on the other, and lists it without its secret", async () => {
+    const { accountId, secret, keyId } = await setUp(one);
+    expect(secret).toMatch(/^tg_[0-9A-Za-z]{40}$/);
+    const a = await two.authorize(chat(secret));
+    expect(a.principal).toMatchObject({ accountId, connectionId: "main", keyId });
+    expect(a.model).toBe("mini");
+    const listed = await two.listKeys({ accountId });
+    expect(listed.keys).toHaveLength(1);
+    expect(listed.keys[0]).toMatchObject({
+      keyId,
+      last4: secret.slice(-4),
+      state: KeyState.ACTIVE,
+      name: "int",
+    });
+    const wire = JSON.stringify(listed, (_, v) => (typeof v === "bigint" ? String(v) : v));
+    expect(wire).not.toContain(secret.slice(3, -4));
+    expect(wire).not.toContain(sha256(secret));
+  });
+
+  it("refuses the exact excess of a burst over a per-key limit split across both replicas", async () => {
+    const { secret } = await setUp(one, { perKey: { requestsPerMinute: 5 } });
+    const outcomes = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        (i % 2 === 0 ? one : two).authorize(chat(secret)).then(
+          (res) => ({ ok: true as const, res }),
+          (err: unknown) => ({ ok: false as const, err: err as RemoteError }),
+        ),
+      ),
+    );
+    const admitted = outcomes.filter((o) => o.ok);
+    const refused = outcomes.flatMap((o) => (o.ok ? [] : [o.err]));
+    expect(admitted).toHaveLength(5);
+    expect(refused).toHaveLength(7);
+    for (const err of refused) {
+      expect(err).toMatchObject({ status: GrpcStatus.RESOURCE_EXHAUSTED, code: "rate_limited" });
+      const retryAfter = Number(err.details[RATE_LIMIT_DETAILS.retryAfter]);
+      expect(retryAfter).toBeGreaterThanOrEqual(1);
+      expect(retryAfter).toBeLessThanOrEqual(61);
+      expect(err.details).toMatchObject({
+        [RATE_LIMIT_DETAILS.limit]: "5",
+        [RATE_LIMIT_DETAILS.remaining]: "0",
+        [RATE_LIMIT_DETAILS.scope]: "key",
+        [RATE_LIMIT_DETAILS.unit]: "requests",
+      });
+      expect(Number(err.details[RATE_LIMIT_DETAILS.reset])).toBeGreaterThanOrEqual(retryAfter);
+    }
+    const remaining = admitted.map((o) => (o.ok ? o.res.rateLimit?.remaining : -1)).sort();
+    expect(remaining).toEqual([0, 1, 2, 3, 4]);
+  });
+
+  it("refuses a route outside the connection's policy with PERMISSION_DENIED", async () => {
+    const accountId = uniqueNamespace("acct");
+    await two.createAccount({ accountId });
+    await two.createConnection({
+      accountId,
+      connectionId: "chat-only",
+      models: ["mini"],
+      routes: [Route.CHAT_COMPLETIONS],
+    });
+    const { secret } = await two.createKey({ accountId, connectionId: "chat-only" });
+    expect((await one.authorize(chat(secret))).model).toBe("mini");
+    const err = await failure(one.authorize({ key: secret, route: Route.THINK }));
+    expect(err).toMatchObject({ status: GrpcStatus.PERMISSION_DENIED, code: "route_not_allowed" });
+  });
+
+  it("revokes on one replica: both refuse at once and the broadcast arrives within a second", async () => {
+    const { secret, keyId } = await setUp(two);
+    for (const c of [one, two]) await c.authorize(chat(secret));
+    const started = Date.now();
+    const res = await one.revokeKey({ keyId });
+    expect(res.key?.state).toBe(KeyState.REVOKED);
+    for (const c of [one, two]) {
+      expect(await failure(c.authorize(chat(secret)))).toMatchObject({
+        status: GrpcStatus.UNAUTHENTICATED,
+        code: "revoked_api_key",
+      });
+    }
+    await expect
+      .poll(() => received.find((r) => r.revocation.keyId === keyId), { timeout: 1_000, interval: 10 })
+      .toBeDefined();
+    const got = received.find((r) => r.revocation.keyId === keyId)!;
+    expect(got.at - started).toBeLessThan(1_000);
+    expect(got.revocation).toMatchObject({ keyHash: sha256(secret), reason: "revoked" });
+  });
+
+  it("rotates with a grace window: old and new work on both replicas, then only the new one", async () => {
+    const { secret: oldSecret, keyId: oldId } = await setUp(one);
+    const rotated = await two.rotateKey({ keyId: oldId, graceSeconds: 2 });
+    const graceEnds =
+      Number(rotated.oldKey!.graceEndsAt!.seconds) * 1_000 + rotated.oldKey!.graceEndsAt!.nanos / 1e6;
+    expect(rotated.oldKey).toMatchObject({ state: KeyState.ROTATING, rotatedTo: rotated.newKey!.keyId });
+    expect(rotated.newKey).toMatchObject({ rotatedFrom: oldId, state: KeyState.ACTIVE });
+    for (const c of [one, two]) {
+      const old = await c.authorize(chat(oldSecret));
+      expect(old.principal?.keyId).toBe(oldId);
+      expect(old.keyValidUntil).toEqual(rotated.oldKey!.graceEndsAt);
+      expect((await c.authorize(chat(rotated.secret))).principal?.keyId).toBe(rotated.newKey!.keyId);
+    }
+    await sleep(graceEnds - Date.now() + 50);
+    for (const c of [one, two]) {
+      expect(await failure(c.authorize(chat(oldSecret)))).toMatchObject({
+        status: GrpcStatus.UNAUTHENTICATED,
+        code: "rotated_api_key",
+      });
+      expect((await c.authorize(chat(rotated.secret))).principal?.keyId).toBe(rotated.newKey!.keyId);
+    }
+    // The end of the grace is broadcast too, once, by one of the replicas.
+    await expect
+      .poll(() => received.filter((r) => r.revocation.keyId === oldId), { timeout: 1_000, interval: 20 })
+      .toHaveLength(1);
+    const [ended] = received.filter((r) => r.revocation.keyId === oldId);
+    expect(ended?.revocation).toMatchObject({ keyHash: sha256(oldSecret), reason: "rotated" });
+    expect(ended!.at - graceEnds).toBeLessThan(1_000);
+    await sleep(300);
+    expect(received.filter((r) => r.revocation.keyId === oldId)).toHaveLength(1);
+    expect(await failure(one.rotateKey({ keyId: oldId }))).toMatchObject({
+      status: GrpcStatus.FAILED_PRECONDITION,
+      code: "key_not_active",
+    });
+  });
+
+  it("answers admin mistakes with their status and code", async () => {
+    const { accountId } = await setUp(one);
+    const cases: Array<[() => Promise<unknown>, GrpcStatus, string]> = [
+      [() => two.createAccount({ accountId }), GrpcStatus.ALREADY_EXISTS, "account_exists"],
+      [
+        () => two.createConnection({ accountId, connectionId: "main", models: ["mini"] }),
+        GrpcStatus.ALREADY_EXISTS,
+        "connection_exists",
+      ],
+      [
+        () => two.createConnection({ accountId: "nobody-here", connectionId: "x", models: ["mini"] }),
+        GrpcStatus.NOT_FOUND,
+        "account_not_found",
+      ],
+      [
+        () => two.createConnection({ accountId, connectionId: "x", models: ["gpt-nope"] }),
+        GrpcStatus.INVALID_ARGUMENT,
+        "invalid_argument",
+      ],
+      [
+        () =>
+          two.createConnection({
+            accountId,
+            connectionId: "x",
+            models: ["mini"],
+            routes: [Route.UNSPECIFIED],
+          }),
+        GrpcStatus.INVALID_ARGUMENT,
+        "invalid_argument",
+      ],
+      [
+        () => two.createKey({ accountId, connectionId: "nope" }),
+        GrpcStatus.NOT_FOUND,
+        "connection_not_found",
+      ],
+      [
+        () =>
+          two.createKey({
+            accountId,
+            connectionId: "main",
+            expiresAt: timestampFromDate(new Date(Date.now() - 1_000)),
+          }),
+        GrpcStatus.INVALID_ARGUMENT,
+        "invalid_argument",
+      ],
+      [() => two.revokeKey({ keyId: "key_nope" }), GrpcStatus.NOT_FOUND, "key_not_found"],
+      [() => two.listKeys({ accountId: "nobody-here" }), GrpcStatus.NOT_FOUND, "account_not_found"],
+    ];
+    for (const [call, status, code] of cases) expect(await failure(call())).toMatchObject({ status, code });
+  });
+
+  it("honours a key's expiry on every replica", async () => {
+    const { accountId } = await setUp(one);
+    const expiresAt = new Date(Date.now() + 1_000);
+    const { secret, key } = await one.createKey({
+      accountId,
+      connectionId: "main",
+      expiresAt: timestampFromDate(expiresAt),
+    });
+    expect((await two.authorize(chat(secret))).principal?.keyId).toBe(key!.keyId);
+    await sleep(expiresAt.getTime() - Date.now() + 50);
+    expect(await failure(two.authorize(chat(secret)))).toMatchObject({ code: "expired_api_key" });
+    await expect
+      .poll(() => received.find((r) => r.revocation.keyId === key!.keyId)?.revocation.reason, {
+        timeout: 1_000,
+        interval: 20,
+      })
+      .toBe("expired");
+  });
+});

@@ -1,0 +1,96 @@
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRedisKeyStore } from "../../src/adapters/redis-key-store.js";
+import { createRedisRateLimiter } from "../../src/adapters/redis-rate-limiter.js";
+import { hashKey } from "../../src/domain/keys.js";
+import { keyStoreContract } from "../key-store-contract.js";
+import { rateLimiterContract } from "../rate-limiter-contract.js";
+
+let fixture: RedisFixture;
+let redis: Redis;
+const prefixes: string[] = [];
+
+/** A prefix no other test (or test run on a shared server) uses. */
+function prefix(): string {
+  const p = `${uniqueNamespace("auth")}:`;
+  prefixes.push(p);
+  return p;
+}
+
+beforeAll(async () => {
+  fixture = await useRedis();
+  redis = connectRedis(fixture.url);
+});
+
+afterAll(async () => {
+  for (const p of prefixes) {
+    const keys: string[] = [];
+    for await (const batch of redis.scanStream({ match: `${p}*`, count: 500 }))
+      keys.push(...(batch as string[]));
+    if (keys.length > 0) await redis.del(...keys);
+  }
+  await quitRedis(redis);
+  await fixture.stop();
+});
+
+describe("redis key store", () => {
+  keyStoreContract(() => createRedisKeyStore(redis, { prefix: prefix() }));
+
+  it("keeps keys only as hashes, under its prefix", async () => {
+    const p = prefix();
+    const store = createRedisKeyStore(redis, { prefix: p });
+    const secret = "tg_redis_layout_secret_0123456789";
+    await store.createKey({
+      keyId: "k1",
+      hash: hashKey(secret),
+      accountId: "a",
+      connectionId: "c",
+      name: "",
+      createdAt: new Date(),
+      last4: secret.slice(-4),
+    });
+    const keys: string[] = [];
+    for await (const batch of redis.scanStream({ match: `${p}*`, count: 100 }))
+      keys.push(...(batch as string[]));
+    expect(keys.sort()).toEqual(
+      [`${p}auth:key:${hashKey(secret).toString("hex")}`, `${p}auth:key-id:k1`, `${p}auth:keys:a/c`].sort(),
+    );
+    for (const k of keys) {
+      const type = await redis.type(k);
+      const dump =
+        type === "hash"
+          ? JSON.stringify(await redis.hgetall(k))
+          : type === "zset"
+            ? JSON.stringify(await redis.zrange(k, "0", "-1"))
+            : String(await redis.get(k));
+      expect(dump).not.toContain(secret.slice(3));
+    }
+  });
+});
+
+describe("redis rate limiter (caller's clock)", () => {
+  rateLimiterContract(() => createRedisRateLimiter(redis, { prefix: prefix(), clock: "caller" }));
+});
+
+describe("redis rate limiter (Redis clock)", () => {
+  it("counts on the Redis server's clock and lets its counters expire", async () => {
+    const p = prefix();
+    const limiter = createRedisRateLimiter(redis, { prefix: p });
+    const w = [
+      { id: "{a}:key:k:requests", scope: "key" as const, unit: "requests" as const, limit: 2, cost: 1 },
+    ];
+    // A caller clock far in the past is ignored: the server's clock decides.
+    const first = await limiter.consume(w, new Date(0));
+    const [sec] = await redis.time();
+    expect(Math.abs(first.nowMs - Number(sec) * 1_000)).toBeLessThan(2_000);
+    await limiter.consume(w, new Date(0));
+    const refused = await limiter.consume(w, new Date(0));
+    expect(refused.admitted).toBe(false);
+    expect(refused.counts[0]?.retryAfterMs).toBeGreaterThan(59_000);
+    expect(refused.counts[0]?.retryAfterMs).toBeLessThanOrEqual(61_000);
+    const ttl = await redis.pttl(`${p}auth:rl:{a}:key:k:requests`);
+    expect(ttl).toBeGreaterThan(60_000);
+    expect(ttl).toBeLessThanOrEqual(63_000);
+  });
+});

@@ -1,0 +1,30 @@
+import { describe, expect, it } from "vitest";
+import { channelStoreContract, newChannel } from "../../test/channel-store-contract.js";
+import { createMemoryChannelStore } from "./memory-channel-store.js";
+
+describe("memory channel store", () => {
+  channelStoreContract(() => createMemoryChannelStore());
+
+  it("forgets finished reservations only after their retention", async () => {
+    const store = createMemoryChannelStore({ reservationRetentionMs: 1_000 });
+    const c = newChannel();
+    await store.create(c);
+    await store.reserve(c.channelId, "r1", 5n, 0, 100);
+    await store.commit(c.channelId, "r1", 5n, 50);
+    // Within retention a commit repeats its answer; afterwards the id is unknown.
+    await store.reserve(c.channelId, "other", 1n, 1_049, 1_100);
+    expect((await store.commit(c.channelId, "r1", 5n, 1_049)).kind).toBe("committed");
+    await store.reserve(c.channelId, "later", 1n, 2_100, 2_200);
+    expect((await store.commit(c.channelId, "r1", 5n, 2_100)).kind).toBe("unknown");
+  });
+
+  it("lets a lease lapse after its time to live", async () => {
+    let now = 0;
+    const store = createMemoryChannelStore({ now: () => now });
+    expect(await store.tryLock("l", "a", 1_000)).toBe(true);
+    now = 999;
+    expect(await store.tryLock("l", "b", 1_000)).toBe(false);
+    now = 1_000;
+    expect(await store.tryLock("l", "b", 1_000)).toBe(true);
+  });
+});

@@ -1,0 +1,25 @@
+import type { Address } from "viem";
+
+/** Defaults of the first production rollout (spec "Limits"; notes 3.4 for the Tempo mainnet constants). */
+export const DEFAULTS = {
+  realm: "tollgate",
+  chainId: 4217,
+  /** USDC.e on Tempo mainnet. */
+  currency: "0x20C000000000000000000000b9537d11c60E8b50" as Address,
+  /** The TIP-1034 channel reserve precompile. */
+  escrow: "0x4d50500000000000000000000000000000000000" as Address,
+  /** 1 token unit: the cumulative voucher bucket (challenge amount). */
+  voucherBucket: 1_000_000n,
+  /** 5 token units: a reusable-session hint, not a minimum. */
+  suggestedDeposit: 5_000_000n,
+  challengeTtlSeconds: 300,
+  maxCredentialBytes: 16_384,
+  settleIntervalSeconds: 60,
+  /**
+   * A hold neither committed nor released is dropped after this long. It must outlast the
+   * slowest buffered inference (upstream timeouts default to 120 s), or a served request would
+   * find its hold gone and answer mpp_commit_failed.
+   */
+  reservationTtlSeconds: 300,
+  redisPrefix: "tollgate:",
+} as const;

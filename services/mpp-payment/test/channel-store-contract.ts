@@ -1,0 +1,219 @@
+import { randomBytes } from "node:crypto";
+import { type Hex, keccak256, toHex, zeroAddress } from "viem";
+import { expect, it } from "vitest";
+import type { ChannelStore, NewChannel } from "../src/domain/ports.js";
+import { USDC_E } from "./support.js";
+
+// Real time: the Redis store lets finished reservations expire on the server clock.
+const T0 = Date.now();
+const TTL = 300_000;
+
+/** A fresh channel whose highest voucher is `highest`, deposit 5 units. */
+export function newChannel(highest = 1_000_000n, settled = 0n): NewChannel {
+  const payer = toHex(randomBytes(20));
+  return {
+    channelId: keccak256(randomBytes(32)),
+    descriptor: {
+      payer,
+      payee: toHex(randomBytes(20)),
+      operator: zeroAddress,
+      token: USDC_E,
+      salt: toHex(randomBytes(32)),
+      authorizedSigner: payer,
+      expiringNonceHash: keccak256(randomBytes(32)),
+    },
+    deposit: 5_000_000n,
+    settled,
+    voucher: { cumulative: highest, signature: toHex(randomBytes(65)) },
+  };
+}
+
+const sig = () => toHex(randomBytes(65)) as Hex;
+
+/**
+ * Behaviour every ChannelStore must show; the memory store runs it as a unit test and the
+ * Redis store against a real Redis, so the two cannot drift apart.
+ */
+export function channelStoreContract(makeStore: () => ChannelStore | Promise<ChannelStore>): void {
+  it("creates a channel once and reads it back", async () => {
+    const store = await makeStore();
+    const c = newChannel();
+    expect(await store.get(c.channelId)).toBeUndefined();
+    expect(await store.create(c)).toBe(true);
+    expect(await store.create({ ...c, deposit: 9n })).toBe(false);
+    expect(await store.get(c.channelId)).toEqual({
+      channelId: c.channelId,
+      descriptor: c.descriptor,
+      deposit: 5_000_000n,
+      settled: 0n,
+      highest: c.voucher,
+      spent: 0n,
+      held: 0n,
+      units: 0,
+      status: "open",
+    });
+  });
+
+  it("only raises the accepted voucher: higher is accepted, equal is the same, lower is stale", async () => {
+    const store = await makeStore();
+    const c = newChannel();
+    await store.create(c);
+    const higher = { cumulative: 2_000_000n, signature: sig() };
+    expect(await store.acceptVoucher(c.channelId, higher)).toEqual({ kind: "accepted", highest: 2_000_000n });
+    expect(await store.acceptVoucher(c.channelId, { ...higher, signature: sig() })).toEqual({
+      kind: "same",
+      highest: 2_000_000n,
+    });
+    expect(await store.acceptVoucher(c.channelId, { cumulative: 1_500_000n, signature: sig() })).toEqual({
+      kind: "stale",
+      highest: 2_000_000n,
+    });
+    expect((await store.get(c.channelId))?.highest).toEqual(higher);
+    expect(await store.acceptVoucher(newChannel().channelId, higher)).toEqual({ kind: "unknown" });
+    const vouchers = await store.vouchers(c.channelId);
+    expect(vouchers.map((v) => v.cumulative).sort()).toEqual([1_000_000n, 2_000_000n]);
+  });
+
+  it("holds quotes inside the accepted cumulative and refuses what does not fit", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    expect(await store.reserve(c.channelId, "r1", 600_000n, T0, T0 + TTL)).toBe("reserved");
+    expect(await store.reserve(c.channelId, "r2", 400_001n, T0, T0 + TTL)).toBe("insufficient");
+    expect(await store.reserve(c.channelId, "r2", 400_000n, T0, T0 + TTL)).toBe("reserved");
+    expect(await store.get(c.channelId)).toMatchObject({ held: 1_000_000n, spent: 0n });
+    // Reserving the same id again holds nothing more.
+    expect(await store.reserve(c.channelId, "r1", 600_000n, T0, T0 + TTL)).toBe("reserved");
+    expect((await store.get(c.channelId))?.held).toBe(1_000_000n);
+    expect(await store.reserve(newChannel().channelId, "r3", 1n, T0, T0 + TTL)).toBe("unknown");
+  });
+
+  it("commits min(actual, hold), releases the rest, counts units and answers a repeat alike", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    await store.reserve(c.channelId, "r1", 300_000n, T0, T0 + TTL);
+    await store.reserve(c.channelId, "r2", 300_000n, T0, T0 + TTL);
+    const first = await store.commit(c.channelId, "r1", 120_000n, T0 + 10);
+    expect(first).toEqual({
+      kind: "committed",
+      spent: 120_000n,
+      accepted: 1_000_000n,
+      units: 1,
+      committedAt: T0 + 10,
+    });
+    // Above the hold: only the hold is charged.
+    expect(await store.commit(c.channelId, "r2", 999_999n, T0 + 20)).toMatchObject({
+      spent: 420_000n,
+      units: 2,
+    });
+    expect(await store.commit(c.channelId, "r1", 5n, T0 + 30)).toEqual(first);
+    expect(await store.get(c.channelId)).toMatchObject({ spent: 420_000n, held: 0n, units: 2 });
+    expect(await store.reserve(c.channelId, "r3", 580_000n, T0, T0 + TTL)).toBe("reserved");
+    expect(await store.reserve(c.channelId, "r4", 1n, T0, T0 + TTL)).toBe("insufficient");
+    expect(await store.commit(c.channelId, "nope", 1n, T0)).toEqual({ kind: "unknown" });
+    // A finished reservation id cannot hold again.
+    expect(await store.reserve(c.channelId, "r1", 1n, T0, T0 + TTL)).toBe("conflict");
+  });
+
+  it("releases a hold once; a released reservation cannot be committed", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    await store.reserve(c.channelId, "r1", 700_000n, T0, T0 + TTL);
+    expect(await store.release(c.channelId, "r1", T0)).toBe("released");
+    expect(await store.get(c.channelId)).toMatchObject({ held: 0n, spent: 0n, units: 0 });
+    expect(await store.release(c.channelId, "r1", T0)).toBe("released_before");
+    expect(await store.commit(c.channelId, "r1", 1n, T0)).toEqual({ kind: "released" });
+    expect(await store.release(c.channelId, "unknown", T0)).toBe("unknown");
+    await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL);
+    await store.commit(c.channelId, "r2", 1n, T0);
+    expect(await store.release(c.channelId, "r2", T0)).toBe("committed");
+    expect((await store.get(c.channelId))?.spent).toBe(1n);
+  });
+
+  it("drops a hold at its expiry: the amount is available again and the commit fails", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    expect(await store.reserve(c.channelId, "r1", 1_000_000n, T0, T0 + 1_000)).toBe("reserved");
+    expect(await store.reserve(c.channelId, "r2", 1n, T0 + 999, T0 + TTL)).toBe("insufficient");
+    expect(await store.reserve(c.channelId, "r2", 1_000_000n, T0 + 1_000, T0 + TTL)).toBe("reserved");
+    expect(await store.commit(c.channelId, "r1", 10n, T0 + 1_001)).toEqual({ kind: "expired" });
+    expect(await store.get(c.channelId)).toMatchObject({ held: 1_000_000n, spent: 0n });
+  });
+
+  it("marks a channel closing only without live holds, refuses holds while closing, rolls back or finalizes", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    await store.reserve(c.channelId, "r1", 10n, T0, T0 + TTL);
+    expect((await store.beginClose(c.channelId, T0, 60_000)).kind).toBe("busy");
+    await store.commit(c.channelId, "r1", 10n, T0);
+    const begun = await store.beginClose(c.channelId, T0 + 1, 60_000);
+    expect(begun).toMatchObject({ kind: "ok", record: { status: "closing", spent: 10n } });
+    if (begun.kind !== "ok") throw new Error("not begun");
+    expect(await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL)).toBe("not_open");
+    expect(await store.acceptVoucher(c.channelId, { cumulative: 2_000_000n, signature: sig() })).toEqual({
+      kind: "not_open",
+    });
+    expect((await store.beginClose(c.channelId, T0 + 2, 60_000)).kind).toBe("closing");
+    // A stale mark (a crashed close) can be taken over; the old attempt can no longer roll back.
+    const takeover = await store.beginClose(c.channelId, T0 + 60_001, 60_000);
+    expect(takeover.kind).toBe("ok");
+    await store.abortClose(c.channelId, begun.token);
+    expect((await store.get(c.channelId))?.status).toBe("closing");
+    if (takeover.kind !== "ok") throw new Error("not taken over");
+    await store.abortClose(c.channelId, takeover.token);
+    expect((await store.get(c.channelId))?.status).toBe("open");
+    expect(await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL)).toBe("reserved");
+    await store.release(c.channelId, "r2", T0);
+    const again = await store.beginClose(c.channelId, T0 + 70_000, 60_000);
+    expect(again.kind).toBe("ok");
+    await store.finishClose(c.channelId, {
+      txHash: keccak256("0x01"),
+      cumulative: 1_000_000n,
+      captured: 10n,
+    });
+    expect(await store.get(c.channelId)).toMatchObject({
+      status: "closed",
+      settled: 10n,
+      closed: { txHash: keccak256("0x01"), cumulative: 1_000_000n, captured: 10n },
+    });
+    expect((await store.beginClose(c.channelId, T0 + 80_000, 60_000)).kind).toBe("closed");
+  });
+
+  it("raises the deposit and the settled amount, and forgets settled vouchers but the highest", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    await store.raiseDeposit(c.channelId, 7_000_000n);
+    await store.raiseDeposit(c.channelId, 6_000_000n);
+    for (const cumulative of [2_000_000n, 3_000_000n])
+      await store.acceptVoucher(c.channelId, { cumulative, signature: sig() });
+    await store.recordSettled(c.channelId, 2_000_000n);
+    await store.recordSettled(c.channelId, 1_500_000n);
+    expect(await store.get(c.channelId)).toMatchObject({ deposit: 7_000_000n, settled: 2_000_000n });
+    expect((await store.vouchers(c.channelId)).map((v) => v.cumulative)).toEqual([3_000_000n]);
+    await store.recordSettled(c.channelId, 3_000_000n);
+    expect((await store.vouchers(c.channelId)).map((v) => v.cumulative)).toEqual([3_000_000n]);
+  });
+
+  it("keeps the settlement list and leases", async () => {
+    const store = await makeStore();
+    const c = newChannel();
+    await store.markDirty(c.channelId);
+    await store.markDirty(c.channelId);
+    expect(await store.dirty()).toContain(c.channelId);
+    await store.clearDirty(c.channelId);
+    expect(await store.dirty()).not.toContain(c.channelId);
+    const lease = `lease-${toHex(randomBytes(4))}`;
+    expect(await store.tryLock(lease, "a", 60_000)).toBe(true);
+    expect(await store.tryLock(lease, "b", 60_000)).toBe(false);
+    expect(await store.tryLock(lease, "a", 60_000)).toBe(true);
+    await store.unlock(lease, "b");
+    expect(await store.tryLock(lease, "b", 60_000)).toBe(false);
+    await store.unlock(lease, "a");
+    expect(await store.tryLock(lease, "b", 60_000)).toBe(true);
+  });
+}
