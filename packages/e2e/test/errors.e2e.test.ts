@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const KEYS = {
   good: "tg_test_good_0123456789abcdef0123",
+  limited: "tg_test_limited_0123456789abcdef",
+  modelsOnly: "tg_test_models_only_0123456789ab",
   expired: "tg_test_expired_0123456789abcdef",
   revoked: "tg_test_revoked_0123456789abcdef",
   future: "tg_test_future_0123456789abcdef0",
@@ -31,6 +33,18 @@ accounts:
           - { id: expired, secret: ${KEYS.expired}, expiresAt: "2020-01-01T00:00:00Z" }
           - { id: revoked, secret: ${KEYS.revoked}, revoked: true }
           - { id: future, secret: ${KEYS.future}, expiresAt: "2999-01-01T00:00:00Z" }
+      - id: acme-limited
+        models: [small]
+        defaultModel: small
+        limits: { keyRequestsPerMinute: 3 }
+        keys:
+          - { id: limited, secret: ${KEYS.limited} }
+      - id: acme-models-only
+        models: [small]
+        defaultModel: small
+        routes: [models]
+        keys:
+          - { id: models-only, secret: ${KEYS.modelsOnly} }
 `;
 
 describe("account door error contract (all-in-one, in process)", () => {
@@ -137,6 +151,49 @@ describe("account door error contract (all-in-one, in process)", () => {
     const sent = upstream.requests.at(-1)?.body as { model: string; max_tokens: number };
     expect(sent).toMatchObject({ model: "fake-small", max_tokens: 7 });
     expect(res.headers.get("x-tollgate-cost")).toMatch(/^\d+$/);
+  });
+
+  it("refuses the request over the key's rate limit with 429, Retry-After and RateLimit headers, before any model runs", async () => {
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await chat(KEYS.limited, ok);
+      statuses.push(res.status);
+      expect(res.headers.get("ratelimit-limit")).toBe("3");
+      expect(res.headers.get("ratelimit-remaining")).toBe(String(2 - i));
+    }
+    expect(statuses).toEqual([200, 200, 200]);
+    const before = upstream.requests.length;
+    const refused = await chat(KEYS.limited, ok);
+    await expectError(refused, 429, "rate_limited");
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(refused.headers.get("ratelimit-limit")).toBe("3");
+    expect(refused.headers.get("ratelimit-remaining")).toBe("0");
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it("refuses a route outside the connection's policy with 403", async () => {
+    const before = upstream.requests.length;
+    await expectError(await chat(KEYS.modelsOnly, ok), 403, "route_not_allowed");
+    expect(upstream.requests.length).toBe(before);
+    const models = await fetch(`${gateway.url}/v1/models`, {
+      headers: { authorization: `Bearer ${KEYS.modelsOnly}` },
+    });
+    expect(models.status).toBe(200);
+  });
+
+  it("lists each model's price per million tokens in /v1/models", async () => {
+    const res = await fetch(`${gateway.url}/v1/models`, {
+      headers: { authorization: `Bearer ${KEYS.good}` },
+    });
+    const body = (await res.json()) as {
+      data: Array<{ id: string; pricing: { input_per_million: string; output_per_million: string } }>;
+    };
+    expect(body.data).toEqual([
+      expect.objectContaining({
+        id: "small",
+        pricing: expect.objectContaining({ input_per_million: "100000", output_per_million: "400000" }),
+      }),
+    ]);
   });
 
   it("answers bad input with the right 4xx, checking the key first", async () => {

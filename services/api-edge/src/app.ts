@@ -90,6 +90,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
   });
   app.setErrorHandler((err, req, reply) => {
     const e = toHttpError(err, req.log);
+    if (e.headers) reply.headers(e.headers);
     return reply.code(e.status).send(errorBody(e, req.id));
   });
   app.setNotFoundHandler((req, reply) => {

@@ -117,7 +117,18 @@ export async function start(
       port: opts.grpcPort,
       log,
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
-      services: [implement(AuthService, authHandlers({ store, limiter, admin, log }))],
+      services: [
+        implement(
+          AuthService,
+          authHandlers({
+            store,
+            limiter,
+            admin,
+            log,
+            prices: new Map(opts.gateway.models.map((m) => [m.id, m.pricing])),
+          }),
+        ),
+      ],
     });
     log.info(
       {

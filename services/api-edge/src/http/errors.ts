@@ -1,4 +1,5 @@
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
 import type { FastifyBaseLogger } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 
@@ -8,9 +9,13 @@ export interface HttpError {
   type: string;
   code: string;
   message: string;
+  /** Extra response headers (Retry-After and RateLimit-* on a 429). */
+  headers?: Record<string, string>;
 }
 
 const TYPE_BY_STATUS: Record<number, string> = {
+  409: "conflict_error",
+  422: "invalid_request_error",
   410: "invalid_request_error",
   400: "invalid_request_error",
   401: "authentication_error",
@@ -42,8 +47,20 @@ const STATUS_BY_CODE: Record<string, number> = {
   invalid_api_key: 401,
   expired_api_key: 401,
   revoked_api_key: 401,
+  rotated_api_key: 401,
   model_not_allowed: 403,
   output_cap_above_policy: 403,
+  route_not_allowed: 403,
+  tokens_above_rate_limit: 403,
+  rate_limited: 429,
+  invalid_argument: 400,
+  account_not_found: 404,
+  connection_not_found: 404,
+  key_not_found: 404,
+  account_exists: 409,
+  connection_exists: 409,
+  key_not_active: 409,
+  broadcast_failed: 503,
   // the paid door (spec, "Errors: MPP route"); 402 wherever the client should pay or re-sign
   payment_required: 402,
   mpp_session_deposit_below_request_cost: 402,
@@ -105,7 +122,15 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
         ? { ...serverError(status, code), message: err.message }
         : serverError(status, code);
     }
-    return { status, type: TYPE_BY_STATUS[status] ?? "invalid_request_error", code, message: err.message };
+    const headers =
+      err instanceof RemoteError && code === "rate_limited" ? rateLimitHeaders(err.details) : undefined;
+    return {
+      status,
+      type: TYPE_BY_STATUS[status] ?? "invalid_request_error",
+      code,
+      message: err.message,
+      ...(headers ? { headers } : {}),
+    };
   }
   if (err instanceof RemoteError) {
     log.error({ err, grpcStatus: err.status }, "service call failed");
@@ -145,6 +170,23 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
   }
   log.error({ err }, "request failed");
   return serverError(500, "internal_error");
+}
+
+/**
+ * Retry-After and the RateLimit header fields of a refusal, from the details auth-policy
+ * attached (RATE_LIMIT_DETAILS).
+ */
+function rateLimitHeaders(details: Readonly<Record<string, string>>): Record<string, string> {
+  const headers: Record<string, string> = {};
+  const copy = (detail: string, header: string) => {
+    const value = details[detail];
+    if (value !== undefined && /^\d+$/.test(value)) headers[header] = value;
+  };
+  copy(RATE_LIMIT_DETAILS.retryAfter, "retry-after");
+  copy(RATE_LIMIT_DETAILS.limit, "ratelimit-limit");
+  copy(RATE_LIMIT_DETAILS.remaining, "ratelimit-remaining");
+  copy(RATE_LIMIT_DETAILS.reset, "ratelimit-reset");
+  return headers;
 }
 
 /** The OpenAI-style body of an error. */

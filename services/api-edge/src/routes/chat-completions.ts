@@ -9,7 +9,8 @@ import { bearerKey } from "../http/credentials.js";
 import { errorBody, toHttpError } from "../http/errors.js";
 import { SseWriter } from "../http/sse.js";
 import { type ChatRequest, chatRequestSchema, outputCapOf } from "../schemas/chat.js";
-import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
+import { authorizeRequest } from "./authorize.js";
+import type { AccountRouteContext } from "./context.js";
 
 /** Readable one-line description of the first validation problems. */
 export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
@@ -22,28 +23,19 @@ export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; mes
 /** POST /v1/chat/completions: the account door's chat route, buffered or streamed (spec, "Endpoints"). */
 export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.post("/v1/chat/completions", async (req, reply) => {
-    const key = bearerKey(req.headers);
+    bearerKey(req.headers);
     const parsed = chatRequestSchema.safeParse(req.body);
     if (!parsed.success) {
       // The key is checked first, so a bad key gets its 401 whatever the body holds.
-      await ctx.auth.authorize(
-        { key, route: Route.MODELS, requestId: req.id },
-        { timeoutMs: AUTH_TIMEOUT_MS },
-      );
+      await authorizeRequest(ctx, req, reply, { route: Route.CHAT_COMPLETIONS });
       throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
     }
     const body = parsed.data;
-    const cap = outputCapOf(body);
-    const grant = await ctx.auth.authorize(
-      {
-        key,
-        route: Route.CHAT_COMPLETIONS,
-        model: body.model ?? "",
-        requestId: req.id,
-        ...(cap !== undefined ? { maxOutputTokens: cap } : {}),
-      },
-      { timeoutMs: AUTH_TIMEOUT_MS },
-    );
+    const grant = await authorizeRequest(ctx, req, reply, {
+      route: Route.CHAT_COMPLETIONS,
+      model: body.model ?? "",
+      maxOutputTokens: outputCapOf(body),
+    });
     const input: MessageInitShape<typeof CompletionInputSchema> = {
       requestId: req.id,
       operation: Operation.CHAT,

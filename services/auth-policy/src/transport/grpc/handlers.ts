@@ -1,5 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Prices } from "@tollgate/config";
 import type { Handlers } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
 import {
@@ -129,9 +130,9 @@ async function mapped<T>(fn: () => Promise<T>): Promise<T> {
 
 /** Maps AuthService messages to the domain and back. */
 export function authHandlers(
-  deps: AuthorizeDeps & { admin: Admin; log: Logger },
+  deps: AuthorizeDeps & { admin: Admin; log: Logger; prices: ReadonlyMap<string, Prices> },
 ): Handlers<typeof AuthService> {
-  const { admin, log } = deps;
+  const { admin, log, prices } = deps;
   return {
     authorize: (req) =>
       mapped(async () => {
@@ -152,6 +153,22 @@ export function authHandlers(
           defaultModel: a.defaultModel,
           ...(a.rateLimit ? { rateLimit: a.rateLimit } : {}),
           ...(a.keyValidUntil ? { keyValidUntil: timestampFromDate(a.keyValidUntil) } : {}),
+          ...(req.route === Route.MODELS
+            ? {
+                modelPrices: a.allowedModels.flatMap((model) => {
+                  const p = prices.get(model);
+                  return p
+                    ? [
+                        {
+                          model,
+                          inputPerMillion: p.inputPerMillion.toString(),
+                          outputPerMillion: p.outputPerMillion.toString(),
+                        },
+                      ]
+                    : [];
+                }),
+              }
+            : {}),
         };
       }),
 

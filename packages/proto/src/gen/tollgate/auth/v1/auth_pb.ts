@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/auth/v1/auth.proto.
  */
 export const file_tollgate_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEi7wEKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBQhQKEl9tYXhfb3V0cHV0X3Rva2Vuc0IZChdfZXN0aW1hdGVkX2lucHV0X3Rva2VucyJGCglQcmluY2lwYWwSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBmtleV9pZBgDIAEoCSK7AgoRQXV0aG9yaXplUmVzcG9uc2USLgoJcHJpbmNpcGFsGAEgASgLMhsudG9sbGdhdGUuYXV0aC52MS5QcmluY2lwYWwSDQoFbW9kZWwYAiABKAkSHgoRbWF4X291dHB1dF90b2tlbnMYAyABKA1IAIgBARIWCg5hbGxvd2VkX21vZGVscxgEIAMoCRIVCg1kZWZhdWx0X21vZGVsGAUgASgJEhYKDnJlc2VydmF0aW9uX2lkGAYgASgJEjUKCnJhdGVfbGltaXQYByABKAsyIS50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdFN0YXR1cxIzCg9rZXlfdmFsaWRfdW50aWwYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJnCg9SYXRlTGltaXRTdGF0dXMSDQoFbGltaXQYASABKA0SEQoJcmVtYWluaW5nGAIgASgNEhUKDXJlc2V0X3NlY29uZHMYAyABKA0SDQoFc2NvcGUYBCABKAkSDAoEdW5pdBgFIAEoCSJ8CgpSYXRlTGltaXRzEiAKE3JlcXVlc3RzX3Blcl9taW51dGUYASABKA1IAIgBARIeChF0b2tlbnNfcGVyX21pbnV0ZRgCIAEoDUgBiAEBQhYKFF9yZXF1ZXN0c19wZXJfbWludXRlQhQKEl90b2tlbnNfcGVyX21pbnV0ZSJnCg9Sb3V0ZVJhdGVMaW1pdHMSJgoFcm91dGUYASABKA4yFy50b2xsZ2F0ZS5hdXRoLnYxLlJvdXRlEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyKmAQoQQ29ubmVjdGlvbkxpbWl0cxIwCgpjb25uZWN0aW9uGAEgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEi0KB3Blcl9rZXkYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSMQoGcm91dGVzGAMgAygLMiEudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZVJhdGVMaW1pdHMiewoHQWNjb3VudBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxIuCgpjcmVhdGVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKpAgoKQ29ubmVjdGlvbhISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGbW9kZWxzGAMgAygJEhUKDWRlZmF1bHRfbW9kZWwYBCABKAkSIQoZZGVmYXVsdF9tYXhfb3V0cHV0X3Rva2VucxgFIAEoDRIZChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDRInCgZyb3V0ZXMYByADKA4yFy50b2xsZ2F0ZS5hdXRoLnYxLlJvdXRlEjIKBmxpbWl0cxgIIAEoCzIiLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbkxpbWl0cxIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCL5AgoHS2V5SW5mbxIOCgZrZXlfaWQYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIVCg1jb25uZWN0aW9uX2lkGAMgASgJEgwKBG5hbWUYBCABKAkSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcm90YXRlZF9mcm9tGAggASgJEhIKCnJvdGF0ZWRfdG8YCSABKAkSMQoNZ3JhY2VfZW5kc19hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFbGFzdDQYCyABKAkSKQoFc3RhdGUYDCABKA4yGi50b2xsZ2F0ZS5hdXRoLnYxLktleVN0YXRlIlgKFENyZWF0ZUFjY291bnRSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSLAoGbGltaXRzGAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzIkMKFUNyZWF0ZUFjY291bnRSZXNwb25zZRIqCgdhY2NvdW50GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5BY2NvdW50IsQCChdDcmVhdGVDb25uZWN0aW9uUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGbW9kZWxzGAMgAygJEhUKDWRlZmF1bHRfbW9kZWwYBCABKAkSJgoZZGVmYXVsdF9tYXhfb3V0cHV0X3Rva2VucxgFIAEoDUgAiAEBEh4KEW1heF9vdXRwdXRfdG9rZW5zGAYgASgNSAGIAQESJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHNCHAoaX2RlZmF1bHRfbWF4X291dHB1dF90b2tlbnNCFAoSX21heF9vdXRwdXRfdG9rZW5zIkwKGENyZWF0ZUNvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uInsKEENyZWF0ZUtleVJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBG5hbWUYBCABKAkiSwoRQ3JlYXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEg4KBnNlY3JldBgCIAEoCSI8Cg9MaXN0S2V5c1JlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJIjsKEExpc3RLZXlzUmVzcG9uc2USJwoEa2V5cxgBIAMoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyIiChBSZXZva2VLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCSI7ChFSZXZva2VLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8igAEKEFJvdGF0ZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJEhoKDWdyYWNlX3NlY29uZHMYAiABKA1IAIgBARIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIQCg5fZ3JhY2Vfc2Vjb25kcyJ7ChFSb3RhdGVLZXlSZXNwb25zZRIqCgdvbGRfa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEioKB25ld19rZXkYAiABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SDgoGc2VjcmV0GAMgASgJIpIBCgpLZXlSZXZva2VkEhAKCGtleV9oYXNoGAEgASgJEg4KBmtleV9pZBgCIAEoCRIuCgpyZXZva2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCgZyZWFzb24YBCABKA4yIi50b2xsZ2F0ZS5hdXRoLnYxLktleVJldm9rZWRSZWFzb24qiQEKBVJvdXRlEhUKEVJPVVRFX1VOU1BFQ0lGSUVEEAASEAoMUk9VVEVfTU9ERUxTEAESGgoWUk9VVEVfQ0hBVF9DT01QTEVUSU9OUxACEhUKEVJPVVRFX0NPTVBMRVRJT05TEAMSEwoPUk9VVEVfUkVTUE9OU0VTEAQSDwoLUk9VVEVfVEhJTksQBSqYAQoIS2V5U3RhdGUSGQoVS0VZX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQS0VZX1NUQVRFX0FDVElWRRABEhYKEktFWV9TVEFURV9ST1RBVElORxACEhUKEUtFWV9TVEFURV9ST1RBVEVEEAMSFQoRS0VZX1NUQVRFX0VYUElSRUQQBBIVChFLRVlfU1RBVEVfUkVWT0tFRBAFKpYBChBLZXlSZXZva2VkUmVhc29uEiIKHktFWV9SRVZPS0VEX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9SRVZPS0VEEAESHgoaS0VZX1JFVk9LRURfUkVBU09OX1JPVEFURUQQAhIeChpLRVlfUkVWT0tFRF9SRUFTT05fRVhQSVJFRBADMoUFCgtBdXRoU2VydmljZRJUCglBdXRob3JpemUSIi50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlc3BvbnNlEmAKDUNyZWF0ZUFjY291bnQSJi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUFjY291bnRSZXF1ZXN0GicudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVBY2NvdW50UmVzcG9uc2USaQoQQ3JlYXRlQ29ubmVjdGlvbhIpLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QaKi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUNvbm5lY3Rpb25SZXNwb25zZRJUCglDcmVhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlc3BvbnNlElEKCExpc3RLZXlzEiEudG9sbGdhdGUuYXV0aC52MS5MaXN0S2V5c1JlcXVlc3QaIi50b2xsZ2F0ZS5hdXRoLnYxLkxpc3RLZXlzUmVzcG9uc2USVAoJUmV2b2tlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXNwb25zZRJUCglSb3RhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEi7wEKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBQhQKEl9tYXhfb3V0cHV0X3Rva2Vuc0IZChdfZXN0aW1hdGVkX2lucHV0X3Rva2VucyJGCglQcmluY2lwYWwSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBmtleV9pZBgDIAEoCSLvAgoRQXV0aG9yaXplUmVzcG9uc2USLgoJcHJpbmNpcGFsGAEgASgLMhsudG9sbGdhdGUuYXV0aC52MS5QcmluY2lwYWwSDQoFbW9kZWwYAiABKAkSHgoRbWF4X291dHB1dF90b2tlbnMYAyABKA1IAIgBARIWCg5hbGxvd2VkX21vZGVscxgEIAMoCRIVCg1kZWZhdWx0X21vZGVsGAUgASgJEhYKDnJlc2VydmF0aW9uX2lkGAYgASgJEjUKCnJhdGVfbGltaXQYByABKAsyIS50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdFN0YXR1cxIzCg9rZXlfdmFsaWRfdW50aWwYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDG1vZGVsX3ByaWNlcxgJIAMoCzIcLnRvbGxnYXRlLmF1dGgudjEuTW9kZWxQcmljZUIUChJfbWF4X291dHB1dF90b2tlbnMiUgoKTW9kZWxQcmljZRINCgVtb2RlbBgBIAEoCRIZChFpbnB1dF9wZXJfbWlsbGlvbhgCIAEoCRIaChJvdXRwdXRfcGVyX21pbGxpb24YAyABKAkiZwoPUmF0ZUxpbWl0U3RhdHVzEg0KBWxpbWl0GAEgASgNEhEKCXJlbWFpbmluZxgCIAEoDRIVCg1yZXNldF9zZWNvbmRzGAMgASgNEg0KBXNjb3BlGAQgASgJEgwKBHVuaXQYBSABKAkifAoKUmF0ZUxpbWl0cxIgChNyZXF1ZXN0c19wZXJfbWludXRlGAEgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYAiABKA1IAYgBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGUiZwoPUm91dGVSYXRlTGltaXRzEiYKBXJvdXRlGAEgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMipgEKEENvbm5lY3Rpb25MaW1pdHMSMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxItCgdwZXJfa2V5GAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEjEKBnJvdXRlcxgDIAMoCzIhLnRvbGxnYXRlLmF1dGgudjEuUm91dGVSYXRlTGltaXRzInsKB0FjY291bnQSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiqQIKCkNvbm5lY3Rpb24SEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiEKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHMSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi+QIKB0tleUluZm8SDgoGa2V5X2lkGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHJvdGF0ZWRfZnJvbRgIIAEoCRISCgpyb3RhdGVkX3RvGAkgASgJEjEKDWdyYWNlX2VuZHNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxhc3Q0GAsgASgJEikKBXN0YXRlGAwgASgOMhoudG9sbGdhdGUuYXV0aC52MS5LZXlTdGF0ZSJYChRDcmVhdGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyJDChVDcmVhdGVBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCLEAgoXQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiYKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA1IAIgBARIeChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDUgBiAEBEicKBnJvdXRlcxgHIAMoDjIXLnRvbGxnYXRlLmF1dGgudjEuUm91dGUSMgoGbGltaXRzGAggASgLMiIudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uTGltaXRzQhwKGl9kZWZhdWx0X21heF9vdXRwdXRfdG9rZW5zQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJMChhDcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiJ7ChBDcmVhdGVLZXlSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSFQoNY29ubmVjdGlvbl9pZBgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRuYW1lGAQgASgJIksKEUNyZWF0ZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIOCgZzZWNyZXQYAiABKAkiPAoPTGlzdEtleXNSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSFQoNY29ubmVjdGlvbl9pZBgCIAEoCSI7ChBMaXN0S2V5c1Jlc3BvbnNlEicKBGtleXMYASADKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8iIgoQUmV2b2tlS2V5UmVxdWVzdBIOCgZrZXlfaWQYASABKAkiOwoRUmV2b2tlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIoABChBSb3RhdGVLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCRIaCg1ncmFjZV9zZWNvbmRzGAIgASgNSACIAQESLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCEAoOX2dyYWNlX3NlY29uZHMiewoRUm90YXRlS2V5UmVzcG9uc2USKgoHb2xkX2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIqCgduZXdfa2V5GAIgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEg4KBnNlY3JldBgDIAEoCSKSAQoKS2V5UmV2b2tlZBIQCghrZXlfaGFzaBgBIAEoCRIOCgZrZXlfaWQYAiABKAkSLgoKcmV2b2tlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoGcmVhc29uGAQgASgOMiIudG9sbGdhdGUuYXV0aC52MS5LZXlSZXZva2VkUmVhc29uKokBCgVSb3V0ZRIVChFST1VURV9VTlNQRUNJRklFRBAAEhAKDFJPVVRFX01PREVMUxABEhoKFlJPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIVChFST1VURV9DT01QTEVUSU9OUxADEhMKD1JPVVRFX1JFU1BPTlNFUxAEEg8KC1JPVVRFX1RISU5LEAUqmAEKCEtleVN0YXRlEhkKFUtFWV9TVEFURV9VTlNQRUNJRklFRBAAEhQKEEtFWV9TVEFURV9BQ1RJVkUQARIWChJLRVlfU1RBVEVfUk9UQVRJTkcQAhIVChFLRVlfU1RBVEVfUk9UQVRFRBADEhUKEUtFWV9TVEFURV9FWFBJUkVEEAQSFQoRS0VZX1NUQVRFX1JFVk9LRUQQBSqWAQoQS2V5UmV2b2tlZFJlYXNvbhIiCh5LRVlfUkVWT0tFRF9SRUFTT05fVU5TUEVDSUZJRUQQABIeChpLRVlfUkVWT0tFRF9SRUFTT05fUkVWT0tFRBABEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9ST1RBVEVEEAISHgoaS0VZX1JFVk9LRURfUkVBU09OX0VYUElSRUQQAzKFBQoLQXV0aFNlcnZpY2USVAoJQXV0aG9yaXplEiIudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXNwb25zZRJgCg1DcmVhdGVBY2NvdW50EiYudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVBY2NvdW50UmVxdWVzdBonLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQWNjb3VudFJlc3BvbnNlEmkKEENyZWF0ZUNvbm5lY3Rpb24SKS50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUNvbm5lY3Rpb25SZXF1ZXN0GioudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USVAoJQ3JlYXRlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVLZXlSZXNwb25zZRJRCghMaXN0S2V5cxIhLnRvbGxnYXRlLmF1dGgudjEuTGlzdEtleXNSZXF1ZXN0GiIudG9sbGdhdGUuYXV0aC52MS5MaXN0S2V5c1Jlc3BvbnNlElQKCVJldm9rZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuUmV2b2tlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuUmV2b2tlS2V5UmVzcG9uc2USVAoJUm90YXRlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5Sb3RhdGVLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5Sb3RhdGVLZXlSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message tollgate.auth.v1.AuthorizeRequest
@@ -164,6 +164,13 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
    * @generated from field: google.protobuf.Timestamp key_valid_until = 8;
    */
   keyValidUntil?: Timestamp | undefined;
+
+  /**
+   * Prices of the allowed models (filled for ROUTE_MODELS), so callers can choose before they spend.
+   *
+   * @generated from field: repeated tollgate.auth.v1.ModelPrice model_prices = 9;
+   */
+  modelPrices: ModelPrice[];
 };
 
 /**
@@ -172,6 +179,37 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
  */
 export const AuthorizeResponseSchema: GenMessage<AuthorizeResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_auth_v1_auth, 2);
+
+/**
+ * ModelPrice is one model's price in base units of the payment token per million tokens.
+ *
+ * @generated from message tollgate.auth.v1.ModelPrice
+ */
+export type ModelPrice = Message<"tollgate.auth.v1.ModelPrice"> & {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * Decimal strings of base units.
+   *
+   * @generated from field: string input_per_million = 2;
+   */
+  inputPerMillion: string;
+
+  /**
+   * @generated from field: string output_per_million = 3;
+   */
+  outputPerMillion: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ModelPrice.
+ * Use `create(ModelPriceSchema)` to create a new message.
+ */
+export const ModelPriceSchema: GenMessage<ModelPrice> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 3);
 
 /**
  * RateLimitStatus describes one rate-limit window. A refusal (RESOURCE_EXHAUSTED,
@@ -222,7 +260,7 @@ export type RateLimitStatus = Message<"tollgate.auth.v1.RateLimitStatus"> & {
  * Use `create(RateLimitStatusSchema)` to create a new message.
  */
 export const RateLimitStatusSchema: GenMessage<RateLimitStatus> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 3);
+  messageDesc(file_tollgate_auth_v1_auth, 4);
 
 /**
  * RateLimits caps one scope per minute; an unset field means unlimited.
@@ -246,7 +284,7 @@ export type RateLimits = Message<"tollgate.auth.v1.RateLimits"> & {
  * Use `create(RateLimitsSchema)` to create a new message.
  */
 export const RateLimitsSchema: GenMessage<RateLimits> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 4);
+  messageDesc(file_tollgate_auth_v1_auth, 5);
 
 /**
  * RouteRateLimits caps one route of a connection, all its keys together.
@@ -270,7 +308,7 @@ export type RouteRateLimits = Message<"tollgate.auth.v1.RouteRateLimits"> & {
  * Use `create(RouteRateLimitsSchema)` to create a new message.
  */
 export const RouteRateLimitsSchema: GenMessage<RouteRateLimits> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 5);
+  messageDesc(file_tollgate_auth_v1_auth, 6);
 
 /**
  * ConnectionLimits are the rate limits of a connection.
@@ -305,7 +343,7 @@ export type ConnectionLimits = Message<"tollgate.auth.v1.ConnectionLimits"> & {
  * Use `create(ConnectionLimitsSchema)` to create a new message.
  */
 export const ConnectionLimitsSchema: GenMessage<ConnectionLimits> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 6);
+  messageDesc(file_tollgate_auth_v1_auth, 7);
 
 /**
  * Account is one account as stored.
@@ -336,7 +374,7 @@ export type Account = Message<"tollgate.auth.v1.Account"> & {
  * Use `create(AccountSchema)` to create a new message.
  */
 export const AccountSchema: GenMessage<Account> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 7);
+  messageDesc(file_tollgate_auth_v1_auth, 8);
 
 /**
  * Connection is one account connection and its policy.
@@ -403,7 +441,7 @@ export type Connection = Message<"tollgate.auth.v1.Connection"> & {
  * Use `create(ConnectionSchema)` to create a new message.
  */
 export const ConnectionSchema: GenMessage<Connection> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 8);
+  messageDesc(file_tollgate_auth_v1_auth, 9);
 
 /**
  * KeyInfo describes a key without its secret or hash.
@@ -491,7 +529,7 @@ export type KeyInfo = Message<"tollgate.auth.v1.KeyInfo"> & {
  * Use `create(KeyInfoSchema)` to create a new message.
  */
 export const KeyInfoSchema: GenMessage<KeyInfo> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 9);
+  messageDesc(file_tollgate_auth_v1_auth, 10);
 
 /**
  * @generated from message tollgate.auth.v1.CreateAccountRequest
@@ -513,7 +551,7 @@ export type CreateAccountRequest = Message<"tollgate.auth.v1.CreateAccountReques
  * Use `create(CreateAccountRequestSchema)` to create a new message.
  */
 export const CreateAccountRequestSchema: GenMessage<CreateAccountRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 10);
+  messageDesc(file_tollgate_auth_v1_auth, 11);
 
 /**
  * @generated from message tollgate.auth.v1.CreateAccountResponse
@@ -530,7 +568,7 @@ export type CreateAccountResponse = Message<"tollgate.auth.v1.CreateAccountRespo
  * Use `create(CreateAccountResponseSchema)` to create a new message.
  */
 export const CreateAccountResponseSchema: GenMessage<CreateAccountResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 11);
+  messageDesc(file_tollgate_auth_v1_auth, 12);
 
 /**
  * @generated from message tollgate.auth.v1.CreateConnectionRequest
@@ -592,7 +630,7 @@ export type CreateConnectionRequest = Message<"tollgate.auth.v1.CreateConnection
  * Use `create(CreateConnectionRequestSchema)` to create a new message.
  */
 export const CreateConnectionRequestSchema: GenMessage<CreateConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 12);
+  messageDesc(file_tollgate_auth_v1_auth, 13);
 
 /**
  * @generated from message tollgate.auth.v1.CreateConnectionResponse
@@ -609,7 +647,7 @@ export type CreateConnectionResponse = Message<"tollgate.auth.v1.CreateConnectio
  * Use `create(CreateConnectionResponseSchema)` to create a new message.
  */
 export const CreateConnectionResponseSchema: GenMessage<CreateConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 13);
+  messageDesc(file_tollgate_auth_v1_auth, 14);
 
 /**
  * @generated from message tollgate.auth.v1.CreateKeyRequest
@@ -645,7 +683,7 @@ export type CreateKeyRequest = Message<"tollgate.auth.v1.CreateKeyRequest"> & {
  * Use `create(CreateKeyRequestSchema)` to create a new message.
  */
 export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 14);
+  messageDesc(file_tollgate_auth_v1_auth, 15);
 
 /**
  * @generated from message tollgate.auth.v1.CreateKeyResponse
@@ -669,7 +707,7 @@ export type CreateKeyResponse = Message<"tollgate.auth.v1.CreateKeyResponse"> & 
  * Use `create(CreateKeyResponseSchema)` to create a new message.
  */
 export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 15);
+  messageDesc(file_tollgate_auth_v1_auth, 16);
 
 /**
  * @generated from message tollgate.auth.v1.ListKeysRequest
@@ -693,7 +731,7 @@ export type ListKeysRequest = Message<"tollgate.auth.v1.ListKeysRequest"> & {
  * Use `create(ListKeysRequestSchema)` to create a new message.
  */
 export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 16);
+  messageDesc(file_tollgate_auth_v1_auth, 17);
 
 /**
  * @generated from message tollgate.auth.v1.ListKeysResponse
@@ -712,7 +750,7 @@ export type ListKeysResponse = Message<"tollgate.auth.v1.ListKeysResponse"> & {
  * Use `create(ListKeysResponseSchema)` to create a new message.
  */
 export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 17);
+  messageDesc(file_tollgate_auth_v1_auth, 18);
 
 /**
  * @generated from message tollgate.auth.v1.RevokeKeyRequest
@@ -729,7 +767,7 @@ export type RevokeKeyRequest = Message<"tollgate.auth.v1.RevokeKeyRequest"> & {
  * Use `create(RevokeKeyRequestSchema)` to create a new message.
  */
 export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 18);
+  messageDesc(file_tollgate_auth_v1_auth, 19);
 
 /**
  * @generated from message tollgate.auth.v1.RevokeKeyResponse
@@ -746,7 +784,7 @@ export type RevokeKeyResponse = Message<"tollgate.auth.v1.RevokeKeyResponse"> & 
  * Use `create(RevokeKeyResponseSchema)` to create a new message.
  */
 export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 19);
+  messageDesc(file_tollgate_auth_v1_auth, 20);
 
 /**
  * @generated from message tollgate.auth.v1.RotateKeyRequest
@@ -778,7 +816,7 @@ export type RotateKeyRequest = Message<"tollgate.auth.v1.RotateKeyRequest"> & {
  * Use `create(RotateKeyRequestSchema)` to create a new message.
  */
 export const RotateKeyRequestSchema: GenMessage<RotateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 20);
+  messageDesc(file_tollgate_auth_v1_auth, 21);
 
 /**
  * @generated from message tollgate.auth.v1.RotateKeyResponse
@@ -809,7 +847,7 @@ export type RotateKeyResponse = Message<"tollgate.auth.v1.RotateKeyResponse"> & 
  * Use `create(RotateKeyResponseSchema)` to create a new message.
  */
 export const RotateKeyResponseSchema: GenMessage<RotateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 21);
+  messageDesc(file_tollgate_auth_v1_auth, 22);
 
 /**
  * KeyRevoked is broadcast on core NATS (subject natsNames(ns).keyRevoked) whenever a key stops
@@ -847,7 +885,7 @@ export type KeyRevoked = Message<"tollgate.auth.v1.KeyRevoked"> & {
  * Use `create(KeyRevokedSchema)` to create a new message.
  */
 export const KeyRevokedSchema: GenMessage<KeyRevoked> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 22);
+  messageDesc(file_tollgate_auth_v1_auth, 23);
 
 /**
  * Route names the account-door route being called, so policy can differ per route.
