@@ -12,6 +12,7 @@ const stack = await startStack({
   redisUrl,
   routers: 2,
   port: Number(process.env.PORT ?? 8080),
+  adminPort: Number(process.env.ADMIN_PORT ?? 8081),
   upstreamPort: 18000,
   devnetPort: 18545,
   grpcPorts: { auth: 50051, metering: 50054, payment: 50052, routers: [50053, 50063] },
@@ -28,6 +29,9 @@ writeFileSync(
 console.log(`Tollgate stack is up on ${stack.url} (NATS ${natsUrl}, Redis ${redisUrl})`);
 for (const p of stack.processes) console.log(`  ${p.name.padEnd(20)} pid ${p.child.pid}  port ${p.port}`);
 console.log(`  demo key: ${stack.demoKey}`);
+// The admin token is random per `make up`: printed here once, and nowhere else.
+console.log(`  admin API: ${stack.adminUrls[0]} (tollgatectl), token for this run:`);
+console.log(`    export TOLLGATE_ADMIN_URL=${stack.adminUrls[0]} TOLLGATE_ADMIN_TOKEN=${stack.adminToken}`);
 console.log(`  paid door: POST ${stack.url}/v1/mpp/chat/completions, Tempo devnet ${stack.tempoRpcUrl}`);
 console.log(`  logs: .tollgate/logs/<service>.log   stop: make down`);
 process.exit(0);

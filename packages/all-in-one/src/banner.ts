@@ -22,6 +22,20 @@ export function printBanner(app: AllInOne, cfg: AllInOneConfig): void {
       `    -d '{"model":"tollgate-mini","max_tokens":32,"messages":[{"role":"user","content":"Hello"}]}'`,
     );
   }
+  if (app.tempoRpcUrl) {
+    lines.push(
+      "",
+      `Paid door: POST ${app.url}/v1/mpp/chat/completions (HTTP 402 + MPP session payments)`,
+      `  chain: ${app.devnet ? "bundled Tempo devnet" : "Tempo"} at ${app.tempoRpcUrl}`,
+    );
+    if (app.devnet) {
+      lines.push(
+        "  pay with the demo payer (a development key):",
+        `  export TOLLGATE_PAYER_KEY=$(npx tsx -e 'import("@tollgate/testkit/tempo-devnet").then((m) => console.log(m.DEMO_PAYER_PRIVATE_KEY))')`,
+        `  npx tsx packages/agent-client/src/cli.ts chat --url ${app.url} --rpc ${app.tempoRpcUrl} --plan Starter --max-tokens 32 --repeat 3 --close "Say hello"`,
+      );
+    }
+  }
   lines.push("");
   process.stderr.write(`${lines.join("\n")}\n`);
 }

@@ -196,6 +196,42 @@ describe("account door error contract (all-in-one, in process)", () => {
     ]);
   });
 
+  it("replays an Idempotency-Key byte for byte without running the model again", async () => {
+    const before = upstream.requests.length;
+    const headers = { "idempotency-key": `idem-${Date.now()}` };
+    const first = await chat(KEYS.good, ok, headers);
+    const firstBody = Buffer.from(await first.arrayBuffer());
+    expect(first.status).toBe(200);
+    const second = await chat(KEYS.good, ok, headers);
+    expect(second.status).toBe(200);
+    expect(second.headers.get("idempotent-replayed")).toBe("true");
+    expect(Buffer.from(await second.arrayBuffer()).equals(firstBody)).toBe(true);
+    expect(second.headers.get("x-tollgate-cost")).toBe(first.headers.get("x-tollgate-cost"));
+    expect(upstream.requests.length).toBe(before + 1);
+    await expectError(
+      await chat(KEYS.good, { ...ok, max_tokens: 4 }, headers),
+      422,
+      "idempotency_key_reused",
+    );
+  });
+
+  it("runs concurrent duplicates of one Idempotency-Key once", async () => {
+    upstream.configure({ latencyMs: 200 });
+    try {
+      const before = upstream.requests.length;
+      const headers = { "idempotency-key": `idem-concurrent-${Date.now()}` };
+      const responses = await Promise.all(Array.from({ length: 5 }, () => chat(KEYS.good, ok, headers)));
+      const bodies = await Promise.all(
+        responses.map(async (r) => Buffer.from(await r.arrayBuffer()).toString("base64")),
+      );
+      expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200]);
+      expect(new Set(bodies).size).toBe(1);
+      expect(upstream.requests.length).toBe(before + 1);
+    } finally {
+      upstream.configure({ latencyMs: 0 });
+    }
+  });
+
   it("answers bad input with the right 4xx, checking the key first", async () => {
     await expectError(await chat(KEYS.good, "{not json"), 400, "invalid_json");
     await expectError(await chat(KEYS.good, { model: "small", messages: [] }), 400, "invalid_request");

@@ -22,8 +22,12 @@ export interface StackOptions {
   namespace?: string;
   /** Number of inference-router replicas (default 2). */
   routers?: number;
-  /** Public port of api-edge (default: a free one). */
+  /** Number of api-edge replicas (default 1), each with its own public and admin port. */
+  edges?: number;
+  /** Public port of the first api-edge (default: a free one). */
   port?: number;
+  /** Admin port of the first api-edge (default: a free one). */
+  adminPort?: number;
   /** Port of the fake upstream (default: a free one); the demo config is rewritten to it. */
   upstreamPort?: number;
   /** Port of the Tempo devnet (default: a free one). */
@@ -49,7 +53,14 @@ export interface StackProcess {
 
 /** A running multi-process stack. */
 export interface Stack {
+  /** Public URL of the first api-edge. */
   url: string;
+  /** Public URL of every api-edge replica, in start order. */
+  urls: string[];
+  /** Admin API URL of every api-edge replica, in the order of `urls`. */
+  adminUrls: string[];
+  /** The stack's admin token (random per stack); every replica accepts it. */
+  adminToken: string;
   /** JSON-RPC URL of the stack's Tempo devnet. */
   tempoRpcUrl: string;
   demoKey: string;
@@ -117,6 +128,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   writeFileSync(configPath, demo.replace(DEMO_UPSTREAM_URL, `http://127.0.0.1:${upstreamPort}/v1`));
   const demoKey = /secret:\s*(\S+)/.exec(demo)?.[1] ?? "";
 
+  // Every api-edge replica of one stack shares the admin token; a new stack gets a new one.
+  const adminToken = randomBytes(24).toString("base64url");
   const lines: string[] = [];
   const processes: StackProcess[] = [];
   const common: NodeJS.ProcessEnv = {
@@ -163,9 +176,36 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const paymentPort = opts.grpcPorts?.payment ?? (await freePort());
     const devnetPort = opts.devnetPort ?? (await freePort());
     const authPort = opts.grpcPorts?.auth ?? (await freePort());
-    const edgePort = opts.port ?? (await freePort());
+    const edgeCount = opts.edges ?? 1;
+    if (!Number.isInteger(edgeCount) || edgeCount < 1)
+      throw new Error("edges must be a whole number of at least 1");
+    // Two free ports asked for in a row can be the same one; the edges' ports must all differ.
+    const fixed = [opts.port, opts.adminPort, ...(opts.grpcPorts?.routers ?? [])].filter(
+      (p) => p !== undefined,
+    );
+    const taken = new Set([upstreamPort, meteringPort, paymentPort, devnetPort, authPort, ...fixed]);
+    const anotherPort = async () => {
+      for (;;) {
+        const p = await freePort();
+        if (!taken.has(p)) return p;
+      }
+    };
+    const edgePorts: number[] = [];
+    const adminPorts: number[] = [];
+    for (let i = 0; i < edgeCount; i++) {
+      const edgePort = i === 0 && opts.port !== undefined ? opts.port : await anotherPort();
+      taken.add(edgePort);
+      const adminPort = i === 0 && opts.adminPort !== undefined ? opts.adminPort : await anotherPort();
+      taken.add(adminPort);
+      edgePorts.push(edgePort);
+      adminPorts.push(adminPort);
+    }
     const routerPorts: number[] = [...(opts.grpcPorts?.routers ?? [])];
-    while (routerPorts.length < (opts.routers ?? 2)) routerPorts.push(await freePort());
+    while (routerPorts.length < (opts.routers ?? 2)) {
+      const p = await anotherPort();
+      taken.add(p);
+      routerPorts.push(p);
+    }
     await Promise.all([
       launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
         PORT: String(upstreamPort),
@@ -190,17 +230,34 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         }),
       ),
     ]);
-    await launch("api-edge", "services/api-edge/src/main.ts", edgePort, {
-      HOST: "127.0.0.1",
-      PORT: String(edgePort),
-      AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
-      INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
-      MPP_PAYMENT_ADDR: `127.0.0.1:${paymentPort}`,
-    });
-    const url = `http://127.0.0.1:${edgePort}`;
-    await waitForReady(url, 30_000);
+    // One name when there is one edge (logs/api-edge.log for `make up`), numbered otherwise.
+    const edgeName = (i: number) => (edgeCount === 1 ? "api-edge" : `api-edge-${i + 1}`);
+    await Promise.all(
+      edgePorts.map((edgePort, i) =>
+        launch(edgeName(i), "services/api-edge/src/main.ts", edgePort, {
+          HOST: "127.0.0.1",
+          PORT: String(edgePort),
+          ADMIN_HOST: "127.0.0.1",
+          ADMIN_PORT: String(adminPorts[i]),
+          ADMIN_TOKEN: adminToken,
+          AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
+          INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
+          MPP_PAYMENT_ADDR: `127.0.0.1:${paymentPort}`,
+          METERING_ADDR: `127.0.0.1:${meteringPort}`,
+        }),
+      ),
+    );
+    const urls = edgePorts.map((p) => `http://127.0.0.1:${p}`);
+    const adminUrls = adminPorts.map((p) => `http://127.0.0.1:${p}`);
+    await Promise.all([
+      ...urls.map((u) => waitForReady(u, 30_000)),
+      ...adminPorts.map((p) => waitForPort(p, 30_000)),
+    ]);
     return {
-      url,
+      url: urls[0]!,
+      urls,
+      adminUrls,
+      adminToken,
       tempoRpcUrl: `http://127.0.0.1:${devnetPort}`,
       demoKey,
       processes,

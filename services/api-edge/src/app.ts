@@ -1,17 +1,25 @@
 import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
+import { connectRedis, quitRedis } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
 import { PaymentService } from "@tollgate/proto/payment";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import { createMemoryIdempotencyStore } from "./adapters/memory-idempotency-store.js";
+import { createRedisIdempotencyStore } from "./adapters/redis-idempotency-store.js";
+import { type AdminServer, type AdminServerOptions, startAdminServer } from "./admin/server.js";
 import { EdgeError } from "./domain/errors.js";
 import { errorBody, toHttpError } from "./http/errors.js";
+import { Idempotency } from "./http/idempotency.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
+import { completionsRoute } from "./routes/completions.js";
 import type { AccountRouteContext } from "./routes/context.js";
 import { modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
+import { responsesRoute } from "./routes/responses.js";
+import { thinkRoute } from "./routes/think.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -29,12 +37,19 @@ export interface ApiEdgeOptions {
   /** Absent: the paid door is off and its route does not exist. */
   mppPaymentAddr?: string;
   bodyLimitBytes: number;
+  /** Absent: the admin API does not start, and no port serves it. */
+  admin?: AdminServerOptions;
+  /** Redis for idempotency records shared by every replica; memory when unset. */
+  redisUrl?: string;
+  redisPrefix?: string;
 }
 
 /** A running api-edge. */
 export interface ApiEdge {
   port: number;
   app: FastifyInstance;
+  /** The admin API's port, when it runs. */
+  adminPort?: number;
   stop(): Promise<void>;
 }
 
@@ -103,7 +118,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
 
   app.get("/livez", async () => ({ status: "ok" }));
   app.get("/readyz", async (_req, reply) => {
-    const ready = await Promise.all([auth.$ready(500), inference.$ready(500)]).then(
+    const ready = await Promise.all([auth.$ready(500), inference.$ready(500), redis?.ping()]).then(
       () => true,
       () => false,
     );
@@ -111,19 +126,39 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
       .code(ready && !draining ? 200 : 503)
       .send({ status: ready && !draining ? "ready" : "not ready" });
   });
-  const ctx: AccountRouteContext = { auth, inference, log };
+  const redis = opts.redisUrl ? connectRedis(opts.redisUrl) : undefined;
+  const idempotency = new Idempotency(
+    redis
+      ? createRedisIdempotencyStore(redis, opts.redisPrefix ?? "tollgate:")
+      : createMemoryIdempotencyStore(),
+  );
+  idempotency.register(app);
+  const ctx: AccountRouteContext = { auth, inference, idempotency, log };
   modelsRoute(app, ctx);
   chatCompletionsRoute(app, ctx);
+  completionsRoute(app, ctx);
+  responsesRoute(app, ctx);
+  thinkRoute(app, ctx);
   if (payment) mppChatCompletionsRoute(app, { ...ctx, payment });
 
   await app.listen({ host: opts.host, port: opts.port });
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : opts.port;
   log.info({ port }, "api-edge listening");
+  let admin: AdminServer | undefined;
+  if (opts.admin) {
+    try {
+      admin = await startAdminServer({ ...opts.admin, auth, log });
+    } catch (err) {
+      await app.close();
+      throw err;
+    }
+  }
 
   return {
     port,
     app,
+    ...(admin ? { adminPort: admin.port } : {}),
     stop: () =>
       stopInOrder([
         () => {
@@ -131,9 +166,11 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
         },
         // Stops accepting, lets in-flight requests and streams finish.
         () => app.close(),
+        () => admin?.stop(),
         () => auth.$close(),
         () => inference.$close(),
         () => payment?.$close(),
+        () => redis && quitRedis(redis),
       ]),
   };
 }

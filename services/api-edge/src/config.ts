@@ -1,5 +1,6 @@
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { z } from "zod";
+import type { AdminServerOptions } from "./admin/server.js";
 
 const envSchema = z.object({
   HOST: z.string().default("0.0.0.0"),
@@ -15,6 +16,16 @@ const envSchema = z.object({
     .positive()
     .default(4 * 1024 * 1024),
   LOG_LEVEL: logLevel,
+  /** Redis for idempotency records shared by every replica; unset keeps them in memory. */
+  REDIS_URL: z.string().optional(),
+  REDIS_PREFIX: z.string().default("tollgate:"),
+  /** The admin API's own port (never the public one); it starts only when ADMIN_TOKEN is set. */
+  ADMIN_HOST: z.string().default("127.0.0.1"),
+  ADMIN_PORT: port(8081),
+  /** Secret, no default: unset (or empty) keeps the admin API off. */
+  ADMIN_TOKEN: z.string().min(16, "must be at least 16 characters").optional(),
+  /** metering's gRPC address, for the admin API's usage reports. */
+  METERING_ADDR: z.string().default("127.0.0.1:50054"),
 });
 
 /** Everything api-edge needs to start. */
@@ -25,6 +36,10 @@ export interface ApiEdgeConfig {
   inferenceRouterAddr: string;
   mppPaymentAddr?: string;
   bodyLimitBytes: number;
+  /** Absent: no ADMIN_TOKEN, so the admin server does not start. */
+  admin?: AdminServerOptions;
+  redisUrl?: string;
+  redisPrefix: string;
   logLevel: string;
 }
 
@@ -38,6 +53,18 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     inferenceRouterAddr: e.INFERENCE_ROUTER_ADDR,
     ...(e.MPP_PAYMENT_ADDR !== "off" ? { mppPaymentAddr: e.MPP_PAYMENT_ADDR } : {}),
     bodyLimitBytes: e.BODY_LIMIT_BYTES,
+    ...(e.ADMIN_TOKEN
+      ? {
+          admin: {
+            host: e.ADMIN_HOST,
+            port: e.ADMIN_PORT,
+            token: e.ADMIN_TOKEN,
+            meteringAddr: e.METERING_ADDR,
+          },
+        }
+      : {}),
+    ...(e.REDIS_URL ? { redisUrl: e.REDIS_URL } : {}),
+    redisPrefix: e.REDIS_PREFIX,
     logLevel: e.LOG_LEVEL,
   };
 }

@@ -55,7 +55,7 @@ export interface MppPaymentOptions {
   challengeTtlSeconds?: number;
   /** When set, only these payers may pay. */
   payerAllowlist?: readonly Address[];
-  /** Default 16384. */
+  /** Default 8192. */
   maxCredentialBytes?: number;
   /** Seconds between settlement passes; 0 disables the worker. Default 60. */
   settleIntervalSeconds?: number;

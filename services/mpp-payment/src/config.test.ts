@@ -135,7 +135,7 @@ describe("loadConfig", () => {
         "0x4a1Ba38C07f6dE670D6C1E730f269acfed2a11e0",
         "0x3E317d4640c59d5c81b4084c3f9EFDdC5C735B8e",
       ],
-      maxCredentialBytes: 16_384,
+      maxCredentialBytes: 8_192,
       settleIntervalSeconds: 60,
       reservationTtlSeconds: 300,
     });

@@ -13,7 +13,8 @@ export const DEFAULTS = {
   /** 5 token units: a reusable-session hint, not a minimum. */
   suggestedDeposit: 5_000_000n,
   challengeTtlSeconds: 300,
-  maxCredentialBytes: 16_384,
+  // Below Node's 16 KiB limit on all request headers together, so the check is reachable over HTTP.
+  maxCredentialBytes: 8_192,
   settleIntervalSeconds: 60,
   /**
    * A hold neither committed nor released is dropped after this long. It must outlast the

@@ -10,7 +10,11 @@ export type EdgeErrorCode =
   | "not_found"
   | "method_not_allowed"
   | "mpp_streaming_unavailable"
-  | "mpp_commit_failed";
+  | "mpp_commit_failed"
+  | "idempotency_key_invalid"
+  | "idempotency_key_reused"
+  | "idempotency_in_progress"
+  | "idempotency_unsupported_for_streams";
 
 /** The one error class of api-edge's own decisions. */
 export class EdgeError extends Error {

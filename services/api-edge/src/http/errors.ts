@@ -43,6 +43,10 @@ const STATUS_BY_CODE: Record<string, number> = {
   payload_too_large: 413,
   not_found: 404,
   method_not_allowed: 405,
+  idempotency_key_invalid: 400,
+  idempotency_unsupported_for_streams: 400,
+  idempotency_key_reused: 422,
+  idempotency_in_progress: 409,
   // auth-policy
   invalid_api_key: 401,
   expired_api_key: 401,
@@ -82,6 +86,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   mpp_session_close_failed: 502,
   // inference-router
   upstream_rejected: 400,
+  model_cannot_reason: 400,
   model_not_found: 503,
   upstream_error: 502,
   upstream_timeout: 504,

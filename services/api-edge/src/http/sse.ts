@@ -1,4 +1,7 @@
 import type { ServerResponse } from "node:http";
+import type { StreamCompleteResponse } from "@tollgate/proto/inference";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { errorBody, toHttpError } from "./errors.js";
 
 /** Writes Server-Sent Events for an OpenAI-compatible stream, honouring backpressure. */
 export class SseWriter {
@@ -44,4 +47,43 @@ export class SseWriter {
   close(): void {
     if (!this.res.destroyed) this.res.end();
   }
+}
+
+/**
+ * Relays InferenceService.StreamComplete to the caller as OpenAI-compatible SSE ending in
+ * `data: [DONE]`. The first event is awaited before any header is sent, so a refusal still
+ * reaches the caller as a JSON error with its status; a failure after that becomes a final
+ * error event without the terminator. The caller going away ends the relay quietly.
+ */
+export async function relayStream(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  stream: AsyncIterable<StreamCompleteResponse>,
+  signal: AbortSignal,
+): Promise<FastifyReply> {
+  const events = stream[Symbol.asyncIterator]();
+  let next = await events.next();
+  reply.hijack();
+  const sse = new SseWriter(reply.raw);
+  sse.open({ "x-request-id": req.id });
+  const started = performance.now();
+  let outcome = "completed";
+  try {
+    while (!next.done) {
+      const event = next.value.event;
+      if (event.case === "chunk") await sse.data(event.value);
+      next = await events.next();
+    }
+    sse.end();
+  } catch (err) {
+    if (signal.aborted) {
+      outcome = "client_cancelled";
+    } else {
+      outcome = "failed";
+      await sse.data(JSON.stringify(errorBody(toHttpError(err, req.log), req.id)));
+      sse.close();
+    }
+  }
+  req.log.debug({ outcome, ms: Math.round(performance.now() - started) }, "stream ended");
+  return reply;
 }

@@ -36,6 +36,8 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteCont
       model: body.model ?? "",
       maxOutputTokens: outputCapOf(body),
     });
+    const scope = `${grant.principal?.accountId}:${grant.principal?.keyId}:chat`;
+    if (await ctx.idempotency.guard(req, reply, scope, body.stream === true)) return reply;
     const input: MessageInitShape<typeof CompletionInputSchema> = {
       requestId: req.id,
       operation: Operation.CHAT,

@@ -3,11 +3,14 @@ import type { Logger } from "@tollgate/kit/log";
 import type { AuthService } from "@tollgate/proto/auth";
 import type { InferenceService } from "@tollgate/proto/inference";
 import type { PaymentService } from "@tollgate/proto/payment";
+import type { Idempotency } from "../http/idempotency.js";
 
 /** What the account routes need: the clients of the services behind the edge. */
 export interface AccountRouteContext {
   auth: Client<MethodsOf<typeof AuthService>>;
   inference: Client<MethodsOf<typeof InferenceService>>;
+  /** Idempotency-Key handling for POST routes. */
+  idempotency: Idempotency;
   log: Logger;
 }
 

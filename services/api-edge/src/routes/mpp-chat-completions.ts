@@ -10,6 +10,11 @@ import { describeInvalid } from "./chat-completions.js";
 import type { RouteContext } from "./context.js";
 
 const PATH = "/v1/mpp/chat/completions";
+/**
+ * 402s whose caller action the spec gives as "Stop": no fresh challenge rides along, so a
+ * client does not retry (or top up) for a request that can never be paid as sent.
+ */
+const STOP_CODES = new Set(["mpp_body_digest_mismatch"]);
 const PAYMENT_TIMEOUT_MS = 30_000;
 
 type Credential = { kind: "none" } | { kind: "payment"; header: string };
@@ -29,8 +34,10 @@ function paymentCredential(req: FastifyRequest): Credential {
     }
     return { kind: "none" };
   }
-  // The Payment scheme may stand among other schemes in one header (notes 1.8).
-  if (/(^|,)\s*payment\s+\S/i.test(auth)) return { kind: "payment", header: auth };
+  // The Payment scheme may stand among other schemes in one header (notes 1.8). With or without
+  // a credential after it, mpp-payment judges it: a bare scheme is the spec's "credential
+  // missing" (mpp_malformed_credential), not a wrong scheme.
+  if (/(^|,)\s*payment(\s|,|$)/i.test(auth)) return { kind: "payment", header: auth };
   if (/^\s*bearer(\s|$)/i.test(auth)) {
     throw new EdgeError(
       "wrong_auth_scheme",
@@ -201,7 +208,7 @@ function sendProblem(
 function paidErrorHandler(ctx: RouteContext) {
   return async (err: unknown, req: FastifyRequest, reply: FastifyReply) => {
     const e = toHttpError(err, req.log);
-    if (e.status !== 402) return sendProblem(reply, req, e);
+    if (e.status !== 402 || STOP_CODES.has(e.code)) return sendProblem(reply, req, e);
     try {
       const body = validate(req);
       const challenge = await ctx.payment.challenge(

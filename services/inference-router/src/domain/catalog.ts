@@ -9,6 +9,8 @@ export interface ModelRoute {
   runtime: string;
   prices: Prices;
   provider: Provider;
+  /** Whether the upstream returns reasoning content (configuration `reasoning`). */
+  reasoning: boolean;
 }
 
 /** Resolves public model ids to their upstream, upstream model id, runtime and prices. */
@@ -25,6 +27,7 @@ export class Catalog {
         runtime: m.runtime,
         prices: m.pricing,
         provider,
+        reasoning: m.reasoning,
       });
     }
   }

@@ -2,6 +2,7 @@
 export type InferenceErrorCode =
   | "invalid_request"
   | "model_not_found"
+  | "model_cannot_reason"
   | "upstream_rejected"
   | "upstream_error"
   | "upstream_timeout"

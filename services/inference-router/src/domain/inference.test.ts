@@ -26,6 +26,9 @@ const MODEL: ModelConfig = {
   reasoning: false,
 };
 
+/** A model whose configuration says it reasons. */
+const REASONER: ModelConfig = { ...MODEL, id: "public-reasoner", upstreamModel: "org/r1", reasoning: true };
+
 const BILLING = {
   door: "paid",
   accountId: "acct_1",
@@ -90,7 +93,7 @@ function setup(script: Script = {}) {
   const publisher = new MemoryPublisher();
   let n = 0;
   const inference = new Inference(
-    new Catalog([MODEL], new Map([["up-1", provider]])),
+    new Catalog([MODEL, REASONER], new Map([["up-1", provider]])),
     publisher,
     SNAPSHOT,
     () => `evt_${++n}`,
@@ -288,6 +291,27 @@ describe("Inference.complete", () => {
     expect(publisher.events).toHaveLength(0);
   });
 
+  it("refuses a model that cannot reason when the route needs reasoning, before any upstream call", async () => {
+    const { provider, publisher, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const err = await rejection(
+      inference.complete(input({ requireReasoning: true }), new AbortController().signal),
+    );
+    expect((err as InferenceError).code).toBe("model_cannot_reason");
+    expect((err as InferenceError).message).toContain("public-small");
+    expect(provider.requests).toHaveLength(0);
+    expect(publisher.events).toHaveLength(0);
+  });
+
+  it("serves a reasoning model when the route needs reasoning", async () => {
+    const { provider, inference } = setup({ result: chatResult("x", usage(1, 5, 4)) });
+    const { usage: u } = await inference.complete(
+      input({ model: "public-reasoner", requireReasoning: true }),
+      new AbortController().signal,
+    );
+    expect(provider.requests[0]?.body.model).toBe("org/r1");
+    expect(u.reasoningTokens).toBe(4);
+  });
+
   it("publishes nothing when the upstream fails", async () => {
     const failure = new InferenceError("upstream_error", "the upstream answered 500");
     const { publisher, inference } = setup({ error: failure });
@@ -477,6 +501,16 @@ describe("Inference.stream", () => {
       drain(inference.stream(input({ model: "nope" }), false, new AbortController().signal)),
     );
     expect((err as InferenceError).code).toBe("model_not_found");
+    expect(provider.requests).toHaveLength(0);
+    expect(publisher.events).toHaveLength(0);
+  });
+
+  it("refuses a model that cannot reason when the route needs reasoning, before any upstream call", async () => {
+    const { provider, publisher, inference } = setup({ chunks: fullStream(usage(1, 1)) });
+    const err = await rejection(
+      drain(inference.stream(input({ requireReasoning: true }), false, new AbortController().signal)),
+    );
+    expect((err as InferenceError).code).toBe("model_cannot_reason");
     expect(provider.requests).toHaveLength(0);
     expect(publisher.events).toHaveLength(0);
   });

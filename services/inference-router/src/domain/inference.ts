@@ -22,6 +22,8 @@ export interface CompletionInput {
   body: Record<string, unknown>;
   /** UTF-8 length of the caller's body, for the fallback input estimate. */
   bodyBytes: number;
+  /** The caller's route needs reasoning (POST /v1/think): refuse a model that cannot reason. */
+  requireReasoning?: boolean;
   billing: Billing;
 }
 
@@ -51,7 +53,7 @@ export class Inference {
     input: CompletionInput,
     signal: AbortSignal,
   ): Promise<{ json: Record<string, unknown>; usage: UsageSummary }> {
-    const route = this.catalog.resolve(input.model);
+    const route = this.#resolve(input);
     const result = await route.provider.complete(this.#request(input, route, false), signal);
     result.json.model = route.model;
     const tokens = result.usage ?? estimate(input.bodyBytes, outputTextLength(result.json));
@@ -69,7 +71,7 @@ export class Inference {
     includeUsage: boolean,
     signal: AbortSignal,
   ): AsyncGenerator<StreamEvent> {
-    const route = this.catalog.resolve(input.model);
+    const route = this.#resolve(input);
     let reported: TokenCounts | undefined;
     let started = false;
     let producedChunks = 0;
@@ -100,6 +102,18 @@ export class Inference {
     }
     if (outcome !== "completed") return;
     yield { usage: await this.#record(input, route, tokens(), "completed", true) };
+  }
+
+  /** The model's route; a model that cannot reason is refused before any upstream call. */
+  #resolve(input: CompletionInput): ModelRoute {
+    const route = this.catalog.resolve(input.model);
+    if (input.requireReasoning && !route.reasoning) {
+      throw new InferenceError(
+        "model_cannot_reason",
+        `the model '${route.model}' cannot reason; choose a model with reasoning for this route`,
+      );
+    }
+    return route;
   }
 
   #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {

@@ -124,7 +124,12 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
     throw malformed("payment credential is too large");
   }
   const scheme = Credential.extractPaymentScheme(authorization);
-  if (!scheme) throw malformed("not an Authorization: Payment credential");
+  if (!scheme) {
+    if (authorization.split(",").some((s) => s.trim().toLowerCase() === "payment")) {
+      throw malformed("payment credential is missing");
+    }
+    throw malformed("not an Authorization: Payment credential");
+  }
   const token = scheme.replace(/^\S+\s+/, "").trim();
   if (!BASE64URL.test(token)) throw malformed("payment credential is not base64url");
   let wire: unknown;

@@ -231,6 +231,7 @@ describe("Verify", () => {
       for (const authorization of [
         "",
         "Bearer abc",
+        "Payment",
         `Payment ${"a".repeat(5000)}`,
         "Payment not*base64url!",
         `Payment ${Buffer.from("not json").toString("base64url")}`,

@@ -5,6 +5,7 @@ import { InferenceError, type InferenceErrorCode } from "../../domain/errors.js"
 const STATUS = {
   invalid_request: GrpcStatus.INVALID_ARGUMENT,
   model_not_found: GrpcStatus.NOT_FOUND,
+  model_cannot_reason: GrpcStatus.INVALID_ARGUMENT,
   upstream_rejected: GrpcStatus.INVALID_ARGUMENT,
   upstream_error: GrpcStatus.UNAVAILABLE,
   upstream_timeout: GrpcStatus.DEADLINE_EXCEEDED,

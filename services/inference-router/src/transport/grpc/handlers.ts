@@ -29,6 +29,7 @@ function toDomain(input: WireInput | undefined): CompletionInput {
     ...(input.maxOutputTokens !== undefined ? { maxOutputTokens: input.maxOutputTokens } : {}),
     body: body as Record<string, unknown>,
     bodyBytes: input.body.byteLength,
+    ...(input.requireReasoning ? { requireReasoning: true } : {}),
     billing: {
       door: billing?.door === Door.PAID ? "paid" : "account",
       accountId: billing?.accountId ?? "",

@@ -1,0 +1,236 @@
+import { describe, expect, it } from "vitest";
+import { type Invocation, parseCommandLine, parseDuration, parseTime, UsageError } from "./args.js";
+
+const request = (argv: string[]) => {
+  const inv = parseCommandLine(argv);
+  if (inv.kind !== "call") throw new Error("expected a call");
+  return inv.request;
+};
+const usageError = (argv: string[]) => {
+  try {
+    parseCommandLine(argv);
+  } catch (err) {
+    expect(err).toBeInstanceOf(UsageError);
+    return (err as Error).message;
+  }
+  throw new Error(`'${argv.join(" ")}' parsed`);
+};
+
+describe("tollgatectl command lines", () => {
+  it("accounts create, with and without limits", () => {
+    expect(request(["accounts", "create", "acme"])).toEqual({
+      method: "POST",
+      path: "/admin/v1/accounts",
+      body: { id: "acme" },
+    });
+    expect(request(["accounts", "create", "acme", "--rpm", "600", "--tpm", "2000000"]).body).toEqual({
+      id: "acme",
+      limits: { requests_per_minute: 600, tokens_per_minute: 2000000 },
+    });
+  });
+
+  it("connections create with every option", () => {
+    expect(
+      request([
+        "connections",
+        "create",
+        "acme",
+        "main",
+        "--models",
+        "a, b",
+        "--default",
+        "b",
+        "--default-max-output",
+        "100",
+        "--max-output",
+        "200",
+        "--routes",
+        "chat,think",
+        "--rpm",
+        "10",
+        "--tpm",
+        "1000",
+        "--key-rpm",
+        "5",
+        "--key-tpm",
+        "500",
+        "--route-rpm",
+        "think=2",
+        "--route-rpm",
+        "chat=3",
+        "--route-tpm",
+        "think=20",
+      ]),
+    ).toEqual({
+      method: "POST",
+      path: "/admin/v1/accounts/acme/connections",
+      body: {
+        id: "main",
+        models: ["a", "b"],
+        default_model: "b",
+        default_max_output_tokens: 100,
+        max_output_tokens: 200,
+        routes: ["chat", "think"],
+        limits: {
+          requests_per_minute: 10,
+          tokens_per_minute: 1000,
+          key_requests_per_minute: 5,
+          key_tokens_per_minute: 500,
+          routes: {
+            think: { requests_per_minute: 2, tokens_per_minute: 20 },
+            chat: { requests_per_minute: 3 },
+          },
+        },
+      },
+    });
+    expect(request(["connections", "create", "acme", "main", "--models", "a"]).body).toEqual({
+      id: "main",
+      models: ["a"],
+    });
+  });
+
+  it("keys create, list, revoke and rotate; path segments are encoded", () => {
+    expect(
+      request([
+        "keys",
+        "create",
+        "acme",
+        "main",
+        "--name",
+        "ci bot",
+        "--expires",
+        "2030-01-31T12:00:00+01:00",
+      ]),
+    ).toEqual({
+      method: "POST",
+      path: "/admin/v1/accounts/acme/connections/main/keys",
+      body: { name: "ci bot", expires_at: "2030-01-31T11:00:00.000Z" },
+    });
+    expect(request(["keys", "create", "a/b", "c?d"]).path).toBe(
+      "/admin/v1/accounts/a%2Fb/connections/c%3Fd/keys",
+    );
+    expect(request(["keys", "list", "acme"])).toEqual({
+      method: "GET",
+      path: "/admin/v1/accounts/acme/keys",
+    });
+    expect(request(["keys", "list", "acme", "--connection", "main"]).path).toBe(
+      "/admin/v1/accounts/acme/keys?connection=main",
+    );
+    expect(request(["keys", "revoke", "key_1"])).toEqual({
+      method: "POST",
+      path: "/admin/v1/keys/key_1/revoke",
+    });
+    expect(request(["keys", "rotate", "key_1"])).toEqual({
+      method: "POST",
+      path: "/admin/v1/keys/key_1/rotate",
+      body: {},
+    });
+    expect(request(["keys", "rotate", "key_1", "--grace", "24h", "--expires", "2031-01-01"]).body).toEqual({
+      grace_seconds: 86_400,
+      expires_at: "2031-01-01T00:00:00.000Z",
+    });
+    expect(request(["keys", "rotate", "key_1", "--grace", "0"]).body).toEqual({ grace_seconds: 0 });
+  });
+
+  it("usage with filters, range and granularity", () => {
+    expect(request(["usage"])).toEqual({ method: "GET", path: "/admin/v1/usage" });
+    const r = request([
+      "usage",
+      "--account",
+      "acme",
+      "--connection",
+      "main",
+      "--key",
+      "key_1",
+      "--model",
+      "tollgate-mini",
+      "--from",
+      "2030-01-01",
+      "--to",
+      "2030-01-02T00:00:00Z",
+      "--by",
+      "day",
+    ]);
+    const url = new URL(r.path, "http://x");
+    expect(url.pathname).toBe("/admin/v1/usage");
+    expect(Object.fromEntries(url.searchParams)).toEqual({
+      account: "acme",
+      connection: "main",
+      key: "key_1",
+      model: "tollgate-mini",
+      from: "2030-01-01T00:00:00.000Z",
+      to: "2030-01-02T00:00:00.000Z",
+      granularity: "day",
+    });
+  });
+
+  it("global options anywhere on the line", () => {
+    const inv = parseCommandLine([
+      "--url",
+      "http://h:1",
+      "keys",
+      "list",
+      "acme",
+      "--json",
+      "--token-file",
+      "/t",
+    ]);
+    expect(inv).toEqual({
+      kind: "call",
+      request: { method: "GET", path: "/admin/v1/accounts/acme/keys" },
+      view: "key-list",
+      json: true,
+      url: "http://h:1",
+      tokenFile: "/t",
+    } satisfies Invocation);
+    expect(parseCommandLine(["--help"])).toEqual({ kind: "help" });
+    expect(parseCommandLine(["keys", "list", "-h"])).toEqual({ kind: "help" });
+    expect(parseCommandLine(["help"])).toEqual({ kind: "help" });
+  });
+
+  it.each([
+    [[], "no command"],
+    [["keys"], "unknown command 'keys'"],
+    [["keys", "delete", "k"], "unknown command 'keys delete'"],
+    [["accounts", "create"], "<account>"],
+    [["accounts", "create", "a", "b"], "<account>"],
+    [["keys", "revoke", "k", "--grace", "1h"], "does not take --grace"],
+    [["keys", "list", "a", "--bogus"], "bogus"],
+    [["connections", "create", "a", "c"], "--models"],
+    [["connections", "create", "a", "c", "--models", ","], "at least one model"],
+    [["connections", "create", "a", "c", "--models", "m", "--rpm", "0"], "--rpm"],
+    [["connections", "create", "a", "c", "--models", "m", "--rpm", "1.5"], "--rpm"],
+    [["connections", "create", "a", "c", "--models", "m", "--routes", "chat,nope"], "unknown route 'nope'"],
+    [["connections", "create", "a", "c", "--models", "m", "--route-rpm", "think"], "route=N"],
+    [["keys", "create", "a", "c", "--expires", "next week"], "--expires"],
+    [["keys", "create", "a", "c", "--expires", "2030-01-01T10:00"], "--expires"],
+    [["keys", "rotate", "k", "--grace", "1 day"], "--grace"],
+    [["keys", "rotate", "k", "--grace", "-1"], "grace"],
+    [["usage", "--by", "week"], "--by"],
+    [["usage", "extra"], "no arguments"],
+    [["keys", "revoke", ""], "must not be empty"],
+  ])("%j is a usage error (%s)", (argv, fragment) => {
+    expect(usageError(argv)).toContain(fragment);
+  });
+});
+
+describe("durations and times", () => {
+  it.each([
+    ["0", 0],
+    ["3600", 3600],
+    ["90s", 90],
+    ["15m", 900],
+    ["24h", 86_400],
+    ["7d", 604_800],
+    ["1h30m", 5_400],
+  ])("%s is %i seconds", (text, seconds) => {
+    expect(parseDuration(text)).toBe(seconds);
+  });
+
+  it("times must be ISO 8601 with a zone, or a date", () => {
+    expect(parseTime("2030-01-31", "--from")).toBe("2030-01-31T00:00:00.000Z");
+    expect(parseTime("2030-01-31T12:00Z", "--from")).toBe("2030-01-31T12:00:00.000Z");
+    expect(() => parseTime("2030-02-31T00:00:00Z", "--from")).toThrow(UsageError);
+    expect(() => parseTime("1700000000", "--from")).toThrow(UsageError);
+  });
+});

@@ -1,0 +1,156 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { formatCost, SECRET_WARNING } from "./format.js";
+import { run } from "./run.js";
+
+const TOKEN = "admin-token-0123456789abcdef";
+const SECRET = "tg_0123456789abcdefghijABCDEFGHIJ0123456789";
+const key = {
+  id: "key_1",
+  object: "key",
+  account_id: "acme",
+  connection_id: "main",
+  name: "",
+  state: "active",
+  last4: "6789",
+  created_at: "2030-01-01T00:00:00.000Z",
+  expires_at: null,
+  revoked_at: null,
+  rotated_from: null,
+  rotated_to: null,
+  grace_ends_at: null,
+};
+
+/** A fake admin API: records what was sent, answers with `status` and `body`. */
+function fakeApi(status: number, body: unknown) {
+  const sent: { url: string; init: RequestInit }[] = [];
+  const fetchImpl = (async (url: string, init: RequestInit) => {
+    sent.push({ url, init });
+    return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+  }) as unknown as typeof fetch;
+  return { sent, fetchImpl };
+}
+
+async function tollgatectl(argv: string[], api: ReturnType<typeof fakeApi>, env: NodeJS.ProcessEnv = {}) {
+  let out = "";
+  let err = "";
+  const code = await run(
+    argv,
+    { TOLLGATE_ADMIN_TOKEN: TOKEN, ...env },
+    { out: (t) => (out += t), err: (t) => (err += t) },
+    api.fetchImpl,
+  );
+  return { code, out, err };
+}
+
+describe("tollgatectl run", () => {
+  it("sends the token to TOLLGATE_ADMIN_URL and prints a created key's secret once, warning on stderr", async () => {
+    const api = fakeApi(201, { key, secret: SECRET });
+    const r = await tollgatectl(["keys", "create", "acme", "main"], api, {
+      TOLLGATE_ADMIN_URL: "http://h:9/",
+    });
+    expect(r.code).toBe(0);
+    expect(api.sent[0]?.url).toBe("http://h:9/admin/v1/accounts/acme/connections/main/keys");
+    expect((api.sent[0]!.init.headers as Record<string, string>).authorization).toBe(`Bearer ${TOKEN}`);
+    expect(r.out.split(SECRET)).toHaveLength(2);
+    expect(r.err).toContain(SECRET_WARNING);
+    expect(r.out + r.err).not.toContain(TOKEN);
+  });
+
+  it("defaults to http://127.0.0.1:8081 and reads the token from --token-file", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "tollgatectl-"));
+    writeFileSync(join(dir, "token"), `${TOKEN}\n`);
+    const api = fakeApi(200, { object: "list", data: [key] });
+    const r = await tollgatectl(["keys", "list", "acme", "--token-file", join(dir, "token")], api, {
+      TOLLGATE_ADMIN_TOKEN: "",
+    });
+    expect(r.code).toBe(0);
+    expect(api.sent[0]?.url).toBe("http://127.0.0.1:8081/admin/v1/accounts/acme/keys");
+    expect((api.sent[0]!.init.headers as Record<string, string>).authorization).toBe(`Bearer ${TOKEN}`);
+    expect(r.out).toMatch(/^ID\s+CONNECTION\s+NAME\s+STATE/);
+    expect(r.out).toContain("key_1");
+  });
+
+  it("prints the API's JSON with --json", async () => {
+    const api = fakeApi(200, { key: { ...key, state: "revoked" } });
+    const r = await tollgatectl(["keys", "revoke", "key_1", "--json"], api);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.out)).toEqual({ key: { ...key, state: "revoked" } });
+    expect(api.sent[0]?.init.method).toBe("POST");
+    expect(api.sent[0]?.init.body).toBeUndefined();
+  });
+
+  it("exits 1 with the API's message when the API refuses", async () => {
+    const api = fakeApi(404, {
+      error: { message: "no key 'nope'", type: "not_found_error", code: "key_not_found" },
+    });
+    const r = await tollgatectl(["keys", "revoke", "nope"], api);
+    expect(r.code).toBe(1);
+    expect(r.err).toBe("tollgatectl: no key 'nope' (key_not_found, HTTP 404)\n");
+    expect(r.out).toBe("");
+  });
+
+  it("exits 1 when the API cannot be reached", async () => {
+    let err = "";
+    // The real fetch, against a port nothing listens on.
+    const code = await run(
+      ["keys", "list", "acme"],
+      { TOLLGATE_ADMIN_TOKEN: TOKEN, TOLLGATE_ADMIN_URL: "http://127.0.0.1:1" },
+      { out: () => {}, err: (t) => (err += t) },
+    );
+    expect(code).toBe(1);
+    expect(err).toContain("cannot reach the admin API at http://127.0.0.1:1");
+  });
+
+  it("exits 2 on a bad command line, without a token and with a bad URL, sending nothing", async () => {
+    const api = fakeApi(200, {});
+    const bad = await tollgatectl(["keys", "rotate", "k", "--grace", "soon"], api);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain("--grace");
+    expect(bad.err).toContain("tollgatectl --help");
+    const noToken = await tollgatectl(["keys", "list", "acme"], api, { TOLLGATE_ADMIN_TOKEN: "" });
+    expect(noToken.code).toBe(2);
+    expect(noToken.err).toContain("TOLLGATE_ADMIN_TOKEN");
+    const badUrl = await tollgatectl(["keys", "list", "acme", "--url", "ftp://x"], api);
+    expect(badUrl.code).toBe(2);
+    expect(api.sent).toEqual([]);
+  });
+
+  it("help goes to stdout with exit 0", async () => {
+    const r = await tollgatectl(["--help"], fakeApi(200, {}));
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("keys rotate <keyId>");
+  });
+
+  it("shows usage as a table with exact spend", async () => {
+    const totals = { requests: 2, input_tokens: 20, output_tokens: 6, reasoning_tokens: 0, cost: "1234567" };
+    const api = fakeApi(200, {
+      object: "usage",
+      granularity: "hour",
+      totals,
+      buckets: [{ start: "2030-01-01T10:00:00.000Z", ...totals }],
+    });
+    const r = await tollgatectl(["usage", "--account", "acme"], api);
+    expect(r.code).toBe(0);
+    const lines = r.out.trimEnd().split("\n");
+    expect(lines[0]).toMatch(
+      /^HOUR \(UTC\)\s+REQUESTS\s+INPUT\s+OUTPUT\s+REASONING\s+SPEND \(base units\)\s+SPEND \(USD\)$/,
+    );
+    expect(lines[1]).toMatch(/^2030-01-01T10:00:00Z\s+2\s+20\s+6\s+0\s+1234567\s+1\.234567$/);
+    expect(lines[2]).toMatch(/^TOTAL\s+2\s+20\s+6\s+0\s+1234567\s+1\.234567$/);
+  });
+});
+
+describe("formatCost", () => {
+  it.each([
+    ["0", "0.000000"],
+    ["1", "0.000001"],
+    ["1234", "0.001234"],
+    ["1000000", "1.000000"],
+    ["123456789012345678901", "123456789012345.678901"],
+  ])("%s base units are %s", (base, units) => {
+    expect(formatCost(base)).toBe(units);
+  });
+});

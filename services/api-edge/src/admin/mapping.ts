@@ -1,0 +1,326 @@
+// The admin API's HTTP contract (JSON, snake_case, ISO 8601 times, money as decimal strings of
+// base units) and its mapping to and from the auth-policy and metering messages. Pure: no
+// fastify, no gRPC client; the server only wires these to routes.
+
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { describeIssues } from "@tollgate/kit/config";
+import {
+  type Account,
+  type Connection,
+  type CreateAccountRequestSchema,
+  type CreateConnectionRequestSchema,
+  type CreateKeyRequestSchema,
+  type KeyInfo,
+  KeyState,
+  type RateLimits as RateLimitsMsg,
+  type RateLimitsSchema,
+  type RotateKeyRequestSchema,
+  Route,
+} from "@tollgate/proto/auth";
+import {
+  type GetUsageRequestSchema,
+  type GetUsageResponse,
+  Granularity,
+  type UsageTotals,
+} from "@tollgate/proto/metering";
+import { z } from "zod";
+import { AdminError } from "./errors.js";
+
+const UINT32_MAX = 4_294_967_295;
+/** auth-policy's longest rotation grace (30 days). */
+const MAX_GRACE_SECONDS = 30 * 24 * 3_600;
+
+/** Route names as the configuration file spells them. */
+const ROUTE_BY_NAME = {
+  models: Route.MODELS,
+  chat: Route.CHAT_COMPLETIONS,
+  completions: Route.COMPLETIONS,
+  responses: Route.RESPONSES,
+  think: Route.THINK,
+} as const satisfies Record<string, Route>;
+type RouteName = keyof typeof ROUTE_BY_NAME;
+const ROUTE_NAMES = Object.keys(ROUTE_BY_NAME) as [RouteName, ...RouteName[]];
+const NAME_BY_ROUTE = new Map<Route, RouteName>(ROUTE_NAMES.map((n) => [ROUTE_BY_NAME[n], n]));
+
+const STATE_NAME = {
+  [KeyState.UNSPECIFIED]: "unknown",
+  [KeyState.ACTIVE]: "active",
+  [KeyState.ROTATING]: "rotating",
+  [KeyState.ROTATED]: "rotated",
+  [KeyState.EXPIRED]: "expired",
+  [KeyState.REVOKED]: "revoked",
+} satisfies Record<KeyState, string>;
+
+const GRANULARITY = { hour: Granularity.HOUR, day: Granularity.DAY } as const;
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+const perMinute = z.number().int().min(1).max(UINT32_MAX);
+const outputCap = z.number().int().min(1).max(UINT32_MAX);
+/** An ISO 8601 date-time with a zone (Z or an offset), or a plain date (midnight UTC). */
+const isoTime = z
+  .string()
+  .regex(
+    /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2}))?$/,
+    "must be an ISO 8601 time such as 2030-01-31T12:00:00Z",
+  )
+  .transform((s, ctx) => {
+    const d = new Date(s);
+    const [y, m, day] = s.slice(0, 10).split("-").map(Number) as [number, number, number];
+    const calendar = new Date(Date.UTC(y, m - 1, day));
+    // Date rolls 2030-02-31 over into March; a typo must not become another day.
+    if (Number.isNaN(d.getTime()) || calendar.getUTCMonth() !== m - 1 || calendar.getUTCDate() !== day) {
+      ctx.addIssue({ code: "custom", message: "is not a valid time" });
+      return z.NEVER;
+    }
+    return d;
+  });
+
+const rateLimitsBody = z.strictObject({
+  requests_per_minute: perMinute.optional(),
+  tokens_per_minute: perMinute.optional(),
+});
+
+const createAccountBody = z.strictObject({
+  id: z.string().min(1),
+  limits: rateLimitsBody.optional(),
+});
+
+const createConnectionBody = z.strictObject({
+  id: z.string().min(1),
+  models: z.array(z.string().min(1)).min(1),
+  default_model: z.string().min(1).optional(),
+  default_max_output_tokens: outputCap.optional(),
+  max_output_tokens: outputCap.optional(),
+  routes: z.array(z.enum(ROUTE_NAMES)).optional(),
+  limits: z
+    .strictObject({
+      requests_per_minute: perMinute.optional(),
+      tokens_per_minute: perMinute.optional(),
+      key_requests_per_minute: perMinute.optional(),
+      key_tokens_per_minute: perMinute.optional(),
+      routes: z.partialRecord(z.enum(ROUTE_NAMES), rateLimitsBody).optional(),
+    })
+    .optional(),
+});
+
+const createKeyBody = z.strictObject({
+  name: z.string().max(128).optional(),
+  expires_at: isoTime.optional(),
+});
+
+const rotateKeyBody = z.strictObject({
+  grace_seconds: z.number().int().min(0).max(MAX_GRACE_SECONDS).optional(),
+  expires_at: isoTime.optional(),
+});
+
+const usageQuery = z.strictObject({
+  account: z.string().optional(),
+  connection: z.string().optional(),
+  key: z.string().optional(),
+  model: z.string().optional(),
+  from: isoTime.optional(),
+  to: isoTime.optional(),
+  granularity: z.enum(["hour", "day"]).optional(),
+});
+
+const listKeysQuery = z.strictObject({ connection: z.string().optional() });
+
+/** Parses with a schema; a failure is a 400 naming every problem. An absent body is `{}`. */
+function parse<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
+  const result = schema.safeParse(value ?? {});
+  if (!result.success) {
+    throw new AdminError(
+      "invalid_request",
+      `invalid ${what}: ${describeIssues(result.error.issues).join("; ")}`,
+    );
+  }
+  return result.data;
+}
+
+function limitsIn(l: z.output<typeof rateLimitsBody> | undefined): MessageInitShape<typeof RateLimitsSchema> {
+  return {
+    ...(l?.requests_per_minute !== undefined ? { requestsPerMinute: l.requests_per_minute } : {}),
+    ...(l?.tokens_per_minute !== undefined ? { tokensPerMinute: l.tokens_per_minute } : {}),
+  };
+}
+/** POST /admin/v1/accounts */
+export function createAccountRequest(body: unknown): MessageInitShape<typeof CreateAccountRequestSchema> {
+  const b = parse(createAccountBody, body, "account");
+  return { accountId: b.id, limits: limitsIn(b.limits) };
+}
+
+/** POST /admin/v1/accounts/:accountId/connections */
+export function createConnectionRequest(
+  accountId: string,
+  body: unknown,
+): MessageInitShape<typeof CreateConnectionRequestSchema> {
+  const b = parse(createConnectionBody, body, "connection");
+  const l = b.limits;
+  return {
+    accountId,
+    connectionId: b.id,
+    models: b.models,
+    defaultModel: b.default_model ?? "",
+    ...(b.default_max_output_tokens !== undefined
+      ? { defaultMaxOutputTokens: b.default_max_output_tokens }
+      : {}),
+    ...(b.max_output_tokens !== undefined ? { maxOutputTokens: b.max_output_tokens } : {}),
+    routes: (b.routes ?? []).map((r) => ROUTE_BY_NAME[r]),
+    limits: {
+      connection: limitsIn({
+        requests_per_minute: l?.requests_per_minute,
+        tokens_per_minute: l?.tokens_per_minute,
+      }),
+      perKey: limitsIn({
+        requests_per_minute: l?.key_requests_per_minute,
+        tokens_per_minute: l?.key_tokens_per_minute,
+      }),
+      routes: Object.entries(l?.routes ?? {}).map(([route, limits]) => ({
+        route: ROUTE_BY_NAME[route as RouteName],
+        limits: limitsIn(limits),
+      })),
+    },
+  };
+}
+
+/** POST /admin/v1/accounts/:accountId/connections/:connectionId/keys */
+export function createKeyRequest(
+  accountId: string,
+  connectionId: string,
+  body: unknown,
+): MessageInitShape<typeof CreateKeyRequestSchema> {
+  const b = parse(createKeyBody, body, "key");
+  return {
+    accountId,
+    connectionId,
+    name: b.name ?? "",
+    ...(b.expires_at ? { expiresAt: timestampFromDate(b.expires_at) } : {}),
+  };
+}
+
+/** POST /admin/v1/keys/:keyId/rotate */
+export function rotateKeyRequest(
+  keyId: string,
+  body: unknown,
+): MessageInitShape<typeof RotateKeyRequestSchema> {
+  const b = parse(rotateKeyBody, body, "rotation");
+  return {
+    keyId,
+    ...(b.grace_seconds !== undefined ? { graceSeconds: b.grace_seconds } : {}),
+    ...(b.expires_at ? { expiresAt: timestampFromDate(b.expires_at) } : {}),
+  };
+}
+
+/** The `connection` filter of GET /admin/v1/accounts/:accountId/keys. */
+export function listKeysFilter(query: unknown): string {
+  return parse(listKeysQuery, query, "query").connection ?? "";
+}
+
+/** GET /admin/v1/usage?account=&connection=&key=&model=&from=&to=&granularity= */
+export function usageRequest(query: unknown): MessageInitShape<typeof GetUsageRequestSchema> {
+  const q = parse(usageQuery, query, "query");
+  if (q.from && q.to && q.from.getTime() >= q.to.getTime()) {
+    throw new AdminError("invalid_request", "invalid query: from must be before to");
+  }
+  return {
+    accountId: q.account ?? "",
+    connectionId: q.connection ?? "",
+    keyId: q.key ?? "",
+    model: q.model ?? "",
+    ...(q.from ? { from: timestampFromDate(q.from) } : {}),
+    ...(q.to ? { to: timestampFromDate(q.to) } : {}),
+    granularity: q.granularity ? GRANULARITY[q.granularity] : Granularity.UNSPECIFIED,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses
+
+const iso = (t: Timestamp | undefined) => (t ? timestampDate(t).toISOString() : null);
+
+function limitsOut(l: RateLimitsMsg | undefined) {
+  return {
+    requests_per_minute: l?.requestsPerMinute ?? null,
+    tokens_per_minute: l?.tokensPerMinute ?? null,
+  };
+}
+
+/** An account as the admin API shows it. */
+export function accountJson(a: Account | undefined) {
+  return {
+    id: a?.accountId ?? "",
+    object: "account",
+    limits: limitsOut(a?.limits),
+    created_at: iso(a?.createdAt),
+  };
+}
+
+/** A connection as the admin API shows it; `routes: null` means every route. */
+export function connectionJson(c: Connection | undefined) {
+  const routes: Partial<Record<RouteName, ReturnType<typeof limitsOut>>> = {};
+  for (const r of c?.limits?.routes ?? []) {
+    const name = NAME_BY_ROUTE.get(r.route);
+    if (name) routes[name] = limitsOut(r.limits);
+  }
+  const names = (c?.routes ?? []).map((r) => NAME_BY_ROUTE.get(r)).filter((n) => n !== undefined);
+  return {
+    id: c?.connectionId ?? "",
+    object: "connection",
+    account_id: c?.accountId ?? "",
+    models: [...(c?.models ?? [])],
+    default_model: c?.defaultModel ?? "",
+    default_max_output_tokens: c?.defaultMaxOutputTokens ?? 0,
+    max_output_tokens: c?.maxOutputTokens ?? 0,
+    routes: names.length > 0 ? names : null,
+    limits: {
+      ...limitsOut(c?.limits?.connection),
+      key_requests_per_minute: c?.limits?.perKey?.requestsPerMinute ?? null,
+      key_tokens_per_minute: c?.limits?.perKey?.tokensPerMinute ?? null,
+      routes,
+    },
+    created_at: iso(c?.createdAt),
+  };
+}
+
+/** A key as the admin API shows it: never its secret, never its hash. */
+export function keyJson(k: KeyInfo | undefined) {
+  return {
+    id: k?.keyId ?? "",
+    object: "key",
+    account_id: k?.accountId ?? "",
+    connection_id: k?.connectionId ?? "",
+    name: k?.name ?? "",
+    state: STATE_NAME[k?.state ?? KeyState.UNSPECIFIED] ?? "unknown",
+    last4: k?.last4 ?? "",
+    created_at: iso(k?.createdAt),
+    expires_at: iso(k?.expiresAt),
+    revoked_at: iso(k?.revokedAt),
+    rotated_from: k?.rotatedFrom || null,
+    rotated_to: k?.rotatedTo || null,
+    grace_ends_at: iso(k?.graceEndsAt),
+  };
+}
+
+function totalsJson(t: UsageTotals | undefined) {
+  return {
+    requests: Number(t?.requests ?? 0n),
+    input_tokens: Number(t?.inputTokens ?? 0n),
+    output_tokens: Number(t?.outputTokens ?? 0n),
+    reasoning_tokens: Number(t?.reasoningTokens ?? 0n),
+    // Money stays a decimal string of base units (6 decimals), never a float.
+    cost: t?.cost || "0",
+  };
+}
+
+/** A usage report: totals over the range and one bucket per hour or day that saw usage. */
+export function usageJson(res: GetUsageResponse, granularity: Granularity) {
+  return {
+    object: "usage",
+    granularity: granularity === Granularity.DAY ? "day" : "hour",
+    totals: totalsJson(res.totals),
+    buckets: res.buckets.map((b) => ({ start: iso(b.start), ...totalsJson(b.totals) })),
+  };
+}

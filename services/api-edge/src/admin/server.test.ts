@@ -1,0 +1,490 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { createLogger } from "@tollgate/kit/log";
+import {
+  AccountSchema,
+  ConnectionSchema,
+  KeyInfoSchema,
+  KeyState,
+  type RotateKeyRequest,
+  Route,
+} from "@tollgate/proto/auth";
+import { GetUsageResponseSchema, Granularity } from "@tollgate/proto/metering";
+import type { FastifyInstance } from "fastify";
+import { afterEach, describe, expect, it } from "vitest";
+import { type AdminAuthClient, type AdminMeteringClient, buildAdminApp } from "./server.js";
+
+const TOKEN = "admin-token-0123456789abcdef";
+const SECRET = "tg_0123456789abcdefghijABCDEFGHIJ0123456789";
+const T0 = new Date("2030-01-02T03:04:05.000Z");
+
+const key = (over: Omit<MessageInitShape<typeof KeyInfoSchema>, "$typeName"> = {}) =>
+  create(KeyInfoSchema, {
+    keyId: "key_1",
+    accountId: "acme",
+    connectionId: "main",
+    name: "ci",
+    createdAt: timestampFromDate(T0),
+    last4: "6789",
+    state: KeyState.ACTIVE,
+    ...over,
+  });
+
+/** Records every call and answers with canned responses (or throws `fail`). */
+function fakes() {
+  const calls: { rpc: string; req: unknown }[] = [];
+  let fail: Error | undefined;
+  const answer = <T>(rpc: string, req: unknown, res: T): Promise<T> => {
+    calls.push({ rpc, req });
+    return fail ? Promise.reject(fail) : Promise.resolve(res);
+  };
+  const auth: AdminAuthClient = {
+    createAccount: (req) =>
+      answer("createAccount", req, {
+        $typeName: "tollgate.auth.v1.CreateAccountResponse",
+        account: create(AccountSchema, {
+          accountId: req.accountId ?? "",
+          limits: req.limits ?? {},
+          createdAt: timestampFromDate(T0),
+        }),
+      }),
+    createConnection: (req) =>
+      answer("createConnection", req, {
+        $typeName: "tollgate.auth.v1.CreateConnectionResponse",
+        connection: create(ConnectionSchema, {
+          accountId: req.accountId ?? "",
+          connectionId: req.connectionId ?? "",
+          models: req.models ?? [],
+          defaultModel: req.defaultModel || req.models?.[0] || "",
+          defaultMaxOutputTokens: req.defaultMaxOutputTokens ?? 1024,
+          maxOutputTokens: req.maxOutputTokens ?? 4096,
+          routes: req.routes ?? [],
+          limits: req.limits ?? {},
+          createdAt: timestampFromDate(T0),
+        }),
+      }),
+    createKey: (req) =>
+      answer("createKey", req, {
+        $typeName: "tollgate.auth.v1.CreateKeyResponse",
+        key: key(),
+        secret: SECRET,
+      }),
+    listKeys: (req) =>
+      answer("listKeys", req, {
+        $typeName: "tollgate.auth.v1.ListKeysResponse",
+        keys: [key(), key({ keyId: "key_2", state: KeyState.REVOKED, revokedAt: timestampFromDate(T0) })],
+      }),
+    revokeKey: (req) =>
+      answer("revokeKey", req, {
+        $typeName: "tollgate.auth.v1.RevokeKeyResponse",
+        key: key({ state: KeyState.REVOKED, revokedAt: timestampFromDate(T0) }),
+      }),
+    rotateKey: (req) =>
+      answer("rotateKey", req, {
+        $typeName: "tollgate.auth.v1.RotateKeyResponse",
+        oldKey: key({
+          state: KeyState.ROTATING,
+          rotatedTo: "key_2",
+          graceEndsAt: timestampFromDate(new Date(T0.getTime() + 60_000)),
+        }),
+        newKey: key({ keyId: "key_2", rotatedFrom: "key_1", last4: "WXYZ" }),
+        secret: SECRET,
+      }),
+  };
+  const metering: AdminMeteringClient = {
+    getUsage: (req) =>
+      answer(
+        "getUsage",
+        req,
+        create(GetUsageResponseSchema, {
+          totals: { requests: 3n, inputTokens: 30n, outputTokens: 9n, cost: "12345678901234567890" },
+          buckets: [
+            {
+              start: timestampFromDate(new Date("2030-01-02T03:00:00Z")),
+              totals: { requests: 3n, inputTokens: 30n, outputTokens: 9n, cost: "12345678901234567890" },
+            },
+          ],
+        }),
+      ),
+  };
+  return {
+    auth,
+    metering,
+    calls,
+    failWith: (err: Error) => {
+      fail = err;
+    },
+  };
+}
+
+let app: FastifyInstance;
+let f: ReturnType<typeof fakes>;
+let logLines: string[];
+
+function setup() {
+  f = fakes();
+  logLines = [];
+  const log = createLogger({ service: "api-edge", destination: { write: (l: string) => logLines.push(l) } });
+  app = buildAdminApp({ token: TOKEN, auth: f.auth, metering: f.metering, log });
+  return app;
+}
+
+const auth = { authorization: `Bearer ${TOKEN}` };
+const json = (body: unknown) => ({
+  headers: { ...auth, "content-type": "application/json" },
+  payload: JSON.stringify(body),
+});
+
+afterEach(async () => {
+  await app?.close();
+});
+
+describe("admin API: the token", () => {
+  it("answers 401 without a token, with a wrong one and with another scheme, on known and unknown paths", async () => {
+    setup();
+    const cases = [
+      { headers: {}, code: "missing_admin_token" },
+      { headers: { authorization: `Basic ${TOKEN}` }, code: "missing_admin_token" },
+      { headers: { authorization: "Bearer wrong-token" }, code: "invalid_admin_token" },
+      { headers: { authorization: `Bearer ${TOKEN}x` }, code: "invalid_admin_token" },
+    ];
+    for (const url of ["/admin/v1/accounts/acme/keys", "/admin/v1/nothing-here"]) {
+      for (const c of cases) {
+        const res = await app.inject({ method: "GET", url, headers: c.headers });
+        expect(res.statusCode).toBe(401);
+        expect(res.headers["www-authenticate"]).toBe('Bearer realm="tollgate-admin"');
+        expect(res.json().error).toMatchObject({ type: "authentication_error", code: c.code });
+      }
+    }
+    expect(f.calls).toEqual([]);
+  });
+
+  it("reads no body before the token is checked", async () => {
+    setup();
+    const res = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts",
+      headers: { "content-type": "application/json" },
+      payload: "{not json",
+    });
+    expect(res.statusCode).toBe(401);
+  });
+
+  it("answers unknown admin paths with 404 once the token is right", async () => {
+    setup();
+    const res = await app.inject({ method: "GET", url: "/admin/v1/nothing-here", headers: auth });
+    expect(res.statusCode).toBe(404);
+    expect(res.json().error).toMatchObject({ type: "not_found_error", code: "not_found" });
+  });
+});
+
+describe("admin API: routes map to auth-policy and back", () => {
+  it("creates an account with limits", async () => {
+    setup();
+    const res = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts",
+      ...json({ id: "acme", limits: { requests_per_minute: 600 } }),
+    });
+    expect(res.statusCode).toBe(201);
+    expect(f.calls).toEqual([
+      { rpc: "createAccount", req: { accountId: "acme", limits: { requestsPerMinute: 600 } } },
+    ]);
+    expect(res.json()).toEqual({
+      id: "acme",
+      object: "account",
+      limits: { requests_per_minute: 600, tokens_per_minute: null },
+      created_at: T0.toISOString(),
+    });
+  });
+
+  it("creates a connection: models, default, caps, routes and every limit", async () => {
+    setup();
+    const res = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts/acme/connections",
+      ...json({
+        id: "main",
+        models: ["a", "b"],
+        default_model: "b",
+        default_max_output_tokens: 100,
+        max_output_tokens: 200,
+        routes: ["chat", "think"],
+        limits: {
+          requests_per_minute: 10,
+          tokens_per_minute: 1000,
+          key_requests_per_minute: 5,
+          routes: { think: { requests_per_minute: 2 } },
+        },
+      }),
+    });
+    expect(res.statusCode).toBe(201);
+    expect(f.calls[0]).toEqual({
+      rpc: "createConnection",
+      req: {
+        accountId: "acme",
+        connectionId: "main",
+        models: ["a", "b"],
+        defaultModel: "b",
+        defaultMaxOutputTokens: 100,
+        maxOutputTokens: 200,
+        routes: [Route.CHAT_COMPLETIONS, Route.THINK],
+        limits: {
+          connection: { requestsPerMinute: 10, tokensPerMinute: 1000 },
+          perKey: { requestsPerMinute: 5 },
+          routes: [{ route: Route.THINK, limits: { requestsPerMinute: 2 } }],
+        },
+      },
+    });
+    expect(res.json()).toMatchObject({
+      id: "main",
+      object: "connection",
+      account_id: "acme",
+      models: ["a", "b"],
+      default_model: "b",
+      routes: ["chat", "think"],
+      limits: {
+        requests_per_minute: 10,
+        key_requests_per_minute: 5,
+        key_tokens_per_minute: null,
+        routes: { think: { requests_per_minute: 2, tokens_per_minute: null } },
+      },
+    });
+  });
+
+  it("creates a key: 201 with the secret, not cacheable, and the secret never reaches a log line", async () => {
+    setup();
+    const res = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts/acme/connections/main/keys",
+      ...json({ name: "ci", expires_at: "2031-01-01T00:00:00Z" }),
+    });
+    expect(res.statusCode).toBe(201);
+    expect(res.headers["cache-control"]).toBe("no-store");
+    expect(f.calls[0]).toEqual({
+      rpc: "createKey",
+      req: {
+        accountId: "acme",
+        connectionId: "main",
+        name: "ci",
+        expiresAt: timestampFromDate(new Date("2031-01-01T00:00:00Z")),
+      },
+    });
+    expect(res.json()).toEqual({
+      key: {
+        id: "key_1",
+        object: "key",
+        account_id: "acme",
+        connection_id: "main",
+        name: "ci",
+        state: "active",
+        last4: "6789",
+        created_at: T0.toISOString(),
+        expires_at: null,
+        revoked_at: null,
+        rotated_from: null,
+        rotated_to: null,
+        grace_ends_at: null,
+      },
+      secret: SECRET,
+    });
+    const logs = logLines.join("");
+    expect(logs).toContain("admin action");
+    expect(logs).not.toContain(SECRET);
+    expect(logs).not.toContain(TOKEN);
+  });
+
+  it("creates a key with no body at all", async () => {
+    setup();
+    const res = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts/acme/connections/main/keys",
+      headers: auth,
+    });
+    expect(res.statusCode).toBe(201);
+    expect(f.calls[0]?.req).toEqual({ accountId: "acme", connectionId: "main", name: "" });
+  });
+
+  it("lists keys, optionally of one connection", async () => {
+    setup();
+    const all = await app.inject({ method: "GET", url: "/admin/v1/accounts/acme/keys", headers: auth });
+    const one = await app.inject({
+      method: "GET",
+      url: "/admin/v1/accounts/acme/keys?connection=main",
+      headers: auth,
+    });
+    expect(f.calls.map((c) => c.req)).toEqual([
+      { accountId: "acme", connectionId: "" },
+      { accountId: "acme", connectionId: "main" },
+    ]);
+    expect(all.json()).toMatchObject({
+      object: "list",
+      data: [
+        { id: "key_1", state: "active" },
+        { id: "key_2", state: "revoked", revoked_at: T0.toISOString() },
+      ],
+    });
+    expect(one.statusCode).toBe(200);
+    expect(all.body).not.toContain("secret");
+  });
+
+  it("revokes a key", async () => {
+    setup();
+    const res = await app.inject({ method: "POST", url: "/admin/v1/keys/key_1/revoke", headers: auth });
+    expect(res.statusCode).toBe(200);
+    expect(f.calls[0]).toEqual({ rpc: "revokeKey", req: { keyId: "key_1" } });
+    expect(res.json().key).toMatchObject({ id: "key_1", state: "revoked" });
+  });
+
+  it("rotates a key with a grace period: old and new key, and the new secret", async () => {
+    setup();
+    const res = await app.inject({
+      method: "POST",
+      url: "/admin/v1/keys/key_1/rotate",
+      ...json({ grace_seconds: 0 }),
+    });
+    expect(res.statusCode).toBe(201);
+    expect((f.calls[0]!.req as RotateKeyRequest).graceSeconds).toBe(0);
+    expect(res.json()).toMatchObject({
+      old_key: {
+        id: "key_1",
+        state: "rotating",
+        rotated_to: "key_2",
+        grace_ends_at: "2030-01-02T03:05:05.000Z",
+      },
+      new_key: { id: "key_2", rotated_from: "key_1", last4: "WXYZ" },
+      secret: SECRET,
+    });
+    const noGrace = await app.inject({ method: "POST", url: "/admin/v1/keys/key_1/rotate", headers: auth });
+    expect(noGrace.statusCode).toBe(201);
+    expect(f.calls[1]?.req).toEqual({ keyId: "key_1" });
+  });
+
+  it("maps usage filters, range and granularity; money stays a decimal string", async () => {
+    setup();
+    const res = await app.inject({
+      method: "GET",
+      url: "/admin/v1/usage?account=acme&connection=main&key=key_1&model=m&from=2030-01-01&to=2030-01-03T00:00:00Z&granularity=day",
+      headers: auth,
+    });
+    expect(res.statusCode).toBe(200);
+    expect(f.calls[0]).toEqual({
+      rpc: "getUsage",
+      req: {
+        accountId: "acme",
+        connectionId: "main",
+        keyId: "key_1",
+        model: "m",
+        from: timestampFromDate(new Date("2030-01-01T00:00:00Z")),
+        to: timestampFromDate(new Date("2030-01-03T00:00:00Z")),
+        granularity: Granularity.DAY,
+      },
+    });
+    expect(res.json()).toEqual({
+      object: "usage",
+      granularity: "day",
+      totals: {
+        requests: 3,
+        input_tokens: 30,
+        output_tokens: 9,
+        reasoning_tokens: 0,
+        cost: "12345678901234567890",
+      },
+      buckets: [
+        {
+          start: "2030-01-02T03:00:00.000Z",
+          requests: 3,
+          input_tokens: 30,
+          output_tokens: 9,
+          reasoning_tokens: 0,
+          cost: "12345678901234567890",
+        },
+      ],
+    });
+  });
+});
+
+describe("admin API: errors", () => {
+  it.each([
+    ["/admin/v1/accounts", { id: "acme", extra: 1 }, "extra"],
+    ["/admin/v1/accounts", { limits: {} }, "id"],
+    ["/admin/v1/accounts/acme/connections", { id: "c", models: [] }, "models"],
+    ["/admin/v1/accounts/acme/connections", { id: "c", models: ["a"], routes: ["nope"] }, "routes"],
+    ["/admin/v1/accounts/acme/connections/c/keys", { expires_at: "tomorrow" }, "expires_at"],
+    ["/admin/v1/keys/k/rotate", { grace_seconds: -1 }, "grace_seconds"],
+    ["/admin/v1/keys/k/rotate", { grace_seconds: 31 * 24 * 3600 }, "grace_seconds"],
+  ])("POST %s %j → 400 naming the field", async (url, body, field) => {
+    setup();
+    const res = await app.inject({ method: "POST", url, ...json(body) });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error).toMatchObject({ type: "invalid_request_error", code: "invalid_request" });
+    expect(res.json().error.message).toContain(field);
+    expect(f.calls).toEqual([]);
+  });
+
+  it.each([
+    "/admin/v1/usage?granularity=week",
+    "/admin/v1/usage?from=yesterday",
+    "/admin/v1/usage?from=2030-02-31",
+    "/admin/v1/usage?accountId=acme",
+    "/admin/v1/usage?from=2030-01-02&to=2030-01-01",
+    "/admin/v1/accounts/acme/keys?conn=main",
+  ])("GET %s → 400", async (url) => {
+    setup();
+    const res = await app.inject({ method: "GET", url, headers: auth });
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error.code).toBe("invalid_request");
+    expect(f.calls).toEqual([]);
+  });
+
+  it("answers bad JSON with 400 and another content type with 415", async () => {
+    setup();
+    const bad = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts",
+      headers: { ...auth, "content-type": "application/json" },
+      payload: "{",
+    });
+    expect(bad.statusCode).toBe(400);
+    expect(bad.json().error.code).toBe("invalid_json");
+    const text = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts",
+      headers: { ...auth, "content-type": "text/plain" },
+      payload: "acme",
+    });
+    expect(text.statusCode).toBe(415);
+  });
+
+  it.each([
+    [GrpcStatus.INVALID_ARGUMENT, "invalid_argument", 400, "invalid_request_error"],
+    [GrpcStatus.NOT_FOUND, "account_not_found", 404, "not_found_error"],
+    [GrpcStatus.NOT_FOUND, "connection_not_found", 404, "not_found_error"],
+    [GrpcStatus.NOT_FOUND, "key_not_found", 404, "not_found_error"],
+    [GrpcStatus.ALREADY_EXISTS, "account_exists", 409, "conflict_error"],
+    [GrpcStatus.ALREADY_EXISTS, "connection_exists", 409, "conflict_error"],
+    [GrpcStatus.FAILED_PRECONDITION, "key_not_active", 409, "conflict_error"],
+    [GrpcStatus.UNAVAILABLE, "broadcast_failed", 503, "server_error"],
+    [GrpcStatus.INVALID_ARGUMENT, "time_range_too_large", 400, "invalid_request_error"],
+  ])("a remote %s %s becomes %s with the remote message", async (status, code, http, type) => {
+    setup();
+    f.failWith(new RemoteError(status, code, `remote says ${code}`));
+    const res = await app.inject({ method: "POST", url: "/admin/v1/keys/k/revoke", headers: auth });
+    expect(res.statusCode).toBe(http);
+    expect(res.json().error).toMatchObject({ code, type, message: `remote says ${code}` });
+  });
+
+  it("hides the cause of an unknown failure and of an unreachable service", async () => {
+    setup();
+    f.failWith(new RemoteError(GrpcStatus.INTERNAL, "internal", "stack trace with /etc/secret"));
+    const internal = await app.inject({ method: "GET", url: "/admin/v1/accounts/a/keys", headers: auth });
+    expect(internal.statusCode).toBe(500);
+    expect(internal.body).not.toContain("/etc/secret");
+    f.failWith(new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "connect ECONNREFUSED 10.0.0.1:50051"));
+    const down = await app.inject({ method: "GET", url: "/admin/v1/accounts/a/keys", headers: auth });
+    expect(down.statusCode).toBe(503);
+    expect(down.json().error.code).toBe("service_unavailable");
+    expect(down.body).not.toContain("10.0.0.1");
+  });
+});

@@ -1,0 +1,215 @@
+import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
+import { acceptRequestId } from "@tollgate/kit/ids";
+import type { Logger } from "@tollgate/kit/log";
+import type { AuthService } from "@tollgate/proto/auth";
+import { MeteringService } from "@tollgate/proto/metering";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
+import {
+  accountJson,
+  connectionJson,
+  createAccountRequest,
+  createConnectionRequest,
+  createKeyRequest,
+  keyJson,
+  listKeysFilter,
+  rotateKeyRequest,
+  usageJson,
+  usageRequest,
+} from "./mapping.js";
+import { adminTokenCheck } from "./token.js";
+
+/** Where the admin server listens and what it needs besides the edge's auth client. */
+export interface AdminServerOptions {
+  host: string;
+  port: number;
+  /** The shared admin token; the server never starts without one. Never logged. */
+  token: string;
+  /** metering's gRPC address, for usage reports. */
+  meteringAddr: string;
+}
+
+/** The auth-policy RPCs the admin API calls. */
+export type AdminAuthClient = Pick<
+  Client<MethodsOf<typeof AuthService>>,
+  "createAccount" | "createConnection" | "createKey" | "listKeys" | "revokeKey" | "rotateKey"
+>;
+/** The metering RPC the admin API calls. */
+export type AdminMeteringClient = Pick<Client<MethodsOf<typeof MeteringService>>, "getUsage">;
+
+/** A running admin server. */
+export interface AdminServer {
+  port: number;
+  stop(): Promise<void>;
+}
+
+/** Deadline of one admin call to auth-policy or metering. */
+const CALL_TIMEOUT_MS = 10_000;
+const call = { timeoutMs: CALL_TIMEOUT_MS };
+
+type AccountParams = { Params: { accountId: string } };
+type ConnectionParams = { Params: { accountId: string; connectionId: string } };
+type KeyParams = { Params: { keyId: string } };
+
+/**
+ * Builds the admin HTTP API (not listening): account, connection and key lifecycle over
+ * auth-policy's admin RPCs, and usage reports over metering. Every request, unknown paths
+ * included, must carry the admin token first; bodies are read only after that.
+ */
+export function buildAdminApp(deps: {
+  token: string;
+  auth: AdminAuthClient;
+  metering: AdminMeteringClient;
+  log: Logger;
+}): FastifyInstance {
+  const { auth, metering } = deps;
+  const checkToken = adminTokenCheck(deps.token);
+  const app = Fastify({
+    loggerInstance: deps.log as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
+    genReqId: (req) => acceptRequestId(req.headers["x-request-id"] as string | undefined),
+    bodyLimit: 64 * 1024,
+    return503OnClosing: true,
+  });
+
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body: string, done) => {
+    if (body.trim() === "") return done(null, undefined);
+    try {
+      done(null, JSON.parse(body));
+    } catch {
+      done(new AdminError("invalid_json", "the request body is not valid JSON"), undefined);
+    }
+  });
+  app.addContentTypeParser("*", (_req, _payload, done) =>
+    done(
+      new AdminError("unsupported_media_type", "send the body as Content-Type: application/json"),
+      undefined,
+    ),
+  );
+
+  app.addHook("onRequest", async (req, reply) => {
+    reply.header("x-request-id", req.id);
+    // Answers carry secrets (new keys) and account data: no cache may keep them.
+    reply.header("cache-control", "no-store");
+    try {
+      checkToken(req.headers.authorization);
+    } catch (err) {
+      reply.header("www-authenticate", 'Bearer realm="tollgate-admin"');
+      throw err;
+    }
+  });
+  app.addHook("onResponse", async (req, reply) => {
+    req.log.info(
+      {
+        method: req.method,
+        route: req.routeOptions.url,
+        status: reply.statusCode,
+        ms: Math.round(reply.elapsedTime),
+      },
+      "admin request served",
+    );
+  });
+  app.setErrorHandler((err, req, reply) => {
+    const e = toAdminHttpError(err, req.log);
+    return reply.code(e.status).send(adminErrorBody(e, req.id));
+  });
+  app.setNotFoundHandler((req, reply) => {
+    const e = toAdminHttpError(
+      new AdminError("not_found", `no admin route ${req.method} ${req.url.split("?")[0]}`),
+      req.log,
+    );
+    return reply.code(e.status).send(adminErrorBody(e, req.id));
+  });
+
+  app.post("/admin/v1/accounts", async (req, reply) => {
+    const res = await auth.createAccount(createAccountRequest(req.body), call);
+    req.log.info({ action: "account.create", accountId: res.account?.accountId }, "admin action");
+    return reply.code(201).send(accountJson(res.account));
+  });
+
+  app.post<AccountParams>("/admin/v1/accounts/:accountId/connections", async (req, reply) => {
+    const res = await auth.createConnection(createConnectionRequest(req.params.accountId, req.body), call);
+    req.log.info(
+      {
+        action: "connection.create",
+        accountId: res.connection?.accountId,
+        connectionId: res.connection?.connectionId,
+      },
+      "admin action",
+    );
+    return reply.code(201).send(connectionJson(res.connection));
+  });
+
+  app.post<ConnectionParams>(
+    "/admin/v1/accounts/:accountId/connections/:connectionId/keys",
+    async (req, reply) => {
+      const { accountId, connectionId } = req.params;
+      const res = await auth.createKey(createKeyRequest(accountId, connectionId, req.body), call);
+      req.log.info({ action: "key.create", accountId, keyId: res.key?.keyId }, "admin action");
+      // The only time the secret leaves the gateway; it is never logged.
+      return reply.code(201).send({ key: keyJson(res.key), secret: res.secret });
+    },
+  );
+
+  app.get<AccountParams>("/admin/v1/accounts/:accountId/keys", async (req) => {
+    const res = await auth.listKeys(
+      { accountId: req.params.accountId, connectionId: listKeysFilter(req.query) },
+      call,
+    );
+    return { object: "list", data: res.keys.map(keyJson) };
+  });
+
+  app.post<KeyParams>("/admin/v1/keys/:keyId/revoke", async (req) => {
+    const res = await auth.revokeKey({ keyId: req.params.keyId }, call);
+    req.log.info({ action: "key.revoke", keyId: req.params.keyId }, "admin action");
+    return { key: keyJson(res.key) };
+  });
+
+  app.post<KeyParams>("/admin/v1/keys/:keyId/rotate", async (req, reply) => {
+    const res = await auth.rotateKey(rotateKeyRequest(req.params.keyId, req.body), call);
+    req.log.info(
+      { action: "key.rotate", keyId: req.params.keyId, newKeyId: res.newKey?.keyId },
+      "admin action",
+    );
+    return reply
+      .code(201)
+      .send({ old_key: keyJson(res.oldKey), new_key: keyJson(res.newKey), secret: res.secret });
+  });
+
+  app.get("/admin/v1/usage", async (req) => {
+    const ask = usageRequest(req.query);
+    const res = await metering.getUsage(ask, call);
+    return usageJson(res, ask.granularity ?? 0);
+  });
+
+  return app;
+}
+
+/**
+ * Starts the admin API on its own port (ARCHITECTURE.md: 8081), apart from the public door, so
+ * that no public listener ever routes an admin path.
+ */
+export async function startAdminServer(
+  opts: AdminServerOptions & { auth: AdminAuthClient; log: Logger },
+): Promise<AdminServer> {
+  const metering = createClient(MeteringService, opts.meteringAddr);
+  const log = opts.log.child({ server: "admin" });
+  const app = buildAdminApp({ token: opts.token, auth: opts.auth, metering, log });
+  try {
+    await app.listen({ host: opts.host, port: opts.port });
+  } catch (err) {
+    metering.$close();
+    throw err;
+  }
+  const address = app.server.address();
+  const port = typeof address === "object" && address ? address.port : opts.port;
+  log.info({ host: opts.host, port }, "admin api listening");
+  return {
+    port,
+    stop: async () => {
+      await app.close();
+      metering.$close();
+    },
+  };
+}

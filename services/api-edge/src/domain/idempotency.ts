@@ -1,0 +1,37 @@
+/** A response kept for replay under an Idempotency-Key. */
+export interface StoredResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+/** What to do with a request that carries an Idempotency-Key. */
+export type IdempotencyDecision =
+  /** First time (or the earlier attempt failed): run it, then complete() or abandon(). */
+  | { kind: "run" }
+  /** Done before with the same body: send the stored response. */
+  | { kind: "replay"; response: StoredResponse }
+  /** Used before with a different body. */
+  | { kind: "conflict" }
+  /** The same request is running right now elsewhere. */
+  | { kind: "in_progress" };
+
+/**
+ * Where idempotency records live: Redis shared by every api-edge replica, or memory in the
+ * all-in-one process. `begin` is atomic: of concurrent duplicates exactly one gets "run".
+ */
+export interface IdempotencyStore {
+  /** Claims `id` for a body `fingerprint`; the claim lapses after `leaseMs` if never completed. */
+  begin(id: string, fingerprint: string, leaseMs: number): Promise<IdempotencyDecision>;
+  /** Stores the response of the claimed request for `ttlMs`. */
+  complete(id: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void>;
+  /** Drops a claim whose request failed, so a retry can run. */
+  abandon(id: string, fingerprint: string): Promise<void>;
+}
+
+/** How long a stored response is replayed (issue 4: "within 24 h"). */
+export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
+/** How long a running request holds its key; longer than the slowest buffered completion. */
+export const IDEMPOTENCY_LEASE_MS = 5 * 60 * 1000;
+/** Accepted Idempotency-Key values. */
+export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;

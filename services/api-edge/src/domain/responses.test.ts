@@ -1,0 +1,150 @@
+import { describe, expect, it } from "vitest";
+import { responseObjectSchema, responsesRequestSchema } from "../schemas/responses.js";
+import { readChatAnswer } from "./chat-answer.js";
+import { chatBodyFromResponses, responseFromChat } from "./responses.js";
+
+const parse = (body: unknown) => responsesRequestSchema.parse(body);
+
+const chatJson = (content: string, finish = "stop", extra: Record<string, unknown> = {}) => ({
+  id: "chatcmpl-1",
+  object: "chat.completion",
+  created: 1_700_000_000,
+  model: "tollgate-mini",
+  choices: [{ index: 0, message: { role: "assistant", content, ...extra }, finish_reason: finish }],
+});
+
+const LABELS = { id: "resp_abc", messageId: "msg_abc", model: "tollgate-mini", maxOutputTokens: 64, now: 1 };
+
+describe("chatBodyFromResponses", () => {
+  it("turns instructions into a leading system message and a string input into one user message", () => {
+    const req = parse({
+      input: "What is a tollgate?",
+      instructions: "Answer in one line.",
+      temperature: 0.2,
+    });
+    expect(chatBodyFromResponses(req, "tollgate-mini", 64)).toEqual({
+      model: "tollgate-mini",
+      messages: [
+        { role: "system", content: "Answer in one line." },
+        { role: "user", content: "What is a tollgate?" },
+      ],
+      max_tokens: 64,
+      temperature: 0.2,
+    });
+  });
+
+  it("keeps a message list in order, text parts as chat text parts, developer as system", () => {
+    const req = parse({
+      input: [
+        { role: "developer", content: "Be brief." },
+        { type: "message", role: "user", content: [{ type: "input_text", text: "Hi" }] },
+        { role: "assistant", content: [{ type: "output_text", text: "Hello!", annotations: [] }] },
+        { role: "user", content: "And now?" },
+      ],
+    });
+    expect(chatBodyFromResponses(req, "m", undefined)).toEqual({
+      model: "m",
+      messages: [
+        { role: "system", content: "Be brief." },
+        { role: "user", content: [{ type: "text", text: "Hi" }] },
+        { role: "assistant", content: [{ type: "text", text: "Hello!" }] },
+        { role: "user", content: "And now?" },
+      ],
+    });
+  });
+});
+
+describe("responseFromChat", () => {
+  const usage = { inputTokens: 10, outputTokens: 7, reasoningTokens: 0 };
+
+  it("answers with a completed response whose output message and output_text carry the text", () => {
+    const req = parse({ input: "hi", instructions: "be kind" });
+    const res = responseFromChat(req, readChatAnswer(chatJson("hello there")), usage, LABELS);
+    expect(responseObjectSchema.safeParse(res).success).toBe(true);
+    expect(res).toMatchObject({
+      id: "resp_abc",
+      object: "response",
+      created_at: 1_700_000_000,
+      status: "completed",
+      incomplete_details: null,
+      model: "tollgate-mini",
+      instructions: "be kind",
+      max_output_tokens: 64,
+      output: [
+        {
+          type: "message",
+          id: "msg_abc",
+          status: "completed",
+          role: "assistant",
+          content: [{ type: "output_text", text: "hello there", annotations: [] }],
+        },
+      ],
+      output_text: "hello there",
+      usage: {
+        input_tokens: 10,
+        output_tokens: 7,
+        total_tokens: 17,
+        output_tokens_details: { reasoning_tokens: 0 },
+      },
+    });
+  });
+
+  it("is incomplete with reason max_output_tokens when the cap cut the answer", () => {
+    const res = responseFromChat(
+      parse({ input: "hi" }),
+      readChatAnswer(chatJson("cut", "length")),
+      usage,
+      LABELS,
+    );
+    expect(res.status).toBe("incomplete");
+    expect(res.incomplete_details).toEqual({ reason: "max_output_tokens" });
+    expect(res.output[0]?.status).toBe("incomplete");
+    expect(res.output_text).toBe("cut");
+  });
+
+  it("reports reasoning tokens without putting the reasoning into the output text", () => {
+    const answer = readChatAnswer(chatJson("42", "stop", { reasoning_content: "six times seven" }));
+    const res = responseFromChat(parse({ input: "?" }), answer, { ...usage, reasoningTokens: 4 }, LABELS);
+    expect(res.output_text).toBe("42");
+    expect(res.usage.output_tokens_details.reasoning_tokens).toBe(4);
+  });
+});
+
+describe("responsesRequestSchema", () => {
+  const issues = (body: unknown) => {
+    const r = responsesRequestSchema.safeParse(body);
+    return r.success ? [] : r.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
+  };
+
+  it("refuses stream: true, saying the route is buffered", () => {
+    expect(issues({ input: "hi", stream: true })).toEqual([
+      expect.stringMatching(/^stream: this route is buffered/),
+    ]);
+    expect(issues({ input: "hi", stream: false })).toEqual([]);
+  });
+
+  it("refuses non-text content, previous_response_id and tools with clear messages", () => {
+    expect(
+      issues({ input: [{ role: "user", content: [{ type: "input_image", image_url: "x" }] }] }).join(),
+    ).toBe("input: 0.content: 0.type: only text content (input_text, output_text) is accepted on this route");
+    expect(issues({ input: "hi", previous_response_id: "resp_1" }).join()).toContain("not stored");
+    expect(issues({ input: "hi", tools: [{ type: "web_search" }] }).join()).toContain(
+      "tools are not supported",
+    );
+    expect(issues({ input: "hi", tools: [] })).toEqual([]);
+  });
+
+  it("requires input, and says where a message list is wrong", () => {
+    expect(issues({ instructions: "x" })).toEqual([
+      "input: input must be a string or a list of messages {role, content}",
+    ]);
+    expect(
+      issues({
+        input: [
+          { role: "user", content: "a" },
+          { role: "robot", content: "b" },
+        ],
+      }),
+    ).toEqual([expect.stringMatching(/^input: 1\.role: /)]);
+  });
+});

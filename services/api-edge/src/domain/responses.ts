@@ -1,0 +1,107 @@
+import type { ResponseObject, ResponsesInputMessage, ResponsesRequest } from "../schemas/responses.js";
+import type { ChatAnswer, TokenUsage } from "./chat-answer.js";
+
+type ChatMessage = {
+  role: "system" | "user" | "assistant";
+  content: string | { type: "text"; text: string }[];
+};
+
+function chatMessageOf(m: ResponsesInputMessage): ChatMessage {
+  // "developer" is the Responses name for system instructions; many open-weight chat templates
+  // know only "system".
+  const role = m.role === "developer" ? "system" : m.role;
+  const content =
+    typeof m.content === "string"
+      ? m.content
+      : m.content.map((p) => ({ type: "text" as const, text: p.text }));
+  return { role, content };
+}
+
+/**
+ * The chat request a Responses request stands for: `instructions` become the leading system
+ * message, a string `input` one user message, and text parts chat text parts.
+ */
+export function chatBodyFromResponses(
+  req: ResponsesRequest,
+  model: string,
+  maxOutputTokens: number | undefined,
+): Record<string, unknown> {
+  const messages: ChatMessage[] = [];
+  if (req.instructions) messages.push({ role: "system", content: req.instructions });
+  if (typeof req.input === "string") messages.push({ role: "user", content: req.input });
+  else messages.push(...req.input.map(chatMessageOf));
+  return {
+    model,
+    messages,
+    ...(maxOutputTokens !== undefined ? { max_tokens: maxOutputTokens } : {}),
+    ...(req.temperature != null ? { temperature: req.temperature } : {}),
+  };
+}
+
+/** What the answer is labelled with besides the upstream's content. */
+export interface ResponseLabels {
+  /** "resp_…" */
+  id: string;
+  /** "msg_…" */
+  messageId: string;
+  /** Public model id that served the request. */
+  model: string;
+  /** The effective output cap. */
+  maxOutputTokens: number | undefined;
+  /** Unix seconds, used when the upstream did not say. */
+  now: number;
+}
+
+/**
+ * A chat answer as a Responses `response` object. An answer cut short by the output cap (or a
+ * content filter) is `incomplete` with its reason, as OpenAI reports it; otherwise `completed`.
+ */
+export function responseFromChat(
+  req: ResponsesRequest,
+  answer: ChatAnswer,
+  usage: TokenUsage,
+  labels: ResponseLabels,
+): ResponseObject {
+  const reason =
+    answer.finishReason === "length"
+      ? "max_output_tokens"
+      : answer.finishReason === "content_filter"
+        ? "content_filter"
+        : undefined;
+  const status = reason ? "incomplete" : "completed";
+  return {
+    id: labels.id,
+    object: "response",
+    created_at: answer.created ?? labels.now,
+    status,
+    incomplete_details: reason ? { reason } : null,
+    error: null,
+    model: labels.model,
+    instructions: req.instructions ?? null,
+    max_output_tokens: labels.maxOutputTokens ?? null,
+    temperature: req.temperature ?? null,
+    top_p: null,
+    metadata: {},
+    parallel_tool_calls: false,
+    tool_choice: "none",
+    tools: [],
+    text: { format: { type: "text" } },
+    output: [
+      {
+        type: "message",
+        id: labels.messageId,
+        status,
+        role: "assistant",
+        content: [{ type: "output_text", text: answer.text, annotations: [] }],
+      },
+    ],
+    output_text: answer.text,
+    usage: {
+      input_tokens: usage.inputTokens,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens: usage.outputTokens,
+      output_tokens_details: { reasoning_tokens: usage.reasoningTokens },
+      total_tokens: usage.inputTokens + usage.outputTokens,
+    },
+  };
+}

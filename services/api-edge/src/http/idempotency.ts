@@ -1,0 +1,118 @@
+import { createHash } from "node:crypto";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { EdgeError } from "../domain/errors.js";
+import {
+  IDEMPOTENCY_KEY,
+  IDEMPOTENCY_LEASE_MS,
+  IDEMPOTENCY_TTL_MS,
+  type IdempotencyStore,
+} from "../domain/idempotency.js";
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** Set when this request holds an idempotency claim that its response settles. */
+    idempotency?: { id: string; fingerprint: string };
+  }
+}
+
+/** Response headers worth replaying (the request id is the new request's own). */
+const REPLAYED_HEADERS = ["content-type", "x-tollgate-cost", "x-tollgate-budget-remaining"];
+const POLL_MS = 50;
+
+const sha256 = (data: string | Buffer) => createHash("sha256").update(data).digest("hex");
+
+/**
+ * Idempotency-Key on account-door POSTs (issue 4): the same key and body within 24 h replays
+ * the stored response without running the model again; the same key with another body is a
+ * 422; a duplicate arriving while the first runs waits for it. Scoped per Virtual Key and
+ * route, so keys never meet across callers. Streams cannot be replayed and are refused.
+ */
+export class Idempotency {
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly maxWaitMs = IDEMPOTENCY_LEASE_MS,
+  ) {}
+
+  /** Settles claims from the response about to be sent: stored when 2xx, dropped otherwise. */
+  register(app: FastifyInstance): void {
+    app.addHook("onSend", async (req, reply, payload) => {
+      const claim = req.idempotency;
+      if (!claim) return payload;
+      req.idempotency = undefined;
+      try {
+        if (reply.statusCode >= 200 && reply.statusCode < 300) {
+          const headers: Record<string, string> = {};
+          for (const name of REPLAYED_HEADERS) {
+            const value = reply.getHeader(name);
+            if (value !== undefined) headers[name] = String(value);
+          }
+          const body = Buffer.isBuffer(payload)
+            ? payload
+            : Buffer.from(typeof payload === "string" ? payload : "");
+          await this.store.complete(
+            claim.id,
+            claim.fingerprint,
+            { status: reply.statusCode, headers, body },
+            IDEMPOTENCY_TTL_MS,
+          );
+        } else {
+          await this.store.abandon(claim.id, claim.fingerprint);
+        }
+      } catch (err) {
+        req.log.error({ err }, "idempotency record not saved");
+      }
+      return payload;
+    });
+  }
+
+  /**
+   * Call after authorization. Resolves true when a stored response was sent (the route must
+   * return the reply), false when the route should run.
+   */
+  async guard(req: FastifyRequest, reply: FastifyReply, scope: string, streaming: boolean): Promise<boolean> {
+    const key = req.headers["idempotency-key"];
+    if (key === undefined) return false;
+    if (typeof key !== "string" || !IDEMPOTENCY_KEY.test(key)) {
+      throw new EdgeError(
+        "idempotency_key_invalid",
+        "Idempotency-Key must be 1 to 255 printable ASCII characters",
+      );
+    }
+    if (streaming) {
+      throw new EdgeError(
+        "idempotency_unsupported_for_streams",
+        "Idempotency-Key cannot be used with stream: true",
+      );
+    }
+    const id = sha256(`${scope}\n${key}`);
+    const fingerprint = sha256(req.rawBody ?? Buffer.alloc(0));
+    const deadline = Date.now() + this.maxWaitMs;
+    for (;;) {
+      const decision = await this.store.begin(id, fingerprint, IDEMPOTENCY_LEASE_MS);
+      switch (decision.kind) {
+        case "run":
+          req.idempotency = { id, fingerprint };
+          return false;
+        case "replay":
+          reply
+            .code(decision.response.status)
+            .headers({ ...decision.response.headers, "idempotent-replayed": "true" })
+            .send(decision.response.body);
+          return true;
+        case "conflict":
+          throw new EdgeError(
+            "idempotency_key_reused",
+            "this Idempotency-Key was used with a different request body; use a new key",
+          );
+        case "in_progress":
+          if (Date.now() > deadline) {
+            throw new EdgeError(
+              "idempotency_in_progress",
+              "the request with this Idempotency-Key is still running",
+            );
+          }
+          await new Promise((r) => setTimeout(r, POLL_MS));
+      }
+    }
+  }
+}

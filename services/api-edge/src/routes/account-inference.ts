@@ -1,0 +1,83 @@
+import { randomBytes } from "node:crypto";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { AuthorizeResponse, Route } from "@tollgate/proto/auth";
+import { type CompletionInputSchema, Door, type Operation, type Usage } from "@tollgate/proto/inference";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import type { z } from "zod";
+import { type ChatAnswer, readChatAnswer, type TokenUsage } from "../domain/chat-answer.js";
+import { EdgeError } from "../domain/errors.js";
+import { bearerKey } from "../http/credentials.js";
+import { authorizeRequest } from "./authorize.js";
+import { describeInvalid } from "./chat-completions.js";
+import type { AccountRouteContext } from "./context.js";
+
+/**
+ * Validates an account-door body. The key is checked first, so a bad key gets its 401 (and a
+ * route outside policy its 403) whatever the body holds; otherwise a bad body is a 400.
+ */
+export async function parseAccountBody<S extends z.ZodType>(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  route: Route,
+  schema: S,
+): Promise<z.output<S>> {
+  bearerKey(req.headers);
+  const parsed = schema.safeParse(req.body);
+  if (parsed.success) return parsed.data;
+  await authorizeRequest(ctx, req, reply, { route });
+  throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
+}
+
+/** The Idempotency-Key scope of a route: one caller's keys never meet another's or another route's. */
+export function idempotencyScope(grant: AuthorizeResponse, route: string): string {
+  return `${grant.principal?.accountId}:${grant.principal?.keyId}:${route}`;
+}
+
+/** The router's input for an authorized request: the grant's model, cap and billing, and the body to forward. */
+export function completionInput(
+  req: FastifyRequest,
+  grant: AuthorizeResponse,
+  operation: Operation,
+  body: Uint8Array,
+  opts: { requireReasoning?: boolean } = {},
+): MessageInitShape<typeof CompletionInputSchema> {
+  return {
+    requestId: req.id,
+    operation,
+    model: grant.model,
+    ...(grant.maxOutputTokens !== undefined ? { maxOutputTokens: grant.maxOutputTokens } : {}),
+    body,
+    billing: {
+      door: Door.ACCOUNT,
+      accountId: grant.principal?.accountId ?? "",
+      connectionId: grant.principal?.connectionId ?? "",
+      keyId: grant.principal?.keyId ?? "",
+      reservationId: grant.reservationId,
+    },
+    ...(opts.requireReasoning ? { requireReasoning: true } : {}),
+  };
+}
+
+/** A fresh object id with OpenAI's prefix style ("resp_…", "msg_…"). */
+export function objectId(prefix: string): string {
+  return `${prefix}_${randomBytes(16).toString("hex")}`;
+}
+
+/** Unix seconds now. */
+export const unixNow = () => Math.floor(Date.now() / 1000);
+
+/** The router's answer to a translated chat request: the chat answer and the billed token counts. */
+export function chatResultOf(res: { body: Uint8Array; usage?: Usage | undefined }): {
+  answer: ChatAnswer;
+  usage: TokenUsage;
+} {
+  return {
+    answer: readChatAnswer(JSON.parse(Buffer.from(res.body).toString("utf8"))),
+    usage: {
+      inputTokens: res.usage?.inputTokens ?? 0,
+      outputTokens: res.usage?.outputTokens ?? 0,
+      reasoningTokens: res.usage?.reasoningTokens ?? 0,
+    },
+  };
+}

@@ -1,0 +1,41 @@
+import { Route } from "@tollgate/proto/auth";
+import { Operation } from "@tollgate/proto/inference";
+import type { FastifyInstance } from "fastify";
+import { callerGone } from "../http/caller.js";
+import { relayStream } from "../http/sse.js";
+import { completionRequestSchema } from "../schemas/completions.js";
+import { completionInput, idempotencyScope, parseAccountBody } from "./account-inference.js";
+import { authorizeRequest } from "./authorize.js";
+import type { AccountRouteContext } from "./context.js";
+
+/**
+ * POST /v1/completions: OpenAI's legacy text completion (spec, "Account-owned routes"),
+ * buffered or streamed. The caller's body is forwarded as received; the router sends it to the
+ * upstream's /v1/completions with the model and output cap rewritten.
+ */
+export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
+  app.post("/v1/completions", async (req, reply) => {
+    const body = await parseAccountBody(ctx, req, reply, Route.COMPLETIONS, completionRequestSchema);
+    const grant = await authorizeRequest(ctx, req, reply, {
+      route: Route.COMPLETIONS,
+      model: body.model ?? "",
+      maxOutputTokens: body.max_tokens ?? undefined,
+    });
+    if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "completions"), body.stream === true))
+      return reply;
+    const input = completionInput(req, grant, Operation.TEXT, req.rawBody!);
+    const signal = callerGone(reply);
+    if (body.stream) {
+      const includeUsage = body.stream_options?.include_usage === true;
+      return relayStream(
+        req,
+        reply,
+        ctx.inference.streamComplete({ input, includeUsage }, { signal }),
+        signal,
+      );
+    }
+    const res = await ctx.inference.complete({ input }, { signal });
+    if (res.usage) reply.header("x-tollgate-cost", res.usage.cost);
+    return reply.type("application/json").send(Buffer.from(res.body));
+  });
+}

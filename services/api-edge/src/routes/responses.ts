@@ -1,0 +1,45 @@
+import { Route } from "@tollgate/proto/auth";
+import { Operation } from "@tollgate/proto/inference";
+import type { FastifyInstance } from "fastify";
+import { chatBodyFromResponses, responseFromChat } from "../domain/responses.js";
+import { callerGone } from "../http/caller.js";
+import { responsesRequestSchema } from "../schemas/responses.js";
+import {
+  chatResultOf,
+  completionInput,
+  idempotencyScope,
+  objectId,
+  parseAccountBody,
+  unixNow,
+} from "./account-inference.js";
+import { authorizeRequest } from "./authorize.js";
+import type { AccountRouteContext } from "./context.js";
+
+/**
+ * POST /v1/responses: the buffered text subset of the Responses API. The request is translated
+ * to a chat request (these bytes are what the router forwards and counts), the chat answer back
+ * to a `response` object. `stream: true` is refused by the schema with a clear message.
+ */
+export function responsesRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
+  app.post("/v1/responses", async (req, reply) => {
+    const body = await parseAccountBody(ctx, req, reply, Route.RESPONSES, responsesRequestSchema);
+    const grant = await authorizeRequest(ctx, req, reply, {
+      route: Route.RESPONSES,
+      model: body.model ?? "",
+      maxOutputTokens: body.max_output_tokens ?? undefined,
+    });
+    if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "responses"), false)) return reply;
+    const chat = chatBodyFromResponses(body, grant.model, grant.maxOutputTokens);
+    const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)));
+    const res = await ctx.inference.complete({ input }, { signal: callerGone(reply) });
+    if (res.usage) reply.header("x-tollgate-cost", res.usage.cost);
+    const { answer, usage } = chatResultOf(res);
+    return responseFromChat(body, answer, usage, {
+      id: objectId("resp"),
+      messageId: objectId("msg"),
+      model: grant.model,
+      maxOutputTokens: grant.maxOutputTokens,
+      now: unixNow(),
+    });
+  });
+}

@@ -1,0 +1,42 @@
+import { Route } from "@tollgate/proto/auth";
+import { Operation } from "@tollgate/proto/inference";
+import type { FastifyInstance } from "fastify";
+import { chatBodyFromThink, thinkFromChat } from "../domain/think.js";
+import { callerGone } from "../http/caller.js";
+import { thinkOutputCapOf, thinkRequestSchema } from "../schemas/think.js";
+import {
+  chatResultOf,
+  completionInput,
+  idempotencyScope,
+  objectId,
+  parseAccountBody,
+  unixNow,
+} from "./account-inference.js";
+import { authorizeRequest } from "./authorize.js";
+import type { AccountRouteContext } from "./context.js";
+
+/**
+ * POST /v1/think: Tollgate's reasoning route (README, "POST /v1/think"). Translated to a chat
+ * request that requires reasoning: the router, which holds the model configuration, refuses a
+ * model configured with `reasoning: false` before any upstream call. The upstream's
+ * `reasoning_content` and content come back as `reasoning` and `answer`.
+ */
+export function thinkRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
+  app.post("/v1/think", async (req, reply) => {
+    const body = await parseAccountBody(ctx, req, reply, Route.THINK, thinkRequestSchema);
+    const grant = await authorizeRequest(ctx, req, reply, {
+      route: Route.THINK,
+      model: body.model ?? "",
+      maxOutputTokens: thinkOutputCapOf(body),
+    });
+    if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "think"), false)) return reply;
+    const chat = chatBodyFromThink(body, grant.model, grant.maxOutputTokens);
+    const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)), {
+      requireReasoning: true,
+    });
+    const res = await ctx.inference.complete({ input }, { signal: callerGone(reply) });
+    if (res.usage) reply.header("x-tollgate-cost", res.usage.cost);
+    const { answer, usage } = chatResultOf(res);
+    return thinkFromChat(answer, usage, { id: objectId("think"), model: grant.model, now: unixNow() });
+  });
+}

@@ -1,0 +1,119 @@
+import { z } from "zod";
+import { CHAT_LIMITS } from "./chat.js";
+
+/**
+ * The message of a string-or-list union: the problem of the option the value looked like (a
+ * list's own issue, with its place), not zod's bare "Invalid input".
+ */
+function closestOption(fallback: string) {
+  return (iss: z.core.$ZodRawIssue): string => {
+    const options = iss.code === "invalid_union" ? iss.errors : [];
+    const tried = options.find(
+      (issues) => !(issues.length === 1 && issues[0]?.code === "invalid_type" && issues[0].path.length === 0),
+    );
+    const first = tried?.[0];
+    if (!first) return fallback;
+    return `${first.path.length > 0 ? `${first.path.join(".")}: ` : ""}${first.message}`;
+  };
+}
+
+/** Text content parts: `input_text`, and `output_text` for earlier assistant turns. */
+const textPart = z.looseObject({
+  type: z.enum(["input_text", "output_text"], {
+    error: "only text content (input_text, output_text) is accepted on this route",
+  }),
+  text: z.string(),
+});
+
+/** One input message of the Responses API ("easy input message" or a `message` item). */
+const inputMessage = z.looseObject({
+  type: z.literal("message").optional(),
+  role: z.enum(["user", "assistant", "system", "developer"]),
+  content: z.union([z.string(), z.array(textPart).min(1)], {
+    error: closestOption("content must be a string or a list of input_text parts"),
+  }),
+});
+
+export type ResponsesInputMessage = z.output<typeof inputMessage>;
+
+/**
+ * POST /v1/responses: the buffered text subset of OpenAI's Responses API. The route keeps no
+ * state, so `previous_response_id` and tools are refused; other fields are ignored.
+ */
+export const responsesRequestSchema = z
+  .looseObject({
+    model: z.string().min(1).max(256).optional(),
+    input: z.union([z.string().min(1), z.array(inputMessage).min(1).max(CHAT_LIMITS.maxMessages)], {
+      error: closestOption("input must be a string or a list of messages {role, content}"),
+    }),
+    instructions: z.string().nullish(),
+    max_output_tokens: z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens).nullish(),
+    temperature: z.number().min(0).max(2).nullish(),
+    stream: z
+      .literal(false, {
+        error: "this route is buffered: omit stream or send false (POST /v1/chat/completions streams)",
+      })
+      .nullish(),
+    previous_response_id: z.string().nullish(),
+    tools: z.array(z.unknown()).nullish(),
+  })
+  .superRefine((r, ctx) => {
+    if (r.previous_response_id != null) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["previous_response_id"],
+        message: "responses are not stored: send the whole conversation as input",
+      });
+    }
+    if (r.tools != null && r.tools.length > 0) {
+      ctx.addIssue({ code: "custom", path: ["tools"], message: "tools are not supported on this route" });
+    }
+  });
+
+export type ResponsesRequest = z.output<typeof responsesRequestSchema>;
+
+/** Usage of a Responses answer, in OpenAI's shape. */
+export const responseUsageSchema = z.object({
+  input_tokens: z.number().int(),
+  input_tokens_details: z.object({ cached_tokens: z.number().int() }),
+  output_tokens: z.number().int(),
+  output_tokens_details: z.object({ reasoning_tokens: z.number().int() }),
+  total_tokens: z.number().int(),
+});
+
+const outputMessage = z.object({
+  type: z.literal("message"),
+  id: z.string(),
+  status: z.enum(["completed", "incomplete"]),
+  role: z.literal("assistant"),
+  content: z.array(
+    z.object({ type: z.literal("output_text"), text: z.string(), annotations: z.array(z.never()) }),
+  ),
+});
+
+/** The `response` object POST /v1/responses answers with (documented in the README). */
+export const responseObjectSchema = z.object({
+  id: z.string().startsWith("resp_"),
+  object: z.literal("response"),
+  created_at: z.number().int(),
+  status: z.enum(["completed", "incomplete"]),
+  /** Set when status is "incomplete": why the answer stopped early. */
+  incomplete_details: z.object({ reason: z.enum(["max_output_tokens", "content_filter"]) }).nullable(),
+  error: z.null(),
+  model: z.string(),
+  instructions: z.string().nullable(),
+  max_output_tokens: z.number().int().nullable(),
+  temperature: z.number().nullable(),
+  top_p: z.null(),
+  metadata: z.record(z.string(), z.string()),
+  parallel_tool_calls: z.boolean(),
+  tool_choice: z.literal("none"),
+  tools: z.array(z.never()),
+  text: z.object({ format: z.object({ type: z.literal("text") }) }),
+  output: z.array(outputMessage),
+  /** All output text, concatenated (the SDKs compute the same from output). */
+  output_text: z.string(),
+  usage: responseUsageSchema,
+});
+
+export type ResponseObject = z.output<typeof responseObjectSchema>;

@@ -1,0 +1,69 @@
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createMemoryIdempotencyStore } from "../../src/adapters/memory-idempotency-store.js";
+import { createRedisIdempotencyStore } from "../../src/adapters/redis-idempotency-store.js";
+import type { IdempotencyStore } from "../../src/domain/idempotency.js";
+
+let fixture: RedisFixture;
+let redis: Redis;
+const prefix = `tollgate:${uniqueNamespace("idem")}:`;
+
+beforeAll(async () => {
+  fixture = await useRedis();
+  redis = connectRedis(fixture.url);
+});
+
+afterAll(async () => {
+  const keys = await redis.keys(`${prefix}*`);
+  if (keys.length > 0) await redis.del(...keys);
+  await quitRedis(redis);
+  await fixture.stop();
+});
+
+const stores: Array<[string, () => IdempotencyStore]> = [
+  ["memory", () => createMemoryIdempotencyStore()],
+  ["redis", () => createRedisIdempotencyStore(redis, prefix)],
+];
+
+describe.each(stores)("idempotency store contract (%s)", (_name, make) => {
+  const response = {
+    status: 200,
+    headers: { "content-type": "application/json" },
+    body: Buffer.from([0, 1, 2, 255]),
+  };
+
+  it("lets exactly one of many concurrent duplicates run", async () => {
+    const store = make();
+    const id = `c-${Math.random()}`;
+    const decisions = await Promise.all(Array.from({ length: 20 }, () => store.begin(id, "fp", 60_000)));
+    expect(decisions.filter((d) => d.kind === "run")).toHaveLength(1);
+    expect(decisions.filter((d) => d.kind === "in_progress")).toHaveLength(19);
+  });
+
+  it("replays the stored response byte for byte, and refuses another body", async () => {
+    const store = make();
+    const id = `r-${Math.random()}`;
+    expect((await store.begin(id, "fp", 60_000)).kind).toBe("run");
+    await store.complete(id, "fp", response, 60_000);
+    const again = await store.begin(id, "fp", 60_000);
+    expect(again).toEqual({ kind: "replay", response });
+    expect((await store.begin(id, "other", 60_000)).kind).toBe("conflict");
+  });
+
+  it("lets a retry run after the first attempt was abandoned", async () => {
+    const store = make();
+    const id = `a-${Math.random()}`;
+    await store.begin(id, "fp", 60_000);
+    await store.abandon(id, "fp");
+    expect((await store.begin(id, "fp", 60_000)).kind).toBe("run");
+  });
+
+  it("lets the claim lapse after its lease", async () => {
+    const store = make();
+    const id = `l-${Math.random()}`;
+    await store.begin(id, "fp", 50);
+    await new Promise((r) => setTimeout(r, 120));
+    expect((await store.begin(id, "fp", 60_000)).kind).toBe("run");
+  });
+});
