@@ -28,6 +28,8 @@ export interface AllInOne {
   devnet?: TempoDevnet;
   /** The chain the paid door settles on, when the paid door runs. */
   tempoRpcUrl?: string;
+  /** metering's gRPC address (usage analytics). */
+  meteringAddr: string;
   stop(): Promise<void>;
 }
 
@@ -110,6 +112,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
   return {
     url: `http://${host.includes(":") ? `[${host}]` : host}:${edge.port}`,
     port: edge.port,
+    meteringAddr: `${LOOPBACK}:${metering.port}`,
     gateway,
     ...(demoKey ? { demoKey } : {}),
     ...(upstream ? { upstream } : {}),

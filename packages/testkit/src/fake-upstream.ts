@@ -31,6 +31,8 @@ export interface RecordedRequest {
   headers: Record<string, string | string[] | undefined>;
   /** Parsed JSON, the raw text when it was not JSON, or undefined when empty. */
   body: unknown;
+  /** For a stream: the token chunks written so far (what the upstream actually produced). */
+  tokensWritten?: number;
 }
 
 /**
@@ -370,9 +372,11 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
   const idPrefix = randomBytes(4).toString("hex");
   let nextId = 0;
 
-  function record(req: IncomingMessage, path: string, body: unknown): void {
-    requests.push({ method: req.method ?? "", path, headers: req.headers, body });
+  function record(req: IncomingMessage, path: string, body: unknown): RecordedRequest {
+    const entry: RecordedRequest = { method: req.method ?? "", path, headers: req.headers, body };
+    requests.push(entry);
     if (requests.length > MAX_RECORDED) requests.shift();
+    return entry;
   }
 
   async function answer(req: IncomingMessage, res: ServerResponse, path: string, raw: string): Promise<void> {
@@ -389,7 +393,7 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
         invalidJson = true;
       }
     }
-    record(req, path, body);
+    const recorded = record(req, path, body);
 
     if (state.authorization !== undefined && req.headers.authorization !== state.authorization) {
       sendJson(
@@ -481,7 +485,7 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       sendJson(res, 200, bufferedBody(route, id, created, parsed.model, output));
       return;
     }
-    await stream(res, route, id, created, parsed, output, s, failure?.afterChunks);
+    await stream(res, route, id, created, parsed, output, s, failure?.afterChunks, recorded);
   }
 
   const server = createServer((req, res) => {
@@ -575,6 +579,7 @@ async function stream(
   output: FakeOutput,
   s: State,
   cutAfter: number | undefined,
+  recorded?: RecordedRequest,
 ): Promise<void> {
   res.writeHead(200, {
     "content-type": "text/event-stream",
@@ -628,12 +633,14 @@ async function stream(
       return;
     }
     await writeFlushed(res, all);
+    if (recorded) recorded.tokensWritten = count;
   } else {
     await writeFlushed(res, first);
     for (let i = 0; i < count; i++) {
       if (i > 0) await sleep(s.tokenIntervalMs, res);
       if (gone(res)) return;
       await writeFlushed(res, tokens[i]!);
+      if (recorded) recorded.tokensWritten = i + 1;
     }
     if (cutAfter === undefined) {
       if (!gone(res)) res.end(tail);

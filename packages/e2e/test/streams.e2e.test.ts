@@ -1,0 +1,132 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
+import { costOf } from "@tollgate/config";
+import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
+import { MeteringService } from "@tollgate/proto/metering";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { captureLogs } from "@tollgate/testkit/logs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const KEY = "tg_test_streams_0123456789abcdef";
+const PRICES = { inputPerMillion: 1_000_000n, outputPerMillion: 3_000_000n };
+
+/**
+ * Streams are billed for what the upstream produced (issue 5, "Streams"): with or without
+ * include_usage, and when the caller walks away mid-stream.
+ */
+describe("stream billing (all-in-one, in process)", () => {
+  let upstream: FakeUpstream;
+  let gateway: AllInOne;
+  let metering: Client<MethodsOf<typeof MeteringService>>;
+  let dir: string;
+
+  beforeAll(async () => {
+    // 10 tokens a second: the caller's abort reaches the upstream long before the next token.
+    upstream = await startFakeUpstream({ tokensPerSecond: 10, outputTokens: 40 });
+    dir = mkdtempSync(join(tmpdir(), "tollgate-streams-"));
+    writeFileSync(
+      join(dir, "tollgate.yaml"),
+      `
+upstreams: [{ id: fake, baseUrl: "${upstream.url}" }]
+models:
+  - { id: m, upstream: fake, upstreamModel: fake-small, runtime: vllm, pricing: { inputPerMillion: 1000000, outputPerMillion: 3000000 } }
+accounts:
+  - id: acct
+    connections:
+      - { id: conn, models: [m], defaultModel: m, keys: [{ id: k, secret: ${KEY} }] }
+`,
+    );
+    gateway = await startAllInOne(
+      {
+        host: "127.0.0.1",
+        port: 0,
+        configPath: join(dir, "tollgate.yaml"),
+        natsNamespace: "",
+        redisPrefix: "tollgate:",
+        logLevel: "info",
+        tempoDevnetPort: 0,
+        env: {},
+      },
+      captureLogs().stream,
+    );
+    metering = createClient(MeteringService, gateway.meteringAddr);
+  });
+
+  afterAll(async () => {
+    metering?.$close();
+    await gateway?.stop();
+    await upstream?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function usage(expectedRequests: bigint) {
+    for (let i = 0; i < 100; i++) {
+      const totals = (await metering.getUsage({ accountId: "acct" })).totals;
+      if (totals && totals.requests >= expectedRequests) return totals;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error("usage never arrived");
+  }
+
+  it("bills a stream the caller cut mid-way for exactly the tokens the upstream produced", async () => {
+    const controller = new AbortController();
+    const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "m",
+        max_tokens: 40,
+        stream: true,
+        messages: [{ role: "user", content: "go" }],
+      }),
+      signal: controller.signal,
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = "";
+    let contentChunks = 0;
+    while (contentChunks < 5) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      contentChunks = (text.match(/"content":"[^"]+"/g) ?? []).length;
+    }
+    controller.abort();
+    await reader.cancel().catch(() => {});
+
+    const totals = await usage(1n);
+    // Give the upstream time to show it stopped: at 10 tokens/s it would have written more.
+    await new Promise((r) => setTimeout(r, 400));
+    const produced = upstream.requests.at(-1)?.tokensWritten ?? -1;
+    expect(produced).toBeGreaterThanOrEqual(5);
+    expect(produced).toBeLessThan(40);
+    expect(Number(totals.outputTokens)).toBe(produced);
+    expect(totals.requests).toBe(1n);
+    expect(BigInt(totals.cost)).toBe(
+      costOf({ inputTokens: Number(totals.inputTokens), outputTokens: Number(totals.outputTokens) }, PRICES),
+    );
+  });
+
+  it("records usage of a stream whose caller did not ask for include_usage, without sending it", async () => {
+    upstream.configure({ tokensPerSecond: 0 });
+    const before = (await metering.getUsage({ accountId: "acct" })).totals;
+    const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "m",
+        max_tokens: 7,
+        stream: true,
+        messages: [{ role: "user", content: "go" }],
+      }),
+    });
+    const body = await res.text();
+    expect(body).toContain("data: [DONE]");
+    expect(body).not.toContain('"usage"');
+    const after = await usage((before?.requests ?? 0n) + 1n);
+    expect(after.outputTokens - (before?.outputTokens ?? 0n)).toBe(7n);
+  });
+});
