@@ -27,7 +27,12 @@ writeFileSync(
   ),
 );
 console.log(`Tollgate stack is up on ${stack.url} (NATS ${natsUrl}, Redis ${redisUrl})`);
-for (const p of stack.processes) console.log(`  ${p.name.padEnd(20)} pid ${p.child.pid}  port ${p.port}`);
+for (const p of stack.processes) {
+  const metrics = stack.metricsUrls[p.name];
+  console.log(
+    `  ${p.name.padEnd(20)} pid ${p.child.pid}  port ${p.port}${metrics ? `  metrics ${metrics}` : ""}`,
+  );
+}
 console.log(`  demo key: ${stack.demoKey}`);
 // The admin token is random per `make up`: printed here once, and nowhere else.
 console.log(`  admin API: ${stack.adminUrls[0]} (tollgatectl), token for this run:`);

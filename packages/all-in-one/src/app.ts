@@ -6,6 +6,7 @@ import { start as startInferenceRouter } from "@tollgate/inference-router";
 import { upstreamKeysFrom } from "@tollgate/inference-router/config";
 import { createMemoryBus, type EventBus } from "@tollgate/kit/bus";
 import { createLogger } from "@tollgate/kit/log";
+import { createMetrics, type MetricsServer, mergeMetrics, serveMetrics } from "@tollgate/kit/metrics";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { start as startMetering } from "@tollgate/metering";
 import { start as startMppPayment } from "@tollgate/mpp-payment";
@@ -30,6 +31,8 @@ export interface AllInOne {
   tempoRpcUrl?: string;
   /** metering's gRPC address (usage analytics). */
   meteringAddr: string;
+  /** URL of the merged Prometheus endpoint of all five services, when it runs. */
+  metricsUrl?: string;
   stop(): Promise<void>;
 }
 
@@ -55,10 +58,26 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
   const nats = cfg.natsUrl ? { natsUrl: cfg.natsUrl, natsNamespace: cfg.natsNamespace } : {};
 
   const redis = cfg.redisUrl ? { redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix } : {};
+  // One registry per service, without the process metrics, which the process registry holds
+  // once: merged, they serve one endpoint with no metric name defined twice.
+  const registries = {
+    process: createMetrics("all-in-one"),
+    metering: createMetrics("metering", { processMetrics: false }),
+    payment: createMetrics("mpp-payment", { processMetrics: false }),
+    auth: createMetrics("auth-policy", { processMetrics: false }),
+    router: createMetrics("inference-router", { processMetrics: false }),
+    edge: createMetrics("api-edge", { processMetrics: false }),
+  };
+  const auth = await startAuthPolicy(
+    { grpcHost: LOOPBACK, grpcPort: 0, gateway, ...redis, ...nats },
+    logger("auth-policy"),
+    { metrics: registries.auth },
+  );
+  // metering settles budget reservations with auth-policy, so auth-policy starts first.
   const metering = await startMetering(
-    { grpcHost: LOOPBACK, grpcPort: 0, ...nats, ...redis },
+    { grpcHost: LOOPBACK, grpcPort: 0, ...nats, ...redis, authPolicyAddr: `${LOOPBACK}:${auth.port}` },
     logger("metering"),
-    deps,
+    { ...deps, metrics: registries.metering },
   );
   // The paid door runs when the configuration has plans; without them its route does not exist.
   const paidDoor = gateway.plans !== undefined;
@@ -82,16 +101,13 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
             ...(payeeKey ? { payeeKey } : {}),
           },
           logger("mpp-payment"),
+          { metrics: registries.payment },
         )
       : undefined;
-  const auth = await startAuthPolicy(
-    { grpcHost: LOOPBACK, grpcPort: 0, gateway, ...redis, ...nats },
-    logger("auth-policy"),
-  );
   const router = await startInferenceRouter(
     { grpcHost: LOOPBACK, grpcPort: 0, gateway, upstreamKeys: upstreamKeysFrom(gateway, cfg.env), ...nats },
     logger("inference-router"),
-    deps,
+    { ...deps, metrics: registries.router },
   );
   const edge = await startApiEdge(
     {
@@ -104,31 +120,51 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       ...redis,
     },
     logger("api-edge"),
+    { metrics: registries.edge },
   );
+  let metricsServer: MetricsServer | undefined;
+  // Front to back: stop taking requests, finish in-flight work, then the consumers.
+  const stop = () =>
+    stopInOrder([
+      () => edge.stop(),
+      () => router.stop(),
+      () => payment?.stop(),
+      () => metering.stop(),
+      // After metering, which settles reservations with it while it drains.
+      () => auth.stop(),
+      () => bus?.close(),
+      () => upstream?.close(),
+      () => devnet?.close(),
+      () => metricsServer?.stop(),
+    ]);
+  if (cfg.metricsPort !== undefined) {
+    try {
+      const merged = mergeMetrics(Object.values(registries));
+      metricsServer = await serveMetrics(merged, cfg.metricsHost ?? LOOPBACK, cfg.metricsPort);
+    } catch (err) {
+      await stop().catch(() => {});
+      throw err;
+    }
+  }
   const demoKey = gateway.accounts
     .flatMap((a) => a.connections.flatMap((c) => c.keys))
     .find((k) => k.secret)?.secret;
-  const host = cfg.host === "0.0.0.0" ? LOOPBACK : cfg.host;
+  const urlHost = (h: string) => {
+    const name = h === "0.0.0.0" || h === "::" ? LOOPBACK : h;
+    return name.includes(":") ? `[${name}]` : name;
+  };
   return {
-    url: `http://${host.includes(":") ? `[${host}]` : host}:${edge.port}`,
+    url: `http://${urlHost(cfg.host)}:${edge.port}`,
     port: edge.port,
     meteringAddr: `${LOOPBACK}:${metering.port}`,
+    ...(metricsServer
+      ? { metricsUrl: `http://${urlHost(cfg.metricsHost ?? LOOPBACK)}:${metricsServer.port}/metrics` }
+      : {}),
     gateway,
     ...(demoKey ? { demoKey } : {}),
     ...(upstream ? { upstream } : {}),
     ...(devnet ? { devnet } : {}),
     ...(tempoRpcUrl ? { tempoRpcUrl } : {}),
-    // Front to back: stop taking requests, finish in-flight work, then the consumers.
-    stop: () =>
-      stopInOrder([
-        () => edge.stop(),
-        () => router.stop(),
-        () => auth.stop(),
-        () => payment?.stop(),
-        () => metering.stop(),
-        () => bus?.close(),
-        () => upstream?.close(),
-        () => devnet?.close(),
-      ]),
+    stop,
   };
 }

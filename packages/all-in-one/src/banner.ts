@@ -11,6 +11,7 @@ export function printBanner(app: AllInOne, cfg: AllInOneConfig): void {
     `Tollgate is running on ${app.url}`,
     `  store: ${cfg.redisUrl ? "Redis" : "in memory"}   bus: ${cfg.natsUrl ? "NATS JetStream" : "in memory"}   upstream: ${app.upstream ? "bundled fake" : "configured"}`,
   ];
+  if (app.metricsUrl) lines.push(`  metrics: ${app.metricsUrl}`);
   if (app.demoKey) {
     lines.push(
       `  demo key: ${app.demoKey}`,

@@ -27,6 +27,9 @@ const envSchema = z.object({
     .regex(/^0x[0-9a-fA-F]{64}$/)
     .optional(),
   LOG_LEVEL: logLevel,
+  /** One Prometheus /metrics for all five services; loopback like HOST by default; 0 picks a free port. */
+  METRICS_HOST: z.string().default("127.0.0.1"),
+  METRICS_PORT: port(9090),
 });
 
 /** Settings of the all-in-one process. */
@@ -44,6 +47,10 @@ export interface AllInOneConfig {
   tempoDevnetPort: number;
   mppSecret?: string;
   mppPayeeKey?: `0x${string}`;
+  /** Port of the merged /metrics endpoint (0 picks a free one); absent: no endpoint. */
+  metricsPort?: number;
+  /** Default 127.0.0.1. */
+  metricsHost?: string;
   /** Environment the inference-router reads upstream API keys from. */
   env: NodeJS.ProcessEnv;
 }
@@ -64,6 +71,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     tempoDevnetPort: e.TEMPO_DEVNET_PORT,
     ...(e.MPP_SECRET ? { mppSecret: e.MPP_SECRET } : {}),
     ...(e.MPP_PAYEE_KEY ? { mppPayeeKey: e.MPP_PAYEE_KEY as `0x${string}` } : {}),
+    metricsHost: e.METRICS_HOST,
+    metricsPort: e.METRICS_PORT,
     env,
   };
 }

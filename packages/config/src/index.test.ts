@@ -191,6 +191,43 @@ describe("parseGatewayConfig", () => {
     expect(text).toContain("accounts.0.connections.0.limits.routes");
   });
 
+  it("reads budgets of connections and keys as exact base units, the calendar month by default", () => {
+    const doc = validDoc();
+    Object.assign(doc.accounts[0]!.connections[0]!, {
+      budget: { amount: "9007199254740991" },
+      keys: [
+        { id: "k1", secret: "tg_dev_0123456789abcdef", budget: { amount: 5000000, period: "day" } },
+        { id: "k2", secret: "tg_dev_0123456789abcdeg", budget: { amount: 7, period: { days: 30 } } },
+        { id: "k3", secret: "tg_dev_0123456789abcdeh" },
+      ],
+    });
+    const conn = parseGatewayConfig(doc).accounts[0]?.connections[0];
+    expect(conn?.budget).toEqual({ amount: 9007199254740991n, period: "month" });
+    expect(conn?.keys.map((k) => k.budget)).toEqual([
+      { amount: 5000000n, period: "day" },
+      { amount: 7n, period: { days: 30 } },
+      undefined,
+    ]);
+    expect(parseGatewayConfig(validDoc()).accounts[0]?.connections[0]).not.toHaveProperty("budget");
+  });
+
+  it("refuses negative, fractional or too large budgets and unknown periods", () => {
+    const doc = validDoc();
+    Object.assign(doc.accounts[0]!.connections[0]!, {
+      budget: { amount: "9007199254740992", period: "year" },
+      keys: [
+        { id: "k1", secret: "tg_dev_0123456789abcdef", budget: { amount: -1 } },
+        { id: "k2", secret: "tg_dev_0123456789abcdeg", budget: { amount: 1.5, period: { days: 0 } } },
+      ],
+    });
+    const text = problemsOf(() => parseGatewayConfig(doc)).join("\n");
+    expect(text).toContain("accounts.0.connections.0.budget.amount");
+    expect(text).toContain("accounts.0.connections.0.budget.period");
+    expect(text).toContain("accounts.0.connections.0.keys.0.budget.amount");
+    expect(text).toContain("accounts.0.connections.0.keys.1.budget.amount");
+    expect(text).toContain("accounts.0.connections.0.keys.1.budget.period");
+  });
+
   it("checks plans against the models", () => {
     const plans = {
       Starter: { models: ["mini"], default: "mini" },

@@ -8,6 +8,25 @@ const baseUnits = z
   .union([z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER), z.string().regex(/^\d+$/)])
   .transform((v) => BigInt(v));
 
+/** Largest budget amount: budget arithmetic in Redis Lua is exact below 2^53. */
+export const MAX_BUDGET_AMOUNT = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** How spend is counted against a budget; periods are in UTC. */
+const budgetPeriodSchema = z.union([
+  /** Calendar month from the 1st (the default), ISO week from Monday, calendar day. */
+  z.enum(["month", "week", "day"]),
+  /** N days, counted from 1970-01-01 00:00 UTC onwards. */
+  z.strictObject({ days: z.number().int().min(1).max(366) }),
+]);
+
+/** A spend cap per period in base units; a request whose quote does not fit is refused (402). */
+export const budgetSchema = z.strictObject({
+  amount: baseUnits.refine((v) => v <= MAX_BUDGET_AMOUNT, {
+    message: `a budget is at most ${MAX_BUDGET_AMOUNT} base units`,
+  }),
+  period: budgetPeriodSchema.default("month"),
+});
+
 export const upstreamSchema = z.strictObject({
   id,
   /** Provider implementation; every OpenAI-compatible server shares one. */
@@ -59,6 +78,8 @@ const keySchema = z
       .optional(),
     expiresAt: z.iso.datetime({ offset: true }).optional(),
     revoked: z.boolean().default(false),
+    /** The key's own spend cap, on top of its connection's; absent: none. */
+    budget: budgetSchema.optional(),
   })
   .refine((k) => (k.secret === undefined) !== (k.sha256 === undefined), {
     message: "give exactly one of secret or sha256",
@@ -96,6 +117,8 @@ const connectionSchema = z.strictObject({
   routes: z.array(z.enum(routeNames)).min(1).optional(),
   /** Rate limits; absent: unlimited. */
   limits: connectionLimitsSchema.optional(),
+  /** Spend cap of every key of the connection together; absent: none. */
+  budget: budgetSchema.optional(),
   policy: z
     .strictObject({
       /** Output cap applied when a request carries none. */
@@ -130,6 +153,8 @@ export type KeyConfig = ConnectionConfig["keys"][number];
 export type PlanConfig = z.output<typeof planSchema>;
 export type RateLimitsConfig = z.output<typeof rateLimitsSchema>;
 export type ConnectionLimitsConfig = z.output<typeof connectionLimitsSchema>;
+export type BudgetConfig = z.output<typeof budgetSchema>;
+export type BudgetPeriodConfig = BudgetConfig["period"];
 
 /**
  * Cross-reference problems zod cannot see: unknown ids, duplicates, defaults outside their lists.

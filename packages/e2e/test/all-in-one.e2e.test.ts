@@ -15,7 +15,8 @@ async function startAllInOneProcess(): Promise<Target> {
     ["--import", "tsx", join(REPO_ROOT, "packages/all-in-one/src/main.ts")],
     {
       cwd: REPO_ROOT,
-      env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port) },
+      // A free metrics port too, so parallel runs never meet on the default 9090.
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, PORT: String(port), METRICS_PORT: "0" },
       stdio: ["ignore", "pipe", "pipe"],
     },
   );

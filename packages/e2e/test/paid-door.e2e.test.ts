@@ -39,6 +39,8 @@ async function startAllInOneProcess(): Promise<PaidTarget> {
         PORT: String(port),
         TEMPO_DEVNET_PORT: String(devnetPort),
         TOLLGATE_CONFIG: configPath,
+        // A free metrics port, so parallel runs never meet on the default 9090.
+        METRICS_PORT: "0",
       },
       stdio: ["ignore", "pipe", "pipe"],
     },

@@ -55,6 +55,7 @@ const auth: Handlers<typeof AuthService> = {
   listKeys: unimplemented,
   revokeKey: unimplemented,
   rotateKey: unimplemented,
+  settleReservation: unimplemented,
   async authorize(req) {
     if (req.key === "deny") {
       throw new StatusError(

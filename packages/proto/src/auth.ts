@@ -20,3 +20,20 @@ export const RATE_LIMIT_DETAILS = {
   /** "requests" or "tokens". */
   unit: "ratelimit-unit",
 } as const;
+
+/**
+ * Detail names of a `budget_exceeded` refusal (gRPC FAILED_PRECONDITION; api-edge answers 402).
+ * They travel like RATE_LIMIT_DETAILS; amounts are decimal strings of base units.
+ */
+export const BUDGET_DETAILS = {
+  /** What is left of the refusing budget in its current period (never negative). */
+  remaining: "budget-remaining",
+  /** The refusing budget's amount per period. */
+  limit: "budget-limit",
+  /** The request's quote, which did not fit. */
+  quote: "budget-quote",
+  /** "connection" or "key". */
+  scope: "budget-scope",
+  /** Whole seconds until the period ends and the budget is whole again (at least 1). */
+  reset: "budget-reset",
+} as const;

@@ -65,6 +65,8 @@ export interface Stack {
   tempoRpcUrl: string;
   demoKey: string;
   processes: StackProcess[];
+  /** The Prometheus /metrics URL of every service process, by process name. */
+  metricsUrls: Record<string, string>;
   /** Everything every process printed so far. */
   output(): string;
   stop(): Promise<void>;
@@ -132,6 +134,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const adminToken = randomBytes(24).toString("base64url");
   const lines: string[] = [];
   const processes: StackProcess[] = [];
+  const metricsUrls: Record<string, string> = {};
   const common: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
@@ -143,11 +146,24 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     LOG_LEVEL: opts.logLevel ?? "info",
     GRPC_HOST: "127.0.0.1",
   };
-  const launch = (name: string, script: string, port: number, env: NodeJS.ProcessEnv) => {
+  const launch = (
+    name: string,
+    script: string,
+    port: number,
+    env: NodeJS.ProcessEnv,
+    metricsPort?: number,
+  ) => {
+    if (metricsPort !== undefined) metricsUrls[name] = `http://127.0.0.1:${metricsPort}/metrics`;
     const logFile = opts.logDir ? openSync(join(opts.logDir, `${name}.log`), "a") : undefined;
     const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, script)], {
       cwd: REPO_ROOT,
-      env: { ...common, ...env },
+      env: {
+        ...common,
+        ...env,
+        ...(metricsPort !== undefined
+          ? { METRICS_HOST: "127.0.0.1", METRICS_PORT: String(metricsPort) }
+          : {}),
+      },
       stdio: logFile === undefined ? ["ignore", "pipe", "pipe"] : ["ignore", logFile, logFile],
       detached: logFile !== undefined,
     });
@@ -206,45 +222,88 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       taken.add(p);
       routerPorts.push(p);
     }
+    // Every service process gets its own free metrics port (replicas would clash on a default).
+    const metricsPort = async () => {
+      const p = await anotherPort();
+      taken.add(p);
+      return p;
+    };
+    const metricsPorts = {
+      metering: await metricsPort(),
+      payment: await metricsPort(),
+      auth: await metricsPort(),
+      routers: await Promise.all(routerPorts.map(() => metricsPort())),
+      edges: [] as number[],
+    };
+    for (let i = 0; i < edgeCount; i++) metricsPorts.edges.push(await metricsPort());
     await Promise.all([
       launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
         PORT: String(upstreamPort),
         HOST: "127.0.0.1",
       }),
-      launch("metering", "services/metering/src/main.ts", meteringPort, { GRPC_PORT: String(meteringPort) }),
+      launch(
+        "metering",
+        "services/metering/src/main.ts",
+        meteringPort,
+        // metering settles budget reservations with auth-policy (connected on first use).
+        { GRPC_PORT: String(meteringPort), AUTH_POLICY_ADDR: `127.0.0.1:${authPort}` },
+        metricsPorts.metering,
+      ),
       launch("tempo-devnet", "packages/testkit/src/bin/tempo-devnet.ts", devnetPort, {
         PORT: String(devnetPort),
         HOST: "127.0.0.1",
       }),
-      launch("mpp-payment", "services/mpp-payment/src/main.ts", paymentPort, {
-        GRPC_PORT: String(paymentPort),
-        TEMPO_RPC_URL: `http://127.0.0.1:${devnetPort}`,
-        // Every replica of one stack shares the secret; a new stack gets a new one.
-        MPP_SECRET: randomBytes(32).toString("hex"),
-        MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
-      }),
-      launch("auth-policy", "services/auth-policy/src/main.ts", authPort, { GRPC_PORT: String(authPort) }),
+      launch(
+        "mpp-payment",
+        "services/mpp-payment/src/main.ts",
+        paymentPort,
+        {
+          GRPC_PORT: String(paymentPort),
+          TEMPO_RPC_URL: `http://127.0.0.1:${devnetPort}`,
+          // Every replica of one stack shares the secret; a new stack gets a new one.
+          MPP_SECRET: randomBytes(32).toString("hex"),
+          MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
+        },
+        metricsPorts.payment,
+      ),
+      launch(
+        "auth-policy",
+        "services/auth-policy/src/main.ts",
+        authPort,
+        { GRPC_PORT: String(authPort) },
+        metricsPorts.auth,
+      ),
       ...routerPorts.map((p, i) =>
-        launch(`inference-router-${i + 1}`, "services/inference-router/src/main.ts", p, {
-          GRPC_PORT: String(p),
-        }),
+        launch(
+          `inference-router-${i + 1}`,
+          "services/inference-router/src/main.ts",
+          p,
+          { GRPC_PORT: String(p) },
+          metricsPorts.routers[i],
+        ),
       ),
     ]);
     // One name when there is one edge (logs/api-edge.log for `make up`), numbered otherwise.
     const edgeName = (i: number) => (edgeCount === 1 ? "api-edge" : `api-edge-${i + 1}`);
     await Promise.all(
       edgePorts.map((edgePort, i) =>
-        launch(edgeName(i), "services/api-edge/src/main.ts", edgePort, {
-          HOST: "127.0.0.1",
-          PORT: String(edgePort),
-          ADMIN_HOST: "127.0.0.1",
-          ADMIN_PORT: String(adminPorts[i]),
-          ADMIN_TOKEN: adminToken,
-          AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
-          INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
-          MPP_PAYMENT_ADDR: `127.0.0.1:${paymentPort}`,
-          METERING_ADDR: `127.0.0.1:${meteringPort}`,
-        }),
+        launch(
+          edgeName(i),
+          "services/api-edge/src/main.ts",
+          edgePort,
+          {
+            HOST: "127.0.0.1",
+            PORT: String(edgePort),
+            ADMIN_HOST: "127.0.0.1",
+            ADMIN_PORT: String(adminPorts[i]),
+            ADMIN_TOKEN: adminToken,
+            AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
+            INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
+            MPP_PAYMENT_ADDR: `127.0.0.1:${paymentPort}`,
+            METERING_ADDR: `127.0.0.1:${meteringPort}`,
+          },
+          metricsPorts.edges[i],
+        ),
       ),
     );
     const urls = edgePorts.map((p) => `http://127.0.0.1:${p}`);
@@ -252,6 +311,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     await Promise.all([
       ...urls.map((u) => waitForReady(u, 30_000)),
       ...adminPorts.map((p) => waitForPort(p, 30_000)),
+      ...Object.values(metricsUrls).map((u) => waitForPort(Number(new URL(u).port), 30_000)),
     ]);
     return {
       url: urls[0]!,
@@ -261,6 +321,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       tempoRpcUrl: `http://127.0.0.1:${devnetPort}`,
       demoKey,
       processes,
+      metricsUrls,
       output: () => lines.join("\n"),
       stop,
     };

@@ -1,6 +1,7 @@
 import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
+import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectRedis, quitRedis } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
@@ -13,6 +14,7 @@ import { type AdminServer, type AdminServerOptions, startAdminServer } from "./a
 import { EdgeError } from "./domain/errors.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
+import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
 import type { AccountRouteContext } from "./routes/context.js";
@@ -42,6 +44,16 @@ export interface ApiEdgeOptions {
   /** Redis for idempotency records shared by every replica; memory when unset. */
   redisUrl?: string;
   redisPrefix?: string;
+  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
+  metricsPort?: number;
+  /** Default 0.0.0.0. */
+  metricsHost?: string;
+}
+
+/** Dependencies the caller already owns. */
+export interface ApiEdgeDeps {
+  /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
+  metrics?: Registry;
 }
 
 /** A running api-edge. */
@@ -50,11 +62,13 @@ export interface ApiEdge {
   app: FastifyInstance;
   /** The admin API's port, when it runs. */
   adminPort?: number;
+  /** The bound /metrics port, when metricsPort was given. */
+  metricsPort?: number;
   stop(): Promise<void>;
 }
 
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
-export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge> {
+export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps = {}): Promise<ApiEdge> {
   const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr);
   const inference: Client<MethodsOf<typeof InferenceService>> = createClient(
     InferenceService,
@@ -92,6 +106,9 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
   });
+  const registry = deps.metrics ?? createMetrics("api-edge");
+  const metrics = edgeMetrics(registry);
+  countRequests(app, metrics);
   app.addHook("onResponse", async (req, reply) => {
     req.log.info(
       {
@@ -133,7 +150,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
       : createMemoryIdempotencyStore(),
   );
   idempotency.register(app);
-  const ctx: AccountRouteContext = { auth, inference, idempotency, log };
+  const ctx: AccountRouteContext = { auth, inference: timeInference(inference, metrics), idempotency, log };
   modelsRoute(app, ctx);
   chatCompletionsRoute(app, ctx);
   completionsRoute(app, ctx);
@@ -154,11 +171,21 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
       throw err;
     }
   }
+  let metricsServer: MetricsServer | undefined;
+  if (opts.metricsPort !== undefined) {
+    try {
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+    } catch (err) {
+      await stopInOrder([() => app.close(), () => admin?.stop()]);
+      throw err;
+    }
+  }
 
   return {
     port,
     app,
     ...(admin ? { adminPort: admin.port } : {}),
+    ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
     stop: () =>
       stopInOrder([
         () => {
@@ -171,6 +198,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger): Promise<ApiEdge>
         () => inference.$close(),
         () => payment?.$close(),
         () => redis && quitRedis(redis),
+        () => metricsServer?.stop(),
       ]),
   };
 }

@@ -26,6 +26,9 @@ const envSchema = z.object({
   ADMIN_TOKEN: z.string().min(16, "must be at least 16 characters").optional(),
   /** metering's gRPC address, for the admin API's usage reports. */
   METERING_ADDR: z.string().default("127.0.0.1:50054"),
+  /** Prometheus /metrics on its own port, never the public one; 0 picks a free port. */
+  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_PORT: port(9080),
 });
 
 /** Everything api-edge needs to start. */
@@ -41,6 +44,8 @@ export interface ApiEdgeConfig {
   redisUrl?: string;
   redisPrefix: string;
   logLevel: string;
+  metricsHost: string;
+  metricsPort: number;
 }
 
 /** Reads the environment; throws ConfigError naming every problem. */
@@ -66,5 +71,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     ...(e.REDIS_URL ? { redisUrl: e.REDIS_URL } : {}),
     redisPrefix: e.REDIS_PREFIX,
     logLevel: e.LOG_LEVEL,
+    metricsHost: e.METRICS_HOST,
+    metricsPort: e.METRICS_PORT,
   };
 }

@@ -1,20 +1,22 @@
 import type { GatewayConfig } from "@tollgate/config";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
+import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { natsNames } from "@tollgate/proto/subjects";
 import { createMemoryKeyStore } from "./adapters/memory-key-store.js";
-import { createMemoryRateLimiter } from "./adapters/memory-rate-limiter.js";
+import { createMemoryLedger } from "./adapters/memory-ledger.js";
 import { createNatsRevocationPublisher } from "./adapters/nats-revocation-publisher.js";
 import { createRedisKeyStore } from "./adapters/redis-key-store.js";
-import { createRedisRateLimiter } from "./adapters/redis-rate-limiter.js";
+import { createRedisLedger } from "./adapters/redis-ledger.js";
 import { createAdmin } from "./domain/admin.js";
 import { broadcastDueDeadlines } from "./domain/deadlines.js";
 import { importConfig } from "./domain/import-config.js";
 import type { RevocationPublisher } from "./domain/ports.js";
+import { authMetrics, countAuthCalls } from "./metrics.js";
 import { authHandlers } from "./transport/grpc/handlers.js";
 
 export { createMemoryRevocationBus, type MemoryRevocationBus } from "./adapters/memory-revocation-bus.js";
@@ -35,19 +37,31 @@ export interface AuthPolicyOptions {
   natsNamespace?: string;
   /** Grace window of a RotateKey that names none. Default 24 h. */
   rotationGraceSeconds?: number;
+  /** How long a budget hold counts when no usage arrives. Default 600 s. */
+  reservationTtlSeconds?: number;
+  /** How long a reservation can still be settled (late usage). Default 7 days. */
+  settlementWindowSeconds?: number;
   /** How often due key deadlines (rotation ends, expiries) are looked for. Default 250 ms. */
   deadlineSweepMs?: number;
+  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
+  metricsPort?: number;
+  /** Default 0.0.0.0. */
+  metricsHost?: string;
 }
 
 /** Dependencies the caller already owns; the all-in-one process may pass its in-memory broadcaster. */
 export interface AuthPolicyDeps {
   revocations?: RevocationPublisher;
+  /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
+  metrics?: Registry;
 }
 
 /** A running auth-policy. */
 export interface AuthPolicy {
   /** The bound gRPC port. */
   port: number;
+  /** The bound /metrics port, when metricsPort was given. */
+  metricsPort?: number;
   stop(): Promise<void>;
 }
 
@@ -66,6 +80,7 @@ export async function start(
   let grpc: GrpcServer | undefined;
   let timer: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> | undefined;
+  let metricsServer: MetricsServer | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
@@ -75,13 +90,28 @@ export async function start(
       () => sweeping,
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
+      () => metricsServer?.stop(),
     ]);
 
   try {
+    const registry = deps.metrics ?? createMetrics("auth-policy");
+    // The budget code reports holds that expire unused through metrics.reservation("expired").
+    const metrics = authMetrics(registry);
     const prefix = opts.redisPrefix ?? "tollgate:";
     if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
     const store = redis ? createRedisKeyStore(redis, { prefix }) : createMemoryKeyStore();
-    const limiter = redis ? createRedisRateLimiter(redis, { prefix }) : createMemoryRateLimiter();
+    const ledgerOptions = {
+      ...(opts.reservationTtlSeconds !== undefined ? { holdMs: opts.reservationTtlSeconds * 1_000 } : {}),
+      ...(opts.settlementWindowSeconds !== undefined
+        ? { settlementWindowMs: opts.settlementWindowSeconds * 1_000 }
+        : {}),
+      onHoldsExpired: (count: number) => {
+        for (let i = 0; i < count; i++) metrics.reservation("expired");
+      },
+    };
+    const ledger = redis
+      ? createRedisLedger(redis, { prefix, ...ledgerOptions })
+      : createMemoryLedger(ledgerOptions);
     await importConfig(store, opts.gateway);
 
     let publisher = deps.revocations;
@@ -120,25 +150,36 @@ export async function start(
       services: [
         implement(
           AuthService,
-          authHandlers({
-            store,
-            limiter,
-            admin,
-            log,
-            prices: new Map(opts.gateway.models.map((m) => [m.id, m.pricing])),
-          }),
+          countAuthCalls(
+            authHandlers({
+              store,
+              ledger,
+              admin,
+              log,
+              prices: new Map(opts.gateway.models.map((m) => [m.id, m.pricing])),
+            }),
+            metrics,
+          ),
         ),
       ],
     });
+    if (opts.metricsPort !== undefined) {
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+    }
     log.info(
       {
         port: grpc.port,
+        metricsPort: metricsServer?.port,
         store: redis ? "redis" : "memory",
         broadcast: nc ? "nats" : publisher ? "injected" : "none",
       },
       "auth-policy serving",
     );
-    return { port: grpc.port, stop: teardown };
+    return {
+      port: grpc.port,
+      ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
+      stop: teardown,
+    };
   } catch (err) {
     await teardown().catch(() => {});
     throw err;

@@ -13,6 +13,8 @@ describe("loadConfig", () => {
       redisPrefix: "tollgate:",
       natsNamespace: "",
       rotationGraceSeconds: 86_400,
+      reservationTtlSeconds: 600,
+      settlementWindowSeconds: 7 * 86_400,
     });
     expect(c.redisUrl).toBeUndefined();
     expect(c.natsUrl).toBeUndefined();
@@ -35,6 +37,25 @@ describe("loadConfig", () => {
       rotationGraceSeconds: 3_600,
     });
     expect(c.natsUrl).toBeUndefined();
+  });
+
+  it("takes the reservation bounds and refuses a settlement window shorter than a hold", () => {
+    const c = loadConfig({
+      TOLLGATE_CONFIG: DEMO,
+      RESERVATION_TTL_SECONDS: "900",
+      SETTLEMENT_WINDOW_SECONDS: "86400",
+    });
+    expect(c).toMatchObject({ reservationTtlSeconds: 900, settlementWindowSeconds: 86_400 });
+    expect(() =>
+      loadConfig({
+        TOLLGATE_CONFIG: DEMO,
+        RESERVATION_TTL_SECONDS: "7200",
+        SETTLEMENT_WINDOW_SECONDS: "3600",
+      }),
+    ).toThrow(/SETTLEMENT_WINDOW_SECONDS/);
+    expect(() => loadConfig({ TOLLGATE_CONFIG: DEMO, RESERVATION_TTL_SECONDS: "0" })).toThrow(
+      /RESERVATION_TTL_SECONDS/,
+    );
   });
 
   it("names every bad variable at once", () => {

@@ -3,25 +3,50 @@ import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { z } from "zod";
 import type { AuthPolicyOptions } from "./app.js";
 import { DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS } from "./domain/admin.js";
+import { DEFAULT_RESERVATION_TTL_SECONDS, DEFAULT_SETTLEMENT_WINDOW_SECONDS } from "./domain/budget.js";
 
-const envSchema = z.object({
-  TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
-  GRPC_HOST: z.string().default("0.0.0.0"),
-  GRPC_PORT: port(50051),
-  LOG_LEVEL: logLevel,
-  /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
-  REDIS_URL: z.string().optional(),
-  REDIS_PREFIX: z.string().default("tollgate:"),
-  /** Unset: revocations are not broadcast (fine for one process with no cache in front). */
-  NATS_URL: z.string().optional(),
-  NATS_NAMESPACE: z.string().default(""),
-  KEY_ROTATION_GRACE_SECONDS: z.coerce
-    .number()
-    .int()
-    .min(0)
-    .max(MAX_GRACE_SECONDS)
-    .default(DEFAULT_GRACE_SECONDS),
-});
+const DAY_SECONDS = 86_400;
+
+const envSchema = z
+  .object({
+    TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
+    GRPC_HOST: z.string().default("0.0.0.0"),
+    GRPC_PORT: port(50051),
+    LOG_LEVEL: logLevel,
+    /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
+    REDIS_URL: z.string().optional(),
+    REDIS_PREFIX: z.string().default("tollgate:"),
+    /** Unset: revocations are not broadcast (fine for one process with no cache in front). */
+    NATS_URL: z.string().optional(),
+    NATS_NAMESPACE: z.string().default(""),
+    KEY_ROTATION_GRACE_SECONDS: z.coerce
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_GRACE_SECONDS)
+      .default(DEFAULT_GRACE_SECONDS),
+    /** Prometheus /metrics; 0 picks a free port. */
+    METRICS_HOST: z.string().default("0.0.0.0"),
+    METRICS_PORT: port(9051),
+    /** How long a budget hold counts without usage; keep it above the longest request. */
+    RESERVATION_TTL_SECONDS: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(DAY_SECONDS)
+      .default(DEFAULT_RESERVATION_TTL_SECONDS),
+    /** How long late usage can still be settled; at least metering's dedupe window (7 days). */
+    SETTLEMENT_WINDOW_SECONDS: z.coerce
+      .number()
+      .int()
+      .min(3_600)
+      .max(90 * DAY_SECONDS)
+      .default(DEFAULT_SETTLEMENT_WINDOW_SECONDS),
+  })
+  .refine((e) => e.SETTLEMENT_WINDOW_SECONDS >= e.RESERVATION_TTL_SECONDS, {
+    path: ["SETTLEMENT_WINDOW_SECONDS"],
+    message: "must be at least RESERVATION_TTL_SECONDS",
+  });
 
 /** Everything auth-policy needs to start. */
 export interface AuthPolicyConfig extends AuthPolicyOptions {
@@ -42,5 +67,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
     ...(e.NATS_URL ? { natsUrl: e.NATS_URL } : {}),
     natsNamespace: e.NATS_NAMESPACE,
     rotationGraceSeconds: e.KEY_ROTATION_GRACE_SECONDS,
+    metricsHost: e.METRICS_HOST,
+    metricsPort: e.METRICS_PORT,
+    reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
+    settlementWindowSeconds: e.SETTLEMENT_WINDOW_SECONDS,
   };
 }

@@ -179,6 +179,29 @@ export function keyStoreContract(make: StoreFactory): void {
     expect(await store.takeDueDeadlines(later(98), 10)).toEqual([d(30, "c")]);
   });
 
+  it("keeps budgets of connections and keys exactly, and lets the file own a key's budget", async () => {
+    const store = await seeded(make);
+    const budgeted = {
+      ...connection("acme", "capped"),
+      budget: { amount: 9_007_199_254_740_991n, period: "week" as const },
+    };
+    await store.createConnection(budgeted);
+    expect(await store.connection("acme", "capped")).toEqual(budgeted);
+    await store.putConnection({ ...budgeted, budget: { amount: 5n, period: { days: 30 } } });
+    expect((await store.connection("acme", "capped"))?.budget).toEqual({ amount: 5n, period: { days: 30 } });
+    await store.putConnection(connection("acme", "capped"));
+    expect((await store.connection("acme", "capped"))?.budget).toBeUndefined();
+
+    const k = key({ budget: { amount: 1_000_000n, period: "month" } });
+    expect(await store.createKey(k)).toBe(true);
+    expect(await store.findById(k.keyId)).toEqual(k);
+    const c = key();
+    await store.importKey({ ...c, budget: { amount: 7n, period: "day" } }, false);
+    expect((await store.findById(c.keyId))?.budget).toEqual({ amount: 7n, period: "day" });
+    await store.importKey(c, false);
+    expect((await store.findById(c.keyId))?.budget).toBeUndefined();
+  });
+
   it("imports a configured key: the file owns its expiry, a revocation stays", async () => {
     const store = await seeded(make);
     const k = key({ expiresAt: later(100) });

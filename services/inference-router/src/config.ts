@@ -9,6 +9,9 @@ const envSchema = z.object({
   NATS_URL: z.string().min(1, "NATS URL for usage events"),
   NATS_NAMESPACE: z.string().default(""),
   LOG_LEVEL: logLevel,
+  /** Prometheus /metrics; 0 picks a free port. */
+  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_PORT: port(9053),
 });
 
 /** Everything inference-router needs to start. */
@@ -18,6 +21,8 @@ export interface InferenceRouterConfig {
   natsUrl: string;
   natsNamespace: string;
   logLevel: string;
+  metricsHost: string;
+  metricsPort: number;
   gateway: GatewayConfig;
   /** Upstream API keys by upstream id, read from the variables the config file names. */
   upstreamKeys: Record<string, string>;
@@ -33,6 +38,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): InferenceRoute
     natsUrl: e.NATS_URL,
     natsNamespace: e.NATS_NAMESPACE,
     logLevel: e.LOG_LEVEL,
+    metricsHost: e.METRICS_HOST,
+    metricsPort: e.METRICS_PORT,
     gateway,
     upstreamKeys: upstreamKeysFrom(gateway, env),
   };

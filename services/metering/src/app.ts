@@ -1,13 +1,16 @@
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
+import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { MeteringService } from "@tollgate/proto/metering";
 import { natsNames } from "@tollgate/proto/subjects";
+import { createGrpcReservationSettler } from "./adapters/grpc-reservation-settler.js";
 import { createMemoryUsageStore } from "./adapters/memory-usage-store.js";
 import { createRedisUsageStore } from "./adapters/redis-usage-store.js";
+import { meteringMetrics } from "./metrics.js";
 import { consumeUsage } from "./transport/bus/usage-consumer.js";
 import { meteringHandlers } from "./transport/grpc/handlers.js";
 
@@ -23,17 +26,30 @@ export interface MeteringOptions {
   redisUrl?: string;
   /** Prefix of every Redis key. Default "tollgate:". */
   redisPrefix?: string;
+  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
+  metricsPort?: number;
+  /** Default 0.0.0.0. */
+  metricsHost?: string;
+  /**
+   * auth-policy, which settles account-door budget reservations (SettleReservation); connected
+   * on first use. Unset: reservations are not settled (they expire), which only suits tests.
+   */
+  authPolicyAddr?: string;
 }
 
 /** Dependencies the caller already owns; the all-in-one process passes its in-memory bus. */
 export interface MeteringDeps {
   bus?: EventBus;
+  /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
+  metrics?: Registry;
 }
 
 /** A running metering service. */
 export interface Metering {
   /** The bound gRPC port. */
   port: number;
+  /** The bound /metrics port, when metricsPort was given. */
+  metricsPort?: number;
   /** Usage events published but not yet applied (consumer lag). */
   pending(): Promise<number>;
   stop(): Promise<void>;
@@ -49,14 +65,18 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
   let redis: Redis | undefined;
   let grpc: GrpcServer | undefined;
   let subscription: BusSubscription | undefined;
+  let metricsServer: MetricsServer | undefined;
+  const settler = opts.authPolicyAddr ? createGrpcReservationSettler(opts.authPolicyAddr) : undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
     stopInOrder([
       () => grpc?.stop(),
       () => subscription?.stop(),
+      () => settler?.close(),
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
+      () => metricsServer?.stop(),
     ]);
 
   try {
@@ -73,7 +93,10 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
     const store = redis
       ? createRedisUsageStore(redis, { prefix: opts.redisPrefix ?? "tollgate:" })
       : createMemoryUsageStore();
-    subscription = await consumeUsage(bus, names, store, log);
+    const registry = deps.metrics ?? createMetrics("metering");
+    const metrics = meteringMetrics(registry, async () => (subscription ? subscription.pending() : 0));
+    if (!settler) log.warn("AUTH_POLICY_ADDR is not set: budget reservations are not settled");
+    subscription = await consumeUsage(bus, names, store, log, metrics.observe, settler);
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,
@@ -81,9 +104,20 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
       services: [implement(MeteringService, meteringHandlers(store))],
     });
-    log.info({ port: grpc.port, store: redis ? "redis" : "memory" }, "metering serving");
+    if (opts.metricsPort !== undefined) {
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+    }
+    log.info(
+      { port: grpc.port, store: redis ? "redis" : "memory", metricsPort: metricsServer?.port },
+      "metering serving",
+    );
     const consumer = subscription;
-    return { port: grpc.port, pending: () => consumer.pending(), stop: teardown };
+    return {
+      port: grpc.port,
+      ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
+      pending: () => consumer.pending(),
+      stop: teardown,
+    };
   } catch (err) {
     await teardown().catch(() => {});
     throw err;

@@ -28,6 +28,12 @@ describe("loadConfig", () => {
       natsNamespace: "",
       redisUrl: "redis://r:6379",
       redisPrefix: "tollgate:",
+      metricsHost: "0.0.0.0",
+      metricsPort: 9054,
+      authPolicyAddr: "127.0.0.1:50051",
     });
+    expect(
+      loadConfig({ NATS_URL: "n", REDIS_URL: "r", AUTH_POLICY_ADDR: "auth-policy:50051" }).authPolicyAddr,
+    ).toBe("auth-policy:50051");
   });
 });

@@ -10,6 +10,11 @@ const envSchema = z.object({
   NATS_NAMESPACE: z.string().default(""),
   REDIS_URL: z.string({ error: "required: URL of the Redis holding usage rollups" }),
   REDIS_PREFIX: z.string().default("tollgate:"),
+  /** Prometheus /metrics; 0 picks a free port. */
+  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_PORT: port(9054),
+  /** auth-policy's gRPC address, for SettleReservation. */
+  AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
 });
 
 /** Everything metering needs to start on its own. */
@@ -28,5 +33,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig
     natsNamespace: e.NATS_NAMESPACE,
     redisUrl: e.REDIS_URL,
     redisPrefix: e.REDIS_PREFIX,
+    metricsHost: e.METRICS_HOST,
+    metricsPort: e.METRICS_PORT,
+    authPolicyAddr: e.AUTH_POLICY_ADDR,
   };
 }

@@ -2,6 +2,7 @@ import type { GatewayConfig } from "@tollgate/config";
 import { ConfigError } from "@tollgate/kit/config";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
+import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { PaymentService } from "@tollgate/proto/payment";
@@ -17,6 +18,7 @@ import { createPayments } from "./domain/payments.js";
 import type { Chain } from "./domain/ports.js";
 import type { PaymentSettings } from "./domain/settings.js";
 import { createSettlementWorker, type SettlementWorker } from "./domain/settlement.js";
+import { countPaymentCalls, instrumentChain, paymentMetrics } from "./metrics.js";
 import { paymentHandlers } from "./transport/grpc/handlers.js";
 
 export { DEFAULTS };
@@ -63,17 +65,25 @@ export interface MppPaymentOptions {
   reservationTtlSeconds?: number;
   /** How often the chain adapter polls for receipts. Default 500 ms. */
   rpcPollingIntervalMs?: number;
+  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
+  metricsPort?: number;
+  /** Default 0.0.0.0. */
+  metricsHost?: string;
 }
 
 /** Dependencies the caller already owns (tests pass a stand-in chain). */
 export interface MppPaymentDeps {
   chain?: Chain;
+  /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
+  metrics?: Registry;
 }
 
 /** A running mpp-payment. */
 export interface MppPayment {
   /** The bound gRPC port. */
   port: number;
+  /** The bound /metrics port, when metricsPort was given. */
+  metricsPort?: number;
   /** Runs one settlement pass now (also when the interval is 0). */
   settleOnce(): Promise<void>;
   stop(): Promise<void>;
@@ -129,7 +139,9 @@ export async function start(
 ): Promise<MppPayment> {
   const settings = settingsOf(opts);
   const catalog = createCatalog(opts.gateway);
-  const chain =
+  const registry = deps.metrics ?? createMetrics("mpp-payment");
+  const metrics = paymentMetrics(registry);
+  const rawChain =
     deps.chain ??
     createTempoRpcChain({
       url: opts.tempoRpcUrl,
@@ -140,13 +152,20 @@ export async function start(
       ...(opts.payeeKey ? { payeeKey: opts.payeeKey } : {}),
       ...(opts.rpcPollingIntervalMs ? { pollingIntervalMs: opts.rpcPollingIntervalMs } : {}),
     });
+  const chain = instrumentChain(rawChain, metrics);
   let redis: Redis | undefined;
   let grpc: GrpcServer | undefined;
   let worker: SettlementWorker | undefined;
+  let metricsServer: MetricsServer | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
-    stopInOrder([() => grpc?.stop(), () => worker?.stop(), () => redis && quitRedis(redis)]);
+    stopInOrder([
+      () => grpc?.stop(),
+      () => worker?.stop(),
+      () => redis && quitRedis(redis),
+      () => metricsServer?.stop(),
+    ]);
 
   try {
     if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
@@ -164,11 +183,15 @@ export async function start(
       port: opts.grpcPort,
       log,
       checks: redis ? [redisHealth(redis)] : [],
-      services: [implement(PaymentService, paymentHandlers(payments))],
+      services: [implement(PaymentService, countPaymentCalls(paymentHandlers(payments), metrics))],
     });
+    if (opts.metricsPort !== undefined) {
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+    }
     log.info(
       {
         port: grpc.port,
+        metricsPort: metricsServer?.port,
         store: redis ? "redis" : "memory",
         chainId: settings.chainId,
         closeSigner: chain.canSend,
@@ -177,7 +200,12 @@ export async function start(
       "mpp-payment serving",
     );
     const running = worker;
-    return { port: grpc.port, settleOnce: () => running.runOnce(), stop: teardown };
+    return {
+      port: grpc.port,
+      ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
+      settleOnce: () => running.runOnce(),
+      stop: teardown,
+    };
   } catch (err) {
     await teardown().catch(() => {});
     throw err;

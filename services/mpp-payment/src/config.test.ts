@@ -138,6 +138,8 @@ describe("loadConfig", () => {
       maxCredentialBytes: 8_192,
       settleIntervalSeconds: 60,
       reservationTtlSeconds: 300,
+      metricsHost: "0.0.0.0",
+      metricsPort: 9052,
     });
   });
 

@@ -50,6 +50,9 @@ const envSchema = z.object({
   MPP_MAX_CREDENTIAL_BYTES: positiveInt(DEFAULTS.maxCredentialBytes),
   MPP_SETTLE_INTERVAL_SECONDS: z.coerce.number().int().min(0).default(DEFAULTS.settleIntervalSeconds),
   MPP_RESERVATION_TTL_SECONDS: positiveInt(DEFAULTS.reservationTtlSeconds),
+  /** Prometheus /metrics; 0 picks a free port. */
+  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_PORT: port(9052),
 });
 
 /** Everything mpp-payment needs to start on its own. */
@@ -150,5 +153,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MppPaymentConf
     maxCredentialBytes: e.MPP_MAX_CREDENTIAL_BYTES,
     settleIntervalSeconds: e.MPP_SETTLE_INTERVAL_SECONDS,
     reservationTtlSeconds: e.MPP_RESERVATION_TTL_SECONDS,
+    metricsHost: e.METRICS_HOST,
+    metricsPort: e.METRICS_PORT,
   };
 }

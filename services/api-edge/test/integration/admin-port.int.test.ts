@@ -22,6 +22,7 @@ async function startEdge(env: NodeJS.ProcessEnv) {
     INFERENCE_ROUTER_ADDR: "127.0.0.1:1",
     MPP_PAYMENT_ADDR: "off",
     METERING_ADDR: "127.0.0.1:1",
+    METRICS_PORT: "0",
     ...env,
   });
   edge = await start(config, log);

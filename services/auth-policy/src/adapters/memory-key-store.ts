@@ -79,6 +79,8 @@ export function createMemoryKeyStore(): KeyStore {
         : copy(key);
       if (key.expiresAt) next.expiresAt = key.expiresAt;
       else delete next.expiresAt;
+      if (key.budget) next.budget = key.budget;
+      else delete next.budget;
       if (revoked && !next.revokedAt) next.revokedAt = key.createdAt;
       byHash.set(hash, next);
       hashById.set(key.keyId, hash);

@@ -1,4 +1,5 @@
 import type { Redis } from "@tollgate/kit/redis";
+import { type Budget, decodeBudget, encodeBudget } from "../domain/budget.js";
 import type {
   AccountRecord,
   ConnectionPolicy,
@@ -17,9 +18,9 @@ export interface RedisKeyStoreOptions {
 
 // Layout, under <prefix>auth: (ids never contain "/" or "|", so the separators are unambiguous)
 //   account:<account>              JSON AccountRecord
-//   connection:<account>/<conn>    JSON ConnectionPolicy
+//   connection:<account>/<conn>    JSON ConnectionPolicy (budget amount as a decimal string)
 //   connections:<account>          SET of connection ids
-//   key:<sha256 hex>               HASH key record (never the secret)
+//   key:<sha256 hex>               HASH key record (never the secret; budget as "<amount>|<period>")
 //   key-id:<key id>                STRING sha256 hex of the key's current secret
 //   keys:<account>/<conn>          ZSET key ids by creation time (ms)
 //   deadlines                      ZSET "<reason>|<sha256 hex>|<key id>" by due time (ms)
@@ -37,16 +38,18 @@ if ARGV[4] ~= '' then redis.call('ZADD', KEYS[4], ARGV[4], ARGV[5]) end
 return 1
 `;
 
-// Creates or updates a configured key. The file owns connection, name and expiry; an existing
-// revocation or rotation stays; "revoked" only ever adds one.
+// Creates or updates a configured key. The file owns connection, name, expiry and budget; an
+// existing revocation or rotation stays; "revoked" only ever adds one.
 //   KEYS: record, id index, connection key list
-//   ARGV: hash hex, key id, now ms, expiry ms or '', '1' if revoked, last4, account, connection, name
+//   ARGV: hash hex, key id, now ms, expiry ms or '', '1' if revoked, last4, account, connection,
+//         name, budget or ''
 const IMPORT_KEY_LUA = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'keyId', ARGV[2], 'hash', ARGV[1], 'createdAt', ARGV[3], 'last4', ARGV[6])
 end
 redis.call('HSET', KEYS[1], 'accountId', ARGV[7], 'connectionId', ARGV[8], 'name', ARGV[9])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[4]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'budget', ARGV[10]) else redis.call('HDEL', KEYS[1], 'budget') end
 if ARGV[5] == '1' then redis.call('HSETNX', KEYS[1], 'revokedAt', ARGV[3]) end
 redis.call('SET', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[2])
@@ -127,6 +130,7 @@ function fieldsOf(k: KeyRecord): string[] {
   if (k.rotatedFrom) f.push("rotatedFrom", k.rotatedFrom);
   if (k.rotatedTo) f.push("rotatedTo", k.rotatedTo);
   if (k.graceEndsAt) f.push("graceEndsAt", ms(k.graceEndsAt));
+  if (k.budget) f.push("budget", encodeBudget(k.budget));
   return f;
 }
 
@@ -138,6 +142,7 @@ function recordOf(h: Record<string, string>): KeyRecord | undefined {
     rotatedFrom: h["rotatedFrom"] || undefined,
     rotatedTo: h["rotatedTo"] || undefined,
     graceEndsAt: dateOf(h["graceEndsAt"]),
+    budget: decodeBudget(h["budget"]),
   };
   return {
     keyId: h["keyId"],
@@ -152,7 +157,12 @@ function recordOf(h: Record<string, string>): KeyRecord | undefined {
 }
 
 const accountJson = (a: AccountRecord) => JSON.stringify({ ...a, createdAt: a.createdAt.getTime() });
-const connectionJson = (c: ConnectionPolicy) => JSON.stringify({ ...c, createdAt: c.createdAt.getTime() });
+const connectionJson = (c: ConnectionPolicy) =>
+  JSON.stringify({
+    ...c,
+    createdAt: c.createdAt.getTime(),
+    ...(c.budget ? { budget: { ...c.budget, amount: c.budget.amount.toString() } } : {}),
+  });
 
 function accountOf(json: string | null): AccountRecord | undefined {
   if (json === null) return undefined;
@@ -162,8 +172,16 @@ function accountOf(json: string | null): AccountRecord | undefined {
 
 function connectionOf(json: string | null): ConnectionPolicy | undefined {
   if (json === null) return undefined;
-  const c = JSON.parse(json) as Omit<ConnectionPolicy, "createdAt"> & { createdAt: number };
-  return { ...c, createdAt: new Date(c.createdAt) };
+  const c = JSON.parse(json) as Omit<ConnectionPolicy, "createdAt" | "budget"> & {
+    createdAt: number;
+    budget?: Omit<Budget, "amount"> & { amount: string };
+  };
+  const { budget, ...rest } = c;
+  return {
+    ...rest,
+    createdAt: new Date(c.createdAt),
+    ...(budget ? { budget: { ...budget, amount: BigInt(budget.amount) } } : {}),
+  };
 }
 
 const deadlineMember = (d: Pick<KeyDeadline, "reason" | "keyHash" | "keyId">) =>
@@ -289,6 +307,7 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
         key.accountId,
         key.connectionId,
         key.name,
+        key.budget ? encodeBudget(key.budget) : "",
       );
     },
     async listKeys(accountId, connectionId) {

@@ -1,19 +1,20 @@
 import { createHash } from "node:crypto";
 import { beforeEach, describe, expect, it } from "vitest";
 import { createMemoryKeyStore } from "../adapters/memory-key-store.js";
-import { createMemoryRateLimiter } from "../adapters/memory-rate-limiter.js";
+import { createMemoryLedger } from "../adapters/memory-ledger.js";
 import { type Admin, type CreateConnectionInput, createAdmin } from "./admin.js";
 import { authorize } from "./authorize.js";
+import type { Budget } from "./budget.js";
 import { broadcastDueDeadlines } from "./deadlines.js";
 import { AuthError, type AuthErrorCode } from "./errors.js";
-import type { KeyRevocation, KeyStore, RateLimiter, RevocationPublisher } from "./ports.js";
+import type { KeyRevocation, KeyStore, Ledger, RevocationPublisher } from "./ports.js";
 
 const NOW = new Date("2025-06-01T12:00:00Z");
 const after = (s: number) => new Date(NOW.getTime() + s * 1_000);
 const sha256 = (s: string) => createHash("sha256").update(s, "utf8").digest("hex");
 
 let store: KeyStore;
-let limiter: RateLimiter;
+let ledger: Ledger;
 let sent: KeyRevocation[];
 let failBroadcasts: boolean;
 let admin: Admin;
@@ -37,7 +38,7 @@ const conn = (over: Partial<CreateConnectionInput> = {}): CreateConnectionInput 
 
 beforeEach(async () => {
   store = createMemoryKeyStore();
-  limiter = createMemoryRateLimiter();
+  ledger = createMemoryLedger();
   sent = [];
   failBroadcasts = false;
   admin = createAdmin({ store, publisher, knownModels: new Set(["mini", "pro", "reasoner"]) });
@@ -56,7 +57,7 @@ async function codeOf(p: Promise<unknown>): Promise<AuthErrorCode | "resolved"> 
 }
 
 const use = (key: string, now = NOW) =>
-  authorize({ store, limiter }, { key, model: "", route: "chat" }, now).then(
+  authorize({ store, ledger, prices: new Map() }, { key, model: "", route: "chat" }, now).then(
     (a) => a.keyId,
     (err: AuthError) => err.code,
   );
@@ -102,6 +103,36 @@ describe("accounts and connections", () => {
     ];
     for (const [over, code] of bad)
       expect(await codeOf(admin.createConnection(conn(over), NOW)), JSON.stringify(over)).toBe(code);
+  });
+});
+
+describe("budgets", () => {
+  it("gives connections and keys checked budgets, and a rotation keeps the key's budget", async () => {
+    const monthly = { amount: 5_000_000n, period: "month" as const };
+    const c = await admin.createConnection(conn({ connectionId: "capped", budget: monthly }), NOW);
+    expect(c.budget).toEqual(monthly);
+    expect((await store.connection("acme", "capped"))?.budget).toEqual(monthly);
+    const bad: Budget[] = [
+      { amount: -1n, period: "month" },
+      { amount: 2n ** 53n, period: "day" },
+      { amount: 1n, period: { days: 0 } },
+      { amount: 1n, period: { days: 367 } },
+    ];
+    for (const budget of bad) {
+      expect(await codeOf(admin.createConnection(conn({ connectionId: "bad", budget }), NOW))).toBe(
+        "invalid_argument",
+      );
+      const key = admin.createKey({ accountId: "acme", connectionId: "main", name: "", budget }, NOW);
+      expect(await codeOf(key)).toBe("invalid_argument");
+    }
+    const daily = { amount: 7n, period: "day" as const };
+    const k = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: daily },
+      NOW,
+    );
+    expect((await store.findById(k.key.keyId))?.budget).toEqual(daily);
+    const r = await admin.rotateKey({ keyId: k.key.keyId }, NOW);
+    expect((await store.findById(r.key.keyId))?.budget).toEqual(daily);
   });
 });
 

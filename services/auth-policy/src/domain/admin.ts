@@ -1,6 +1,7 @@
 // Key lifecycle behind the admin API: accounts, connections, keys (shown once, stored hashed),
 // listing, revocation broadcast to every replica, rotation with a grace window.
 
+import { type Budget, MAX_BUDGET_AMOUNT, MAX_PERIOD_DAYS } from "./budget.js";
 import { AuthError } from "./errors.js";
 import { generateKeyId, generateSecret, hashKey } from "./keys.js";
 import type {
@@ -48,6 +49,8 @@ export interface CreateConnectionInput {
   /** Empty: every route. */
   routes: readonly RouteName[];
   limits: ConnectionLimits;
+  /** Spend cap of the connection; undefined: none. */
+  budget?: Budget;
 }
 
 export interface CreateKeyInput {
@@ -55,6 +58,8 @@ export interface CreateKeyInput {
   connectionId: string;
   expiresAt?: Date;
   name: string;
+  /** Spend cap of the key alone; undefined: none. */
+  budget?: Budget;
 }
 
 export interface RotateKeyInput {
@@ -83,6 +88,17 @@ function checkLimits(what: string, limits: RateLimits): void {
     if (!Number.isInteger(value) || value < 1 || value > MAX_PER_MINUTE) {
       throw invalid(`${what}.${field} must be a whole number from 1 (leave it unset for unlimited)`);
     }
+  }
+}
+
+function checkBudget(what: string, budget: Budget | undefined): void {
+  if (!budget) return;
+  if (budget.amount < 0n || budget.amount > MAX_BUDGET_AMOUNT) {
+    throw invalid(`${what}.amount must be from 0 to ${MAX_BUDGET_AMOUNT} base units`);
+  }
+  const p = budget.period;
+  if (typeof p === "object" && (!Number.isInteger(p.days) || p.days < 1 || p.days > MAX_PERIOD_DAYS)) {
+    throw invalid(`${what}.period_days must be from 1 to ${MAX_PERIOD_DAYS}`);
   }
 }
 
@@ -175,6 +191,7 @@ export function createAdmin(deps: AdminDeps) {
         if (!ROUTES.includes(route as RouteName)) throw invalid(`unknown route '${route}' in limits`);
         checkLimits(`limits.routes.${route}`, limits ?? {});
       }
+      checkBudget("budget", input.budget);
       if (!(await store.account(input.accountId))) {
         throw new AuthError("account_not_found", `no account '${input.accountId}'`);
       }
@@ -187,6 +204,7 @@ export function createAdmin(deps: AdminDeps) {
         maxOutputTokens: maxCap,
         ...(input.routes.length > 0 ? { routes: [...new Set(input.routes)] } : {}),
         limits: input.limits,
+        ...(input.budget ? { budget: input.budget } : {}),
         createdAt: now,
       };
       if (!(await store.createConnection(connection))) {
@@ -203,6 +221,7 @@ export function createAdmin(deps: AdminDeps) {
       if (input.name.length > MAX_NAME_LENGTH)
         throw invalid(`name is longer than ${MAX_NAME_LENGTH} characters`);
       checkExpiry(input.expiresAt, now);
+      checkBudget("budget", input.budget);
       await requireConnection(input.accountId, input.connectionId);
       const secret = generateSecret();
       const key = issue(
@@ -212,6 +231,7 @@ export function createAdmin(deps: AdminDeps) {
           connectionId: input.connectionId,
           name: input.name,
           ...(input.expiresAt ? { expiresAt: input.expiresAt } : {}),
+          ...(input.budget ? { budget: input.budget } : {}),
         },
         now,
       );
@@ -260,6 +280,8 @@ export function createAdmin(deps: AdminDeps) {
           connectionId: current.connectionId,
           name: current.name,
           rotatedFrom: current.keyId,
+          // The replacement keeps the key's budget; its spend, counted per key id, starts at zero.
+          ...(current.budget ? { budget: current.budget } : {}),
           ...(input.expiresAt ? { expiresAt: input.expiresAt } : {}),
         },
         now,

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { parseGatewayConfig } from "@tollgate/config";
 import { beforeEach, describe, expect, it } from "vitest";
 import { createMemoryKeyStore } from "../adapters/memory-key-store.js";
-import { createMemoryRateLimiter } from "../adapters/memory-rate-limiter.js";
+import { createMemoryLedger } from "../adapters/memory-ledger.js";
 import { createAdmin } from "./admin.js";
 import { type AuthorizeDeps, type AuthorizeInput, authorize } from "./authorize.js";
 import { AuthError, type AuthErrorCode } from "./errors.js";
@@ -91,9 +91,11 @@ const CONFIG = parseGatewayConfig({
   ],
 });
 
+const PRICES = new Map(CONFIG.models.map((m) => [m.id, m.pricing]));
+
 let deps: AuthorizeDeps;
 beforeEach(async () => {
-  deps = { store: createMemoryKeyStore(), limiter: createMemoryRateLimiter() };
+  deps = { store: createMemoryKeyStore(), ledger: createMemoryLedger(), prices: PRICES };
   await importConfig(deps.store, CONFIG, new Date(NOW.getTime() - 86_400_000));
 });
 
@@ -125,6 +127,8 @@ describe("authorize: keys and policy", () => {
       maxOutputTokens: 256,
       allowedModels: ["pro", "mini"],
       defaultModel: "mini",
+      // No body size given: (16 + 256 output) tokens at 1 base unit per million, rounded up.
+      quote: 1n,
     });
   });
 

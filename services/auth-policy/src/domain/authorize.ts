@@ -1,6 +1,15 @@
+import { type Prices, quoteOf } from "@tollgate/config";
+import {
+  type BudgetCheck,
+  type BudgetCount,
+  budgetChecks,
+  fits,
+  newReservationId,
+  remainingOf,
+} from "./budget.js";
 import { AuthError } from "./errors.js";
 import { hashKey, keyState, sameHash, validUntil } from "./keys.js";
-import type { KeyStore, RateLimiter, RouteName } from "./ports.js";
+import type { HoldRequest, KeyStore, Ledger, RouteName } from "./ports.js";
 import { assertFitsAtAll, type RateLimitStatus, settle, windowsFor } from "./rate-limit.js";
 
 /** What the caller asks for. */
@@ -13,6 +22,10 @@ export interface AuthorizeInput {
   maxOutputTokens?: number;
   /** Estimated input tokens, counted with the output cap against tokens-per-minute limits. */
   estimatedInputTokens?: number;
+  /** UTF-8 length of the request body; undefined: 4 × estimatedInputTokens. */
+  bodyBytes?: number;
+  /** Messages (or prompts) in the body; undefined: bodyBytes (a message takes at least a byte). */
+  messageCount?: number;
 }
 
 /** What the caller may do. */
@@ -28,12 +41,22 @@ export interface Authorization {
   rateLimit?: RateLimitStatus;
   /** When the key stops working unless revoked: expiry or end of rotation grace. */
   keyValidUntil?: Date;
+  /** The request's quote (a sound upper bound of its cost); undefined for the models route. */
+  quote?: bigint;
+  /** The reservation holding the quote; undefined when no budget applies (or the models route). */
+  reservationId?: string;
+  /** The connection's budget left in its period after this request's hold; undefined: no budget. */
+  budgetRemaining?: bigint;
+  /** The same for the key's own budget. */
+  keyBudgetRemaining?: bigint;
 }
 
 /** What authorize() reads and counts. */
 export interface AuthorizeDeps {
   store: KeyStore;
-  limiter: RateLimiter;
+  ledger: Ledger;
+  /** Prices of every public model, for the quote. */
+  prices: ReadonlyMap<string, Prices>;
 }
 
 /** Longest key accepted before hashing; anything larger is not one of ours. */
@@ -54,8 +77,9 @@ const KEY_ENDED = {
  * Resolves a Virtual Key and applies its connection's policy, in the order the spec's error
  * table implies (spec, "Authentication" and "Errors"): 401 for a missing, invalid, expired,
  * revoked or rotated-out key; 403 for a route, model or output cap outside policy; 429 when a
- * rate limit is reached. Everything is decided before any model runs, and a request refused
- * for any reason consumes no rate-limit units.
+ * rate limit is reached; 402 when the request's quote does not fit a budget. Everything is
+ * decided before any model runs; the rate-limit units and the budget hold of an admitted
+ * request are taken in one atomic step, and a request refused for any reason takes neither.
  */
 export async function authorize(
   deps: AuthorizeDeps,
@@ -118,15 +142,82 @@ export async function authorize(
     ...(account ? { account } : {}),
     ...(input.route ? { route: input.route } : {}),
   });
-  let rateLimit: RateLimitStatus | undefined;
-  if (windows.length > 0) {
-    assertFitsAtAll(windows);
-    rateLimit = settle(windows, await deps.limiter.consume(windows, now));
+  if (windows.length > 0) assertFitsAtAll(windows);
+
+  let quote: bigint | undefined;
+  if (cap !== undefined) {
+    const prices = deps.prices.get(model);
+    if (prices) {
+      const bodyBytes = input.bodyBytes ?? (input.estimatedInputTokens ?? 0) * 4;
+      quote = quoteOf(bodyBytes, input.messageCount ?? bodyBytes, cap, prices);
+    }
   }
+  const checks = budgetChecks({
+    accountId: record.accountId,
+    connectionId: record.connectionId,
+    keyId: record.keyId,
+    connectionBudget: policy.budget,
+    keyBudget: record.budget,
+    now,
+  });
+  let hold: HoldRequest | undefined;
+  if (checks.length > 0 && cap !== undefined) {
+    // Every configured model has prices (the configuration requires them).
+    if (quote === undefined) throw new Error(`model '${model}' has no prices; cannot check its budget`);
+    hold = { reservationId: newReservationId(record.accountId), amount: quote, budgets: checks };
+  }
+
+  let rateLimit: RateLimitStatus | undefined;
+  let counts: BudgetCount[] = [];
+  if (windows.length > 0 || checks.length > 0) {
+    const budgets = hold ? { hold } : checks.length > 0 ? { peek: checks } : undefined;
+    const decision = await deps.ledger.admit(windows, budgets, now);
+    // A rate limit is reported before a budget: waiting may cure it, and it is checked first.
+    if (!decision.rateAdmitted) settle(windows, { ...decision, admitted: false });
+    if (!decision.budgetsAdmitted) throw budgetExceeded(checks, decision.budgets, quote ?? 0n, now);
+    if (windows.length > 0) rateLimit = settle(windows, { ...decision, admitted: true });
+    counts = decision.budgets;
+  }
+  const held = hold?.amount ?? 0n;
+  const left = (scope: BudgetCheck["scope"]) => {
+    const i = checks.findIndex((c) => c.scope === scope);
+    const count = counts[i];
+    return i < 0 || !count ? undefined : remainingOf(checks[i]!, count, held);
+  };
+  const budgetRemaining = left("connection");
+  const keyBudgetRemaining = left("key");
   return {
     ...base,
     model,
     ...(cap !== undefined ? { maxOutputTokens: cap } : {}),
     ...(rateLimit ? { rateLimit } : {}),
+    ...(quote !== undefined ? { quote } : {}),
+    ...(hold ? { reservationId: hold.reservationId } : {}),
+    ...(budgetRemaining !== undefined ? { budgetRemaining } : {}),
+    ...(keyBudgetRemaining !== undefined ? { keyBudgetRemaining } : {}),
   };
+}
+
+/** The refusal of a request whose quote does not fit: the budget with the least left is named. */
+function budgetExceeded(
+  checks: readonly BudgetCheck[],
+  counts: readonly BudgetCount[],
+  quote: bigint,
+  now: Date,
+): AuthError {
+  let worst: { check: BudgetCheck; remaining: bigint } | undefined;
+  checks.forEach((check, i) => {
+    const count = counts[i] ?? { spent: 0n, held: 0n };
+    if (fits(check, count, quote)) return;
+    const remaining = remainingOf(check, count, 0n);
+    if (!worst || remaining < worst.remaining) worst = { check, remaining };
+  });
+  const { check, remaining } = worst ?? { check: checks[0]!, remaining: 0n };
+  const resetSeconds = Math.max(1, Math.ceil((check.periodEndMs - now.getTime()) / 1_000));
+  return new AuthError(
+    "budget_exceeded",
+    `the request's quote of ${quote} base units does not fit the ${check.scope} budget: ${remaining} of ${check.limit} left in this period; send a smaller request (lower max_tokens) or raise the budget`,
+    undefined,
+    { scope: check.scope, limit: check.limit, remaining, quote, resetSeconds },
+  );
 }

@@ -1,3 +1,4 @@
+import type { BudgetScope } from "./budget.js";
 import type { RateScope, RateUnit } from "./ports.js";
 
 /** Every way auth-policy can refuse: an account-door request, or an admin call. */
@@ -15,6 +16,8 @@ export type AuthErrorCode =
   | "tokens_above_rate_limit"
   // Authorize: 429
   | "rate_limited"
+  // Authorize: 402
+  | "budget_exceeded"
   // Admin
   | "invalid_argument"
   | "account_not_found"
@@ -39,6 +42,19 @@ export interface RateLimitInfo {
   unit: RateUnit;
 }
 
+/** The numbers of a budget refusal. */
+export interface BudgetInfo {
+  scope: BudgetScope;
+  /** The budget's amount per period. */
+  limit: bigint;
+  /** Left in the current period: amount − spent − held, never below zero. */
+  remaining: bigint;
+  /** The request's quote, which did not fit. */
+  quote: bigint;
+  /** Seconds until the period ends and the budget is whole again (at least 1). */
+  resetSeconds: number;
+}
+
 /** The one error class of the auth domain. */
 export class AuthError extends Error {
   constructor(
@@ -46,6 +62,8 @@ export class AuthError extends Error {
     message: string,
     /** Set for "rate_limited" only. */
     readonly rateLimit?: RateLimitInfo,
+    /** Set for "budget_exceeded" only. */
+    readonly budget?: BudgetInfo,
   ) {
     super(message);
     this.name = "AuthError";

@@ -1,4 +1,5 @@
-import type { ConnectionConfig, GatewayConfig, RateLimitsConfig } from "@tollgate/config";
+import type { BudgetConfig, ConnectionConfig, GatewayConfig, RateLimitsConfig } from "@tollgate/config";
+import type { Budget } from "./budget.js";
 import { hashKey } from "./keys.js";
 import type {
   ConnectionLimits,
@@ -14,6 +15,9 @@ const limitsOf = (l: RateLimitsConfig | undefined): RateLimits => ({
   ...(l?.tokensPerMinute !== undefined ? { tokensPerMinute: l.tokensPerMinute } : {}),
 });
 
+const budgetOf = (b: BudgetConfig | undefined): { budget: Budget } | Record<never, never> =>
+  b ? { budget: { amount: b.amount, period: b.period } } : {};
+
 /** The rate limits a configured connection declares. */
 export function connectionLimitsOf(c: ConnectionConfig): ConnectionLimits {
   const l = c.limits;
@@ -27,7 +31,7 @@ export function connectionLimitsOf(c: ConnectionConfig): ConnectionLimits {
 /**
  * Loads the configuration file's accounts, connections and (development) keys into the store;
  * safe to run on every start of every replica. The file owns what it declares: accounts and
- * connections are replaced, a key's connection, name and expiry follow the file. A revocation
+ * connections are replaced (budgets too), a key's connection, name, expiry and budget follow the file. A revocation
  * or rotation done at run time is never undone. A configured key whose secret changed, or that
  * was removed from the file, is revoked; those revocations are queued for broadcast.
  */
@@ -50,6 +54,7 @@ export async function importConfig(store: KeyStore, cfg: GatewayConfig, now = ne
         maxOutputTokens: c.policy.maxOutputTokens,
         ...(c.routes ? { routes: c.routes } : {}),
         limits: connectionLimitsOf(c),
+        ...budgetOf(c.budget),
         createdAt: now,
       };
       await store.putConnection(connection);
@@ -67,6 +72,7 @@ export async function importConfig(store: KeyStore, cfg: GatewayConfig, now = ne
           createdAt: now,
           ...(k.expiresAt ? { expiresAt: new Date(k.expiresAt) } : {}),
           last4: k.secret ? k.secret.slice(-4) : "",
+          ...budgetOf(k.budget),
         };
         await store.importKey(record, k.revoked);
         if (record.expiresAt) {

@@ -1,3 +1,5 @@
+import type { Budget, BudgetCheck, BudgetCount, Settlement } from "./budget.js";
+
 /** The account-door routes, as policy and per-route limits name them. */
 export type RouteName = "models" | "chat" | "completions" | "responses" | "think";
 
@@ -37,6 +39,8 @@ export interface ConnectionPolicy {
   /** Routes the connection's keys may call; undefined means every route. */
   routes?: readonly RouteName[];
   limits: ConnectionLimits;
+  /** Spend cap of every key of the connection together; undefined: none. */
+  budget?: Budget;
   createdAt: Date;
 }
 
@@ -60,6 +64,8 @@ export interface KeyRecord {
   graceEndsAt?: Date;
   /** Last four characters of the secret; "" when only the hash was ever known. */
   last4: string;
+  /** The key's own spend cap, on top of its connection's; undefined: none. */
+  budget?: Budget;
 }
 
 /** Why a key stopped (or will stop) working; each is broadcast so caches drop the key. */
@@ -103,8 +109,8 @@ export interface KeyStore {
   /** Stores a new key and its expiry deadline; false when its id or hash exists already. */
   createKey(key: KeyRecord): Promise<boolean>;
   /**
-   * Creates or updates a configured key: the configuration owns its connection, name and
-   * expiry; revocation and rotation, once set, are never undone; `revoked` can only add one.
+   * Creates or updates a configured key: the configuration owns its connection, name, expiry
+   * and budget; revocation and rotation, once set, are never undone; `revoked` can only add one.
    */
   importKey(key: KeyRecord, revoked: boolean): Promise<void>;
   /** Every key of an account, or of one of its connections, oldest first. */
@@ -174,6 +180,65 @@ export interface RateLimiter {
    * refused request consumes nothing. One atomic step.
    */
   consume(windows: readonly RateWindow[], now: Date): Promise<RateDecision>;
+}
+
+/** The quote a request holds against its budgets, if it is admitted. */
+export interface HoldRequest {
+  /** Names the reservation; settle() takes it. */
+  reservationId: string;
+  /** The request's quote, held against every budget until settled or expired. */
+  amount: bigint;
+  budgets: readonly BudgetCheck[];
+}
+
+/** The outcome of one admission: rate-limit windows and budgets decided together. */
+export interface Admission extends RateDecision {
+  /** One per budget, in the order given: spend and live holds before this request. */
+  budgets: BudgetCount[];
+  /** Every budget had room (always true for a peek). */
+  budgetsAdmitted: boolean;
+  /** Every rate-limit window had room. */
+  rateAdmitted: boolean;
+}
+
+/** Options of a ledger (memory or Redis). */
+export interface LedgerOptions {
+  /** How long a hold counts without usage. Default 600 s (RESERVATION_TTL_SECONDS). */
+  holdMs?: number;
+  /**
+   * How long a reservation can be settled, and a period's spend is kept after the period ends.
+   * Default 7 days (SETTLEMENT_WINDOW_SECONDS).
+   */
+  settlementWindowMs?: number;
+  /**
+   * Told how many reservations' holds were found expired without usage (each reservation once,
+   * when its first budget drops the hold); for the reservations metric.
+   */
+  onHoldsExpired?: (count: number) => void;
+}
+
+/**
+ * Rate-limit counters, budget holds and spend, shared by every replica (Redis) or in one
+ * process (memory). Reservation holds last the ledger's hold TTL; a reservation can be settled
+ * for the ledger's settlement window.
+ */
+export interface Ledger extends RateLimiter {
+  /**
+   * One atomic step: checks every rate-limit window and, with `hold`, every budget; only if all
+   * of them have room counts the request in each window and holds `hold.amount` against each
+   * budget. A refused request consumes and holds nothing. With `peek` instead of `hold`, the
+   * budgets are only read (never refused).
+   */
+  admit(
+    windows: readonly RateWindow[],
+    budgets: { hold: HoldRequest } | { peek: readonly BudgetCheck[] } | undefined,
+    now: Date,
+  ): Promise<Admission>;
+  /**
+   * Settles a reservation at most once: removes its holds and adds `cost` to the spend of the
+   * period it was made in, also when the holds have expired. A repeat changes nothing.
+   */
+  settle(reservationId: string, cost: bigint, eventId: string, now: Date): Promise<Settlement>;
 }
 
 /** A key that stopped working, as broadcast to every cache in front of auth-policy. */

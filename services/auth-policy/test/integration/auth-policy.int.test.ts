@@ -6,7 +6,15 @@ import { checkGrpcHealth } from "@tollgate/kit/health";
 import { createLogger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis } from "@tollgate/kit/redis";
-import { AuthService, KeyState, RATE_LIMIT_DETAILS, Route } from "@tollgate/proto/auth";
+import {
+  AuthService,
+  BUDGET_DETAILS,
+  BudgetPeriod,
+  KeyState,
+  RATE_LIMIT_DETAILS,
+  Route,
+  SettleOutcome,
+} from "@tollgate/proto/auth";
 import { natsNames } from "@tollgate/proto/subjects";
 import {
   type NatsFixture,
@@ -33,6 +41,14 @@ const GATEWAY: GatewayConfig = parseGatewayConfig({
   models: [
     { id: "mini", upstream: "u", upstreamModel: "a", runtime: "vllm", pricing },
     { id: "pro", upstream: "u", upstreamModel: "b", runtime: "vllm", pricing },
+    // One base unit per token: quotes are bodyBytes + 8 × messages + 16 + output cap.
+    {
+      id: "priced",
+      upstream: "u",
+      upstreamModel: "c",
+      runtime: "vllm",
+      pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
+    },
   ],
   accounts: [
     {
@@ -318,5 +334,145 @@ describe("two auth-policy replicas on one Redis", () => {
         interval: 20,
       })
       .toBe("expired");
+  });
+});
+
+describe("budgets on two auth-policy replicas sharing one Redis", () => {
+  it("admits exactly what fits of 200 concurrent requests, then settles each once to the exact spend", async () => {
+    // Every request is quoted 200: 100 bytes + 8 × 1 message + 16 + 76 output tokens.
+    const QUOTE = 200n;
+    const FITS = 37;
+    const BUDGET = QUOTE * BigInt(FITS) + QUOTE - 1n;
+    const accountId = uniqueNamespace("acct");
+    await one.createAccount({ accountId });
+    const created = await two.createConnection({
+      accountId,
+      connectionId: "main",
+      models: ["priced"],
+      budget: { amount: BUDGET.toString() },
+    });
+    expect(created.connection?.budget).toMatchObject({
+      amount: BUDGET.toString(),
+      period: BudgetPeriod.MONTH,
+    });
+    const { secret } = await one.createKey({ accountId, connectionId: "main" });
+    const ask = {
+      key: secret,
+      route: Route.CHAT_COMPLETIONS,
+      model: "",
+      maxOutputTokens: 76,
+      bodyBytes: 100,
+      messageCount: 1,
+    };
+
+    const outcomes = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        (i % 2 === 0 ? one : two).authorize({ ...ask, requestId: `req_${i}` }).then(
+          (res) => ({ ok: true as const, res }),
+          (err: unknown) => ({ ok: false as const, err: err as RemoteError }),
+        ),
+      ),
+    );
+    const admitted = outcomes.flatMap((o) => (o.ok ? [o.res] : []));
+    const refused = outcomes.flatMap((o) => (o.ok ? [] : [o.err]));
+    expect(admitted).toHaveLength(FITS);
+    expect(refused).toHaveLength(200 - FITS);
+    for (const err of refused) {
+      expect(err).toMatchObject({ status: GrpcStatus.FAILED_PRECONDITION, code: "budget_exceeded" });
+      expect(err.details).toMatchObject({
+        [BUDGET_DETAILS.remaining]: String(QUOTE - 1n),
+        [BUDGET_DETAILS.limit]: BUDGET.toString(),
+        [BUDGET_DETAILS.quote]: QUOTE.toString(),
+        [BUDGET_DETAILS.scope]: "connection",
+      });
+      expect(Number(err.details[BUDGET_DETAILS.reset])).toBeGreaterThanOrEqual(1);
+    }
+    // Each admission saw the holds of every one before it: never more held than the budget.
+    expect(admitted.every((a) => a.quote === QUOTE.toString())).toBe(true);
+    const remaining = admitted
+      .map((a) => BigInt(a.budgetRemaining))
+      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    expect(remaining).toEqual(Array.from({ length: FITS }, (_, k) => QUOTE - 1n + QUOTE * BigInt(k)));
+    expect(new Set(admitted.map((a) => a.reservationId)).size).toBe(FITS);
+    const models = () => one.authorize({ key: secret, route: Route.MODELS });
+    const shown = await models();
+    expect([shown.budgetRemaining, shown.reservationId, shown.quote]).toEqual([String(QUOTE - 1n), "", ""]);
+
+    // Settle every reservation twice, concurrently, on both replicas, with costs at most the quote.
+    const costs = admitted.map((_, i) => BigInt((i * 53) % 201));
+    const settle = (i: number, via: AuthClient) =>
+      via.settleReservation({
+        reservationId: admitted[i]!.reservationId,
+        actualCost: costs[i]!.toString(),
+        eventId: `evt_${i}`,
+      });
+    const settlements = await Promise.all(admitted.flatMap((_, i) => [settle(i, one), settle(i, two)]));
+    for (let i = 0; i < FITS; i++) {
+      const pair = [settlements[2 * i]!.outcome, settlements[2 * i + 1]!.outcome].sort();
+      expect(pair).toEqual([SettleOutcome.SETTLED, SettleOutcome.ALREADY_SETTLED].sort());
+      expect(settlements[2 * i]!.settledCost).toBe(costs[i]!.toString());
+    }
+    const spent = costs.reduce((a, b) => a + b, 0n);
+    expect((await models()).budgetRemaining).toBe((BUDGET - spent).toString());
+    // And in Redis: one period hash for the connection, its spend the exact sum, nothing held.
+    const r = connectRedis(redis.url);
+    try {
+      const keys: string[] = [];
+      for await (const batch of r.scanStream({ match: `${ns}:auth:budget:{${accountId}}:*`, count: 500 }))
+        keys.push(...(batch as string[]));
+      const hashes = keys.filter((k) => !k.endsWith(":holds"));
+      expect(hashes).toHaveLength(1);
+      expect(hashes[0]).toMatch(/:connection:main:month:\d{4}-\d{2}$/);
+      expect(await r.hmget(hashes[0]!, "spent", "held")).toEqual([spent.toString(), "0"]);
+    } finally {
+      await quitRedis(r);
+    }
+    // A third settlement, even with another cost, changes nothing.
+    const third = await two.settleReservation({
+      reservationId: admitted[0]!.reservationId,
+      actualCost: "1",
+      eventId: "x",
+    });
+    expect(third).toMatchObject({
+      outcome: SettleOutcome.ALREADY_SETTLED,
+      settledCost: costs[0]!.toString(),
+    });
+    expect((await models()).budgetRemaining).toBe((BUDGET - spent).toString());
+  });
+
+  it("answers settlements of unknown reservations and bad amounts, and applies a key's own budget", async () => {
+    const unknown = await one.settleReservation({
+      reservationId: "rsv_AAAAAAAAAAAAAAAAAAAA_{nobody}",
+      actualCost: "5",
+      eventId: "e",
+    });
+    expect(unknown.outcome).toBe(SettleOutcome.UNKNOWN_RESERVATION);
+    const bad = await failure(
+      one.settleReservation({ reservationId: "rsv_x", actualCost: "1.5", eventId: "e" }),
+    );
+    expect(bad).toMatchObject({ status: GrpcStatus.INVALID_ARGUMENT, code: "invalid_argument" });
+
+    const accountId = uniqueNamespace("acct");
+    await one.createAccount({ accountId });
+    await one.createConnection({ accountId, connectionId: "main", models: ["priced"] });
+    const { secret, key } = await two.createKey({
+      accountId,
+      connectionId: "main",
+      budget: { amount: "500", period: BudgetPeriod.DAYS, periodDays: 30 },
+    });
+    expect(key?.budget).toMatchObject({ amount: "500", period: BudgetPeriod.DAYS, periodDays: 30 });
+    const ask = {
+      key: secret,
+      route: Route.CHAT_COMPLETIONS,
+      model: "",
+      maxOutputTokens: 76,
+      bodyBytes: 100,
+      messageCount: 1,
+    };
+    const first = await one.authorize(ask);
+    expect([first.budgetRemaining, first.keyBudgetRemaining]).toEqual(["", "300"]);
+    await two.authorize(ask);
+    const err = await failure(one.authorize(ask));
+    expect(err).toMatchObject({ code: "budget_exceeded", details: { [BUDGET_DETAILS.scope]: "key" } });
   });
 });

@@ -2,9 +2,10 @@ import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisKeyStore } from "../../src/adapters/redis-key-store.js";
-import { createRedisRateLimiter } from "../../src/adapters/redis-rate-limiter.js";
+import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
 import { hashKey } from "../../src/domain/keys.js";
 import { keyStoreContract } from "../key-store-contract.js";
+import { ledgerContract } from "../ledger-contract.js";
 import { rateLimiterContract } from "../rate-limiter-contract.js";
 
 let fixture: RedisFixture;
@@ -69,14 +70,18 @@ describe("redis key store", () => {
   });
 });
 
-describe("redis rate limiter (caller's clock)", () => {
-  rateLimiterContract(() => createRedisRateLimiter(redis, { prefix: prefix(), clock: "caller" }));
+describe("redis ledger: rate limits (caller's clock)", () => {
+  rateLimiterContract(() => createRedisLedger(redis, { prefix: prefix(), clock: "caller" }));
 });
 
-describe("redis rate limiter (Redis clock)", () => {
+describe("redis ledger: budgets (caller's clock)", () => {
+  ledgerContract((opts) => createRedisLedger(redis, { ...opts, prefix: prefix(), clock: "caller" }));
+});
+
+describe("redis ledger (Redis clock)", () => {
   it("counts on the Redis server's clock and lets its counters expire", async () => {
     const p = prefix();
-    const limiter = createRedisRateLimiter(redis, { prefix: p });
+    const limiter = createRedisLedger(redis, { prefix: p });
     const w = [
       { id: "{a}:key:k:requests", scope: "key" as const, unit: "requests" as const, limit: 2, cost: 1 },
     ];

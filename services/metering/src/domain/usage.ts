@@ -19,6 +19,8 @@ export interface UsageEvent extends UsageDimensions {
   reasoningTokens: number;
   /** Spend in base units of the payment token. */
   cost: bigint;
+  /** The account-door budget reservation this usage settles; undefined when there is none. */
+  reservationId?: string;
 }
 
 /** Sums of requests, tokens and spend (base units). */

@@ -1,10 +1,19 @@
 import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createJetStreamBus, createMemoryBus, type EventBus } from "@tollgate/kit/bus";
-import { createClient } from "@tollgate/kit/grpc";
+import {
+  createClient,
+  type GrpcServer,
+  GrpcStatus,
+  type Handlers,
+  implement,
+  StatusError,
+  serveGrpc,
+} from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis } from "@tollgate/kit/redis";
+import { AuthService, SettleOutcome } from "@tollgate/proto/auth";
 import {
   type GetUsageRequestSchema,
   type GetUsageResponse,
@@ -12,7 +21,7 @@ import {
   MeteringService,
 } from "@tollgate/proto/metering";
 import { type NatsNames, natsNames } from "@tollgate/proto/subjects";
-import { UsageRecordedSchema } from "@tollgate/proto/usage";
+import { Door, UsageRecordedSchema } from "@tollgate/proto/usage";
 import {
   type NatsFixture,
   type RedisFixture,
@@ -68,7 +77,7 @@ function namespace(): { ns: string; names: NatsNames } {
   return { ns, names: natsNames(ns) };
 }
 
-async function startMetering(ns: string, logger = log): Promise<Metering> {
+async function startMetering(ns: string, logger = log, authPolicyAddr?: string): Promise<Metering> {
   const app = await start(
     {
       grpcHost: "127.0.0.1",
@@ -77,6 +86,7 @@ async function startMetering(ns: string, logger = log): Promise<Metering> {
       natsNamespace: ns,
       redisUrl: redis.url,
       redisPrefix: `${ns}:`,
+      ...(authPolicyAddr ? { authPolicyAddr } : {}),
     },
     logger,
   );
@@ -308,5 +318,145 @@ describe("metering against real NATS and Redis", () => {
       .catch((e: unknown) => e);
     expect(err).toMatchObject({ status: 3, code: "time_range_too_large" });
     await stopMetering(app);
+  });
+});
+
+/**
+ * An AuthService that settles like auth-policy (idempotent by reservation id) and remembers
+ * every call; its state outlives a restart, as auth-policy's Redis does.
+ */
+function authStub() {
+  const settled = new Map<string, bigint>();
+  const calls: string[] = [];
+  const unimplemented = async (): Promise<never> => {
+    throw new StatusError(GrpcStatus.UNIMPLEMENTED, "unimplemented", "not part of this stub");
+  };
+  const handlers: Handlers<typeof AuthService> = {
+    authorize: unimplemented,
+    createAccount: unimplemented,
+    createConnection: unimplemented,
+    createKey: unimplemented,
+    listKeys: unimplemented,
+    revokeKey: unimplemented,
+    rotateKey: unimplemented,
+    async settleReservation(req) {
+      calls.push(req.reservationId);
+      const before = settled.get(req.reservationId);
+      if (before !== undefined)
+        return { outcome: SettleOutcome.ALREADY_SETTLED, settledCost: before.toString() };
+      settled.set(req.reservationId, BigInt(req.actualCost));
+      return { outcome: SettleOutcome.SETTLED, settledCost: req.actualCost };
+    },
+  };
+  let server: GrpcServer | undefined;
+  return {
+    settled,
+    calls,
+    async start(port = 0): Promise<number> {
+      server = await serveGrpc({
+        host: "127.0.0.1",
+        port,
+        log,
+        services: [implement(AuthService, handlers)],
+      });
+      return server.port;
+    },
+    async stop(): Promise<void> {
+      await server?.stop(0);
+      server = undefined;
+    },
+  };
+}
+
+describe("metering settles budget reservations", () => {
+  it("settles each account-door reservation once in effect: duplicates, restarts, an outage, a replay", async () => {
+    const { ns, names } = namespace();
+    const auth = authStub();
+    const port = await auth.start();
+    const addr = `127.0.0.1:${port}`;
+    const bus = await publisher(names);
+    const at = new Date();
+    const event = (k: number, over: EventInit = {}): EventInit => ({
+      eventId: `evt_${ns}_${k}`,
+      requestId: `req_${ns}_${k}`,
+      occurredAt: timestampFromDate(at),
+      door: Door.ACCOUNT,
+      accountId: "acct",
+      connectionId: "main",
+      keyId: "key",
+      model: "small",
+      inputTokens: 10 + k,
+      outputTokens: k,
+      cost: String(100 + 7 * k),
+      reservationId: `rsv_${ns}_${k}`,
+      ...over,
+    });
+    const expected = new Map<string, bigint>();
+    const all: EventInit[] = [];
+    const send = async (e: EventInit, twice = true) => {
+      if (e.door === Door.ACCOUNT && e.reservationId) expected.set(e.reservationId, BigInt(e.cost!));
+      all.push(e);
+      await publish(bus, names, e);
+      if (twice) {
+        // The same message id (JetStream drops it) and a new one (metering's dedupe must).
+        await publish(bus, names, e);
+        await publish(bus, names, e, `${e.requestId}_again`);
+      }
+    };
+    const usage = async (app: Metering) =>
+      plain(
+        await client(app.port).getUsage({
+          from: timestampFromDate(new Date(at.getTime() - HOUR)),
+          to: timestampFromDate(new Date(at.getTime() + HOUR)),
+        }),
+      );
+    const settledOnce = () => {
+      expect(new Map(auth.settled)).toEqual(expected);
+      for (const rid of expected.keys())
+        expect(auth.calls.filter((c) => c === rid).length).toBeGreaterThanOrEqual(1);
+    };
+
+    let app = await startMetering(ns, log, addr);
+    for (let k = 0; k < 6; k++) await send(event(k));
+    // Neither a paid-door reservation nor an event without a reservation goes to auth-policy.
+    await send(event(6, { door: Door.PAID, reservationId: `res_paid_${ns}` }));
+    await send(event(7, { reservationId: "" }));
+    await drained(app);
+    settledOnce();
+    expect(auth.calls.filter((c) => c.startsWith("res_paid"))).toEqual([]);
+    expect(await usage(app)).toEqual(totalsOf(all));
+
+    // Events published while metering is stopped are settled when it is back.
+    await stopMetering(app);
+    await send(event(8));
+    await send(event(9));
+    app = await startMetering(ns, log, addr);
+    await drained(app);
+    settledOnce();
+
+    // auth-policy unreachable: the event is recorded but not acknowledged until it is settled.
+    await auth.stop();
+    await send(event(10), false);
+    await vi.waitFor(() => expect(app.pending()).resolves.toBeGreaterThan(0), WAIT);
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(await app.pending()).toBeGreaterThan(0);
+    expect(auth.settled.has(`rsv_${ns}_10`)).toBe(false);
+    await auth.start(port);
+    await vi.waitFor(async () => expect(await app.pending()).toBe(0), { timeout: 30_000, interval: 200 });
+    settledOnce();
+    expect(await usage(app)).toEqual(totalsOf(all));
+
+    // Lose the durable: the whole stream is replayed, and nothing is counted or settled twice.
+    await stopMetering(app);
+    const deleted = await nc.request(`$JS.API.CONSUMER.DELETE.${names.usageStream}.${names.meteringDurable}`);
+    expect(deleted.json<{ success?: boolean }>().success).toBe(true);
+    const callsBefore = auth.calls.length;
+    app = await startMetering(ns, log, addr);
+    await drained(app);
+    expect(auth.calls.length).toBeGreaterThan(callsBefore);
+    settledOnce();
+    expect(await usage(app)).toEqual(totalsOf(all));
+    await stopMetering(app);
+    await auth.stop();
   });
 });

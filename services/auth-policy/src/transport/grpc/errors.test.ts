@@ -1,5 +1,5 @@
 import { GrpcStatus, StatusError } from "@tollgate/kit/grpc";
-import { RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
+import { BUDGET_DETAILS, RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
 import { describe, expect, it } from "vitest";
 import { AuthError, type AuthErrorCode } from "../../domain/errors.js";
 import { toStatusError } from "./errors.js";
@@ -16,6 +16,7 @@ const EXPECTED: Record<AuthErrorCode, GrpcStatus> = {
   route_not_allowed: GrpcStatus.PERMISSION_DENIED,
   tokens_above_rate_limit: GrpcStatus.PERMISSION_DENIED,
   rate_limited: GrpcStatus.RESOURCE_EXHAUSTED,
+  budget_exceeded: GrpcStatus.FAILED_PRECONDITION,
   invalid_argument: GrpcStatus.INVALID_ARGUMENT,
   account_not_found: GrpcStatus.NOT_FOUND,
   connection_not_found: GrpcStatus.NOT_FOUND,
@@ -53,6 +54,26 @@ describe("toStatusError", () => {
       [RATE_LIMIT_DETAILS.reset]: "58",
       [RATE_LIMIT_DETAILS.scope]: "key",
       [RATE_LIMIT_DETAILS.unit]: "requests",
+    });
+  });
+
+  it("attaches the numbers of a budget refusal as details, amounts exact", () => {
+    const out = toStatusError(
+      new AuthError("budget_exceeded", "over budget", undefined, {
+        scope: "connection",
+        limit: 9_007_199_254_740_991n,
+        remaining: 12n,
+        quote: 13n,
+        resetSeconds: 3_600,
+      }),
+    ) as StatusError;
+    expect(out).toMatchObject({ status: GrpcStatus.FAILED_PRECONDITION, code: "budget_exceeded" });
+    expect(out.details).toEqual({
+      [BUDGET_DETAILS.remaining]: "12",
+      [BUDGET_DETAILS.limit]: "9007199254740991",
+      [BUDGET_DETAILS.quote]: "13",
+      [BUDGET_DETAILS.scope]: "connection",
+      [BUDGET_DETAILS.reset]: "3600",
     });
   });
 

@@ -1,6 +1,6 @@
 import { type ErrorDetails, GrpcStatus, StatusError } from "@tollgate/kit/grpc";
-import { RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
-import { AuthError, type AuthErrorCode, type RateLimitInfo } from "../../domain/errors.js";
+import { BUDGET_DETAILS, RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
+import { AuthError, type AuthErrorCode, type BudgetInfo, type RateLimitInfo } from "../../domain/errors.js";
 
 /** Each auth code's gRPC status, once and exhaustively. */
 export const STATUS = {
@@ -14,6 +14,7 @@ export const STATUS = {
   route_not_allowed: GrpcStatus.PERMISSION_DENIED,
   tokens_above_rate_limit: GrpcStatus.PERMISSION_DENIED,
   rate_limited: GrpcStatus.RESOURCE_EXHAUSTED,
+  budget_exceeded: GrpcStatus.FAILED_PRECONDITION,
   invalid_argument: GrpcStatus.INVALID_ARGUMENT,
   account_not_found: GrpcStatus.NOT_FOUND,
   connection_not_found: GrpcStatus.NOT_FOUND,
@@ -36,9 +37,23 @@ function rateLimitDetails(r: RateLimitInfo): ErrorDetails {
   };
 }
 
+/** The numbers of a budget refusal as error details. */
+function budgetDetails(b: BudgetInfo): ErrorDetails {
+  return {
+    [BUDGET_DETAILS.remaining]: b.remaining.toString(),
+    [BUDGET_DETAILS.limit]: b.limit.toString(),
+    [BUDGET_DETAILS.quote]: b.quote.toString(),
+    [BUDGET_DETAILS.scope]: b.scope,
+    [BUDGET_DETAILS.reset]: String(b.resetSeconds),
+  };
+}
+
 /** Turns a domain error into the status the bridge sends; anything else passes through. */
 export function toStatusError(err: unknown): unknown {
   if (!(err instanceof AuthError)) return err;
-  const details = err.rateLimit ? rateLimitDetails(err.rateLimit) : {};
+  const details = {
+    ...(err.rateLimit ? rateLimitDetails(err.rateLimit) : {}),
+    ...(err.budget ? budgetDetails(err.budget) : {}),
+  };
   return new StatusError(STATUS[err.code], err.code, err.message, details);
 }

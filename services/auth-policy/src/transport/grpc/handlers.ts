@@ -1,20 +1,28 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { Prices } from "@tollgate/config";
 import type { Handlers } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
 import {
   type AccountSchema,
   type AuthService,
+  type Budget as BudgetMsg,
+  BudgetPeriod as BudgetPeriodMsg,
+  type BudgetSchema,
   type ConnectionLimits as ConnectionLimitsMsg,
   type ConnectionSchema,
   type KeyInfoSchema,
   KeyState,
   type RateLimits as RateLimitsMsg,
   Route,
+  SettleOutcome,
 } from "@tollgate/proto/auth";
 import type { Admin } from "../../domain/admin.js";
 import { type AuthorizeDeps, authorize } from "../../domain/authorize.js";
+import {
+  type Budget,
+  type SettleOutcome as SettleOutcomeName,
+  settleReservation,
+} from "../../domain/budget.js";
 import { AuthError } from "../../domain/errors.js";
 import { keyState } from "../../domain/keys.js";
 import type {
@@ -57,7 +65,62 @@ function routeName(route: Route): RouteName {
   return name;
 }
 
+const SETTLE_OUTCOME = {
+  settled: SettleOutcome.SETTLED,
+  settled_after_expiry: SettleOutcome.SETTLED_AFTER_EXPIRY,
+  already_settled: SettleOutcome.ALREADY_SETTLED,
+  unknown: SettleOutcome.UNKNOWN_RESERVATION,
+} satisfies Record<SettleOutcomeName, SettleOutcome>;
+
 const dateOf = (t: Timestamp | undefined) => (t ? timestampDate(t) : undefined);
+
+const BASE_UNITS = /^(0|[1-9][0-9]*)$/;
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** A wire amount (decimal string of base units, int64); invalid_argument otherwise. */
+function baseUnitsIn(what: string, value: string): bigint {
+  const amount = BASE_UNITS.test(value) ? BigInt(value) : -1n;
+  if (amount < 0n || amount > INT64_MAX) {
+    throw new AuthError("invalid_argument", `${what} must be a decimal string of base units`);
+  }
+  return amount;
+}
+
+function budgetIn(m: BudgetMsg | undefined): Budget | undefined {
+  if (!m) return undefined;
+  const amount = baseUnitsIn("budget.amount", m.amount);
+  switch (m.period) {
+    case BudgetPeriodMsg.UNSPECIFIED:
+    case BudgetPeriodMsg.MONTH:
+      return { amount, period: "month" };
+    case BudgetPeriodMsg.WEEK:
+      return { amount, period: "week" };
+    case BudgetPeriodMsg.DAY:
+      return { amount, period: "day" };
+    case BudgetPeriodMsg.DAYS:
+      return { amount, period: { days: m.periodDays } };
+    default:
+      throw new AuthError("invalid_argument", `unknown budget period ${m.period}`);
+  }
+}
+
+const PERIOD_OUT = {
+  month: BudgetPeriodMsg.MONTH,
+  week: BudgetPeriodMsg.WEEK,
+  day: BudgetPeriodMsg.DAY,
+} as const;
+
+function budgetOut(b: Budget | undefined): { budget: MessageInitShape<typeof BudgetSchema> } | undefined {
+  if (!b) return undefined;
+  const p = b.period;
+  return {
+    budget: {
+      amount: b.amount.toString(),
+      period: typeof p === "object" ? BudgetPeriodMsg.DAYS : PERIOD_OUT[p],
+      periodDays: typeof p === "object" ? p.days : 0,
+    },
+  };
+}
 
 function limitsIn(m: RateLimitsMsg | undefined): RateLimits {
   return {
@@ -89,6 +152,7 @@ function connectionOut(c: ConnectionPolicy): MessageInitShape<typeof ConnectionS
     defaultMaxOutputTokens: c.defaultMaxOutputTokens,
     maxOutputTokens: c.maxOutputTokens,
     routes: (c.routes ?? []).map((r) => ROUTE_ENUM[r]),
+    ...budgetOut(c.budget),
     limits: {
       connection: c.limits.connection,
       perKey: c.limits.perKey,
@@ -116,6 +180,7 @@ function keyOut(k: KeyRecord, now: Date): MessageInitShape<typeof KeyInfoSchema>
     ...(k.graceEndsAt ? { graceEndsAt: timestampFromDate(k.graceEndsAt) } : {}),
     last4: k.last4,
     state: KEY_STATE[keyState(k, now)],
+    ...budgetOut(k.budget),
   };
 }
 
@@ -130,7 +195,7 @@ async function mapped<T>(fn: () => Promise<T>): Promise<T> {
 
 /** Maps AuthService messages to the domain and back. */
 export function authHandlers(
-  deps: AuthorizeDeps & { admin: Admin; log: Logger; prices: ReadonlyMap<string, Prices> },
+  deps: AuthorizeDeps & { admin: Admin; log: Logger },
 ): Handlers<typeof AuthService> {
   const { admin, log, prices } = deps;
   return {
@@ -144,6 +209,8 @@ export function authHandlers(
           ...(req.estimatedInputTokens !== undefined
             ? { estimatedInputTokens: req.estimatedInputTokens }
             : {}),
+          ...(req.bodyBytes !== undefined ? { bodyBytes: req.bodyBytes } : {}),
+          ...(req.messageCount !== undefined ? { messageCount: req.messageCount } : {}),
         });
         return {
           principal: { accountId: a.accountId, connectionId: a.connectionId, keyId: a.keyId },
@@ -153,6 +220,10 @@ export function authHandlers(
           defaultModel: a.defaultModel,
           ...(a.rateLimit ? { rateLimit: a.rateLimit } : {}),
           ...(a.keyValidUntil ? { keyValidUntil: timestampFromDate(a.keyValidUntil) } : {}),
+          reservationId: a.reservationId ?? "",
+          quote: a.quote?.toString() ?? "",
+          budgetRemaining: a.budgetRemaining?.toString() ?? "",
+          keyBudgetRemaining: a.keyBudgetRemaining?.toString() ?? "",
           ...(req.route === Route.MODELS
             ? {
                 modelPrices: a.allowedModels.flatMap((model) => {
@@ -192,6 +263,7 @@ export function authHandlers(
           ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
           routes: req.routes.map(routeName),
           limits: connectionLimitsIn(req.limits),
+          ...(req.budget ? { budget: budgetIn(req.budget)! } : {}),
         });
         log.info(
           { accountId: connection.accountId, connectionId: connection.connectionId },
@@ -210,6 +282,7 @@ export function authHandlers(
             connectionId: req.connectionId,
             name: req.name,
             ...(expiresAt ? { expiresAt } : {}),
+            ...(req.budget ? { budget: budgetIn(req.budget)! } : {}),
           },
           now,
         );
@@ -257,6 +330,26 @@ export function authHandlers(
           "key rotated",
         );
         return { oldKey: keyOut(old, now), newKey: keyOut(key, now), secret };
+      }),
+
+    settleReservation: (req) =>
+      mapped(async () => {
+        const settlement = await settleReservation(deps.ledger, {
+          reservationId: req.reservationId,
+          cost: baseUnitsIn("actual_cost", req.actualCost),
+          eventId: req.eventId,
+        });
+        const fields = {
+          reservationId: req.reservationId,
+          eventId: req.eventId,
+          outcome: settlement.outcome,
+        };
+        if (settlement.outcome === "unknown") log.warn(fields, "unknown reservation not settled");
+        else log.debug({ ...fields, cost: settlement.cost?.toString() }, "reservation settled");
+        return {
+          outcome: SETTLE_OUTCOME[settlement.outcome],
+          settledCost: settlement.cost?.toString() ?? "",
+        };
       }),
   };
 }

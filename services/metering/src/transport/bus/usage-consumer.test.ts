@@ -3,10 +3,10 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createMemoryBus } from "@tollgate/kit/bus";
 import { createLogger } from "@tollgate/kit/log";
 import { natsNames } from "@tollgate/proto/subjects";
-import { UsageRecordedSchema } from "@tollgate/proto/usage";
+import { Door, UsageRecordedSchema } from "@tollgate/proto/usage";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createMemoryUsageStore } from "../../adapters/memory-usage-store.js";
-import type { UsageStore } from "../../domain/ports.js";
+import type { ReservationSettler, SettlementOutcome, UsageStore } from "../../domain/ports.js";
 import { consumeUsage } from "./usage-consumer.js";
 
 const names = natsNames("unit");
@@ -125,5 +125,61 @@ describe("consumeUsage", () => {
     expect(JSON.stringify(lines)).not.toContain("acct_secretish");
     void time;
     void version;
+  });
+
+  it("settles an account-door reservation after recording, and only then acknowledges", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const calls: Array<[string, bigint, string]> = [];
+    let failures = 1;
+    const settler: ReservationSettler = {
+      async settle(reservationId, cost, eventId) {
+        calls.push([reservationId, cost, eventId]);
+        // auth-policy unreachable once: the event must come again and be settled then.
+        if (failures-- > 0) throw new Error("auth-policy unavailable");
+        return calls.length === 2 ? "settled" : "already_settled";
+      },
+    };
+    const { log } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    const rid = "rsv_AAAAAAAAAAAAAAAAAAAA_{acct}";
+    await bus.publish(names.usageRecorded, recorded({ door: Door.ACCOUNT, reservationId: rid }), "req_1");
+    // The same event again under another message id (a publisher retry).
+    await bus.publish(names.usageRecorded, recorded({ door: Door.ACCOUNT, reservationId: rid }), "req_1b");
+    // Paid-door reservations are mpp-payment's, and an event without one has nothing to settle.
+    await bus.publish(
+      names.usageRecorded,
+      recorded({ eventId: "evt_paid", door: Door.PAID, reservationId: "res_paid" }),
+      "req_2",
+    );
+    await bus.publish(names.usageRecorded, recorded({ eventId: "evt_none", door: Door.ACCOUNT }), "req_3");
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(calls).toEqual([
+      [rid, 42n, "evt_1"],
+      [rid, 42n, "evt_1"],
+      [rid, 42n, "evt_1"],
+    ]);
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals).toMatchObject({
+      requests: 3n,
+      cost: 126n,
+    });
+  });
+
+  it("keeps going past a reservation auth-policy does not know, without logging the account", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const settler: ReservationSettler = { settle: async (): Promise<SettlementOutcome> => "unknown" };
+    const { log, lines } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    await bus.publish(
+      names.usageRecorded,
+      recorded({ door: Door.ACCOUNT, reservationId: "rsv_AAAAAAAAAAAAAAAAAAAA_{acct_secretish}" }),
+      "req_1",
+    );
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(lines.filter((l) => l["msg"] === "reservation unknown to auth-policy")).toHaveLength(1);
+    expect(JSON.stringify(lines)).not.toContain("acct_secretish");
   });
 });

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/auth/v1/auth.proto.
  */
 export const file_tollgate_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEi7wEKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBQhQKEl9tYXhfb3V0cHV0X3Rva2Vuc0IZChdfZXN0aW1hdGVkX2lucHV0X3Rva2VucyJGCglQcmluY2lwYWwSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBmtleV9pZBgDIAEoCSLvAgoRQXV0aG9yaXplUmVzcG9uc2USLgoJcHJpbmNpcGFsGAEgASgLMhsudG9sbGdhdGUuYXV0aC52MS5QcmluY2lwYWwSDQoFbW9kZWwYAiABKAkSHgoRbWF4X291dHB1dF90b2tlbnMYAyABKA1IAIgBARIWCg5hbGxvd2VkX21vZGVscxgEIAMoCRIVCg1kZWZhdWx0X21vZGVsGAUgASgJEhYKDnJlc2VydmF0aW9uX2lkGAYgASgJEjUKCnJhdGVfbGltaXQYByABKAsyIS50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdFN0YXR1cxIzCg9rZXlfdmFsaWRfdW50aWwYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDG1vZGVsX3ByaWNlcxgJIAMoCzIcLnRvbGxnYXRlLmF1dGgudjEuTW9kZWxQcmljZUIUChJfbWF4X291dHB1dF90b2tlbnMiUgoKTW9kZWxQcmljZRINCgVtb2RlbBgBIAEoCRIZChFpbnB1dF9wZXJfbWlsbGlvbhgCIAEoCRIaChJvdXRwdXRfcGVyX21pbGxpb24YAyABKAkiZwoPUmF0ZUxpbWl0U3RhdHVzEg0KBWxpbWl0GAEgASgNEhEKCXJlbWFpbmluZxgCIAEoDRIVCg1yZXNldF9zZWNvbmRzGAMgASgNEg0KBXNjb3BlGAQgASgJEgwKBHVuaXQYBSABKAkifAoKUmF0ZUxpbWl0cxIgChNyZXF1ZXN0c19wZXJfbWludXRlGAEgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYAiABKA1IAYgBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGUiZwoPUm91dGVSYXRlTGltaXRzEiYKBXJvdXRlGAEgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMipgEKEENvbm5lY3Rpb25MaW1pdHMSMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxItCgdwZXJfa2V5GAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEjEKBnJvdXRlcxgDIAMoCzIhLnRvbGxnYXRlLmF1dGgudjEuUm91dGVSYXRlTGltaXRzInsKB0FjY291bnQSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiqQIKCkNvbm5lY3Rpb24SEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiEKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHMSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi+QIKB0tleUluZm8SDgoGa2V5X2lkGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHJvdGF0ZWRfZnJvbRgIIAEoCRISCgpyb3RhdGVkX3RvGAkgASgJEjEKDWdyYWNlX2VuZHNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxhc3Q0GAsgASgJEikKBXN0YXRlGAwgASgOMhoudG9sbGdhdGUuYXV0aC52MS5LZXlTdGF0ZSJYChRDcmVhdGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyJDChVDcmVhdGVBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCLEAgoXQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiYKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA1IAIgBARIeChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDUgBiAEBEicKBnJvdXRlcxgHIAMoDjIXLnRvbGxnYXRlLmF1dGgudjEuUm91dGUSMgoGbGltaXRzGAggASgLMiIudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uTGltaXRzQhwKGl9kZWZhdWx0X21heF9vdXRwdXRfdG9rZW5zQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJMChhDcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiJ7ChBDcmVhdGVLZXlSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSFQoNY29ubmVjdGlvbl9pZBgCIAEoCRIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRuYW1lGAQgASgJIksKEUNyZWF0ZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIOCgZzZWNyZXQYAiABKAkiPAoPTGlzdEtleXNSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSFQoNY29ubmVjdGlvbl9pZBgCIAEoCSI7ChBMaXN0S2V5c1Jlc3BvbnNlEicKBGtleXMYASADKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8iIgoQUmV2b2tlS2V5UmVxdWVzdBIOCgZrZXlfaWQYASABKAkiOwoRUmV2b2tlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIoABChBSb3RhdGVLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCRIaCg1ncmFjZV9zZWNvbmRzGAIgASgNSACIAQESLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCEAoOX2dyYWNlX3NlY29uZHMiewoRUm90YXRlS2V5UmVzcG9uc2USKgoHb2xkX2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIqCgduZXdfa2V5GAIgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEg4KBnNlY3JldBgDIAEoCSKSAQoKS2V5UmV2b2tlZBIQCghrZXlfaGFzaBgBIAEoCRIOCgZrZXlfaWQYAiABKAkSLgoKcmV2b2tlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoGcmVhc29uGAQgASgOMiIudG9sbGdhdGUuYXV0aC52MS5LZXlSZXZva2VkUmVhc29uKokBCgVSb3V0ZRIVChFST1VURV9VTlNQRUNJRklFRBAAEhAKDFJPVVRFX01PREVMUxABEhoKFlJPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIVChFST1VURV9DT01QTEVUSU9OUxADEhMKD1JPVVRFX1JFU1BPTlNFUxAEEg8KC1JPVVRFX1RISU5LEAUqmAEKCEtleVN0YXRlEhkKFUtFWV9TVEFURV9VTlNQRUNJRklFRBAAEhQKEEtFWV9TVEFURV9BQ1RJVkUQARIWChJLRVlfU1RBVEVfUk9UQVRJTkcQAhIVChFLRVlfU1RBVEVfUk9UQVRFRBADEhUKEUtFWV9TVEFURV9FWFBJUkVEEAQSFQoRS0VZX1NUQVRFX1JFVk9LRUQQBSqWAQoQS2V5UmV2b2tlZFJlYXNvbhIiCh5LRVlfUkVWT0tFRF9SRUFTT05fVU5TUEVDSUZJRUQQABIeChpLRVlfUkVWT0tFRF9SRUFTT05fUkVWT0tFRBABEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9ST1RBVEVEEAISHgoaS0VZX1JFVk9LRURfUkVBU09OX0VYUElSRUQQAzKFBQoLQXV0aFNlcnZpY2USVAoJQXV0aG9yaXplEiIudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5BdXRob3JpemVSZXNwb25zZRJgCg1DcmVhdGVBY2NvdW50EiYudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVBY2NvdW50UmVxdWVzdBonLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQWNjb3VudFJlc3BvbnNlEmkKEENyZWF0ZUNvbm5lY3Rpb24SKS50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUNvbm5lY3Rpb25SZXF1ZXN0GioudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USVAoJQ3JlYXRlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVLZXlSZXNwb25zZRJRCghMaXN0S2V5cxIhLnRvbGxnYXRlLmF1dGgudjEuTGlzdEtleXNSZXF1ZXN0GiIudG9sbGdhdGUuYXV0aC52MS5MaXN0S2V5c1Jlc3BvbnNlElQKCVJldm9rZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuUmV2b2tlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuUmV2b2tlS2V5UmVzcG9uc2USVAoJUm90YXRlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5Sb3RhdGVLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5Sb3RhdGVLZXlSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEixQIKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBEhcKCmJvZHlfYnl0ZXMYCCABKA1IAogBARIaCg1tZXNzYWdlX2NvdW50GAkgASgNSAOIAQFCFAoSX21heF9vdXRwdXRfdG9rZW5zQhkKF19lc3RpbWF0ZWRfaW5wdXRfdG9rZW5zQg0KC19ib2R5X2J5dGVzQhAKDl9tZXNzYWdlX2NvdW50IkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIrYDChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAkSNQoKcmF0ZV9saW1pdBgHIAEoCzIhLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0U3RhdHVzEjMKD2tleV92YWxpZF91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoMbW9kZWxfcHJpY2VzGAkgAygLMhwudG9sbGdhdGUuYXV0aC52MS5Nb2RlbFByaWNlEg0KBXF1b3RlGAogASgJEhgKEGJ1ZGdldF9yZW1haW5pbmcYCyABKAkSHAoUa2V5X2J1ZGdldF9yZW1haW5pbmcYDCABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIl0KBkJ1ZGdldBIOCgZhbW91bnQYASABKAkSLgoGcGVyaW9kGAIgASgOMh4udG9sbGdhdGUuYXV0aC52MS5CdWRnZXRQZXJpb2QSEwoLcGVyaW9kX2RheXMYAyABKA0iUgoKTW9kZWxQcmljZRINCgVtb2RlbBgBIAEoCRIZChFpbnB1dF9wZXJfbWlsbGlvbhgCIAEoCRIaChJvdXRwdXRfcGVyX21pbGxpb24YAyABKAkiZwoPUmF0ZUxpbWl0U3RhdHVzEg0KBWxpbWl0GAEgASgNEhEKCXJlbWFpbmluZxgCIAEoDRIVCg1yZXNldF9zZWNvbmRzGAMgASgNEg0KBXNjb3BlGAQgASgJEgwKBHVuaXQYBSABKAkifAoKUmF0ZUxpbWl0cxIgChNyZXF1ZXN0c19wZXJfbWludXRlGAEgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYAiABKA1IAYgBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGUiZwoPUm91dGVSYXRlTGltaXRzEiYKBXJvdXRlGAEgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMipgEKEENvbm5lY3Rpb25MaW1pdHMSMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxItCgdwZXJfa2V5GAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEjEKBnJvdXRlcxgDIAMoCzIhLnRvbGxnYXRlLmF1dGgudjEuUm91dGVSYXRlTGltaXRzInsKB0FjY291bnQSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi0wIKCkNvbm5lY3Rpb24SEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiEKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHMSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGYnVkZ2V0GAogASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQiowMKB0tleUluZm8SDgoGa2V5X2lkGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHJvdGF0ZWRfZnJvbRgIIAEoCRISCgpyb3RhdGVkX3RvGAkgASgJEjEKDWdyYWNlX2VuZHNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxhc3Q0GAsgASgJEikKBXN0YXRlGAwgASgOMhoudG9sbGdhdGUuYXV0aC52MS5LZXlTdGF0ZRIoCgZidWRnZXQYDSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJYChRDcmVhdGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyJDChVDcmVhdGVBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCLuAgoXQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiYKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA1IAIgBARIeChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDUgBiAEBEicKBnJvdXRlcxgHIAMoDjIXLnRvbGxnYXRlLmF1dGgudjEuUm91dGUSMgoGbGltaXRzGAggASgLMiIudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uTGltaXRzEigKBmJ1ZGdldBgJIAEoCzIYLnRvbGxnYXRlLmF1dGgudjEuQnVkZ2V0QhwKGl9kZWZhdWx0X21heF9vdXRwdXRfdG9rZW5zQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJMChhDcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiKlAQoQQ3JlYXRlS2V5UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEbmFtZRgEIAEoCRIoCgZidWRnZXQYBSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJLChFDcmVhdGVLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SDgoGc2VjcmV0GAIgASgJIjwKD0xpc3RLZXlzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkiOwoQTGlzdEtleXNSZXNwb25zZRInCgRrZXlzGAEgAygLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIiIKEFJldm9rZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJIjsKEVJldm9rZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyKAAQoQUm90YXRlS2V5UmVxdWVzdBIOCgZrZXlfaWQYASABKAkSGgoNZ3JhY2Vfc2Vjb25kcxgCIAEoDUgAiAEBEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQhAKDl9ncmFjZV9zZWNvbmRzInsKEVJvdGF0ZUtleVJlc3BvbnNlEioKB29sZF9rZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SKgoHbmV3X2tleRgCIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIOCgZzZWNyZXQYAyABKAkiWQoYU2V0dGxlUmVzZXJ2YXRpb25SZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEhMKC2FjdHVhbF9jb3N0GAIgASgJEhAKCGV2ZW50X2lkGAMgASgJImMKGVNldHRsZVJlc2VydmF0aW9uUmVzcG9uc2USMAoHb3V0Y29tZRgBIAEoDjIfLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlT3V0Y29tZRIUCgxzZXR0bGVkX2Nvc3QYAiABKAkikgEKCktleVJldm9rZWQSEAoIa2V5X2hhc2gYASABKAkSDgoGa2V5X2lkGAIgASgJEi4KCnJldm9rZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKBnJlYXNvbhgEIAEoDjIiLnRvbGxnYXRlLmF1dGgudjEuS2V5UmV2b2tlZFJlYXNvbiqJAQoFUm91dGUSFQoRUk9VVEVfVU5TUEVDSUZJRUQQABIQCgxST1VURV9NT0RFTFMQARIaChZST1VURV9DSEFUX0NPTVBMRVRJT05TEAISFQoRUk9VVEVfQ09NUExFVElPTlMQAxITCg9ST1VURV9SRVNQT05TRVMQBBIPCgtST1VURV9USElOSxAFKo0BCgxCdWRnZXRQZXJpb2QSHQoZQlVER0VUX1BFUklPRF9VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9QRVJJT0RfTU9OVEgQARIWChJCVURHRVRfUEVSSU9EX1dFRUsQAhIVChFCVURHRVRfUEVSSU9EX0RBWRADEhYKEkJVREdFVF9QRVJJT0RfREFZUxAEKpgBCghLZXlTdGF0ZRIZChVLRVlfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBLRVlfU1RBVEVfQUNUSVZFEAESFgoSS0VZX1NUQVRFX1JPVEFUSU5HEAISFQoRS0VZX1NUQVRFX1JPVEFURUQQAxIVChFLRVlfU1RBVEVfRVhQSVJFRBAEEhUKEUtFWV9TVEFURV9SRVZPS0VEEAUqwAEKDVNldHRsZU91dGNvbWUSHgoaU0VUVExFX09VVENPTUVfVU5TUEVDSUZJRUQQABIaChZTRVRUTEVfT1VUQ09NRV9TRVRUTEVEEAESJwojU0VUVExFX09VVENPTUVfU0VUVExFRF9BRlRFUl9FWFBJUlkQAhIiCh5TRVRUTEVfT1VUQ09NRV9BTFJFQURZX1NFVFRMRUQQAxImCiJTRVRUTEVfT1VUQ09NRV9VTktOT1dOX1JFU0VSVkFUSU9OEAQqlgEKEEtleVJldm9rZWRSZWFzb24SIgoeS0VZX1JFVk9LRURfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaS0VZX1JFVk9LRURfUkVBU09OX1JFVk9LRUQQARIeChpLRVlfUkVWT0tFRF9SRUFTT05fUk9UQVRFRBACEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9FWFBJUkVEEAMy8wUKC0F1dGhTZXJ2aWNlElQKCUF1dGhvcml6ZRIiLnRvbGxnYXRlLmF1dGgudjEuQXV0aG9yaXplUmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuQXV0aG9yaXplUmVzcG9uc2USYAoNQ3JlYXRlQWNjb3VudBImLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQWNjb3VudFJlcXVlc3QaJy50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUFjY291bnRSZXNwb25zZRJpChBDcmVhdGVDb25uZWN0aW9uEikudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVDb25uZWN0aW9uUmVxdWVzdBoqLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQ29ubmVjdGlvblJlc3BvbnNlElQKCUNyZWF0ZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlS2V5UmVzcG9uc2USUQoITGlzdEtleXMSIS50b2xsZ2F0ZS5hdXRoLnYxLkxpc3RLZXlzUmVxdWVzdBoiLnRvbGxnYXRlLmF1dGgudjEuTGlzdEtleXNSZXNwb25zZRJUCglSZXZva2VLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlJldm9rZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlJldm9rZUtleVJlc3BvbnNlElQKCVJvdGF0ZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuUm90YXRlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuUm90YXRlS2V5UmVzcG9uc2USbAoRU2V0dGxlUmVzZXJ2YXRpb24SKi50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uUmVxdWVzdBorLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlUmVzZXJ2YXRpb25SZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message tollgate.auth.v1.AuthorizeRequest
@@ -54,7 +54,7 @@ export type AuthorizeRequest = Message<"tollgate.auth.v1.AuthorizeRequest"> & {
   requestId: string;
 
   /**
-   * Conservative cost quote in base units (decimal string); empty when not priced yet.
+   * Unused: auth-policy computes the quote itself (see body_bytes). Kept for wire compatibility.
    *
    * @generated from field: string quote = 6;
    */
@@ -67,6 +67,23 @@ export type AuthorizeRequest = Message<"tollgate.auth.v1.AuthorizeRequest"> & {
    * @generated from field: optional uint32 estimated_input_tokens = 7;
    */
   estimatedInputTokens?: number | undefined;
+
+  /**
+   * UTF-8 length of the request body in bytes. With message_count and the effective output cap
+   * it gives the request's quote (a sound upper bound of its cost) that a budget reserves.
+   * Absent: 4 × estimated_input_tokens is used instead.
+   *
+   * @generated from field: optional uint32 body_bytes = 8;
+   */
+  bodyBytes?: number | undefined;
+
+  /**
+   * Number of messages (chat) or prompts (completions) in the body. Absent: body_bytes is
+   * used as the bound (every message takes at least one byte), which over-quotes.
+   *
+   * @generated from field: optional uint32 message_count = 9;
+   */
+  messageCount?: number | undefined;
 };
 
 /**
@@ -143,7 +160,8 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
   defaultModel: string;
 
   /**
-   * Budget reservation id, empty when no reservation was taken.
+   * Budget reservation id, empty when no reservation was taken (no budget applies, or the
+   * models route). Pass it on to inference-router in Billing.reservation_id.
    *
    * @generated from field: string reservation_id = 6;
    */
@@ -171,6 +189,29 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
    * @generated from field: repeated tollgate.auth.v1.ModelPrice model_prices = 9;
    */
   modelPrices: ModelPrice[];
+
+  /**
+   * The request's quote in base units (decimal string): what a budget reserves. Empty for
+   * ROUTE_MODELS, which costs nothing.
+   *
+   * @generated from field: string quote = 10;
+   */
+  quote: string;
+
+  /**
+   * The connection's budget left in its current period after this request's hold, in base
+   * units (decimal string, never negative). Empty when the connection has no budget.
+   *
+   * @generated from field: string budget_remaining = 11;
+   */
+  budgetRemaining: string;
+
+  /**
+   * The same for the key's own budget; empty when the key has none.
+   *
+   * @generated from field: string key_budget_remaining = 12;
+   */
+  keyBudgetRemaining: string;
 };
 
 /**
@@ -179,6 +220,41 @@ export type AuthorizeResponse = Message<"tollgate.auth.v1.AuthorizeResponse"> & 
  */
 export const AuthorizeResponseSchema: GenMessage<AuthorizeResponse> = /*@__PURE__*/
   messageDesc(file_tollgate_auth_v1_auth, 2);
+
+/**
+ * Budget caps the spend of a connection or a key per period. A request whose quote does not
+ * fit what is left (spent + held + quote > amount) is refused with FAILED_PRECONDITION
+ * "budget_exceeded" before any model runs.
+ *
+ * @generated from message tollgate.auth.v1.Budget
+ */
+export type Budget = Message<"tollgate.auth.v1.Budget"> & {
+  /**
+   * Base units per period (decimal string), at most 9007199254740991.
+   *
+   * @generated from field: string amount = 1;
+   */
+  amount: string;
+
+  /**
+   * @generated from field: tollgate.auth.v1.BudgetPeriod period = 2;
+   */
+  period: BudgetPeriod;
+
+  /**
+   * Length of a BUDGET_PERIOD_DAYS period: 1 to 366. Ignored for the other periods.
+   *
+   * @generated from field: uint32 period_days = 3;
+   */
+  periodDays: number;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.Budget.
+ * Use `create(BudgetSchema)` to create a new message.
+ */
+export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 3);
 
 /**
  * ModelPrice is one model's price in base units of the payment token per million tokens.
@@ -209,7 +285,7 @@ export type ModelPrice = Message<"tollgate.auth.v1.ModelPrice"> & {
  * Use `create(ModelPriceSchema)` to create a new message.
  */
 export const ModelPriceSchema: GenMessage<ModelPrice> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 3);
+  messageDesc(file_tollgate_auth_v1_auth, 4);
 
 /**
  * RateLimitStatus describes one rate-limit window. A refusal (RESOURCE_EXHAUSTED,
@@ -260,7 +336,7 @@ export type RateLimitStatus = Message<"tollgate.auth.v1.RateLimitStatus"> & {
  * Use `create(RateLimitStatusSchema)` to create a new message.
  */
 export const RateLimitStatusSchema: GenMessage<RateLimitStatus> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 4);
+  messageDesc(file_tollgate_auth_v1_auth, 5);
 
 /**
  * RateLimits caps one scope per minute; an unset field means unlimited.
@@ -284,7 +360,7 @@ export type RateLimits = Message<"tollgate.auth.v1.RateLimits"> & {
  * Use `create(RateLimitsSchema)` to create a new message.
  */
 export const RateLimitsSchema: GenMessage<RateLimits> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 5);
+  messageDesc(file_tollgate_auth_v1_auth, 6);
 
 /**
  * RouteRateLimits caps one route of a connection, all its keys together.
@@ -308,7 +384,7 @@ export type RouteRateLimits = Message<"tollgate.auth.v1.RouteRateLimits"> & {
  * Use `create(RouteRateLimitsSchema)` to create a new message.
  */
 export const RouteRateLimitsSchema: GenMessage<RouteRateLimits> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 6);
+  messageDesc(file_tollgate_auth_v1_auth, 7);
 
 /**
  * ConnectionLimits are the rate limits of a connection.
@@ -343,7 +419,7 @@ export type ConnectionLimits = Message<"tollgate.auth.v1.ConnectionLimits"> & {
  * Use `create(ConnectionLimitsSchema)` to create a new message.
  */
 export const ConnectionLimitsSchema: GenMessage<ConnectionLimits> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 7);
+  messageDesc(file_tollgate_auth_v1_auth, 8);
 
 /**
  * Account is one account as stored.
@@ -374,7 +450,7 @@ export type Account = Message<"tollgate.auth.v1.Account"> & {
  * Use `create(AccountSchema)` to create a new message.
  */
 export const AccountSchema: GenMessage<Account> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 8);
+  messageDesc(file_tollgate_auth_v1_auth, 9);
 
 /**
  * Connection is one account connection and its policy.
@@ -434,6 +510,13 @@ export type Connection = Message<"tollgate.auth.v1.Connection"> & {
    * @generated from field: google.protobuf.Timestamp created_at = 9;
    */
   createdAt?: Timestamp | undefined;
+
+  /**
+   * Unset: no budget.
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 10;
+   */
+  budget?: Budget | undefined;
 };
 
 /**
@@ -441,7 +524,7 @@ export type Connection = Message<"tollgate.auth.v1.Connection"> & {
  * Use `create(ConnectionSchema)` to create a new message.
  */
 export const ConnectionSchema: GenMessage<Connection> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 9);
+  messageDesc(file_tollgate_auth_v1_auth, 10);
 
 /**
  * KeyInfo describes a key without its secret or hash.
@@ -522,6 +605,13 @@ export type KeyInfo = Message<"tollgate.auth.v1.KeyInfo"> & {
    * @generated from field: tollgate.auth.v1.KeyState state = 12;
    */
   state: KeyState;
+
+  /**
+   * The key's own budget, on top of its connection's; unset: none.
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 13;
+   */
+  budget?: Budget | undefined;
 };
 
 /**
@@ -529,7 +619,7 @@ export type KeyInfo = Message<"tollgate.auth.v1.KeyInfo"> & {
  * Use `create(KeyInfoSchema)` to create a new message.
  */
 export const KeyInfoSchema: GenMessage<KeyInfo> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 10);
+  messageDesc(file_tollgate_auth_v1_auth, 11);
 
 /**
  * @generated from message tollgate.auth.v1.CreateAccountRequest
@@ -551,7 +641,7 @@ export type CreateAccountRequest = Message<"tollgate.auth.v1.CreateAccountReques
  * Use `create(CreateAccountRequestSchema)` to create a new message.
  */
 export const CreateAccountRequestSchema: GenMessage<CreateAccountRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 11);
+  messageDesc(file_tollgate_auth_v1_auth, 12);
 
 /**
  * @generated from message tollgate.auth.v1.CreateAccountResponse
@@ -568,7 +658,7 @@ export type CreateAccountResponse = Message<"tollgate.auth.v1.CreateAccountRespo
  * Use `create(CreateAccountResponseSchema)` to create a new message.
  */
 export const CreateAccountResponseSchema: GenMessage<CreateAccountResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 12);
+  messageDesc(file_tollgate_auth_v1_auth, 13);
 
 /**
  * @generated from message tollgate.auth.v1.CreateConnectionRequest
@@ -623,6 +713,13 @@ export type CreateConnectionRequest = Message<"tollgate.auth.v1.CreateConnection
    * @generated from field: tollgate.auth.v1.ConnectionLimits limits = 8;
    */
   limits?: ConnectionLimits | undefined;
+
+  /**
+   * Spend cap of the connection, all its keys together; unset: none.
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 9;
+   */
+  budget?: Budget | undefined;
 };
 
 /**
@@ -630,7 +727,7 @@ export type CreateConnectionRequest = Message<"tollgate.auth.v1.CreateConnection
  * Use `create(CreateConnectionRequestSchema)` to create a new message.
  */
 export const CreateConnectionRequestSchema: GenMessage<CreateConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 13);
+  messageDesc(file_tollgate_auth_v1_auth, 14);
 
 /**
  * @generated from message tollgate.auth.v1.CreateConnectionResponse
@@ -647,7 +744,7 @@ export type CreateConnectionResponse = Message<"tollgate.auth.v1.CreateConnectio
  * Use `create(CreateConnectionResponseSchema)` to create a new message.
  */
 export const CreateConnectionResponseSchema: GenMessage<CreateConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 14);
+  messageDesc(file_tollgate_auth_v1_auth, 15);
 
 /**
  * @generated from message tollgate.auth.v1.CreateKeyRequest
@@ -676,6 +773,14 @@ export type CreateKeyRequest = Message<"tollgate.auth.v1.CreateKeyRequest"> & {
    * @generated from field: string name = 4;
    */
   name: string;
+
+  /**
+   * Spend cap of this key alone, on top of its connection's; unset: none. A rotation's new
+   * key inherits it (its spend starts from zero).
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 5;
+   */
+  budget?: Budget | undefined;
 };
 
 /**
@@ -683,7 +788,7 @@ export type CreateKeyRequest = Message<"tollgate.auth.v1.CreateKeyRequest"> & {
  * Use `create(CreateKeyRequestSchema)` to create a new message.
  */
 export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 15);
+  messageDesc(file_tollgate_auth_v1_auth, 16);
 
 /**
  * @generated from message tollgate.auth.v1.CreateKeyResponse
@@ -707,7 +812,7 @@ export type CreateKeyResponse = Message<"tollgate.auth.v1.CreateKeyResponse"> & 
  * Use `create(CreateKeyResponseSchema)` to create a new message.
  */
 export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 16);
+  messageDesc(file_tollgate_auth_v1_auth, 17);
 
 /**
  * @generated from message tollgate.auth.v1.ListKeysRequest
@@ -731,7 +836,7 @@ export type ListKeysRequest = Message<"tollgate.auth.v1.ListKeysRequest"> & {
  * Use `create(ListKeysRequestSchema)` to create a new message.
  */
 export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 17);
+  messageDesc(file_tollgate_auth_v1_auth, 18);
 
 /**
  * @generated from message tollgate.auth.v1.ListKeysResponse
@@ -750,7 +855,7 @@ export type ListKeysResponse = Message<"tollgate.auth.v1.ListKeysResponse"> & {
  * Use `create(ListKeysResponseSchema)` to create a new message.
  */
 export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 18);
+  messageDesc(file_tollgate_auth_v1_auth, 19);
 
 /**
  * @generated from message tollgate.auth.v1.RevokeKeyRequest
@@ -767,7 +872,7 @@ export type RevokeKeyRequest = Message<"tollgate.auth.v1.RevokeKeyRequest"> & {
  * Use `create(RevokeKeyRequestSchema)` to create a new message.
  */
 export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 19);
+  messageDesc(file_tollgate_auth_v1_auth, 20);
 
 /**
  * @generated from message tollgate.auth.v1.RevokeKeyResponse
@@ -784,7 +889,7 @@ export type RevokeKeyResponse = Message<"tollgate.auth.v1.RevokeKeyResponse"> & 
  * Use `create(RevokeKeyResponseSchema)` to create a new message.
  */
 export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 20);
+  messageDesc(file_tollgate_auth_v1_auth, 21);
 
 /**
  * @generated from message tollgate.auth.v1.RotateKeyRequest
@@ -816,7 +921,7 @@ export type RotateKeyRequest = Message<"tollgate.auth.v1.RotateKeyRequest"> & {
  * Use `create(RotateKeyRequestSchema)` to create a new message.
  */
 export const RotateKeyRequestSchema: GenMessage<RotateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 21);
+  messageDesc(file_tollgate_auth_v1_auth, 22);
 
 /**
  * @generated from message tollgate.auth.v1.RotateKeyResponse
@@ -847,7 +952,64 @@ export type RotateKeyResponse = Message<"tollgate.auth.v1.RotateKeyResponse"> & 
  * Use `create(RotateKeyResponseSchema)` to create a new message.
  */
 export const RotateKeyResponseSchema: GenMessage<RotateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 22);
+  messageDesc(file_tollgate_auth_v1_auth, 23);
+
+/**
+ * @generated from message tollgate.auth.v1.SettleReservationRequest
+ */
+export type SettleReservationRequest = Message<"tollgate.auth.v1.SettleReservationRequest"> & {
+  /**
+   * AuthorizeResponse.reservation_id.
+   *
+   * @generated from field: string reservation_id = 1;
+   */
+  reservationId: string;
+
+  /**
+   * What the request actually cost, in base units (decimal string).
+   *
+   * @generated from field: string actual_cost = 2;
+   */
+  actualCost: string;
+
+  /**
+   * The UsageRecorded event that settles it, kept for audit.
+   *
+   * @generated from field: string event_id = 3;
+   */
+  eventId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.SettleReservationRequest.
+ * Use `create(SettleReservationRequestSchema)` to create a new message.
+ */
+export const SettleReservationRequestSchema: GenMessage<SettleReservationRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 24);
+
+/**
+ * @generated from message tollgate.auth.v1.SettleReservationResponse
+ */
+export type SettleReservationResponse = Message<"tollgate.auth.v1.SettleReservationResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.SettleOutcome outcome = 1;
+   */
+  outcome: SettleOutcome;
+
+  /**
+   * The cost the reservation was settled with (the first settlement's); empty when unknown.
+   *
+   * @generated from field: string settled_cost = 2;
+   */
+  settledCost: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.SettleReservationResponse.
+ * Use `create(SettleReservationResponseSchema)` to create a new message.
+ */
+export const SettleReservationResponseSchema: GenMessage<SettleReservationResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 25);
 
 /**
  * KeyRevoked is broadcast on core NATS (subject natsNames(ns).keyRevoked) whenever a key stops
@@ -885,7 +1047,7 @@ export type KeyRevoked = Message<"tollgate.auth.v1.KeyRevoked"> & {
  * Use `create(KeyRevokedSchema)` to create a new message.
  */
 export const KeyRevokedSchema: GenMessage<KeyRevoked> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 23);
+  messageDesc(file_tollgate_auth_v1_auth, 26);
 
 /**
  * Route names the account-door route being called, so policy can differ per route.
@@ -929,6 +1091,54 @@ export enum Route {
  */
 export const RouteSchema: GenEnum<Route> = /*@__PURE__*/
   enumDesc(file_tollgate_auth_v1_auth, 0);
+
+/**
+ * BudgetPeriod is the period a budget's spend is counted over; periods are in UTC.
+ *
+ * @generated from enum tollgate.auth.v1.BudgetPeriod
+ */
+export enum BudgetPeriod {
+  /**
+   * Same as BUDGET_PERIOD_MONTH.
+   *
+   * @generated from enum value: BUDGET_PERIOD_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Calendar month, from the 1st 00:00 UTC.
+   *
+   * @generated from enum value: BUDGET_PERIOD_MONTH = 1;
+   */
+  MONTH = 1,
+
+  /**
+   * ISO week, from Monday 00:00 UTC.
+   *
+   * @generated from enum value: BUDGET_PERIOD_WEEK = 2;
+   */
+  WEEK = 2,
+
+  /**
+   * Calendar day, from 00:00 UTC.
+   *
+   * @generated from enum value: BUDGET_PERIOD_DAY = 3;
+   */
+  DAY = 3,
+
+  /**
+   * period_days days, from 1970-01-01 00:00 UTC onwards.
+   *
+   * @generated from enum value: BUDGET_PERIOD_DAYS = 4;
+   */
+  DAYS = 4,
+}
+
+/**
+ * Describes the enum tollgate.auth.v1.BudgetPeriod.
+ */
+export const BudgetPeriodSchema: GenEnum<BudgetPeriod> = /*@__PURE__*/
+  enumDesc(file_tollgate_auth_v1_auth, 1);
 
 /**
  * KeyState is a key's state at the time of the answer.
@@ -975,7 +1185,53 @@ export enum KeyState {
  * Describes the enum tollgate.auth.v1.KeyState.
  */
 export const KeyStateSchema: GenEnum<KeyState> = /*@__PURE__*/
-  enumDesc(file_tollgate_auth_v1_auth, 1);
+  enumDesc(file_tollgate_auth_v1_auth, 2);
+
+/**
+ * SettleOutcome says what a SettleReservation did.
+ *
+ * @generated from enum tollgate.auth.v1.SettleOutcome
+ */
+export enum SettleOutcome {
+  /**
+   * @generated from enum value: SETTLE_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The hold was removed and the cost added to the period's spend.
+   *
+   * @generated from enum value: SETTLE_OUTCOME_SETTLED = 1;
+   */
+  SETTLED = 1,
+
+  /**
+   * The hold had already expired; the cost was still added to the period's spend.
+   *
+   * @generated from enum value: SETTLE_OUTCOME_SETTLED_AFTER_EXPIRY = 2;
+   */
+  SETTLED_AFTER_EXPIRY = 2,
+
+  /**
+   * Settled before: nothing changed.
+   *
+   * @generated from enum value: SETTLE_OUTCOME_ALREADY_SETTLED = 3;
+   */
+  ALREADY_SETTLED = 3,
+
+  /**
+   * No such reservation (not one of ours, or older than the settlement window): nothing changed.
+   *
+   * @generated from enum value: SETTLE_OUTCOME_UNKNOWN_RESERVATION = 4;
+   */
+  UNKNOWN_RESERVATION = 4,
+}
+
+/**
+ * Describes the enum tollgate.auth.v1.SettleOutcome.
+ */
+export const SettleOutcomeSchema: GenEnum<SettleOutcome> = /*@__PURE__*/
+  enumDesc(file_tollgate_auth_v1_auth, 3);
 
 /**
  * KeyRevokedReason says why a key stopped working.
@@ -1014,7 +1270,7 @@ export enum KeyRevokedReason {
  * Describes the enum tollgate.auth.v1.KeyRevokedReason.
  */
 export const KeyRevokedReasonSchema: GenEnum<KeyRevokedReason> = /*@__PURE__*/
-  enumDesc(file_tollgate_auth_v1_auth, 2);
+  enumDesc(file_tollgate_auth_v1_auth, 4);
 
 /**
  * AuthService resolves a Virtual Key into the account connection it belongs to and decides
@@ -1097,6 +1353,20 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof RotateKeyRequestSchema;
     output: typeof RotateKeyResponseSchema;
+  },
+  /**
+   * SettleReservation turns a budget reservation taken by Authorize into spend: it removes the
+   * hold and adds actual_cost to the spend of the period the reservation was made in, also when
+   * the hold has already expired (late usage is never lost). Idempotent by reservation id: a
+   * second call changes nothing and answers SETTLE_OUTCOME_ALREADY_SETTLED. metering calls it
+   * for every account-door UsageRecorded event that carries a reservation id.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.SettleReservation
+   */
+  settleReservation: {
+    methodKind: "unary";
+    input: typeof SettleReservationRequestSchema;
+    output: typeof SettleReservationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_tollgate_auth_v1_auth, 0);

@@ -1,0 +1,325 @@
+import type { Redis } from "@tollgate/kit/redis";
+import {
+  type BudgetCount,
+  DEFAULT_RESERVATION_TTL_SECONDS,
+  DEFAULT_SETTLEMENT_WINDOW_SECONDS,
+  isReservationId,
+  type SettleOutcome,
+} from "../domain/budget.js";
+import type { Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
+import { BUCKET_MS, WINDOW_BUCKETS } from "../domain/rate-limit.js";
+
+/** Options of the Redis ledger. */
+export interface RedisLedgerOptions extends LedgerOptions {
+  /** Prefix of every key this ledger touches. Default "tollgate:". */
+  prefix?: string;
+  /**
+   * "redis" (default) reads the clock of the Redis server for rate-limit buckets and hold
+   * expiry, so every replica counts on one clock; "caller" uses the `now` passed in (tests
+   * that move time). The budget period is always the caller's (it names the keys).
+   */
+  clock?: "redis" | "caller";
+}
+
+// Layout, under <prefix>auth: (every key of one account carries its hash tag {accountId})
+//   rl:{a}:<scope>:<unit>                      HASH bucket second → units (rate-limit window)
+//   budget:{a}:<connection|key>:<id>:<period>  HASH spent, held, r:<reservation id> → amount held
+//                                              (":1" appended in the reservation's first budget)
+//   budget:{a}:<…>:<period>:holds              ZSET reservation id by hold expiry (ms)
+//   reservation:rsv_<20>_{a}                   HASH amount, expiresAt, keepUntil, budgets, state,
+//                                              cost, eventId, settledAt
+// Amounts are decimal strings changed only with HINCRBY (exact int64). Lua compares them as
+// doubles, exact because budgets are at most 2^53 - 1: a sum above that compares as above any
+// budget. Budget keys live until their period ends plus the settlement window; reservation
+// records for the settlement window.
+
+// The sliding window of domain/rate-limit.ts (countWindow) and the budget rule of
+// domain/budget.ts (fits) for one request, in one atomic step: check every window and every
+// budget (after dropping expired holds), and only if all have room, count the request in each
+// window and hold its quote against each budget, recording the reservation.
+//   KEYS: n windows, then per budget its hash and its holds zset, then (mode 'hold') the record
+//   ARGV: now ms ('' = Redis TIME), bucket ms, buckets per window, n, m, mode ('', 'peek',
+//         'hold'), reservation id, amount, hold ms, record ms, then limit and cost per window,
+//         then limit, keep ms and id per budget
+//   Returns: rate ok (0/1), budgets ok (0/1), now ms, expired reservations (counted in their
+//            first budget only), then per window: used, newest bucket (-1 none), retry ms (0
+//            fits, -1 never); then per budget: spent, held (strings)
+const ADMIT_LUA = `
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+local width = tonumber(ARGV[2])
+local span = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
+local m = tonumber(ARGV[5])
+local mode = ARGV[6]
+local rid = ARGV[7]
+local amount = ARGV[8]
+local W = 10
+local B = W + 2 * n
+local current = math.floor(now / width)
+local oldest = current - span + 1
+local rateOk = 1
+local out = {}
+for i = 1, n do
+  local limit = tonumber(ARGV[W + 2 * i - 1])
+  local cost = tonumber(ARGV[W + 2 * i])
+  local flat = redis.call('HGETALL', KEYS[i])
+  local live, stale = {}, {}
+  local used, newest = 0, -1
+  for j = 1, #flat, 2 do
+    local b, units = tonumber(flat[j]), tonumber(flat[j + 1])
+    if b < oldest then
+      stale[#stale + 1] = flat[j]
+    else
+      live[#live + 1] = { b, units }
+      used = used + units
+      if units > 0 and b > newest then newest = b end
+    end
+  end
+  if #stale > 0 then redis.call('HDEL', KEYS[i], unpack(stale)) end
+  local retry = 0
+  if used + cost > limit then
+    rateOk = 0
+    retry = -1
+    if cost <= limit then
+      table.sort(live, function(x, y) return x[1] < y[1] end)
+      local freed = 0
+      for _, e in ipairs(live) do
+        freed = freed + e[2]
+        if used - freed + cost <= limit then
+          retry = (e[1] + span) * width - now
+          break
+        end
+      end
+    end
+  end
+  out[#out + 1] = used
+  out[#out + 1] = newest
+  out[#out + 1] = retry
+end
+local budgetOk = 1
+local expired = 0
+for j = 1, m do
+  local h, z = KEYS[n + 2 * j - 1], KEYS[n + 2 * j]
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+  if #gone > 0 then
+    for _, r in ipairs(gone) do
+      local a = redis.call('HGET', h, 'r:' .. r)
+      if a then
+        local c = string.find(a, ':', 1, true)
+        if c then
+          a = string.sub(a, 1, c - 1)
+          expired = expired + 1
+        end
+        redis.call('HINCRBY', h, 'held', '-' .. a)
+        redis.call('HDEL', h, 'r:' .. r)
+      end
+    end
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+  end
+  local spent = redis.call('HGET', h, 'spent') or '0'
+  local held = redis.call('HGET', h, 'held') or '0'
+  if mode == 'hold' and tonumber(spent) + tonumber(held) + tonumber(amount) > tonumber(ARGV[B + 3 * j - 2]) then
+    budgetOk = 0
+  end
+  out[#out + 1] = spent
+  out[#out + 1] = held
+end
+if rateOk == 1 and budgetOk == 1 then
+  for i = 1, n do
+    local cost = tonumber(ARGV[W + 2 * i])
+    if cost > 0 then
+      redis.call('HINCRBY', KEYS[i], current, cost)
+      redis.call('PEXPIRE', KEYS[i], (span + 1) * width)
+    end
+  end
+  if mode == 'hold' then
+    local expires = now + tonumber(ARGV[9])
+    local ids = {}
+    for j = 1, m do
+      local h, z = KEYS[n + 2 * j - 1], KEYS[n + 2 * j]
+      local keep = tonumber(ARGV[B + 3 * j - 1])
+      redis.call('HINCRBY', h, 'held', amount)
+      redis.call('HSET', h, 'r:' .. rid, j == 1 and (amount .. ':1') or amount)
+      redis.call('ZADD', z, expires, rid)
+      redis.call('PEXPIRE', h, keep)
+      redis.call('PEXPIRE', z, keep)
+      ids[#ids + 1] = ARGV[B + 3 * j]
+    end
+    local rec = KEYS[n + 2 * m + 1]
+    redis.call('HSET', rec, 'amount', amount, 'expiresAt', expires, 'keepUntil', now + tonumber(ARGV[10]),
+      'budgets', table.concat(ids, ' '), 'state', 'held')
+    redis.call('PEXPIRE', rec, tonumber(ARGV[10]))
+  end
+end
+table.insert(out, 1, expired)
+table.insert(out, 1, now)
+table.insert(out, 1, budgetOk)
+table.insert(out, 1, rateOk)
+return out
+`;
+
+// Settles a reservation once: removes its holds (if not yet dropped as expired), adds the cost
+// to the spend of each budget period it was made in, and marks the record settled.
+//   KEYS: the record, then per budget its hash and its holds zset
+//   ARGV: now ms ('' = Redis TIME), reservation id, cost, event id, budget ids as read before
+//   Returns: outcome, cost
+const SETTLE_LUA = `
+local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
+if not st[1] then return { 'unknown', '' } end
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+if tonumber(st[5]) <= now then return { 'unknown', '' } end
+if st[1] == 'settled' then return { 'already_settled', st[4] } end
+if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
+local rid, cost = ARGV[2], ARGV[3]
+local keep = redis.call('PTTL', KEYS[1])
+for j = 1, (#KEYS - 1) / 2 do
+  local h, z = KEYS[2 * j], KEYS[2 * j + 1]
+  local a = redis.call('HGET', h, 'r:' .. rid)
+  if a then
+    local c = string.find(a, ':', 1, true)
+    if c then a = string.sub(a, 1, c - 1) end
+    redis.call('HINCRBY', h, 'held', '-' .. a)
+    redis.call('HDEL', h, 'r:' .. rid)
+    redis.call('ZREM', z, rid)
+  end
+  redis.call('HINCRBY', h, 'spent', cost)
+  if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
+end
+redis.call('HSET', KEYS[1], 'state', 'settled', 'cost', cost, 'eventId', ARGV[4], 'settledAt', now)
+if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
+return { 'settled', cost }
+`;
+
+type WithScripts = Redis & {
+  authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
+  authSettle(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
+};
+
+const OUTCOMES: readonly SettleOutcome[] = ["settled", "settled_after_expiry", "already_settled", "unknown"];
+
+/**
+ * Rate-limit counters, budget holds and spend in Redis, correct across replicas: one Lua script
+ * per Authorize decides rate limits and budgets together, one per settlement.
+ */
+export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): Ledger {
+  const p = `${opts.prefix ?? "tollgate:"}auth:`;
+  const holdMs = opts.holdMs ?? DEFAULT_RESERVATION_TTL_SECONDS * 1_000;
+  const windowMs = opts.settlementWindowMs ?? DEFAULT_SETTLEMENT_WINDOW_SECONDS * 1_000;
+  const client = redis as WithScripts;
+  if (typeof client.authAdmit !== "function") {
+    // No fixed key count: the first argument of each call says how many keys follow.
+    client.defineCommand("authAdmit", { lua: ADMIT_LUA });
+    client.defineCommand("authSettle", { lua: SETTLE_LUA });
+  }
+  const budgetKey = (id: string) => `${p}budget:${id}`;
+  const holdsKey = (id: string) => `${p}budget:${id}:holds`;
+  const recordKey = (reservationId: string) => `${p}reservation:${reservationId}`;
+  const clockArg = (now: Date) => (opts.clock === "caller" ? now.getTime() : "");
+
+  const ledger: Ledger = {
+    async admit(windows, ask, now) {
+      const checks = ask ? ("hold" in ask ? ask.hold.budgets : ask.peek) : [];
+      const hold = ask && "hold" in ask ? ask.hold : undefined;
+      if (windows.length === 0 && checks.length === 0) {
+        const nowMs = now.getTime();
+        return {
+          admitted: true,
+          rateAdmitted: true,
+          budgetsAdmitted: true,
+          nowMs,
+          counts: [],
+          budgets: [],
+        };
+      }
+      const keys = [
+        ...windows.map((w) => `${p}rl:${w.id}`),
+        ...checks.flatMap((c) => [budgetKey(c.id), holdsKey(c.id)]),
+        ...(hold ? [recordKey(hold.reservationId)] : []),
+      ];
+      const reply = await client.authAdmit(
+        keys.length,
+        ...keys,
+        clockArg(now),
+        BUCKET_MS,
+        WINDOW_BUCKETS,
+        windows.length,
+        checks.length,
+        hold ? "hold" : checks.length > 0 ? "peek" : "",
+        hold?.reservationId ?? "",
+        hold ? hold.amount.toString() : "0",
+        holdMs,
+        windowMs,
+        ...windows.flatMap((w) => [w.limit, w.cost]),
+        ...checks.flatMap((c) => [
+          c.limit.toString(),
+          // Kept until the period ends plus the settlement window (relative: the caller's clock).
+          Math.max(1, c.periodEndMs - now.getTime() + windowMs),
+          c.id,
+        ]),
+      );
+      const rateAdmitted = reply[0] === 1;
+      const budgetsAdmitted = reply[1] === 1;
+      const expired = Number(reply[3]);
+      if (expired > 0) opts.onHoldsExpired?.(expired);
+      const counts: WindowCount[] = windows.map((_, i) => ({
+        used: Number(reply[4 + 3 * i]),
+        newestBucket: Number(reply[5 + 3 * i]),
+        retryAfterMs: Number(reply[6 + 3 * i]),
+      }));
+      const at = 4 + 3 * windows.length;
+      const budgets: BudgetCount[] = checks.map((_, j) => ({
+        spent: BigInt(reply[at + 2 * j] ?? 0),
+        held: BigInt(reply[at + 2 * j + 1] ?? 0),
+      }));
+      return {
+        admitted: rateAdmitted && budgetsAdmitted,
+        rateAdmitted,
+        budgetsAdmitted,
+        nowMs: Number(reply[2]),
+        counts,
+        budgets,
+      };
+    },
+
+    async consume(windows, now) {
+      return ledger.admit(windows, undefined, now);
+    },
+
+    async settle(reservationId, cost, eventId, now) {
+      if (!isReservationId(reservationId)) return { outcome: "unknown" };
+      // The budgets a reservation holds never change once it exists: read them, then let the
+      // script check that they are still what it was given (and that nobody settled first).
+      const record = recordKey(reservationId);
+      const budgets = await redis.hget(record, "budgets");
+      if (budgets === null) return { outcome: "unknown" };
+      const ids = budgets === "" ? [] : budgets.split(" ");
+      const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+      const [outcome, settled] = await client.authSettle(
+        keys.length,
+        ...keys,
+        clockArg(now),
+        reservationId,
+        cost.toString(),
+        eventId,
+        budgets,
+      );
+      const known = OUTCOMES.find((o) => o === outcome) ?? "unknown";
+      return known === "unknown" || settled === ""
+        ? { outcome: known }
+        : { outcome: known, cost: BigInt(settled) };
+    },
+  };
+  return ledger;
+}

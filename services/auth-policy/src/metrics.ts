@@ -1,0 +1,104 @@
+import { type Handlers, StatusError } from "@tollgate/kit/grpc";
+import { Counter, countUnaryCalls, errorOutcome, METRIC_PREFIX, type Registry } from "@tollgate/kit/metrics";
+import {
+  type AuthorizeResponse,
+  type AuthService,
+  RATE_LIMIT_DETAILS,
+  Route,
+  SettleOutcome,
+} from "@tollgate/proto/auth";
+
+/** What became of a budget reservation. */
+export type ReservationOutcome = "reserved" | "refused" | "settled" | "expired";
+
+/** The route label of each Authorize route; anything else is "unspecified". */
+const ROUTE_LABEL: Readonly<Partial<Record<Route, string>>> = {
+  [Route.MODELS]: "models",
+  [Route.CHAT_COMPLETIONS]: "chat",
+  [Route.COMPLETIONS]: "completions",
+  [Route.RESPONSES]: "responses",
+  [Route.THINK]: "think",
+};
+
+/** The refusal of a quote that does not fit the budget (auth.proto, message Budget). */
+const BUDGET_REFUSAL = "budget_exceeded";
+
+/**
+ * auth-policy's Prometheus instruments (issue 5, item 7). Labels are route names, error codes
+ * and rate-limit scopes only: never keys, key ids, accounts or connections.
+ */
+export interface AuthMetrics {
+  authorize: Counter<"route" | "outcome">;
+  rateLimited: Counter<"scope">;
+  reservations: Counter<"outcome">;
+  /**
+   * Counts a reservation event. Authorize grants (reserved), budget refusals (refused) and
+   * SettleReservation answers (settled) are counted from the RPCs by countAuthCalls; the
+   * budget code calls this for what no RPC shows: a hold that expires unused ("expired").
+   */
+  reservation(outcome: ReservationOutcome): void;
+}
+
+/** Registers auth-policy's metrics on `registry`. */
+export function authMetrics(registry: Registry): AuthMetrics {
+  const registers = [registry];
+  const reservations = new Counter({
+    name: `${METRIC_PREFIX}reservations_total`,
+    help: "Budget reservations by outcome: reserved, refused (budget_exceeded), settled, expired",
+    labelNames: ["outcome"],
+    registers,
+  });
+  for (const outcome of ["reserved", "refused", "settled", "expired"]) reservations.inc({ outcome }, 0);
+  return {
+    authorize: new Counter({
+      name: `${METRIC_PREFIX}authorize_total`,
+      help: "Authorize calls by route and outcome (ok or the refusal code)",
+      labelNames: ["route", "outcome"],
+      registers,
+    }),
+    rateLimited: new Counter({
+      name: `${METRIC_PREFIX}rate_limited_total`,
+      help: "Requests refused by a rate limit, by the scope of the refusing window",
+      labelNames: ["scope"],
+      registers,
+    }),
+    reservations,
+    reservation: (outcome) => reservations.inc({ outcome }),
+  };
+}
+
+/** Counts Authorize outcomes, rate-limit refusals and reservation events from AuthService calls. */
+export function countAuthCalls(
+  handlers: Handlers<typeof AuthService>,
+  m: AuthMetrics,
+): Handlers<typeof AuthService> {
+  // The thrown error is needed for the rate-limit scope, which countUnaryCalls does not pass on.
+  const authorize = handlers.authorize;
+  const counted: Handlers<typeof AuthService> = {
+    ...handlers,
+    authorize: async (req, ctx) => {
+      const route = ROUTE_LABEL[req.route] ?? "unspecified";
+      try {
+        const res = await authorize(req, ctx);
+        m.authorize.inc({ route, outcome: "ok" });
+        if ((res as Partial<AuthorizeResponse>).reservationId) m.reservation("reserved");
+        return res;
+      } catch (err) {
+        const outcome = errorOutcome(err);
+        m.authorize.inc({ route, outcome });
+        if (outcome === BUDGET_REFUSAL) m.reservation("refused");
+        if (outcome === "rate_limited" && err instanceof StatusError) {
+          m.rateLimited.inc({ scope: err.details[RATE_LIMIT_DETAILS.scope] ?? "unknown" });
+        }
+        throw err;
+      }
+    },
+  };
+  return countUnaryCalls(counted, (method, outcome, _req, res) => {
+    if (method !== "settleReservation" || outcome !== "ok") return;
+    const settled = (res as { outcome?: SettleOutcome } | undefined)?.outcome;
+    if (settled === SettleOutcome.SETTLED || settled === SettleOutcome.SETTLED_AFTER_EXPIRY) {
+      m.reservation("settled");
+    }
+  });
+}

@@ -1,0 +1,203 @@
+// The budget behaviour every Ledger must show; run against memory (unit) and Redis (integration).
+import { expect, it } from "vitest";
+import { type BudgetCheck, newReservationId } from "../src/domain/budget.js";
+import type { Ledger, LedgerOptions, RateWindow } from "../src/domain/ports.js";
+
+/** A ledger on the caller's clock with these options, fresh for each test. */
+export type LedgerFactory = (opts: LedgerOptions) => Promise<Ledger> | Ledger;
+
+const T0 = Date.UTC(2025, 0, 31, 12, 0, 0);
+const at = (ms: number) => new Date(T0 + ms);
+const HOLD_MS = 10_000;
+const WINDOW_MS = 3 * 86_400_000;
+
+let seq = 0;
+/** A budget of `limit` in a period ending a day after T0; ids unique per test run. */
+function budget(limit: bigint, scope: BudgetCheck["scope"] = "connection", name = "b"): BudgetCheck {
+  seq += 1;
+  return { id: `{acct}:${scope}:${name}${seq}:month:2025-01`, scope, limit, periodEndMs: T0 + 86_400_000 };
+}
+
+const rid = () => newReservationId("acct");
+
+export function ledgerContract(make: LedgerFactory): void {
+  const ledger = () => make({ holdMs: HOLD_MS, settlementWindowMs: WINDOW_MS });
+  const hold = (l: Ledger, budgets: BudgetCheck[], amount: bigint, ms = 0, id = rid()) =>
+    l.admit([], { hold: { reservationId: id, amount, budgets } }, at(ms));
+  const peek = async (l: Ledger, b: BudgetCheck, ms = 0) =>
+    (await l.admit([], { peek: [b] }, at(ms))).budgets[0];
+
+  it("admits a quote that fits exactly and refuses one base unit more, holding nothing for it", async () => {
+    const l = await ledger();
+    const b = budget(100n);
+    const first = await hold(l, [b], 60n);
+    expect(first).toMatchObject({
+      admitted: true,
+      budgetsAdmitted: true,
+      budgets: [{ spent: 0n, held: 0n }],
+    });
+    const over = await hold(l, [b], 41n);
+    expect(over).toMatchObject({ admitted: false, budgetsAdmitted: false, rateAdmitted: true });
+    expect(over.budgets).toEqual([{ spent: 0n, held: 60n }]);
+    const exact = await hold(l, [b], 40n);
+    expect(exact.admitted).toBe(true);
+    expect(exact.budgets).toEqual([{ spent: 0n, held: 60n }]);
+    expect((await hold(l, [b], 1n)).admitted).toBe(false);
+    expect(await peek(l, b)).toEqual({ spent: 0n, held: 100n });
+    // A zero quote still fits a full budget.
+    expect((await hold(l, [b], 0n)).admitted).toBe(true);
+  });
+
+  it("refuses a quote above the whole budget and keeps amounts beyond 2^53 exact", async () => {
+    const l = await ledger();
+    const b = budget(9_007_199_254_740_991n);
+    expect((await hold(l, [b], 9_007_199_254_740_992n)).admitted).toBe(false);
+    expect((await hold(l, [b], 9_007_199_254_740_990n)).admitted).toBe(true);
+    expect((await hold(l, [b], 2n)).admitted).toBe(false);
+    expect((await hold(l, [b], 1n)).admitted).toBe(true);
+    expect(await peek(l, b)).toEqual({ spent: 0n, held: 9_007_199_254_740_991n });
+  });
+
+  it("holds against every budget or none: the key's budget refusing leaves the connection's untouched", async () => {
+    const l = await ledger();
+    const conn = budget(1_000n, "connection");
+    const key = budget(50n, "key");
+    expect((await hold(l, [conn, key], 40n)).admitted).toBe(true);
+    const refused = await hold(l, [conn, key], 20n);
+    expect(refused).toMatchObject({ admitted: false, budgets: [{ held: 40n }, { held: 40n }] });
+    expect(await peek(l, conn)).toEqual({ spent: 0n, held: 40n });
+    expect(await peek(l, key)).toEqual({ spent: 0n, held: 40n });
+  });
+
+  it("counts no rate-limit unit when the budget refuses, and holds nothing when the rate limit refuses", async () => {
+    const l = await ledger();
+    const w: RateWindow = {
+      id: `{acct}:key:rl${seq}:requests`,
+      scope: "key",
+      unit: "requests",
+      limit: 1,
+      cost: 1,
+    };
+    const b = budget(10n);
+    const noBudget = await l.admit([w], { hold: { reservationId: rid(), amount: 11n, budgets: [b] } }, at(0));
+    expect(noBudget).toMatchObject({ admitted: false, rateAdmitted: true, budgetsAdmitted: false });
+    // The refused request did not use the window's only unit.
+    const ok = await l.admit([w], { hold: { reservationId: rid(), amount: 4n, budgets: [b] } }, at(1));
+    expect(ok).toMatchObject({ admitted: true, counts: [{ used: 0 }] });
+    const noRate = await l.admit([w], { hold: { reservationId: rid(), amount: 4n, budgets: [b] } }, at(2));
+    expect(noRate).toMatchObject({ admitted: false, rateAdmitted: false, budgetsAdmitted: true });
+    expect(await peek(l, b, 3)).toEqual({ spent: 0n, held: 4n });
+  });
+
+  it("frees a hold when it expires without usage, not a millisecond before", async () => {
+    const l = await ledger();
+    const b = budget(100n);
+    expect((await hold(l, [b], 100n, 0)).admitted).toBe(true);
+    expect((await hold(l, [b], 1n, HOLD_MS - 1)).admitted).toBe(false);
+    expect(await peek(l, b, HOLD_MS - 1)).toEqual({ spent: 0n, held: 100n });
+    expect(await peek(l, b, HOLD_MS)).toEqual({ spent: 0n, held: 0n });
+    expect((await hold(l, [b], 100n, HOLD_MS)).admitted).toBe(true);
+  });
+
+  it("reports each reservation whose hold expired unused once, from its first budget", async () => {
+    const expired: number[] = [];
+    const l = await make({
+      holdMs: HOLD_MS,
+      settlementWindowMs: WINDOW_MS,
+      onHoldsExpired: (n) => expired.push(n),
+    });
+    const conn = budget(100n, "connection");
+    const key = budget(100n, "key");
+    await hold(l, [conn, key], 10n, 0);
+    await hold(l, [conn, key], 10n, 1);
+    await hold(l, [key], 10n, 2);
+    await peek(l, key, HOLD_MS + 5);
+    expect(expired).toEqual([1]);
+    await peek(l, conn, HOLD_MS + 5);
+    expect(expired).toEqual([1, 2]);
+    await peek(l, conn, HOLD_MS + 6);
+    expect(expired).toEqual([1, 2]);
+  });
+
+  it("settles once: the hold becomes the actual cost, and a repeat changes nothing", async () => {
+    const l = await ledger();
+    const b = budget(100n);
+    const id = rid();
+    await hold(l, [b], 60n, 0, id);
+    await hold(l, [b], 30n, 0);
+    expect(await l.settle(id, 25n, "evt_1", at(1_000))).toEqual({ outcome: "settled", cost: 25n });
+    expect(await peek(l, b, 1_000)).toEqual({ spent: 25n, held: 30n });
+    expect(await l.settle(id, 99n, "evt_2", at(2_000))).toEqual({ outcome: "already_settled", cost: 25n });
+    expect(await l.settle(id, 25n, "evt_1", at(HOLD_MS * 3))).toEqual({
+      outcome: "already_settled",
+      cost: 25n,
+    });
+    expect(await peek(l, b, 2_000)).toEqual({ spent: 25n, held: 30n });
+    // 25 spent + 30 held: 45 more fit exactly, 46 do not.
+    expect((await hold(l, [b], 46n, 2_000)).admitted).toBe(false);
+    expect((await hold(l, [b], 45n, 2_000)).admitted).toBe(true);
+  });
+
+  it("still adds the cost of a reservation settled after its hold expired", async () => {
+    const l = await ledger();
+    const b = budget(100n);
+    const id = rid();
+    await hold(l, [b], 100n, 0, id);
+    // The hold expired and was dropped by a later admission before the usage arrived.
+    expect(await peek(l, b, HOLD_MS + 5)).toEqual({ spent: 0n, held: 0n });
+    expect(await l.settle(id, 70n, "evt_late", at(HOLD_MS + 10))).toEqual({
+      outcome: "settled_after_expiry",
+      cost: 70n,
+    });
+    expect(await peek(l, b, HOLD_MS + 10)).toEqual({ spent: 70n, held: 0n });
+    // Expired but not yet dropped: settling removes it and counts the cost once.
+    const other = rid();
+    await hold(l, [b], 30n, HOLD_MS + 20, other);
+    expect((await l.settle(other, 5n, "evt_x", at(3 * HOLD_MS))).outcome).toBe("settled_after_expiry");
+    expect(await peek(l, b, 3 * HOLD_MS)).toEqual({ spent: 75n, held: 0n });
+  });
+
+  it("adds the cost to the period the reservation was made in, not the one it is settled in", async () => {
+    const l = await ledger();
+    const january = budget(100n);
+    const february = {
+      ...january,
+      id: january.id.replace("2025-01", "2025-02"),
+      periodEndMs: T0 + 30 * 86_400_000,
+    };
+    const id = rid();
+    // Held 5 s before January's end, settled 1 s into February (the hold still live).
+    const end = january.periodEndMs - T0;
+    await hold(l, [january], 80n, end - 5_000, id);
+    expect((await l.settle(id, 50n, "evt", at(end + 1_000))).outcome).toBe("settled");
+    expect(await peek(l, january, end + 1_000)).toEqual({ spent: 50n, held: 0n });
+    expect(await peek(l, february, end + 1_000)).toEqual({ spent: 0n, held: 0n });
+  });
+
+  it("knows nothing of foreign ids or of reservations older than the settlement window", async () => {
+    const l = await ledger();
+    const b = budget(100n);
+    expect(await l.settle(rid(), 5n, "evt", at(0))).toEqual({ outcome: "unknown" });
+    expect(await l.settle("not-a-reservation", 5n, "evt", at(0))).toEqual({ outcome: "unknown" });
+    const id = rid();
+    await hold(l, [b], 10n, 0, id);
+    expect(await l.settle(id, 5n, "evt", at(WINDOW_MS))).toEqual({ outcome: "unknown" });
+  });
+
+  it("peeks without holding or refusing, even over budget", async () => {
+    const l = await ledger();
+    const b = budget(10n);
+    const id = rid();
+    await hold(l, [b], 10n, 0, id);
+    // Usage above the quote of an expired hold may take spend past the budget.
+    await l.settle(id, 15n, "evt", at(HOLD_MS));
+    const seen = await l.admit([], { peek: [b] }, at(HOLD_MS + 1));
+    expect(seen).toMatchObject({
+      admitted: true,
+      budgetsAdmitted: true,
+      budgets: [{ spent: 15n, held: 0n }],
+    });
+    expect((await hold(l, [b], 0n, HOLD_MS + 2)).admitted).toBe(false);
+    expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 15n, held: 0n });
+  });
+}
