@@ -10,6 +10,7 @@ const KEYS = {
   good: "tg_test_good_0123456789abcdef0123",
   limited: "tg_test_limited_0123456789abcdef",
   modelsOnly: "tg_test_models_only_0123456789ab",
+  budgeted: "tg_test_budgeted_0123456789abcde",
   expired: "tg_test_expired_0123456789abcdef",
   revoked: "tg_test_revoked_0123456789abcdef",
   future: "tg_test_future_0123456789abcdef0",
@@ -39,6 +40,12 @@ accounts:
         limits: { keyRequestsPerMinute: 3 }
         keys:
           - { id: limited, secret: ${KEYS.limited} }
+      - id: acme-budgeted
+        models: [small]
+        defaultModel: small
+        budget: { amount: 100 }
+        keys:
+          - { id: budgeted, secret: ${KEYS.budgeted} }
       - id: acme-models-only
         models: [small]
         defaultModel: small
@@ -168,6 +175,23 @@ describe("account door error contract (all-in-one, in process)", () => {
     expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
     expect(refused.headers.get("ratelimit-limit")).toBe("3");
     expect(refused.headers.get("ratelimit-remaining")).toBe("0");
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it("shows each success's cost and the budget left, and refuses a quote that does not fit with 402 before any model runs", async () => {
+    const small = { model: "small", max_tokens: 100, messages: [{ role: "user", content: "hi" }] };
+    const first = await chat(KEYS.budgeted, small);
+    expect(first.status).toBe(200);
+    const cost = BigInt(first.headers.get("x-tollgate-cost") ?? "-1");
+    expect(cost).toBeGreaterThan(0n);
+    expect(first.headers.get("x-tollgate-budget-remaining")).toBe((100n - cost).toString());
+
+    const before = upstream.requests.length;
+    const refused = await chat(KEYS.budgeted, { ...small, max_tokens: 1000 });
+    const error = await expectError(refused, 402, "budget_exceeded");
+    expect(error.type).toBe("insufficient_budget");
+    expect(refused.headers.get("x-tollgate-budget-remaining")).toMatch(/^\d+$/);
+    expect(Number(refused.headers.get("x-tollgate-budget-reset"))).toBeGreaterThan(0);
     expect(upstream.requests.length).toBe(before);
   });
 

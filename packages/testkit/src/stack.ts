@@ -69,6 +69,9 @@ export interface Stack {
   metricsUrls: Record<string, string>;
   /** Everything every process printed so far. */
   output(): string;
+  /** Stops one process (SIGTERM, as Kubernetes would); `start` brings it back on its port. */
+  stopProcess(name: string): Promise<void>;
+  startProcess(name: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -177,9 +180,13 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     };
     child.stdout?.on("data", collect);
     child.stderr?.on("data", collect);
-    processes.push({ name, port, child });
+    const existing = processes.find((p) => p.name === name);
+    if (existing) existing.child = child;
+    else processes.push({ name, port, child });
+    relaunch.set(name, () => launch(name, script, port, env, metricsPort));
     return waitForPort(port, 30_000);
   };
+  const relaunch = new Map<string, () => Promise<void>>();
 
   const stop = async () => {
     // Front to back, as a rolling shutdown would: edge, routers, then the rest.
@@ -323,6 +330,16 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       processes,
       metricsUrls,
       output: () => lines.join("\n"),
+      stopProcess: async (name) => {
+        const p = processes.find((q) => q.name === name);
+        if (!p) throw new Error(`no process named ${name}`);
+        await stopChild(p.child);
+      },
+      startProcess: async (name) => {
+        const again = relaunch.get(name);
+        if (!again) throw new Error(`no process named ${name}`);
+        await again();
+      },
       stop,
     };
   } catch (err) {

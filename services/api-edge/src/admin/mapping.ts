@@ -7,6 +7,8 @@ import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/prot
 import { describeIssues } from "@tollgate/kit/config";
 import {
   type Account,
+  BudgetPeriod,
+  type BudgetSchema,
   type Connection,
   type CreateAccountRequestSchema,
   type CreateConnectionRequestSchema,
@@ -83,6 +85,27 @@ const rateLimitsBody = z.strictObject({
   tokens_per_minute: perMinute.optional(),
 });
 
+/** A spend cap per period, in base units (a decimal string or a safe integer). */
+const budgetBody = z.strictObject({
+  amount: z
+    .union([z.string().regex(/^\d+$/), z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER)])
+    .transform(String),
+  period: z.enum(["month", "week", "day"]).optional(),
+  period_days: z.number().int().positive().max(366).optional(),
+});
+
+function budgetIn(
+  b: z.output<typeof budgetBody> | undefined,
+): MessageInitShape<typeof BudgetSchema> | undefined {
+  if (!b) return undefined;
+  if (b.period_days !== undefined)
+    return { amount: b.amount, period: BudgetPeriod.DAYS, periodDays: b.period_days };
+  const period = { month: BudgetPeriod.MONTH, week: BudgetPeriod.WEEK, day: BudgetPeriod.DAY }[
+    b.period ?? "month"
+  ];
+  return { amount: b.amount, period };
+}
+
 const createAccountBody = z.strictObject({
   id: z.string().min(1),
   limits: rateLimitsBody.optional(),
@@ -95,6 +118,7 @@ const createConnectionBody = z.strictObject({
   default_max_output_tokens: outputCap.optional(),
   max_output_tokens: outputCap.optional(),
   routes: z.array(z.enum(ROUTE_NAMES)).optional(),
+  budget: budgetBody.optional(),
   limits: z
     .strictObject({
       requests_per_minute: perMinute.optional(),
@@ -108,6 +132,7 @@ const createConnectionBody = z.strictObject({
 
 const createKeyBody = z.strictObject({
   name: z.string().max(128).optional(),
+  budget: budgetBody.optional(),
   expires_at: isoTime.optional(),
 });
 
@@ -169,6 +194,7 @@ export function createConnectionRequest(
       : {}),
     ...(b.max_output_tokens !== undefined ? { maxOutputTokens: b.max_output_tokens } : {}),
     routes: (b.routes ?? []).map((r) => ROUTE_BY_NAME[r]),
+    ...(b.budget ? { budget: budgetIn(b.budget) } : {}),
     limits: {
       connection: limitsIn({
         requests_per_minute: l?.requests_per_minute,
@@ -197,6 +223,7 @@ export function createKeyRequest(
     accountId,
     connectionId,
     name: b.name ?? "",
+    ...(b.budget ? { budget: budgetIn(b.budget) } : {}),
     ...(b.expires_at ? { expiresAt: timestampFromDate(b.expires_at) } : {}),
   };
 }

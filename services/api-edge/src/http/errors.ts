@@ -1,5 +1,5 @@
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
-import { RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
+import { BUDGET_DETAILS, RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
 import type { FastifyBaseLogger } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 
@@ -27,6 +27,9 @@ const TYPE_BY_STATUS: Record<number, string> = {
   415: "invalid_request_error",
   429: "rate_limit_error",
 };
+
+/** Error types that differ from their status's: the account door's 402 is about a budget. */
+const TYPE_BY_CODE: Record<string, string> = { budget_exceeded: "insufficient_budget" };
 
 /**
  * The spec's error table ("Errors", account-owned routes), keyed by the domain code that
@@ -57,6 +60,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   route_not_allowed: 403,
   tokens_above_rate_limit: 403,
   rate_limited: 429,
+  budget_exceeded: 402,
   invalid_argument: 400,
   account_not_found: 404,
   connection_not_found: 404,
@@ -128,10 +132,14 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
         : serverError(status, code);
     }
     const headers =
-      err instanceof RemoteError && code === "rate_limited" ? rateLimitHeaders(err.details) : undefined;
+      err instanceof RemoteError && code === "rate_limited"
+        ? rateLimitHeaders(err.details)
+        : err instanceof RemoteError && code === "budget_exceeded"
+          ? budgetHeaders(err.details)
+          : undefined;
     return {
       status,
-      type: TYPE_BY_STATUS[status] ?? "invalid_request_error",
+      type: TYPE_BY_CODE[code] ?? TYPE_BY_STATUS[status] ?? "invalid_request_error",
       code,
       message: err.message,
       ...(headers ? { headers } : {}),
@@ -191,6 +199,19 @@ function rateLimitHeaders(details: Readonly<Record<string, string>>): Record<str
   copy(RATE_LIMIT_DETAILS.limit, "ratelimit-limit");
   copy(RATE_LIMIT_DETAILS.remaining, "ratelimit-remaining");
   copy(RATE_LIMIT_DETAILS.reset, "ratelimit-reset");
+  return headers;
+}
+
+/**
+ * What a budget refusal tells the caller: the budget left this period and when it renews. No
+ * Retry-After: the period may end weeks from now.
+ */
+function budgetHeaders(details: Readonly<Record<string, string>>): Record<string, string> {
+  const headers: Record<string, string> = {};
+  const remaining = details[BUDGET_DETAILS.remaining];
+  const reset = details[BUDGET_DETAILS.reset];
+  if (remaining !== undefined && /^\d+$/.test(remaining)) headers["x-tollgate-budget-remaining"] = remaining;
+  if (reset !== undefined && /^\d+$/.test(reset)) headers["x-tollgate-budget-reset"] = reset;
   return headers;
 }
 

@@ -65,7 +65,11 @@ export async function relayStream(
   let next = await events.next();
   reply.hijack();
   const sse = new SseWriter(reply.raw);
-  sse.open({ "x-request-id": req.id });
+  // Headers set before the hijack (RateLimit-*, the budget left with the hold taken) go out too.
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(reply.getHeaders()))
+    if (value !== undefined) headers[name] = String(value);
+  sse.open({ ...headers, "x-request-id": req.id });
   const started = performance.now();
   let outcome = "completed";
   try {

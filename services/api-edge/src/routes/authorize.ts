@@ -10,6 +10,8 @@ export interface AuthorizeAsk {
   /** Empty: the connection's default model. */
   model?: string;
   maxOutputTokens?: number | undefined;
+  /** Messages (chat), prompts (completions) or input items (responses), for the quote. */
+  messageCount?: number;
 }
 
 /**
@@ -29,6 +31,8 @@ export async function authorizeRequest(
     model: ask.model ?? "",
     requestId: req.id,
     estimatedInputTokens: Math.ceil((req.rawBody?.length ?? 0) / 4),
+    bodyBytes: req.rawBody?.length ?? 0,
+    ...(ask.messageCount !== undefined ? { messageCount: ask.messageCount } : {}),
     ...(ask.maxOutputTokens !== undefined ? { maxOutputTokens: ask.maxOutputTokens } : {}),
   };
   const grant = await ctx.auth.authorize(init, { timeoutMs: AUTH_TIMEOUT_MS });
@@ -40,5 +44,25 @@ export async function authorizeRequest(
       "ratelimit-reset": String(limit.resetSeconds),
     });
   }
+  if (grant.budgetRemaining !== "") {
+    // Before the model runs, the worst case: the whole quote is held.
+    reply.header("x-tollgate-budget-remaining", grant.budgetRemaining);
+  }
   return grant;
+}
+
+/**
+ * The money a buffered success carries (issue 5, "The caller sees money"): its cost, and the
+ * connection's budget left once it settles: what was left after the hold, plus the hold, minus
+ * the actual cost.
+ */
+export function moneyHeaders(reply: FastifyReply, grant: AuthorizeResponse, cost: string | undefined): void {
+  if (cost === undefined) return;
+  reply.header("x-tollgate-cost", cost);
+  if (grant.budgetRemaining !== "" && grant.quote !== "") {
+    reply.header(
+      "x-tollgate-budget-remaining",
+      (BigInt(grant.budgetRemaining) + BigInt(grant.quote) - BigInt(cost)).toString(),
+    );
+  }
 }

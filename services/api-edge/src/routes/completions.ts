@@ -5,7 +5,7 @@ import { callerGone } from "../http/caller.js";
 import { relayStream } from "../http/sse.js";
 import { completionRequestSchema } from "../schemas/completions.js";
 import { completionInput, idempotencyScope, parseAccountBody } from "./account-inference.js";
-import { authorizeRequest } from "./authorize.js";
+import { authorizeRequest, moneyHeaders } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -20,6 +20,7 @@ export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext)
       route: Route.COMPLETIONS,
       model: body.model ?? "",
       maxOutputTokens: body.max_tokens ?? undefined,
+      messageCount: Array.isArray(body.prompt) ? body.prompt.length : 1,
     });
     if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "completions"), body.stream === true))
       return reply;
@@ -35,7 +36,7 @@ export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext)
       );
     }
     const res = await ctx.inference.complete({ input }, { signal });
-    if (res.usage) reply.header("x-tollgate-cost", res.usage.cost);
+    moneyHeaders(reply, grant, res.usage?.cost);
     return reply.type("application/json").send(Buffer.from(res.body));
   });
 }

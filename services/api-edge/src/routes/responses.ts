@@ -12,7 +12,7 @@ import {
   parseAccountBody,
   unixNow,
 } from "./account-inference.js";
-import { authorizeRequest } from "./authorize.js";
+import { authorizeRequest, moneyHeaders } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -27,12 +27,13 @@ export function responsesRoute(app: FastifyInstance, ctx: AccountRouteContext): 
       route: Route.RESPONSES,
       model: body.model ?? "",
       maxOutputTokens: body.max_output_tokens ?? undefined,
+      messageCount: (typeof body.input === "string" ? 1 : body.input.length) + (body.instructions ? 1 : 0),
     });
     if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "responses"), false)) return reply;
     const chat = chatBodyFromResponses(body, grant.model, grant.maxOutputTokens);
     const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)));
     const res = await ctx.inference.complete({ input }, { signal: callerGone(reply) });
-    if (res.usage) reply.header("x-tollgate-cost", res.usage.cost);
+    moneyHeaders(reply, grant, res.usage?.cost);
     const { answer, usage } = chatResultOf(res);
     return responseFromChat(body, answer, usage, {
       id: objectId("resp"),

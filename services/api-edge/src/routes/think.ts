@@ -12,7 +12,7 @@ import {
   parseAccountBody,
   unixNow,
 } from "./account-inference.js";
-import { authorizeRequest } from "./authorize.js";
+import { authorizeRequest, moneyHeaders } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -28,6 +28,7 @@ export function thinkRoute(app: FastifyInstance, ctx: AccountRouteContext): void
       route: Route.THINK,
       model: body.model ?? "",
       maxOutputTokens: thinkOutputCapOf(body),
+      messageCount: body.messages?.length ?? 1,
     });
     if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "think"), false)) return reply;
     const chat = chatBodyFromThink(body, grant.model, grant.maxOutputTokens);
@@ -35,7 +36,7 @@ export function thinkRoute(app: FastifyInstance, ctx: AccountRouteContext): void
       requireReasoning: true,
     });
     const res = await ctx.inference.complete({ input }, { signal: callerGone(reply) });
-    if (res.usage) reply.header("x-tollgate-cost", res.usage.cost);
+    moneyHeaders(reply, grant, res.usage?.cost);
     const { answer, usage } = chatResultOf(res);
     return thinkFromChat(answer, usage, { id: objectId("think"), model: grant.model, now: unixNow() });
   });
