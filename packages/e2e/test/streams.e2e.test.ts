@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
@@ -128,5 +129,47 @@ accounts:
     expect(body).not.toContain('"usage"');
     const after = await usage((before?.requests ?? 0n) + 1n);
     expect(after.outputTokens - (before?.outputTokens ?? 0n)).toBe(7n);
+  });
+
+  it("tells a stream's cost at its end: in the usage chunk when asked, and as HTTP trailers", async () => {
+    upstream.configure({ tokensPerSecond: 0 });
+    const body = JSON.stringify({
+      model: "m",
+      max_tokens: 5,
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: "user", content: "go" }],
+    });
+    const url = new URL(`${gateway.url}/v1/chat/completions`);
+    const { text, trailers } = await new Promise<{ text: string; trailers: NodeJS.Dict<string> }>(
+      (resolve, reject) => {
+        const req = request(
+          url,
+          { method: "POST", headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" } },
+          (res) => {
+            let text = "";
+            res.setEncoding("utf8");
+            res.on("data", (c: string) => {
+              text += c;
+            });
+            res.on("end", () => resolve({ text, trailers: res.trailers }));
+          },
+        );
+        req.on("error", reject);
+        req.end(body);
+      },
+    );
+    const events = text
+      .split("\n\n")
+      .filter((e) => e.startsWith("data: ") && e !== "data: [DONE]")
+      .map(
+        (e) =>
+          JSON.parse(e.slice(6)) as { choices: unknown[]; usage?: unknown; x_tollgate?: { cost: string } },
+      );
+    const last = events.at(-1);
+    expect(last?.choices).toEqual([]);
+    expect(last?.x_tollgate?.cost).toMatch(/^\d+$/);
+    expect(trailers["x-tollgate-cost"]).toBe(last?.x_tollgate?.cost);
+    expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true);
   });
 });

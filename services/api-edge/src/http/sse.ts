@@ -38,9 +38,12 @@ export class SseWriter {
     }
   }
 
-  /** Ends the stream with the OpenAI terminator. */
-  end(): void {
-    if (!this.res.destroyed) this.res.end("data: [DONE]\n\n");
+  /** Ends the stream with the OpenAI terminator, and HTTP trailers when given (declared in open()). */
+  end(trailers?: Record<string, string>): void {
+    if (this.res.destroyed) return;
+    this.res.write("data: [DONE]\n\n");
+    if (trailers) this.res.addTrailers(trailers);
+    this.res.end();
   }
 
   /** Ends the stream without the terminator (after an error event). */
@@ -55,11 +58,20 @@ export class SseWriter {
  * reaches the caller as a JSON error with its status; a failure after that becomes a final
  * error event without the terminator. The caller going away ends the relay quietly.
  */
+/** What a stream reports about money once it has ended (issue 5, "The caller sees money"). */
+export type StreamMoney = (cost: string) => Record<string, string>;
+
+/** A usage-only chunk (`"choices":[]`), which is held back until the cost is known. */
+function isUsageChunk(bytes: Uint8Array): boolean {
+  return Buffer.from(bytes).includes('"choices":[]');
+}
+
 export async function relayStream(
   req: FastifyRequest,
   reply: FastifyReply,
   stream: AsyncIterable<StreamCompleteResponse>,
   signal: AbortSignal,
+  money?: StreamMoney,
 ): Promise<FastifyReply> {
   const events = stream[Symbol.asyncIterator]();
   let next = await events.next();
@@ -69,16 +81,35 @@ export async function relayStream(
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(reply.getHeaders()))
     if (value !== undefined) headers[name] = String(value);
+  // The cost is known only at the end: it follows as HTTP trailers and, when the caller asked for
+  // usage, inside the usage chunk as `x_tollgate`.
+  if (money) headers.trailer = "x-tollgate-cost, x-tollgate-budget-remaining";
   sse.open({ ...headers, "x-request-id": req.id });
   const started = performance.now();
   let outcome = "completed";
   try {
+    let usageChunk: Uint8Array | undefined;
+    let trailers: Record<string, string> | undefined;
     while (!next.done) {
       const event = next.value.event;
-      if (event.case === "chunk") await sse.data(event.value);
+      if (event.case === "chunk") {
+        if (money && isUsageChunk(event.value)) usageChunk = event.value;
+        else await sse.data(event.value);
+      } else if (event.case === "usage" && money) {
+        trailers = money(event.value.cost);
+      }
       next = await events.next();
     }
-    sse.end();
+    if (usageChunk) {
+      const json = JSON.parse(Buffer.from(usageChunk).toString("utf8")) as Record<string, unknown>;
+      if (trailers)
+        json.x_tollgate = {
+          cost: trailers["x-tollgate-cost"],
+          budget_remaining: trailers["x-tollgate-budget-remaining"],
+        };
+      await sse.data(JSON.stringify(json));
+    }
+    sse.end(trailers);
   } catch (err) {
     if (signal.aborted) {
       outcome = "client_cancelled";

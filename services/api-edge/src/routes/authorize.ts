@@ -57,12 +57,17 @@ export async function authorizeRequest(
  * the actual cost.
  */
 export function moneyHeaders(reply: FastifyReply, grant: AuthorizeResponse, cost: string | undefined): void {
-  if (cost === undefined) return;
-  reply.header("x-tollgate-cost", cost);
-  if (grant.budgetRemaining !== "" && grant.quote !== "") {
-    reply.header(
-      "x-tollgate-budget-remaining",
-      (BigInt(grant.budgetRemaining) + BigInt(grant.quote) - BigInt(cost)).toString(),
-    );
-  }
+  if (cost !== undefined) reply.headers(moneyOf(grant)(cost));
+}
+
+/** The money fields of a request once its cost is known: headers, or a stream's trailers. */
+export function moneyOf(grant: AuthorizeResponse): (cost: string) => Record<string, string> {
+  return (cost) => {
+    const fields: Record<string, string> = { "x-tollgate-cost": cost };
+    if (grant.budgetRemaining !== "" && grant.quote !== "") {
+      const left = BigInt(grant.budgetRemaining) + BigInt(grant.quote) - BigInt(cost);
+      fields["x-tollgate-budget-remaining"] = left.toString();
+    }
+    return fields;
+  };
 }

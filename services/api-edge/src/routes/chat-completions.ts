@@ -8,7 +8,7 @@ import { callerGone } from "../http/caller.js";
 import { bearerKey } from "../http/credentials.js";
 import { relayStream } from "../http/sse.js";
 import { chatRequestSchema, outputCapOf } from "../schemas/chat.js";
-import { authorizeRequest, moneyHeaders } from "./authorize.js";
+import { authorizeRequest, moneyHeaders, moneyOf } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /** Readable one-line description of the first validation problems. */
@@ -60,6 +60,7 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteCont
         reply,
         ctx.inference.streamComplete({ input, includeUsage }, { signal }),
         signal,
+        moneyOf(grant),
       );
     }
 

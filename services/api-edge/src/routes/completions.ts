@@ -5,7 +5,7 @@ import { callerGone } from "../http/caller.js";
 import { relayStream } from "../http/sse.js";
 import { completionRequestSchema } from "../schemas/completions.js";
 import { completionInput, idempotencyScope, parseAccountBody } from "./account-inference.js";
-import { authorizeRequest, moneyHeaders } from "./authorize.js";
+import { authorizeRequest, moneyHeaders, moneyOf } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -33,6 +33,7 @@ export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext)
         reply,
         ctx.inference.streamComplete({ input, includeUsage }, { signal }),
         signal,
+        moneyOf(grant),
       );
     }
     const res = await ctx.inference.complete({ input }, { signal });
