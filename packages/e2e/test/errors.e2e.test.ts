@@ -1,10 +1,8 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
-import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
-import { captureLogs } from "@tollgate/testkit/logs";
+import type { AllInOne } from "@tollgate/all-in-one";
+import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
+import type { LogCapture } from "@tollgate/testkit/logs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
 
 const KEYS = {
   good: "tg_test_good_0123456789abcdef0123",
@@ -57,32 +55,16 @@ accounts:
 describe("account door error contract (all-in-one, in process)", () => {
   let upstream: FakeUpstream;
   let gateway: AllInOne;
-  let dir: string;
-  const logs = captureLogs();
+  let running: ConfiguredGateway;
+  let logs: LogCapture;
 
   beforeAll(async () => {
-    upstream = await startFakeUpstream();
-    dir = mkdtempSync(join(tmpdir(), "tollgate-errors-"));
-    writeFileSync(join(dir, "tollgate.yaml"), config(upstream.url));
-    gateway = await startAllInOne(
-      {
-        host: "127.0.0.1",
-        port: 0,
-        configPath: join(dir, "tollgate.yaml"),
-        natsNamespace: "",
-        redisPrefix: "tollgate:",
-        logLevel: "info",
-        tempoDevnetPort: 0,
-        env: {},
-      },
-      logs.stream,
-    );
+    running = await startConfiguredGateway(config);
+    ({ gateway, upstream, logs } = running);
   });
 
   afterAll(async () => {
-    await gateway?.stop();
-    await upstream?.close();
-    rmSync(dir, { recursive: true, force: true });
+    await running?.stop();
   });
 
   const chat = (key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>

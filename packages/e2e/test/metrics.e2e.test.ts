@@ -1,9 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
-import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import type { AllInOne } from "@tollgate/all-in-one";
 import {
   type NatsFixture,
   type RedisFixture,
@@ -11,10 +7,10 @@ import {
   useNats,
   useRedis,
 } from "@tollgate/testkit/fixtures";
-import { captureLogs } from "@tollgate/testkit/logs";
 import { type Stack, startStack } from "@tollgate/testkit/stack";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
 
 /** One sample of the text exposition: `name{labels} value`. */
 interface Sample {
@@ -240,18 +236,14 @@ describe("Prometheus /metrics on every service of the multi-process stack", () =
 
 describe("one merged /metrics for the all-in-one process", () => {
   const key = `tg_test_metrics_${randomBytes(8).toString("hex")}`;
-  let upstream: FakeUpstream;
   let gateway: AllInOne;
-  let dir: string;
+  let running: ConfiguredGateway;
 
   beforeAll(async () => {
     // 10 tokens a second, so the caller can cut the stream long before it ends.
-    upstream = await startFakeUpstream({ tokensPerSecond: 10, outputTokens: 40 });
-    dir = mkdtempSync(join(tmpdir(), "tollgate-metrics-"));
-    writeFileSync(
-      join(dir, "tollgate.yaml"),
-      `
-upstreams: [{ id: fake, baseUrl: "${upstream.url}" }]
+    running = await startConfiguredGateway(
+      (url) => `
+upstreams: [{ id: fake, baseUrl: "${url}" }]
 models:
   - { id: m, upstream: fake, upstreamModel: fake-small, runtime: vllm, pricing: { inputPerMillion: 1000000, outputPerMillion: 3000000 } }
 accounts:
@@ -259,28 +251,16 @@ accounts:
     connections:
       - { id: conn, models: [m], defaultModel: m, keys: [{ id: k, secret: ${key} }] }
 `,
-    );
-    gateway = await startAllInOne(
       {
-        host: "127.0.0.1",
-        port: 0,
-        configPath: join(dir, "tollgate.yaml"),
-        natsNamespace: "",
-        redisPrefix: "tollgate:",
-        logLevel: "info",
-        tempoDevnetPort: 0,
-        metricsHost: "127.0.0.1",
+        upstream: { tokensPerSecond: 10, outputTokens: 40 },
         metricsPort: 0,
-        env: {},
       },
-      captureLogs().stream,
     );
+    ({ gateway } = running);
   });
 
   afterAll(async () => {
-    await gateway?.stop();
-    await upstream?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    await running?.stop();
   });
 
   it("serves every service's metrics once, and a stream the caller cut as 499, cancelled and closed", async () => {

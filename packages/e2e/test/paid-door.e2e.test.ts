@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,7 +6,8 @@ import { connect } from "@nats-io/transport-node";
 import { natsNames } from "@tollgate/proto/subjects";
 import { startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { freePort, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
-import { DEMO_CONFIG, REPO_ROOT, startStack } from "@tollgate/testkit/stack";
+import { DEMO_CONFIG, startStack } from "@tollgate/testkit/stack";
+import { type SpawnedGateway, spawnAllInOne } from "./gateways.js";
 import type { PaidTarget } from "./paid-door-kit.js";
 import { describePaidDoor } from "./paid-door-scenarios.js";
 
@@ -25,65 +25,29 @@ async function startAllInOneProcess(): Promise<PaidTarget> {
     configPath,
     readFileSync(DEMO_CONFIG, "utf8").replace("http://127.0.0.1:18000/v1", upstream.url),
   );
-  const port = await freePort();
-  let devnetPort = await freePort();
-  while (devnetPort === port) devnetPort = await freePort();
-  const child = spawn(
-    process.execPath,
-    ["--import", "tsx", join(REPO_ROOT, "packages/all-in-one/src/main.ts")],
-    {
-      cwd: REPO_ROOT,
-      env: {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
-        PORT: String(port),
-        TEMPO_DEVNET_PORT: String(devnetPort),
-        TOLLGATE_CONFIG: configPath,
-        // A free metrics port, so parallel runs never meet on the default 9090.
-        METRICS_PORT: "0",
-      },
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
-  let stdout = "";
-  let stderr = "";
-  child.stdout.on("data", (c: Buffer) => {
-    stdout += c.toString("utf8");
-  });
-  child.stderr.on("data", (c: Buffer) => {
-    stderr += c.toString("utf8");
-  });
+  const devnetPort = await freePort();
+  let gateway: SpawnedGateway;
+  try {
+    gateway = await spawnAllInOne({ TEMPO_DEVNET_PORT: String(devnetPort), TOLLGATE_CONFIG: configPath });
+  } catch (err) {
+    await upstream.close();
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-        child.once("exit", () => {
-          clearTimeout(timer);
-          resolve();
-        });
-        child.kill("SIGTERM");
-      });
-    }
+    await gateway.stop();
     await upstream.close();
     rmSync(dir, { recursive: true, force: true });
   };
-  const deadline = Date.now() + 30_000;
-  while (!stderr.includes("Tollgate is running on")) {
-    if (child.exitCode !== null || Date.now() > deadline) {
-      await stop();
-      throw new Error(`all-in-one did not start:\n${stderr}\n${stdout}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
   const completions = () =>
     upstream.requests.filter((r) => r.method === "POST" && r.path === "/v1/chat/completions").length;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://127.0.0.1:${gateway.port}`,
     rpcUrl: `http://127.0.0.1:${devnetPort}`,
     modelRuns: async () => completions(),
     // Logs go to stdout; the banner (the demo key, on purpose) goes to stderr, and it must not
     // carry payment material either.
-    logs: () => `${stdout}\n${stderr}`,
+    logs: () => `${gateway.stdout()}\n${gateway.stderr()}`,
     stop,
   };
 }

@@ -1,14 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
+import type { AllInOne } from "@tollgate/all-in-one";
 import { costOf } from "@tollgate/config";
 import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { MeteringService } from "@tollgate/proto/metering";
-import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
-import { captureLogs } from "@tollgate/testkit/logs";
+import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
 
 const KEY = "tg_test_streams_0123456789abcdef";
 const PRICES = { inputPerMillion: 1_000_000n, outputPerMillion: 3_000_000n };
@@ -20,17 +17,14 @@ const PRICES = { inputPerMillion: 1_000_000n, outputPerMillion: 3_000_000n };
 describe("stream billing (all-in-one, in process)", () => {
   let upstream: FakeUpstream;
   let gateway: AllInOne;
+  let running: ConfiguredGateway;
   let metering: Client<MethodsOf<typeof MeteringService>>;
-  let dir: string;
 
   beforeAll(async () => {
     // 10 tokens a second: the caller's abort reaches the upstream long before the next token.
-    upstream = await startFakeUpstream({ tokensPerSecond: 10, outputTokens: 40 });
-    dir = mkdtempSync(join(tmpdir(), "tollgate-streams-"));
-    writeFileSync(
-      join(dir, "tollgate.yaml"),
-      `
-upstreams: [{ id: fake, baseUrl: "${upstream.url}" }]
+    running = await startConfiguredGateway(
+      (url) => `
+upstreams: [{ id: fake, baseUrl: "${url}" }]
 models:
   - { id: m, upstream: fake, upstreamModel: fake-small, runtime: vllm, pricing: { inputPerMillion: 1000000, outputPerMillion: 3000000 } }
 accounts:
@@ -38,28 +32,17 @@ accounts:
     connections:
       - { id: conn, models: [m], defaultModel: m, keys: [{ id: k, secret: ${KEY} }] }
 `,
-    );
-    gateway = await startAllInOne(
       {
-        host: "127.0.0.1",
-        port: 0,
-        configPath: join(dir, "tollgate.yaml"),
-        natsNamespace: "",
-        redisPrefix: "tollgate:",
-        logLevel: "info",
-        tempoDevnetPort: 0,
-        env: {},
+        upstream: { tokensPerSecond: 10, outputTokens: 40 },
       },
-      captureLogs().stream,
     );
+    ({ gateway, upstream } = running);
     metering = createClient(MeteringService, gateway.meteringAddr);
   });
 
   afterAll(async () => {
     metering?.$close();
-    await gateway?.stop();
-    await upstream?.close();
-    rmSync(dir, { recursive: true, force: true });
+    await running?.stop();
   });
 
   async function usage(expectedRequests: bigint) {

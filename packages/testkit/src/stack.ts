@@ -32,6 +32,11 @@ export interface StackOptions {
   upstreamPort?: number;
   /** Port of the Tempo devnet (default: a free one). */
   devnetPort?: number;
+  /**
+   * Extra environment of the fake upstream (FAKE_TTFT_MS, FAKE_TOKENS_PER_SECOND,
+   * FAKE_OUTPUT_TOKENS, ...; see src/bin/fake-upstream.ts), e.g. to make streams slow.
+   */
+  upstreamEnv?: Record<string, string>;
   /** Fixed gRPC ports (default: free ones). */
   grpcPorts?: { auth: number; metering: number; payment: number; routers: number[] };
   /**
@@ -245,6 +250,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     for (let i = 0; i < edgeCount; i++) metricsPorts.edges.push(await metricsPort());
     await Promise.all([
       launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
+        ...opts.upstreamEnv,
         PORT: String(upstreamPort),
         HOST: "127.0.0.1",
       }),

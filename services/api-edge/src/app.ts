@@ -14,6 +14,7 @@ import { type AdminServer, type AdminServerOptions, startAdminServer } from "./a
 import { EdgeError } from "./domain/errors.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
+import { acceptJsonOnly } from "./http/json-body.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
@@ -87,24 +88,17 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     keepAliveTimeout: 65_000,
   });
 
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body: Buffer, done) => {
-    req.rawBody = body;
-    try {
-      done(null, JSON.parse(body.toString("utf8")));
-    } catch {
-      done(new EdgeError("invalid_json", "the request body is not valid JSON"), undefined);
-    }
-  });
-  app.addContentTypeParser("*", (_req, _payload, done) =>
-    done(
-      new EdgeError("unsupported_media_type", "send the body as Content-Type: application/json"),
-      undefined,
-    ),
-  );
+  acceptJsonOnly(app, (code, message) => new EdgeError(code, message));
 
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
+    // While draining, close a caller's kept-alive connection once its response is sent: left
+    // idle, it would hold app.close() (and so the exit) until the caller drops it, which a proxy
+    // may never do before the shutdown timeout. Connections already idle are closed by close().
+    const socket = req.raw.socket;
+    reply.raw.once("finish", () => {
+      if (draining) socket.end();
+    });
   });
   const registry = deps.metrics ?? createMetrics("api-edge");
   const metrics = edgeMetrics(registry);

@@ -4,6 +4,7 @@ import type { Logger } from "@tollgate/kit/log";
 import type { AuthService } from "@tollgate/proto/auth";
 import { MeteringService } from "@tollgate/proto/metering";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import { acceptJsonOnly } from "../http/json-body.js";
 import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
 import {
   accountJson,
@@ -72,21 +73,7 @@ export function buildAdminApp(deps: {
     return503OnClosing: true,
   });
 
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body: string, done) => {
-    if (body.trim() === "") return done(null, undefined);
-    try {
-      done(null, JSON.parse(body));
-    } catch {
-      done(new AdminError("invalid_json", "the request body is not valid JSON"), undefined);
-    }
-  });
-  app.addContentTypeParser("*", (_req, _payload, done) =>
-    done(
-      new AdminError("unsupported_media_type", "send the body as Content-Type: application/json"),
-      undefined,
-    ),
-  );
+  acceptJsonOnly(app, (code, message) => new AdminError(code, message));
 
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);

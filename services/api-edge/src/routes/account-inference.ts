@@ -8,8 +8,15 @@ import { type ChatAnswer, readChatAnswer, type TokenUsage } from "../domain/chat
 import { EdgeError } from "../domain/errors.js";
 import { bearerKey } from "../http/credentials.js";
 import { authorizeRequest } from "./authorize.js";
-import { describeInvalid } from "./chat-completions.js";
 import type { AccountRouteContext } from "./context.js";
+
+/** Readable one-line description of the first validation problems. */
+export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
+  return issues
+    .slice(0, 3)
+    .map((i) => `${i.path.map(String).join(".") || "body"}: ${i.message}`)
+    .join("; ");
+}
 
 /**
  * Validates an account-door body. The key is checked first, so a bad key gets its 401 (and a

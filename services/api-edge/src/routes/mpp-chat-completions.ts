@@ -6,7 +6,7 @@ import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
 import { type HttpError, problemBody, toHttpError } from "../http/errors.js";
 import { outputCapOf, type PaidChatRequest, paidChatRequestSchema } from "../schemas/chat.js";
-import { describeInvalid } from "./chat-completions.js";
+import { describeInvalid } from "./account-inference.js";
 import type { RouteContext } from "./context.js";
 
 const PATH = "/v1/mpp/chat/completions";
