@@ -239,7 +239,13 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
 
 /** Creates a gRPC server. */
 export function createServer(): grpc.Server {
-  return new grpc.Server({ ...CHANNEL_OPTIONS, "grpc.http2.min_ping_interval_without_data_ms": 10_000 });
+  return new grpc.Server({
+    ...CHANNEL_OPTIONS,
+    "grpc.http2.min_ping_interval_without_data_ms": 10_000,
+    // Clients re-resolve DNS only when a connection ends: ending each after five minutes lets
+    // replicas added by a scale-up receive calls. The grace is unlimited, so no call is cut.
+    "grpc.max_connection_age_ms": 5 * 60_000,
+  });
 }
 
 /** Binds `server` to host:port (port 0 picks a free one) and resolves to the bound port. */
