@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 NPM_STAMP := node_modules/.package-lock.json
 
-.PHONY: help install start gen gen-check lint format typecheck test test-unit test-int up down check
+.PHONY: help install start gen gen-check lint format typecheck test test-unit test-int up down check helm-lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -42,12 +42,19 @@ test-unit: install ## unit tests (no network)
 test-int: install ## integration and end-to-end tests on real NATS and Redis
 	npx vitest run --project integration
 
-test: gen-check lint typecheck test-unit test-int ## everything CI runs
+test: gen-check lint typecheck helm-lint test-unit test-int ## everything CI runs
 
 check: test ## alias of test
+
+helm-lint: ## Helm chart: lint --strict, render and validate offline (kubeconform) every deploy/values and ci values file
+	bash deploy/tools/helm-lint.sh
 
 up: install ## start the multi-process stack on local NATS and Redis (two inference-routers)
 	npx tsx deploy/local/up.ts
 
 down: ## stop the stack started by `make up`
 	npx tsx deploy/local/down.ts
+
+.PHONY: bench
+bench: install ## overhead benchmark: direct vs through Tollgate (all-in-one and stack); tables + bench/results/*.json
+	npx tsx bench/run.ts

@@ -71,7 +71,10 @@ describeAccountDoor(
         "metering",
         "mpp-payment",
       ]);
-      for (const p of grpcServices) expect(await checkGrpcHealth(`127.0.0.1:${p.port}`)).toBe("SERVING");
+      for (const p of grpcServices) {
+        expect(await checkGrpcHealth(`127.0.0.1:${p.port}`)).toBe("SERVING");
+        expect(await checkGrpcHealth(`127.0.0.1:${p.port}`, "liveness")).toBe("SERVING");
+      }
       expect((await fetch(`${target().url}/readyz`)).status).toBe(200);
     });
 

@@ -9,6 +9,9 @@ export interface HealthCheck {
   check(): Promise<void>;
 }
 
+/** grpc.health.v1 service name that reports liveness (always SERVING while the process runs). */
+export const LIVENESS_SERVICE = "liveness";
+
 /** A readiness report: ready only when started, not draining, and every check passes. */
 export interface HealthReport {
   ready: boolean;
@@ -61,7 +64,9 @@ export class Health {
 
   /** Serves grpc.health.v1 on `server` for "" and each named service, refreshed every 2 s. */
   addToGrpcServer(server: grpc.Server, serviceNames: readonly string[]): void {
-    this.#grpc = new HealthImplementation({ "": "NOT_SERVING" });
+    // "liveness" answers SERVING while the process can answer at all: a Redis or NATS outage
+    // makes the service not ready, never a restart loop (Kubernetes probes ask for it by name).
+    this.#grpc = new HealthImplementation({ "": "NOT_SERVING", [LIVENESS_SERVICE]: "SERVING" });
     this.#services = ["", ...serviceNames];
     this.#grpc.addToServer(server);
     this.#timer = setInterval(() => void this.#publish(), 2_000);

@@ -1,0 +1,103 @@
+#!/usr/bin/env node
+// Bundles one service's src/main.ts, with its workspace packages and every third-party
+// dependency, into one ES module, services/<name>/dist/main.mjs, plus the few data files a
+// dependency reads at run time (dist/assets/). The image's runtime stage runs that file with
+// plain `node`: no tsx, no TypeScript, no node_modules.
+//
+// Usage: node deploy/build/bundle.mjs [service-dir]   (default: the current directory, which is
+// what `npm run build --workspace services/<name>` gives).
+import { cpSync, existsSync, readFileSync, rmSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { dirname, join, relative, resolve, sep } from "node:path";
+import { build } from "esbuild";
+
+const dir = resolve(process.argv[2] ?? process.cwd());
+const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+const outdir = join(dir, "dist");
+const outfile = join(outdir, "main.mjs");
+
+// Data files that bundled dependencies read from their own folder at run time, relative to a
+// node_modules folder. grpc-health-check loads its .proto when imported (kit/health.ts).
+const ASSETS = ["grpc-health-check/proto"];
+
+/** Path below the last node_modules folder, with forward slashes: "grpc-health-check/build/src/health.js". */
+function inNodeModules(path) {
+  const marker = `${sep}node_modules${sep}`;
+  const at = path.lastIndexOf(marker);
+  return at < 0
+    ? undefined
+    : path
+        .slice(at + marker.length)
+        .split(sep)
+        .join("/");
+}
+
+// A CommonJS file that uses __dirname or __filename gets them pointed at its copy under
+// dist/assets/, so `${__dirname}/../../proto` still finds the data listed in ASSETS. The
+// declaration goes after any leading comments and "use strict", which must stay first.
+const PROLOGUE = /^(?:\s|\/\/[^\n]*\n|\/\*[\s\S]*?\*\/)*(?:(["'])use strict\1;?)?/;
+const dirnamePlugin = {
+  name: "tollgate-dirname",
+  setup(b) {
+    b.onLoad({ filter: /[\\/]node_modules[\\/].*\.c?js$/ }, async (args) => {
+      const text = await readFile(args.path, "utf8");
+      if (!/\b__(?:dirname|filename)\b/.test(text)) return undefined;
+      if (/\b(?:var|let|const|function)\s+__(?:dirname|filename)\b/.test(text)) return undefined;
+      const rel = inNodeModules(args.path);
+      if (rel === undefined) return undefined;
+      const decl =
+        `var __dirname = __tollgateAssets + ${JSON.stringify(`/${rel.slice(0, rel.lastIndexOf("/"))}`)},` +
+        ` __filename = __tollgateAssets + ${JSON.stringify(`/${rel}`)};`;
+      const head = PROLOGUE.exec(text)?.[0] ?? "";
+      return {
+        contents: `${head};${decl}${text.slice(head.length)}`,
+        loader: "js",
+        resolveDir: dirname(args.path),
+      };
+    });
+  },
+};
+
+rmSync(join(outdir, "assets"), { recursive: true, force: true });
+const result = await build({
+  entryPoints: [join(dir, "src", "main.ts")],
+  outfile,
+  bundle: true,
+  platform: "node",
+  target: "node20",
+  format: "esm",
+  // CommonJS dependencies call require() for Node built-ins: give the ES module one; and the
+  // folder the data files sit in.
+  banner: {
+    js: [
+      'import { createRequire as __tollgateCreateRequire } from "node:module";',
+      'import { fileURLToPath as __tollgateFileURLToPath } from "node:url";',
+      "const require = __tollgateCreateRequire(import.meta.url);",
+      'const __tollgateAssets = __tollgateFileURLToPath(new URL("./assets", import.meta.url));',
+    ].join(" "),
+  },
+  define: { "process.env.NODE_ENV": '"production"' },
+  plugins: [dirnamePlugin],
+  minifySyntax: true,
+  keepNames: true,
+  legalComments: "linked",
+  sourcemap: "linked",
+  logLevel: "warning",
+  metafile: true,
+});
+
+// Copy the data files of the dependencies that made it into the bundle.
+const bundled = new Set(
+  Object.keys(result.metafile.inputs).map((p) => inNodeModules(resolve(p))?.split("/")[0]),
+);
+for (const asset of ASSETS) {
+  if (!bundled.has(asset.split("/")[0])) continue;
+  const from = join(dir, "node_modules", asset);
+  const source = existsSync(from) ? from : join(dir, "..", "..", "node_modules", asset);
+  cpSync(source, join(outdir, "assets", asset), { recursive: true });
+}
+
+const bytes = Object.values(result.metafile.outputs).reduce((n, o) => n + o.bytes, 0);
+console.log(
+  `${pkg.name}: ${relative(process.cwd(), outfile) || outfile} (${(bytes / 1024 / 1024).toFixed(1)} MiB)`,
+);
