@@ -1,0 +1,372 @@
+import { PaidSession } from "@tollgate/agent-client";
+import { DEMO_PAYER_PRIVATE_KEY } from "@tollgate/testkit/tempo-devnet";
+import autocannon from "autocannon";
+import { type Exchange, send, streamOnce, timedFetch } from "./http.js";
+import { round, type Summary, summarize } from "./stats.js";
+
+/** A gateway under test and the fake upstream it is pointed at. */
+export interface Target {
+  mode: "all-in-one" | "stack";
+  /** Base URL of api-edge, e.g. http://127.0.0.1:8080. */
+  gatewayUrl: string;
+  /** Base URL of the fake upstream, ending in /v1. */
+  upstreamUrl: string;
+  /** The bench key: a connection with rate limits and a budget. */
+  key: string;
+  /** Tempo devnet JSON-RPC, for the paid door's open transaction. */
+  rpcUrl: string;
+}
+
+/** Opens a CPU accounting window for a load point; the returned function closes it. */
+export type CpuProbe = (loadPoint: string) => () => void;
+
+export interface Settings {
+  /** Seconds of each measured load point. */
+  duration: number;
+  /** Seconds of warm-up before each load point. */
+  warmup: number;
+  connections: number[];
+}
+
+/** One line of the results table. */
+export interface Row {
+  mode: string;
+  scenario: string;
+  /** direct (straight to the fake upstream), through (Tollgate), paid, account. */
+  side: "direct" | "through" | "account" | "paid" | "paid-total";
+  conns: number;
+  reqPerSec: number | null;
+  p50: number;
+  p99: number;
+  mean: number;
+  count: number;
+  non2xx: number;
+  errors: number;
+  /** This row minus `vs` (ms), at p50 and p99. */
+  overheadP50: number | null;
+  overheadP99: number | null;
+  vs: string | null;
+  statusCodes: Record<string, number>;
+}
+
+const PROMPT = "Say hello to the benchmark";
+const MAX_TOKENS = 16;
+
+export const bodies = {
+  direct: (extra: Record<string, unknown> = {}) =>
+    JSON.stringify({
+      model: "fake-small",
+      max_tokens: MAX_TOKENS,
+      messages: [{ role: "user", content: PROMPT }],
+      ...extra,
+    }),
+  through: (extra: Record<string, unknown> = {}) =>
+    JSON.stringify({
+      model: "tollgate-mini",
+      max_tokens: MAX_TOKENS,
+      messages: [{ role: "user", content: PROMPT }],
+      ...extra,
+    }),
+  paid: () => ({
+    plan: "Starter",
+    model_optimization: true,
+    max_tokens: MAX_TOKENS,
+    messages: [{ role: "user", content: PROMPT }],
+  }),
+};
+
+const progress = (msg: string) => process.stderr.write(`  ${msg}\n`);
+
+interface Measured {
+  reqPerSec: number;
+  latency: Summary;
+  non2xx: number;
+  errors: number;
+  statusCodes: Record<string, number>;
+}
+
+/** One autocannon load point; latencies come from its per-response times (sub-millisecond). */
+async function cannon(
+  url: string,
+  body: string,
+  headers: Record<string, string>,
+  connections: number,
+  seconds: number,
+): Promise<Measured> {
+  const latencies: number[] = [];
+  const statusCodes: Record<string, number> = {};
+  let ok = 0;
+  let non2xx = 0;
+  const instance = autocannon({
+    url,
+    method: "POST",
+    body,
+    headers: { "content-type": "application/json", ...headers },
+    connections,
+    duration: seconds,
+    timeout: 10,
+  });
+  instance.on("response", (_client: unknown, status: number, _bytes: number, ms: number) => {
+    statusCodes[status] = (statusCodes[status] ?? 0) + 1;
+    if (status >= 200 && status < 300) {
+      ok++;
+      latencies.push(ms);
+    } else non2xx++;
+  });
+  const result = await instance;
+  return {
+    reqPerSec: ok / result.duration,
+    latency: summarize(latencies),
+    non2xx,
+    errors: result.errors + result.timeouts,
+    statusCodes,
+  };
+}
+
+function row(
+  mode: string,
+  scenario: string,
+  side: Row["side"],
+  conns: number,
+  m: Measured,
+  baseline?: { name: string; latency: Summary },
+): Row {
+  return {
+    mode,
+    scenario,
+    side,
+    conns,
+    reqPerSec: Number.isNaN(m.reqPerSec) ? null : round(m.reqPerSec),
+    p50: round(m.latency.p50),
+    p99: round(m.latency.p99),
+    mean: round(m.latency.mean),
+    count: m.latency.count,
+    non2xx: m.non2xx,
+    errors: m.errors,
+    overheadP50: baseline ? round(m.latency.p50 - baseline.latency.p50) : null,
+    overheadP99: baseline ? round(m.latency.p99 - baseline.latency.p99) : null,
+    vs: baseline?.name ?? null,
+    statusCodes: m.statusCodes,
+  };
+}
+
+/** One request each way, so a broken setup fails before minutes of load; returns what it saw. */
+export async function sanityCheck(t: Target): Promise<Record<string, string>> {
+  const direct = await send(`${t.upstreamUrl}/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: bodies.direct(),
+  });
+  if (direct.status !== 200) throw new Error(`direct request answered ${direct.status}: ${direct.body}`);
+  const through = await send(`${t.gatewayUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${t.key}` },
+    body: bodies.through(),
+  });
+  if (through.status !== 200) throw new Error(`gateway answered ${through.status}: ${through.body}`);
+  const h = through.headers;
+  const seen = {
+    "x-tollgate-cost": String(h["x-tollgate-cost"] ?? "(none)"),
+    "ratelimit-limit": String(h["ratelimit-limit"] ?? "(none)"),
+    "ratelimit-remaining": String(h["ratelimit-remaining"] ?? "(none)"),
+  };
+  if (seen["ratelimit-limit"] === "(none)") throw new Error("the bench key's rate limit is not applied");
+  return seen;
+}
+
+/** Account door, buffered chat: direct then through at each connection count. */
+export async function buffered(t: Target, s: Settings, probe?: CpuProbe): Promise<Row[]> {
+  const rows: Row[] = [];
+  const directUrl = `${t.upstreamUrl}/chat/completions`;
+  const throughUrl = `${t.gatewayUrl}/v1/chat/completions`;
+  const auth = { authorization: `Bearer ${t.key}` };
+  // The gateway's JIT and connection pools warm up once before the first load point.
+  progress("warm-up: 3 s through the gateway at 10 connections");
+  await cannon(throughUrl, bodies.through(), auth, 10, 3);
+  for (const c of s.connections) {
+    await cannon(directUrl, bodies.direct(), {}, c, s.warmup);
+    let done = probe?.(`direct ${c} conn`);
+    const d = await cannon(directUrl, bodies.direct(), {}, c, s.duration);
+    done?.();
+    await cannon(throughUrl, bodies.through(), auth, c, s.warmup);
+    done = probe?.(`through ${c} conn`);
+    const th = await cannon(throughUrl, bodies.through(), auth, c, s.duration);
+    done?.();
+    rows.push(row("direct", "buffered chat", "direct", c, d));
+    rows.push(row(t.mode, "buffered chat", "through", c, th, { name: "direct", latency: d.latency }));
+    progress(
+      `buffered ${c} conn: direct ${Math.round(d.reqPerSec)} req/s p50 ${round(d.latency.p50)} ms; ` +
+        `through ${Math.round(th.reqPerSec)} req/s p50 ${round(th.latency.p50)} ms` +
+        (th.non2xx + th.errors > 0 ? ` (${th.non2xx} non-2xx, ${th.errors} errors)` : ""),
+    );
+  }
+  return rows;
+}
+
+interface StreamMeasured {
+  ttft: Measured;
+  gaps: Measured;
+}
+
+async function streams(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  seconds: number,
+): Promise<StreamMeasured> {
+  const ttfts: number[] = [];
+  const gaps: number[] = [];
+  const statusCodes: Record<string, number> = {};
+  let non2xx = 0;
+  let errors = 0;
+  const started = performance.now();
+  const deadline = started + seconds * 1000;
+  while (performance.now() < deadline) {
+    try {
+      const r = await streamOnce(url, { "content-type": "application/json", ...headers }, body);
+      statusCodes[r.status] = (statusCodes[r.status] ?? 0) + 1;
+      if (r.status < 200 || r.status >= 300) non2xx++;
+      else if (!r.done || r.contentChunks === 0) errors++;
+      else {
+        ttfts.push(r.ttftMs);
+        gaps.push(...r.gaps);
+      }
+    } catch {
+      errors++;
+    }
+  }
+  const elapsed = (performance.now() - started) / 1000;
+  return {
+    ttft: { reqPerSec: ttfts.length / elapsed, latency: summarize(ttfts), non2xx, errors, statusCodes },
+    gaps: { reqPerSec: Number.NaN, latency: summarize(gaps), non2xx: 0, errors: 0, statusCodes: {} },
+  };
+}
+
+/** Account door streaming, one stream at a time: time to first token and the gap between chunks. */
+export async function streaming(t: Target, s: Settings): Promise<Row[]> {
+  const directUrl = `${t.upstreamUrl}/chat/completions`;
+  const throughUrl = `${t.gatewayUrl}/v1/chat/completions`;
+  const auth = { authorization: `Bearer ${t.key}` };
+  const stream = { stream: true };
+  await streams(directUrl, {}, bodies.direct(stream), s.warmup);
+  const d = await streams(directUrl, {}, bodies.direct(stream), s.duration);
+  await streams(throughUrl, auth, bodies.through(stream), s.warmup);
+  const th = await streams(throughUrl, auth, bodies.through(stream), s.duration);
+  progress(
+    `stream: TTFT p50 direct ${round(d.ttft.latency.p50)} ms, through ${round(th.ttft.latency.p50)} ms; ` +
+      `chunk gap p50 direct ${round(d.gaps.latency.p50)} ms, through ${round(th.gaps.latency.p50)} ms`,
+  );
+  return [
+    row("direct", "stream: TTFT", "direct", 1, d.ttft),
+    row(t.mode, "stream: TTFT", "through", 1, th.ttft, { name: "direct", latency: d.ttft.latency }),
+    row("direct", "stream: chunk gap", "direct", 1, d.gaps),
+    row(t.mode, "stream: chunk gap", "through", 1, th.gaps, { name: "direct", latency: d.gaps.latency }),
+  ];
+}
+
+/**
+ * Paid door with voucher reuse: PaidSession opens a channel, then sequential paid requests
+ * (each: the unpaid 402 round trip, then the paid retry carrying the reused voucher) alternate
+ * with account-door requests of the same prompt over the same node:http client.
+ */
+export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
+  // The latest exchange of each leg, set by the fetch PaidSession uses.
+  const last: { paid?: Exchange | undefined; unpaid?: Exchange | undefined } = {};
+  const forget = () => {
+    last.paid = undefined;
+    last.unpaid = undefined;
+  };
+  const session = new PaidSession({
+    url: t.gatewayUrl,
+    privateKey: DEMO_PAYER_PRIVATE_KEY,
+    rpcUrl: t.rpcUrl,
+    maxDeposit: 50_000_000n,
+    fetch: timedFetch((e) => {
+      if (e.paid) last.paid = e;
+      else last.unpaid = e;
+    }),
+  });
+  const opened = await session.chat(bodies.paid());
+  if (opened.voucher !== "opened") throw new Error(`the first paid request did not open a channel`);
+  const accountUrl = `${t.gatewayUrl}/v1/chat/completions`;
+  const account = () =>
+    send(accountUrl, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${t.key}` },
+      body: bodies.through(),
+    });
+
+  const paidLeg: number[] = [];
+  const paidTotal: number[] = [];
+  const accountMs: number[] = [];
+  const paidCodes: Record<string, number> = {};
+  const accountCodes: Record<string, number> = {};
+  let paidFailures = 0;
+  let accountNon2xx = 0;
+  let notReused = 0;
+  const run = async (seconds: number, record: boolean) => {
+    const deadline = performance.now() + seconds * 1000;
+    // Bounded by time and by count.
+    for (let i = 0; i < 5_000 && performance.now() < deadline; i++) {
+      forget();
+      try {
+        const r = await session.chat(bodies.paid());
+        const reused = r.voucher === "reused" && r.attempts.length === 1;
+        if (record) {
+          paidCodes[r.status] = (paidCodes[r.status] ?? 0) + 1;
+          if (!reused) notReused++;
+          else if (last.paid && last.unpaid) {
+            paidLeg.push(last.paid.ms);
+            paidTotal.push(last.paid.ms + last.unpaid.ms);
+          }
+        }
+      } catch (err) {
+        if (record) {
+          paidFailures++;
+          const status = (err as { details?: { status?: number } }).details?.status ?? "error";
+          paidCodes[status] = (paidCodes[status] ?? 0) + 1;
+        }
+      }
+      const a = await account();
+      if (record) {
+        accountCodes[a.status] = (accountCodes[a.status] ?? 0) + 1;
+        if (a.status === 200) accountMs.push(a.ms);
+        else accountNon2xx++;
+      }
+    }
+  };
+  await run(s.warmup, false);
+  await run(s.duration, true);
+  await session.close().catch((err: unknown) => progress(`paid session close failed: ${String(err)}`));
+
+  const acc: Measured = {
+    reqPerSec: Number.NaN,
+    latency: summarize(accountMs),
+    non2xx: accountNon2xx,
+    errors: 0,
+    statusCodes: accountCodes,
+  };
+  const paid: Measured = {
+    reqPerSec: Number.NaN,
+    latency: summarize(paidLeg),
+    non2xx: paidFailures,
+    errors: notReused,
+    statusCodes: paidCodes,
+  };
+  const total: Measured = { ...paid, latency: summarize(paidTotal) };
+  progress(
+    `paid door: paid leg p50 ${round(paid.latency.p50)} ms, 402+paid p50 ${round(total.latency.p50)} ms, ` +
+      `account p50 ${round(acc.latency.p50)} ms (${paidLeg.length} paid, ${accountMs.length} account)`,
+  );
+  return [
+    row(t.mode, "paid door: account request", "account", 1, acc),
+    row(t.mode, "paid door: paid request (reused voucher)", "paid", 1, paid, {
+      name: "account",
+      latency: acc.latency,
+    }),
+    row(t.mode, "paid door: 402 + paid request", "paid-total", 1, total, {
+      name: "account",
+      latency: acc.latency,
+    }),
+  ];
+}

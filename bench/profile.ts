@@ -1,0 +1,251 @@
+// CPU profile of one Tollgate process under the bench load (issue 7, "profile what the figures show"):
+//
+//   PROFILE_TARGET=api-edge npx tsx bench/profile.ts
+//
+// PROFILE_TARGET: api-edge (default), auth-policy, inference-router, metering, mpp-payment (one
+// process of the multi-process stack, restarted in place with `node --cpu-prof`), or all-in-one.
+// Buffered account-door chat at PROFILE_CONNECTIONS (10) for PROFILE_SECONDS (10, at most 30)
+// after a 3 s warm-up; PROFILE_DOOR=paid drives the paid door instead (sequential PaidSession
+// requests reusing one voucher, for mpp-payment). Prints the top self-time frames and areas of the load window only, and
+// keeps the .cpuprofile (open it in Chrome DevTools) under bench/results/profiles/.
+
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { join, relative } from "node:path";
+import { PaidSession } from "@tollgate/agent-client";
+import { REPO_ROOT } from "@tollgate/testkit/stack";
+import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/testkit/tempo-devnet";
+import autocannon from "autocannon";
+import { timedFetch } from "./lib/http.js";
+import { spawnScript, stopChild, waitForPort, waitForReady } from "./lib/procs.js";
+import { bodies } from "./lib/scenarios.js";
+import { type Running, type RunningStack, startAllInOne, startBenchStack } from "./lib/targets.js";
+
+const TARGETS = ["api-edge", "auth-policy", "inference-router", "metering", "mpp-payment", "all-in-one"];
+const target = process.env["PROFILE_TARGET"] || "api-edge";
+if (!TARGETS.includes(target)) throw new Error(`PROFILE_TARGET is one of ${TARGETS.join(", ")}`);
+const seconds = Math.min(30, Number(process.env["PROFILE_SECONDS"] || 10));
+const connections = Math.min(200, Number(process.env["PROFILE_CONNECTIONS"] || 10));
+const door = process.env["PROFILE_DOOR"] || "account";
+if (door !== "account" && door !== "paid") throw new Error("PROFILE_DOOR is account or paid");
+
+const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+const resultsDir = join(REPO_ROOT, "bench/results");
+const logsDir = join(resultsDir, `logs-profile-${stamp}`);
+const profDir = join(logsDir, "cpuprof");
+mkdirSync(profDir, { recursive: true });
+const say = (msg: string) => process.stderr.write(`${msg}\n`);
+const nowUs = () => Number(process.hrtime.bigint() / 1000n);
+const CPU_PROF = ["--cpu-prof", "--cpu-prof-dir", profDir];
+
+/** Restarts one stack process in place (same port and settings) under `node --cpu-prof`. */
+async function profileInStack(s: RunningStack, name: string): Promise<() => Promise<void>> {
+  const proc = s.stack.processes.find((p) => p.name === name);
+  if (!proc) throw new Error(`no stack process ${name}`);
+  const port = (n: string) => s.stack.processes.find((p) => p.name === n)!.port;
+  const routers = s.stack.processes.filter((p) => p.name.startsWith("inference-router-"));
+  const common = {
+    TOLLGATE_CONFIG: s.configPath,
+    NATS_URL: s.natsUrl,
+    REDIS_URL: s.redisUrl,
+    NATS_NAMESPACE: s.namespace,
+    REDIS_PREFIX: `tollgate:${s.namespace}:`,
+    LOG_LEVEL: "info",
+    GRPC_HOST: "127.0.0.1",
+    METRICS_HOST: "127.0.0.1",
+    METRICS_PORT: "0",
+  };
+  const own: Record<string, Record<string, string>> = {
+    "api-edge": {
+      HOST: "127.0.0.1",
+      PORT: String(proc.port),
+      ADMIN_HOST: "127.0.0.1",
+      ADMIN_PORT: new URL(s.stack.adminUrls[0]!).port,
+      ADMIN_TOKEN: s.stack.adminToken,
+      AUTH_POLICY_ADDR: `127.0.0.1:${port("auth-policy")}`,
+      INFERENCE_ROUTER_ADDR: routers.map((r) => `127.0.0.1:${r.port}`).join(","),
+      MPP_PAYMENT_ADDR: `127.0.0.1:${port("mpp-payment")}`,
+      METERING_ADDR: `127.0.0.1:${port("metering")}`,
+    },
+    "auth-policy": { GRPC_PORT: String(proc.port) },
+    "inference-router-1": { GRPC_PORT: String(proc.port) },
+    metering: { GRPC_PORT: String(proc.port), AUTH_POLICY_ADDR: `127.0.0.1:${port("auth-policy")}` },
+    "mpp-payment": {
+      GRPC_PORT: String(proc.port),
+      TEMPO_RPC_URL: s.stack.tempoRpcUrl,
+      MPP_SECRET: randomBytes(32).toString("hex"),
+      MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
+    },
+  };
+  const script = name.startsWith("inference-router") ? "inference-router" : name;
+  await s.stack.stopProcess(name);
+  const child = spawnScript(
+    `services/${script}/src/main.ts`,
+    { ...common, ...own[name] },
+    join(logsDir, `${name}-profiled.log`),
+    CPU_PROF,
+  );
+  await waitForPort(proc.port);
+  if (name === "api-edge") await waitForReady(s.target.gatewayUrl);
+  say(`  ${name} restarted under --cpu-prof (pid ${child.pid})`);
+  return () => stopChild(child, 20_000);
+}
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface CpuProfile {
+  nodes: ProfileNode[];
+  startTime: number;
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Where a frame's code lives: a package, a service, node's internals, or V8's own buckets. */
+function area(url: string, fn: string): string {
+  if (!url) return fn.startsWith("(") ? fn : "(native)";
+  const path = url.replace(/^file:\/\//, "");
+  const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(path)?.[1];
+  if (pkg) return pkg;
+  if (path.startsWith("node:internal/")) return path.split("/").slice(0, 2).join("/");
+  if (path.startsWith("node:")) return path;
+  const rel = relative(REPO_ROOT, path);
+  return rel.startsWith("..") ? path : rel.split("/").slice(0, 2).join("/");
+}
+
+function analyse(file: string, fromUs: number, toUs: number): void {
+  const profile = JSON.parse(readFileSync(file, "utf8")) as CpuProfile;
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const keyOf = (node: ProfileNode) => {
+    const { functionName, url, lineNumber } = node.callFrame;
+    const where = url ? `${relative(REPO_ROOT, url.replace(/^file:\/\//, ""))}:${lineNumber + 1}` : "";
+    return `${functionName || "(anonymous)"} ${where}`.trim();
+  };
+  const self = new Map<string, number>();
+  // Inclusive time: each sample counts once for every distinct frame on its stack.
+  const inclusive = new Map<string, number>();
+  const areas = new Map<string, number>();
+  let t = profile.startTime;
+  let total = 0;
+  for (let i = 0; i < profile.samples.length; i++) {
+    t += profile.timeDeltas[i] ?? 0;
+    const delta = profile.timeDeltas[i + 1] ?? 0;
+    if (t < fromUs || t > toUs) continue;
+    const node = byId.get(profile.samples[i]!);
+    if (!node) continue;
+    const key = keyOf(node);
+    self.set(key, (self.get(key) ?? 0) + delta);
+    const seen = new Set<string>();
+    for (let id: number | undefined = node.id; id !== undefined; id = parent.get(id)) {
+      const k = keyOf(byId.get(id)!);
+      if (seen.has(k)) continue;
+      seen.add(k);
+      inclusive.set(k, (inclusive.get(k) ?? 0) + delta);
+    }
+    const { functionName, url } = node.callFrame;
+    const a = area(url, functionName);
+    areas.set(a, (areas.get(a) ?? 0) + delta);
+    total += delta;
+  }
+  const top = (m: Map<string, number>, n: number) =>
+    [...m.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(
+        ([k, v]) =>
+          `  ${((100 * v) / total).toFixed(1).padStart(5)} %  ${(v / 1000).toFixed(0).padStart(6)} ms  ${k}`,
+      )
+      .join("\n");
+  const idle = self.get("(idle)") ?? 0;
+  // Our own code (services/, packages/) by inclusive time: where a request's CPU goes.
+  const ours = new Map([...inclusive].filter(([k]) => / (services|packages)\//.test(k)));
+  process.stdout.write(
+    `\nCPU profile of ${target}, ${door} door, ${door === "paid" ? 1 : connections} connections, ${seconds} s window: ` +
+      `${(total / 1000).toFixed(0)} ms sampled, ${((100 * (total - idle)) / total).toFixed(1)} % busy\n` +
+      `\nTop self-time frames\n${top(self, 25)}\n\nBy area (package, service or V8 bucket)\n${top(areas, 15)}\n` +
+      `\nTollgate code by inclusive time (the frame and everything it calls)\n${top(ours, 20)}\n`,
+  );
+}
+
+async function main(): Promise<void> {
+  say(`profiling ${target}: ${door} door, ${door === "paid" ? 1 : connections} connections for ${seconds} s`);
+  let running: Running | undefined;
+  let stopProfiled: () => Promise<void> = async () => {};
+  try {
+    if (target === "all-in-one") {
+      const aio = await startAllInOne(logsDir, CPU_PROF);
+      running = aio;
+      // A graceful stop: the profile is written when the process exits.
+      stopProfiled = () => aio.stop();
+    } else {
+      const s = await startBenchStack(logsDir);
+      running = s;
+      stopProfiled = await profileInStack(s, target === "inference-router" ? "inference-router-1" : target);
+    }
+    const t = running.target;
+    let from: number;
+    let to: number;
+    if (door === "paid") {
+      const session = new PaidSession({
+        url: t.gatewayUrl,
+        privateKey: DEMO_PAYER_PRIVATE_KEY,
+        rpcUrl: t.rpcUrl,
+        maxDeposit: 50_000_000n,
+        fetch: timedFetch(() => {}),
+      });
+      const paidFor = async (s: number) => {
+        let n = 0;
+        const end = performance.now() + s * 1000;
+        for (; n < 20_000 && performance.now() < end; n++) await session.chat(bodies.paid());
+        return n;
+      };
+      await paidFor(3);
+      from = nowUs();
+      const n = await paidFor(seconds);
+      to = nowUs();
+      say(`  ${n} paid requests (${Math.round(n / seconds)} req/s), one connection`);
+    } else {
+      const opts = {
+        url: `${t.gatewayUrl}/v1/chat/completions`,
+        method: "POST",
+        body: bodies.through(),
+        headers: { "content-type": "application/json", authorization: `Bearer ${t.key}` },
+        connections,
+      };
+      await autocannon({ ...opts, duration: 3 });
+      from = nowUs();
+      const result = await autocannon({ ...opts, duration: seconds });
+      to = nowUs();
+      say(
+        `  ${result.requests.total} requests (${Math.round(result.requests.total / result.duration)} req/s), ` +
+          `${result.non2xx} non-2xx, ${result.errors} errors`,
+      );
+    }
+    await stopProfiled();
+    await running.stop();
+    running = undefined;
+    // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: the main thread is 0 (tsx's loader
+    // runs in a worker thread, which writes its own profile).
+    const file = readdirSync(profDir)
+      .filter((f) => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f))
+      .map((f) => join(profDir, f))
+      .at(-1);
+    if (!file) throw new Error("no .cpuprofile was written");
+    analyse(file, from, to);
+    const keep = join(resultsDir, "profiles");
+    mkdirSync(keep, { recursive: true });
+    const kept = join(keep, `${target}-${stamp}.cpuprofile`);
+    renameSync(file, kept);
+    say(`\nprofile kept: ${relative(REPO_ROOT, kept)}`);
+  } finally {
+    await stopProfiled().catch(() => {});
+    await running?.stop();
+    if (process.env["BENCH_KEEP_LOGS"] !== "1") rmSync(logsDir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,161 @@
+// `make bench`: Tollgate's overhead, side by side with the fake upstream it fronts (issue 7).
+//
+// For the all-in-one process and for the multi-process stack (real NATS and Redis, two
+// inference-routers, auth + rate limits + budgets + metering on), each scenario runs straight
+// to the fake upstream, then through Tollgate: buffered chat at 1/10/50 connections (autocannon),
+// streaming TTFT and chunk gaps, and the paid door with a reused voucher (node:http). It prints
+// the tables and the issue's targets, and writes bench/results/<timestamp>.json and latest.json.
+// Everything runs on 127.0.0.1, bounded in time: about three minutes with the defaults.
+//
+// Settings (environment): BENCH_DURATION (s per load point, 5), BENCH_WARMUP (s, 1),
+// BENCH_CONNECTIONS (1,10,50), BENCH_MODES (all-in-one,stack), BENCH_KEEP_LOGS=1 keeps the
+// processes' logs under bench/results/logs-<timestamp>/.
+
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, totalmem } from "node:os";
+import { join } from "node:path";
+import { REPO_ROOT } from "@tollgate/testkit/stack";
+import { type CpuRow, machineBusy, type RssRow, RssTracker } from "./lib/procs.js";
+import { cpuTables, evaluateTargets, resultsTable, rssTable, targetsList } from "./lib/report.js";
+import { buffered, paidDoor, type Row, type Settings, sanityCheck, streaming } from "./lib/scenarios.js";
+import { type Running, startAllInOne, startBenchStack, UPSTREAM_ENV } from "./lib/targets.js";
+
+function numberEnv(name: string, fallback: number, max: number): number {
+  const raw = process.env[name];
+  const v = raw === undefined || raw === "" ? fallback : Number(raw);
+  if (!Number.isFinite(v) || v <= 0 || v > max) throw new Error(`${name} must be a number in (0, ${max}]`);
+  return v;
+}
+
+const settings: Settings = {
+  duration: numberEnv("BENCH_DURATION", 5, 30),
+  warmup: numberEnv("BENCH_WARMUP", 1, 10),
+  connections: (process.env["BENCH_CONNECTIONS"] || "1,10,50").split(",").map((c) => {
+    const n = Number(c);
+    if (!Number.isInteger(n) || n < 1 || n > 200) throw new Error("BENCH_CONNECTIONS: whole numbers 1..200");
+    return n;
+  }),
+};
+const modes = (process.env["BENCH_MODES"] || "all-in-one,stack").split(",").map((m) => m.trim());
+for (const m of modes) if (m !== "all-in-one" && m !== "stack") throw new Error(`unknown mode ${m}`);
+
+const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+const resultsDir = join(REPO_ROOT, "bench/results");
+const logsDir = join(resultsDir, `logs-${stamp}`);
+mkdirSync(logsDir, { recursive: true });
+const say = (msg: string) => process.stderr.write(`${msg}\n`);
+const load = () =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
+
+const rows: Row[] = [];
+const rss: RssRow[] = [];
+const cpu: CpuRow[] = [];
+const checks: Record<string, Record<string, string>> = {};
+let running: Running | undefined;
+
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    say(`\n${signal}: stopping`);
+    (running?.stop() ?? Promise.resolve()).finally(() => process.exit(130));
+  });
+}
+
+async function measure(mode: "all-in-one" | "stack"): Promise<void> {
+  say(
+    mode === "all-in-one"
+      ? "\n== all-in-one process (in-memory store and bus, bundled Tempo devnet)"
+      : "\n== multi-process stack (NATS JetStream, Redis, 2 inference-routers, 1 api-edge)",
+  );
+  running = mode === "all-in-one" ? await startAllInOne(logsDir) : await startBenchStack(logsDir);
+  try {
+    const tracker = new RssTracker(mode);
+    for (const p of running.processes) tracker.track(p.name, p.pid, p.role, p.idleMb);
+    tracker.track("bench (load generator)", process.pid, "load");
+    tracker.start();
+    const target = running.target;
+    checks[mode] = await sanityCheck(target);
+    say(`  checks: ${JSON.stringify(checks[mode])}`);
+    const probe = (loadPoint: string) => tracker.cpuWindow(loadPoint);
+    rows.push(...(await buffered(target, settings, probe)));
+    rows.push(...(await streaming(target, settings)));
+    const paid = probe("paid door (seq.)");
+    rows.push(...(await paidDoor(target, settings)));
+    paid();
+    rss.push(...tracker.finish());
+    cpu.push(...tracker.cpu);
+  } finally {
+    await running.stop();
+    running = undefined;
+  }
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const loadBefore = load();
+  say(
+    `Tollgate bench: ${settings.duration} s per load point after ${settings.warmup} s warm-up, ` +
+      `connections ${settings.connections.join("/")}, modes ${modes.join(", ")}; ` +
+      `${cpus().length} cores, load average ${loadBefore}`,
+  );
+  const busyBefore = await machineBusy(2000);
+  say(`  machine busy before start: ${busyBefore.toFixed(0)} % of one core (2 s sample)`);
+  if (busyBefore > 20) say("  note: other processes are busy on this machine; the figures will be noisier");
+  for (const mode of modes) await measure(mode as "all-in-one" | "stack");
+
+  const targets = evaluateTargets(rows, rss, modes);
+  process.stdout.write(
+    [
+      "",
+      "Results (direct = straight to the fake upstream; overhead = the row − the row named in vs;",
+      "stream rows: req/s = streams/s, p50/p99 = TTFT or the gap between content chunks)",
+      resultsTable(rows),
+      "",
+      "Memory (MiB; idle = 1 s after ready, before any request; peak = VmHWM at the end)",
+      rssTable(rss),
+      "",
+      "CPU during each load point (% of one core; 2 cores in all)",
+      cpuTables(cpu),
+      "",
+      "Targets (issue 7)",
+      targetsList(targets),
+      "",
+    ].join("\n"),
+  );
+
+  const report = {
+    startedAt: new Date(started).toISOString(),
+    seconds: Math.round((Date.now() - started) / 1000),
+    machine: {
+      cpus: cpus().length,
+      cpu: cpus()[0]?.model,
+      memoryGiB: Math.round(totalmem() / 2 ** 30),
+      node: process.version,
+      loadAverageBefore: loadBefore,
+      busyPercentBefore: Math.round(busyBefore),
+      loadAverageAfter: load(),
+    },
+    settings: { ...settings, modes, upstream: UPSTREAM_ENV },
+    checks,
+    rows,
+    rss,
+    cpu,
+    targets,
+  };
+  const json = `${JSON.stringify(report, null, 2)}\n`;
+  writeFileSync(join(resultsDir, `${stamp}.json`), json);
+  writeFileSync(join(resultsDir, "latest.json"), json);
+  say(`wrote bench/results/${stamp}.json and bench/results/latest.json (${report.seconds} s)`);
+}
+
+try {
+  await main();
+} catch (err) {
+  say(`bench failed: ${(err as Error).stack ?? String(err)}`);
+  process.exitCode = 1;
+} finally {
+  if (process.env["BENCH_KEEP_LOGS"] !== "1" && process.exitCode !== 1)
+    rmSync(logsDir, { recursive: true, force: true });
+  else say(`logs kept in ${logsDir}`);
+}
