@@ -201,6 +201,21 @@ describe("Verify", () => {
       });
     expect((await verify(2n * UNIT)).acceptedCumulative).toBe(2n * UNIT);
     expect((await verify(2n * UNIT)).acceptedCumulative).toBe(2n * UNIT);
+    // The reused voucher skips re-verification only when byte-identical: the same amount signed
+    // by someone else is still refused.
+    const forged = {
+      ...(await payer.voucher(2n * UNIT)),
+      signature: await signVoucher(new TestPayer(PAYEE).account, payer.channelId, 2n * UNIT),
+    };
+    await rejects(
+      s.payments.verify({
+        authorization: payer.credential(issued.header, forged),
+        httpMethod: "POST",
+        path: PATH,
+        body: req.body,
+      }),
+      "mpp_payment_verification_failed",
+    );
     expect((await verify(3n * UNIT)).acceptedCumulative).toBe(3n * UNIT);
     await rejects(verify(2n * UNIT), "mpp_payment_verification_failed");
     // The open credential replayed is its voucher again: below the highest now.
