@@ -21,7 +21,7 @@ describe("stream billing (all-in-one, in process)", () => {
   let metering: Client<MethodsOf<typeof MeteringService>>;
 
   beforeAll(async () => {
-    // 10 tokens a second: the caller's abort reaches the upstream long before the next token.
+    // 4 tokens a second: the caller's abort reaches the upstream long before the next token, even on a busy machine.
     running = await startConfiguredGateway(
       (url) => `
 upstreams: [{ id: fake, baseUrl: "${url}" }]
@@ -33,7 +33,7 @@ accounts:
       - { id: conn, models: [m], defaultModel: m, keys: [{ id: k, secret: ${KEY} }] }
 `,
       {
-        upstream: { tokensPerSecond: 10, outputTokens: 40 },
+        upstream: { tokensPerSecond: 4, outputTokens: 40 },
       },
     );
     ({ gateway, upstream } = running);
@@ -72,7 +72,7 @@ accounts:
     const decoder = new TextDecoder();
     let text = "";
     let contentChunks = 0;
-    while (contentChunks < 5) {
+    while (contentChunks < 3) {
       const { value, done } = await reader.read();
       if (done) break;
       text += decoder.decode(value, { stream: true });
@@ -82,10 +82,10 @@ accounts:
     await reader.cancel().catch(() => {});
 
     const totals = await usage(1n);
-    // Give the upstream time to show it stopped: at 10 tokens/s it would have written more.
+    // Give the upstream time to show it stopped: at 4 tokens/s it would have written more.
     await new Promise((r) => setTimeout(r, 400));
     const produced = upstream.requests.at(-1)?.tokensWritten ?? -1;
-    expect(produced).toBeGreaterThanOrEqual(5);
+    expect(produced).toBeGreaterThanOrEqual(3);
     expect(produced).toBeLessThan(40);
     expect(Number(totals.outputTokens)).toBe(produced);
     expect(totals.requests).toBe(1n);

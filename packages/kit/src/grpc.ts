@@ -202,9 +202,16 @@ export function addService<M extends GenServiceMethods>(
         call: grpc.ServerUnaryCall<unknown, unknown>,
         callback: grpc.sendUnaryData<unknown>,
       ) => {
-        (handler(call.request, contextOf(call)) as Promise<unknown>).then(
+        const ctx = contextOf(call);
+        (handler(call.request, ctx) as Promise<unknown>).then(
           (res) => callback(null, res),
-          (err: unknown) => callback(toServiceError(err, log, m.name)),
+          (err: unknown) =>
+            // A caller that went away is not a failure of this service: nothing to log.
+            callback(
+              ctx.signal.aborted
+                ? { code: grpc.status.CANCELLED, details: "cancelled by the caller" }
+                : toServiceError(err, log, m.name),
+            ),
         );
       };
     } else if (m.methodKind === "server_streaming") {

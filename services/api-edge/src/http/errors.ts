@@ -145,6 +145,16 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
       ...(headers ? { headers } : {}),
     };
   }
+  if (err instanceof RemoteError && err.status === GrpcStatus.CANCELLED) {
+    // The caller went away and the call behind it was cancelled: nobody reads this answer.
+    log.info({ grpcStatus: err.status }, "caller went away");
+    return {
+      status: 499,
+      type: "server_error",
+      code: "client_closed_request",
+      message: "the caller closed the request",
+    };
+  }
   if (err instanceof RemoteError) {
     log.error({ err, grpcStatus: err.status }, "service call failed");
     if (err.status === GrpcStatus.UNAVAILABLE) return serverError(503, "service_unavailable");
