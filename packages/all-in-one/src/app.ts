@@ -118,6 +118,16 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       ...(payment ? { mppPaymentAddr: `${LOOPBACK}:${payment.port}` } : {}),
       bodyLimitBytes: 4 * 1024 * 1024,
       ...redis,
+      ...(cfg.adminToken
+        ? {
+            admin: {
+              host: LOOPBACK,
+              port: cfg.adminPort ?? 8081,
+              token: cfg.adminToken,
+              meteringAddr: `${LOOPBACK}:${metering.port}`,
+            },
+          }
+        : {}),
     },
     logger("api-edge"),
     { metrics: registries.edge },

@@ -30,6 +30,9 @@ const envSchema = z.object({
   /** One Prometheus /metrics for all five services; loopback like HOST by default; 0 picks a free port. */
   METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9090),
+  /** Secret, no default: set it (≥ 16 characters) to serve the admin API on 127.0.0.1:ADMIN_PORT. */
+  ADMIN_TOKEN: z.string().min(16, "must be at least 16 characters").optional(),
+  ADMIN_PORT: port(8081),
 });
 
 /** Settings of the all-in-one process. */
@@ -51,6 +54,9 @@ export interface AllInOneConfig {
   metricsPort?: number;
   /** Default 127.0.0.1. */
   metricsHost?: string;
+  adminToken?: string;
+  /** Default 8081; used only with an admin token. */
+  adminPort?: number;
   /** Environment the inference-router reads upstream API keys from. */
   env: NodeJS.ProcessEnv;
 }
@@ -69,6 +75,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     logLevel: e.LOG_LEVEL,
     ...(e.TEMPO_RPC_URL ? { tempoRpcUrl: e.TEMPO_RPC_URL } : {}),
     tempoDevnetPort: e.TEMPO_DEVNET_PORT,
+    ...(e.ADMIN_TOKEN ? { adminToken: e.ADMIN_TOKEN } : {}),
+    adminPort: e.ADMIN_PORT,
     ...(e.MPP_SECRET ? { mppSecret: e.MPP_SECRET } : {}),
     ...(e.MPP_PAYEE_KEY ? { mppPayeeKey: e.MPP_PAYEE_KEY as `0x${string}` } : {}),
     metricsHost: e.METRICS_HOST,
