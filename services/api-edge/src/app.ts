@@ -12,6 +12,7 @@ import { createMemoryIdempotencyStore } from "./adapters/memory-idempotency-stor
 import { createRedisIdempotencyStore } from "./adapters/redis-idempotency-store.js";
 import { type AdminServer, type AdminServerOptions, startAdminServer } from "./admin/server.js";
 import { EdgeError } from "./domain/errors.js";
+import { closeConnectionsWhileDraining } from "./http/drain.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
 import { acceptJsonOnly } from "./http/json-body.js";
@@ -76,7 +77,6 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     opts.inferenceRouterAddr,
   );
   const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr) : undefined;
-  let draining = false;
 
   const app = Fastify({
     loggerInstance: log as FastifyBaseLogger,
@@ -90,15 +90,9 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
 
   acceptJsonOnly(app, (code, message) => new EdgeError(code, message));
 
+  const drain = closeConnectionsWhileDraining(app);
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
-    // While draining, close a caller's kept-alive connection once its response is sent: left
-    // idle, it would hold app.close() (and so the exit) until the caller drops it, which a proxy
-    // may never do before the shutdown timeout. Connections already idle are closed by close().
-    const socket = req.raw.socket;
-    reply.raw.once("finish", () => {
-      if (draining) socket.end();
-    });
   });
   const registry = deps.metrics ?? createMetrics("api-edge");
   const metrics = edgeMetrics(registry);
@@ -134,8 +128,8 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
       () => false,
     );
     return reply
-      .code(ready && !draining ? 200 : 503)
-      .send({ status: ready && !draining ? "ready" : "not ready" });
+      .code(ready && !drain.draining ? 200 : 503)
+      .send({ status: ready && !drain.draining ? "ready" : "not ready" });
   });
   const redis = opts.redisUrl ? connectRedis(opts.redisUrl) : undefined;
   const idempotency = new Idempotency(
@@ -182,9 +176,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
     stop: () =>
       stopInOrder([
-        () => {
-          draining = true;
-        },
+        () => drain.start(),
         // Stops accepting, lets in-flight requests and streams finish.
         () => app.close(),
         () => admin?.stop(),

@@ -4,6 +4,7 @@ import type { Logger } from "@tollgate/kit/log";
 import type { AuthService } from "@tollgate/proto/auth";
 import { MeteringService } from "@tollgate/proto/metering";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import { closeConnectionsWhileDraining } from "../http/drain.js";
 import { acceptJsonOnly } from "../http/json-body.js";
 import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
 import {
@@ -183,6 +184,7 @@ export async function startAdminServer(
   const metering = createClient(MeteringService, opts.meteringAddr);
   const log = opts.log.child({ server: "admin" });
   const app = buildAdminApp({ token: opts.token, auth: opts.auth, metering, log });
+  const drain = closeConnectionsWhileDraining(app);
   try {
     await app.listen({ host: opts.host, port: opts.port });
   } catch (err) {
@@ -195,6 +197,7 @@ export async function startAdminServer(
   return {
     port,
     stop: async () => {
+      drain.start();
       await app.close();
       metering.$close();
     },
