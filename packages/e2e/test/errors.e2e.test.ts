@@ -177,6 +177,27 @@ describe("account door error contract (all-in-one, in process)", () => {
     expect(upstream.requests.length).toBe(before);
   });
 
+  it("gives a failed request's budget hold back at once, buffered or streamed", async () => {
+    const models = () =>
+      fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${KEYS.budgeted}` } });
+    const left = async () => (await models()).headers.get("x-tollgate-budget-remaining");
+    // Whatever earlier tests spent, wait until nothing is held any more.
+    let before = await left();
+    for (let i = 0; i < 50; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      const now = await left();
+      if (now === before) break;
+      before = now;
+    }
+    const request = { model: "small", max_tokens: 50, messages: [{ role: "user", content: "hi" }] };
+    upstream.failNext(1, { status: 500 });
+    expect((await chat(KEYS.budgeted, request)).status).toBe(502);
+    expect(await left()).toBe(before);
+    upstream.failNext(1, { status: 500 });
+    expect((await chat(KEYS.budgeted, { ...request, stream: true })).status).toBe(502);
+    expect(await left()).toBe(before);
+  });
+
   it("refuses a route outside the connection's policy with 403", async () => {
     const before = upstream.requests.length;
     await expectError(await chat(KEYS.modelsOnly, ok), 403, "route_not_allowed");

@@ -72,9 +72,17 @@ export async function relayStream(
   stream: AsyncIterable<StreamCompleteResponse>,
   signal: AbortSignal,
   money?: StreamMoney,
+  /** Called when the stream fails before its first event: nothing was produced or recorded. */
+  onNoStart?: () => Promise<void>,
 ): Promise<FastifyReply> {
   const events = stream[Symbol.asyncIterator]();
-  let next = await events.next();
+  let next: IteratorResult<StreamCompleteResponse>;
+  try {
+    next = await events.next();
+  } catch (err) {
+    await onNoStart?.();
+    throw err;
+  }
   reply.hijack();
   const sse = new SseWriter(reply.raw);
   // Headers set before the hijack (RateLimit-*, the budget left with the hold taken) go out too.

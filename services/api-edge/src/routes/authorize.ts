@@ -1,5 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AuthorizeRequestSchema, AuthorizeResponse, Route } from "@tollgate/proto/auth";
+import type { CompleteResponse } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { bearerKey } from "../http/credentials.js";
 import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
@@ -70,4 +71,39 @@ export function moneyOf(grant: AuthorizeResponse): (cost: string) => Record<stri
     }
     return fields;
   };
+}
+
+/**
+ * Gives a request's budget hold back at once when it ends before any usage was recorded (the
+ * router records none for a call that failed or was cancelled before its first output), instead
+ * of letting it count until the reservation TTL: a settlement of zero cost, idempotent by
+ * reservation id like every settlement.
+ */
+export async function releaseHold(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  grant: AuthorizeResponse,
+): Promise<void> {
+  if (grant.reservationId === "") return;
+  await ctx.auth
+    .settleReservation(
+      { reservationId: grant.reservationId, actualCost: "0", eventId: `release_${req.id}` },
+      { timeoutMs: AUTH_TIMEOUT_MS },
+    )
+    .catch((err: unknown) => req.log.warn({ err }, "budget hold not released; it lapses with its TTL"));
+}
+
+/** Runs a buffered completion; when it fails, the budget hold goes back before the error does. */
+export async function completeOrRelease(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  grant: AuthorizeResponse,
+  call: () => Promise<CompleteResponse>,
+): Promise<CompleteResponse> {
+  try {
+    return await call();
+  } catch (err) {
+    await releaseHold(ctx, req, grant);
+    throw err;
+  }
 }

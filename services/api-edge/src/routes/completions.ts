@@ -5,7 +5,7 @@ import { callerGone } from "../http/caller.js";
 import { relayStream } from "../http/sse.js";
 import { completionRequestSchema } from "../schemas/completions.js";
 import { completionInput, idempotencyScope, parseAccountBody } from "./account-inference.js";
-import { authorizeRequest, moneyHeaders, moneyOf } from "./authorize.js";
+import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseHold } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -34,9 +34,10 @@ export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext)
         ctx.inference.streamComplete({ input, includeUsage }, { signal }),
         signal,
         moneyOf(grant),
+        () => releaseHold(ctx, req, grant),
       );
     }
-    const res = await ctx.inference.complete({ input }, { signal });
+    const res = await completeOrRelease(ctx, req, grant, () => ctx.inference.complete({ input }, { signal }));
     moneyHeaders(reply, grant, res.usage?.cost);
     return reply.type("application/json").send(Buffer.from(res.body));
   });

@@ -12,7 +12,7 @@ import {
   parseAccountBody,
   unixNow,
 } from "./account-inference.js";
-import { authorizeRequest, moneyHeaders } from "./authorize.js";
+import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -32,7 +32,9 @@ export function responsesRoute(app: FastifyInstance, ctx: AccountRouteContext): 
     if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "responses"), false)) return reply;
     const chat = chatBodyFromResponses(body, grant.model, grant.maxOutputTokens);
     const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)));
-    const res = await ctx.inference.complete({ input }, { signal: callerGone(reply) });
+    const res = await completeOrRelease(ctx, req, grant, () =>
+      ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+    );
     moneyHeaders(reply, grant, res.usage?.cost);
     const { answer, usage } = chatResultOf(res);
     return responseFromChat(body, answer, usage, {

@@ -12,7 +12,7 @@ import {
   parseAccountBody,
   unixNow,
 } from "./account-inference.js";
-import { authorizeRequest, moneyHeaders } from "./authorize.js";
+import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -35,7 +35,9 @@ export function thinkRoute(app: FastifyInstance, ctx: AccountRouteContext): void
     const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)), {
       requireReasoning: true,
     });
-    const res = await ctx.inference.complete({ input }, { signal: callerGone(reply) });
+    const res = await completeOrRelease(ctx, req, grant, () =>
+      ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+    );
     moneyHeaders(reply, grant, res.usage?.cost);
     const { answer, usage } = chatResultOf(res);
     return thinkFromChat(answer, usage, { id: objectId("think"), model: grant.model, now: unixNow() });
