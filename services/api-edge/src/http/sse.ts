@@ -72,15 +72,15 @@ export async function relayStream(
   stream: AsyncIterable<StreamCompleteResponse>,
   signal: AbortSignal,
   money?: StreamMoney,
-  /** Called when the stream fails before its first event: nothing was produced or recorded. */
-  onNoStart?: () => Promise<void>,
+  /** Called with the error when the stream fails before its first event. */
+  onNoStart?: (err: unknown) => Promise<void>,
 ): Promise<FastifyReply> {
   const events = stream[Symbol.asyncIterator]();
   let next: IteratorResult<StreamCompleteResponse>;
   try {
     next = await events.next();
   } catch (err) {
-    await onNoStart?.();
+    await onNoStart?.(err);
     throw err;
   }
   reply.hijack();

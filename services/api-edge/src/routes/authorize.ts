@@ -1,4 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import type { AuthorizeRequestSchema, AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import type { CompleteResponse } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
@@ -103,7 +104,30 @@ export async function completeOrRelease(
   try {
     return await call();
   } catch (err) {
-    await releaseHold(ctx, req, grant);
+    await releaseOnFailure(ctx, req, grant)(err);
     throw err;
   }
+}
+
+/** What to do with a failed call's hold: give it back when the call certainly recorded no usage. */
+export function releaseOnFailure(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  grant: AuthorizeResponse,
+): (err: unknown) => Promise<void> {
+  return async (err) => {
+    if (failedBeforeUsage(err)) await releaseHold(ctx, req, grant);
+  };
+}
+
+/**
+ * Whether a failed call certainly recorded no usage: the router answered with an error of its
+ * own. A cancelled call (the caller went away) may have finished upstream and published its
+ * usage, and `usage_not_recorded` may hide a publish that was stored after all: their holds are
+ * left to metering's settlement or the TTL, so a late settlement is never refused.
+ */
+export function failedBeforeUsage(err: unknown): boolean {
+  return (
+    err instanceof RemoteError && err.status !== GrpcStatus.CANCELLED && err.code !== "usage_not_recorded"
+  );
 }

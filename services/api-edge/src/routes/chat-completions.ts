@@ -5,7 +5,7 @@ import { callerGone } from "../http/caller.js";
 import { relayStream } from "../http/sse.js";
 import { chatRequestSchema, outputCapOf } from "../schemas/chat.js";
 import { completionInput, idempotencyScope, parseAccountBody } from "./account-inference.js";
-import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseHold } from "./authorize.js";
+import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseOnFailure } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /** POST /v1/chat/completions: the account door's chat route, buffered or streamed (spec, "Endpoints"). */
@@ -30,7 +30,7 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteCont
         ctx.inference.streamComplete({ input, includeUsage }, { signal }),
         signal,
         moneyOf(grant),
-        () => releaseHold(ctx, req, grant),
+        releaseOnFailure(ctx, req, grant),
       );
     }
 

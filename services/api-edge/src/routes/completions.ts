@@ -5,7 +5,7 @@ import { callerGone } from "../http/caller.js";
 import { relayStream } from "../http/sse.js";
 import { completionRequestSchema } from "../schemas/completions.js";
 import { completionInput, idempotencyScope, parseAccountBody } from "./account-inference.js";
-import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseHold } from "./authorize.js";
+import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseOnFailure } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
@@ -34,7 +34,7 @@ export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext)
         ctx.inference.streamComplete({ input, includeUsage }, { signal }),
         signal,
         moneyOf(grant),
-        () => releaseHold(ctx, req, grant),
+        releaseOnFailure(ctx, req, grant),
       );
     }
     const res = await completeOrRelease(ctx, req, grant, () => ctx.inference.complete({ input }, { signal }));
