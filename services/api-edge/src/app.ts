@@ -16,6 +16,7 @@ import { closeConnectionsWhileDraining } from "./http/drain.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
 import { acceptJsonOnly } from "./http/json-body.js";
+import { logResponses } from "./http/response-log.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
@@ -97,17 +98,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   const registry = deps.metrics ?? createMetrics("api-edge");
   const metrics = edgeMetrics(registry);
   countRequests(app, metrics);
-  app.addHook("onResponse", async (req, reply) => {
-    req.log.info(
-      {
-        method: req.method,
-        route: req.routeOptions.url,
-        status: reply.statusCode,
-        ms: Math.round(reply.elapsedTime),
-      },
-      "request served",
-    );
-  });
+  logResponses(app, "request served");
   app.setErrorHandler((err, req, reply) => {
     const e = toHttpError(err, req.log);
     if (e.headers) reply.headers(e.headers);

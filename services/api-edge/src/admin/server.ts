@@ -6,6 +6,7 @@ import { MeteringService } from "@tollgate/proto/metering";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { closeConnectionsWhileDraining } from "../http/drain.js";
 import { acceptJsonOnly } from "../http/json-body.js";
+import { logResponses } from "../http/response-log.js";
 import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
 import {
   accountJson,
@@ -87,17 +88,7 @@ export function buildAdminApp(deps: {
       throw err;
     }
   });
-  app.addHook("onResponse", async (req, reply) => {
-    req.log.info(
-      {
-        method: req.method,
-        route: req.routeOptions.url,
-        status: reply.statusCode,
-        ms: Math.round(reply.elapsedTime),
-      },
-      "admin request served",
-    );
-  });
+  logResponses(app, "admin request served");
   app.setErrorHandler((err, req, reply) => {
     const e = toAdminHttpError(err, req.log);
     return reply.code(e.status).send(adminErrorBody(e, req.id));

@@ -6,8 +6,10 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { type ChatAnswer, readChatAnswer, type TokenUsage } from "../domain/chat-answer.js";
 import { EdgeError } from "../domain/errors.js";
+import { callerGone } from "../http/caller.js";
 import { bearerKey } from "../http/credentials.js";
-import { authorizeRequest } from "./authorize.js";
+import { relayStream } from "../http/sse.js";
+import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseOnFailure } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /** Readable one-line description of the first validation problems. */
@@ -87,4 +89,32 @@ export function chatResultOf(res: { body: Uint8Array; usage?: Usage | undefined 
       reasoningTokens: res.usage?.reasoningTokens ?? 0,
     },
   };
+}
+
+/**
+ * Serves an authorized chat or text completion: relayed as SSE when streamed, else buffered
+ * with its money headers. Either way a failure before any usage gives the budget hold back.
+ */
+export async function serveCompletion(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  grant: AuthorizeResponse,
+  input: MessageInitShape<typeof CompletionInputSchema>,
+  stream: { includeUsage: boolean } | undefined,
+): Promise<FastifyReply> {
+  const signal = callerGone(reply);
+  if (stream) {
+    return relayStream(
+      req,
+      reply,
+      ctx.inference.streamComplete({ input, includeUsage: stream.includeUsage }, { signal }),
+      signal,
+      moneyOf(grant),
+      releaseOnFailure(ctx, req, grant),
+    );
+  }
+  const res = await completeOrRelease(ctx, req, grant, () => ctx.inference.complete({ input }, { signal }));
+  moneyHeaders(reply, grant, res.usage?.cost);
+  return reply.type("application/json").send(Buffer.from(res.body));
 }

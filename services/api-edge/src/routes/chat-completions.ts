@@ -1,11 +1,9 @@
 import { Route } from "@tollgate/proto/auth";
 import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
-import { callerGone } from "../http/caller.js";
-import { relayStream } from "../http/sse.js";
 import { chatRequestSchema, outputCapOf } from "../schemas/chat.js";
-import { completionInput, idempotencyScope, parseAccountBody } from "./account-inference.js";
-import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseOnFailure } from "./authorize.js";
+import { completionInput, idempotencyScope, parseAccountBody, serveCompletion } from "./account-inference.js";
+import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /** POST /v1/chat/completions: the account door's chat route, buffered or streamed (spec, "Endpoints"). */
@@ -21,23 +19,7 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteCont
     if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "chat"), body.stream === true))
       return reply;
     const input = completionInput(req, grant, Operation.CHAT, req.rawBody!);
-    if (body.stream) {
-      const signal = callerGone(reply);
-      const includeUsage = body.stream_options?.include_usage === true;
-      return relayStream(
-        req,
-        reply,
-        ctx.inference.streamComplete({ input, includeUsage }, { signal }),
-        signal,
-        moneyOf(grant),
-        releaseOnFailure(ctx, req, grant),
-      );
-    }
-
-    const res = await completeOrRelease(ctx, req, grant, () =>
-      ctx.inference.complete({ input }, { signal: callerGone(reply) }),
-    );
-    moneyHeaders(reply, grant, res.usage?.cost);
-    return reply.type("application/json").send(Buffer.from(res.body));
+    const stream = body.stream ? { includeUsage: body.stream_options?.include_usage === true } : undefined;
+    return serveCompletion(ctx, req, reply, grant, input, stream);
   });
 }

@@ -33,6 +33,18 @@ export interface RedisLedgerOptions extends LedgerOptions {
 // budget. Budget keys live until their period ends plus the settlement window; reservation
 // records for the settlement window.
 
+// The script's clock: ARGV[1] in ms when the caller injects one (tests), else Redis TIME, so
+// replicas with skewed clocks agree.
+const NOW_LUA = `
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+`;
+
 // The sliding window of domain/rate-limit.ts (countWindow) and the budget rule of
 // domain/budget.ts (fits) for one request, in one atomic step: check every window and every
 // budget (after dropping expired holds), and only if all have room, count the request in each
@@ -45,14 +57,7 @@ export interface RedisLedgerOptions extends LedgerOptions {
 //            first budget only), then per window: used, newest bucket (-1 none), retry ms (0
 //            fits, -1 never); then per budget: spent, held (strings)
 const ADMIT_LUA = `
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-local width = tonumber(ARGV[2])
+${NOW_LUA}local width = tonumber(ARGV[2])
 local span = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 local m = tonumber(ARGV[5])
@@ -172,14 +177,7 @@ return out
 const SETTLE_LUA = `
 local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
 if not st[1] then return { 'unknown', '' } end
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-if tonumber(st[5]) <= now then return { 'unknown', '' } end
+${NOW_LUA}if tonumber(st[5]) <= now then return { 'unknown', '' } end
 if st[1] == 'settled' then return { 'already_settled', st[4] } end
 if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
 local rid, cost = ARGV[2], ARGV[3]
