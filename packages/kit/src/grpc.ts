@@ -12,6 +12,7 @@ import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import { Health, type HealthCheck } from "./health.js";
+import { isRedisUnavailable } from "./redis.js";
 
 export { status as GrpcStatus } from "@grpc/grpc-js";
 
@@ -149,8 +150,14 @@ function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc
     for (const [name, value] of Object.entries(err.details)) metadata.set(ERROR_DETAIL_PREFIX + name, value);
     return { code: err.status, details: err.message, metadata };
   }
-  log.error({ err, method }, "handler failed");
   const metadata = new grpc.Metadata();
+  if (isRedisUnavailable(err)) {
+    // Redis down or restarting: the caller may retry (HTTP 503), nothing is wrong with the call.
+    log.warn({ err, method }, "store unavailable");
+    metadata.set(ERROR_CODE_KEY, "store_unavailable");
+    return { code: grpc.status.UNAVAILABLE, details: "store unavailable", metadata };
+  }
+  log.error({ err, method }, "handler failed");
   metadata.set(ERROR_CODE_KEY, "internal");
   return { code: grpc.status.INTERNAL, details: "internal error", metadata };
 }

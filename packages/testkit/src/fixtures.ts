@@ -12,8 +12,11 @@ export interface ServerFixture {
   shared: boolean;
   /** Kills a private server and removes its data directory; a no-op for a shared server. */
   stop(): Promise<void>;
-  /** Restarts a private server on the same port with the same data directory; throws for a shared one. */
-  restart(): Promise<void>;
+  /**
+   * Restarts a private server on the same port with the same data directory, after it stayed
+   * down for `downMs` (default 0); throws for a shared one.
+   */
+  restart(opts?: { downMs?: number }): Promise<void>;
 }
 
 /** A NATS server with JetStream enabled. */
@@ -209,9 +212,10 @@ class PrivateServer {
         stopped = true;
         await this.stop();
       },
-      restart: async () => {
+      restart: async (opts = {}) => {
         if (stopped) throw new Error(`cannot restart a stopped ${this.spec.name}`);
         await this.kill();
+        if (opts.downMs) await new Promise((r) => setTimeout(r, opts.downMs));
         await this.start();
       },
     };

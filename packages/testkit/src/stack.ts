@@ -30,6 +30,11 @@ export interface StackOptions {
   adminPort?: number;
   /** Port of the fake upstream (default: a free one); the demo config is rewritten to it. */
   upstreamPort?: number;
+  /**
+   * An upstream already listens on `upstreamPort` (e.g. an in-process fake whose recorded
+   * requests the test reads): none is launched.
+   */
+  externalUpstream?: boolean;
   /** Port of the Tempo devnet (default: a free one). */
   devnetPort?: number;
   /**
@@ -248,12 +253,16 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       edges: [] as number[],
     };
     for (let i = 0; i < edgeCount; i++) metricsPorts.edges.push(await metricsPort());
+    if (opts.externalUpstream && opts.upstreamPort === undefined)
+      throw new Error("externalUpstream needs the upstreamPort it listens on");
     await Promise.all([
-      launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
-        ...opts.upstreamEnv,
-        PORT: String(upstreamPort),
-        HOST: "127.0.0.1",
-      }),
+      opts.externalUpstream
+        ? waitForPort(upstreamPort, 30_000)
+        : launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
+            ...opts.upstreamEnv,
+            PORT: String(upstreamPort),
+            HOST: "127.0.0.1",
+          }),
       launch(
         "metering",
         "services/metering/src/main.ts",

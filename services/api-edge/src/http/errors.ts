@@ -1,4 +1,5 @@
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { isRedisUnavailable } from "@tollgate/kit/redis";
 import { BUDGET_DETAILS, RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
 import type { FastifyBaseLogger } from "fastify";
 import { EdgeError } from "../domain/errors.js";
@@ -160,6 +161,11 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
     if (err.status === GrpcStatus.UNAVAILABLE) return serverError(503, "service_unavailable");
     if (err.status === GrpcStatus.DEADLINE_EXCEEDED) return serverError(504, "gateway_timeout");
     return serverError(500, "internal_error");
+  }
+  if (isRedisUnavailable(err)) {
+    // api-edge's own Redis (idempotency records) is down or restarting: retryable.
+    log.warn({ err }, "store unavailable");
+    return serverError(503, "service_unavailable");
   }
   // Fastify's own errors (body too large, bad content type, ...), mapped by their status.
   const fastifyErr = err as { statusCode?: number; code?: string };

@@ -9,7 +9,14 @@ import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
 import { bearerKey } from "../http/credentials.js";
 import { relayStream } from "../http/sse.js";
-import { authorizeRequest, completeOrRelease, moneyHeaders, moneyOf, releaseOnFailure } from "./authorize.js";
+import {
+  authorizeRequest,
+  completeOrRelease,
+  moneyHeaders,
+  moneyOf,
+  releaseHold,
+  releaseOnFailure,
+} from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /** Readable one-line description of the first validation problems. */
@@ -41,6 +48,30 @@ export async function parseAccountBody<S extends z.ZodType>(
 /** The Idempotency-Key scope of a route: one caller's keys never meet another's or another route's. */
 export function idempotencyScope(grant: AuthorizeResponse, route: string): string {
   return `${grant.principal?.accountId}:${grant.principal?.keyId}:${route}`;
+}
+
+/**
+ * Idempotency-Key handling of an authorized request (Idempotency.guard): true when a stored
+ * response was sent. The budget hold taken by authorization goes back when the model will not
+ * run: a replay, or a refusal or store failure of the guard.
+ */
+export async function guardIdempotency(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  grant: AuthorizeResponse,
+  route: string,
+  streaming: boolean,
+): Promise<boolean> {
+  let replayed: boolean;
+  try {
+    replayed = await ctx.idempotency.guard(req, reply, idempotencyScope(grant, route), streaming);
+  } catch (err) {
+    await releaseHold(ctx, req, grant);
+    throw err;
+  }
+  if (replayed) await releaseHold(ctx, req, grant);
+  return replayed;
 }
 
 /** The router's input for an authorized request: the grant's model, cap and billing, and the body to forward. */

@@ -86,12 +86,41 @@ export async function releaseHold(
   grant: AuthorizeResponse,
 ): Promise<void> {
   if (grant.reservationId === "") return;
-  await ctx.auth
-    .settleReservation(
+  const release = () =>
+    ctx.auth.settleReservation(
       { reservationId: grant.reservationId, actualCost: "0", eventId: `release_${req.id}` },
       { timeoutMs: AUTH_TIMEOUT_MS },
-    )
-    .catch((err: unknown) => req.log.warn({ err }, "budget hold not released; it lapses with its TTL"));
+    );
+  try {
+    await release();
+  } catch (err) {
+    if (!(err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE)) {
+      req.log.warn({ err }, "budget hold not released; it lapses with its TTL");
+      return;
+    }
+    // auth-policy or its Redis is briefly away (a restart): keep trying in the background, so
+    // the caller's error is not delayed and the hold does not linger until its TTL.
+    void retryRelease(release, req);
+  }
+}
+
+const RELEASE_RETRY_MS = 500;
+const RELEASE_DEADLINE_MS = 30_000;
+
+async function retryRelease(release: () => Promise<unknown>, req: FastifyRequest): Promise<void> {
+  const deadline = Date.now() + RELEASE_DEADLINE_MS;
+  for (;;) {
+    await new Promise((r) => setTimeout(r, RELEASE_RETRY_MS));
+    try {
+      await release();
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) {
+        req.log.warn({ err }, "budget hold not released; it lapses with its TTL");
+        return;
+      }
+    }
+  }
 }
 
 /** Runs a buffered completion; when it fails, the budget hold goes back before the error does. */

@@ -2,7 +2,7 @@ import { Route } from "@tollgate/proto/auth";
 import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
 import { chatRequestSchema, outputCapOf } from "../schemas/chat.js";
-import { completionInput, idempotencyScope, parseAccountBody, serveCompletion } from "./account-inference.js";
+import { completionInput, guardIdempotency, parseAccountBody, serveCompletion } from "./account-inference.js";
 import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
@@ -16,8 +16,7 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteCont
       maxOutputTokens: outputCapOf(body),
       messageCount: body.messages.length,
     });
-    if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "chat"), body.stream === true))
-      return reply;
+    if (await guardIdempotency(ctx, req, reply, grant, "chat", body.stream === true)) return reply;
     const input = completionInput(req, grant, Operation.CHAT, req.rawBody!);
     const stream = body.stream ? { includeUsage: body.stream_options?.include_usage === true } : undefined;
     return serveCompletion(ctx, req, reply, grant, input, stream);

@@ -2,7 +2,7 @@ import { Route } from "@tollgate/proto/auth";
 import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
 import { completionRequestSchema } from "../schemas/completions.js";
-import { completionInput, idempotencyScope, parseAccountBody, serveCompletion } from "./account-inference.js";
+import { completionInput, guardIdempotency, parseAccountBody, serveCompletion } from "./account-inference.js";
 import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
@@ -20,8 +20,7 @@ export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext)
       maxOutputTokens: body.max_tokens ?? undefined,
       messageCount: Array.isArray(body.prompt) ? body.prompt.length : 1,
     });
-    if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "completions"), body.stream === true))
-      return reply;
+    if (await guardIdempotency(ctx, req, reply, grant, "completions", body.stream === true)) return reply;
     const input = completionInput(req, grant, Operation.TEXT, req.rawBody!);
     const stream = body.stream ? { includeUsage: body.stream_options?.include_usage === true } : undefined;
     return serveCompletion(ctx, req, reply, grant, input, stream);

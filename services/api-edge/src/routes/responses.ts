@@ -7,7 +7,7 @@ import { responsesRequestSchema } from "../schemas/responses.js";
 import {
   chatResultOf,
   completionInput,
-  idempotencyScope,
+  guardIdempotency,
   objectId,
   parseAccountBody,
   unixNow,
@@ -29,7 +29,7 @@ export function responsesRoute(app: FastifyInstance, ctx: AccountRouteContext): 
       maxOutputTokens: body.max_output_tokens ?? undefined,
       messageCount: (typeof body.input === "string" ? 1 : body.input.length) + (body.instructions ? 1 : 0),
     });
-    if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "responses"), false)) return reply;
+    if (await guardIdempotency(ctx, req, reply, grant, "responses", false)) return reply;
     const chat = chatBodyFromResponses(body, grant.model, grant.maxOutputTokens);
     const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)));
     const res = await completeOrRelease(ctx, req, grant, () =>

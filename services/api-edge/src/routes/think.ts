@@ -7,7 +7,7 @@ import { thinkOutputCapOf, thinkRequestSchema } from "../schemas/think.js";
 import {
   chatResultOf,
   completionInput,
-  idempotencyScope,
+  guardIdempotency,
   objectId,
   parseAccountBody,
   unixNow,
@@ -30,7 +30,7 @@ export function thinkRoute(app: FastifyInstance, ctx: AccountRouteContext): void
       maxOutputTokens: thinkOutputCapOf(body),
       messageCount: body.messages?.length ?? 1,
     });
-    if (await ctx.idempotency.guard(req, reply, idempotencyScope(grant, "think"), false)) return reply;
+    if (await guardIdempotency(ctx, req, reply, grant, "think", false)) return reply;
     const chat = chatBodyFromThink(body, grant.model, grant.maxOutputTokens);
     const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)), {
       requireReasoning: true,
