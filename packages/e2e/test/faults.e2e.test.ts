@@ -287,4 +287,31 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     expect(b.spent).toBe(servedCost);
     expect(b.held).toBe(0n);
   }, 45_000);
+  it("restarts NATS under traffic: every served request is billed once, none lost", async () => {
+    const key = await account("nats-fault");
+    const restart = (async () => {
+      await new Promise((r) => setTimeout(r, 700));
+      await nats.restart({ downMs: 1_500 });
+      await new Promise((r) => setTimeout(r, 1_500));
+    })();
+    const outcomes = await load(4, restart, (n) => send(key, n, { stream: n % 2 === 0, maxTokens: 4 }));
+
+    // Publishing rides out the restart (retried with the same message id until its deadline),
+    // so every caller is served; the slow ones waited for NATS to come back.
+    expect(outcomes.length).toBeGreaterThan(20);
+    expect(summary(outcomes.filter((o) => o.status !== 200))).toEqual({});
+    expect(outcomes.some((o) => o.ms > 1_000)).toBe(true);
+    for (const o of outcomes) {
+      if (o.streamed) expect(o.done).toBe(true);
+      expect(o.tokens).toBe(4);
+      expect(o.cost).toBeGreaterThan(0n);
+    }
+    const servedCost = outcomes.reduce((sum, o) => sum + o.cost, 0n);
+    const b = await settledBooks("nats-fault", outcomes.length);
+    expect(b.requests).toBe(outcomes.length);
+    expect(b.outputTokens).toBe(outcomes.length * 4);
+    expect(b.cost).toBe(servedCost);
+    expect(b.spent).toBe(servedCost);
+    expect(b.held).toBe(0n);
+  }, 45_000);
 });

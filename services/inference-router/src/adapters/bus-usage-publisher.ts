@@ -11,10 +11,24 @@ const OUTCOME = {
   upstream_failed: Outcome.UPSTREAM_FAILED,
 } as const;
 
-const ATTEMPTS = 3;
+/**
+ * How long a usage event is retried before the request fails with usage_not_recorded: long
+ * enough to ride out a NATS restart or a JetStream leader change. Past it the caller gets a 503
+ * and the budget hold stays for settlement (a retried publish may still have been stored).
+ */
+export const PUBLISH_DEADLINE_MS = 15_000;
+const FIRST_BACKOFF_MS = 100;
+const MAX_BACKOFF_MS = 1_000;
 
-/** Encodes UsageRecorded as protobuf and publishes it with the event id as message id, retrying. */
-export function createBusUsagePublisher(bus: EventBus, subject: string): UsagePublisher {
+/**
+ * Encodes UsageRecorded as protobuf and publishes it with the event id as message id, retrying
+ * with backoff until `deadlineMs` has passed.
+ */
+export function createBusUsagePublisher(
+  bus: EventBus,
+  subject: string,
+  deadlineMs = PUBLISH_DEADLINE_MS,
+): UsagePublisher {
   return {
     async publish(e: UsageEvent) {
       const data = toBinary(
@@ -41,12 +55,13 @@ export function createBusUsagePublisher(bus: EventBus, subject: string): UsagePu
         }),
       );
       // The same message id on every attempt: JetStream stores a retried publish once.
-      for (let attempt = 1; ; attempt++) {
+      const deadline = Date.now() + deadlineMs;
+      for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {
         try {
           return await bus.publish(subject, data, e.eventId);
         } catch (err) {
-          if (attempt >= ATTEMPTS) throw err;
-          await new Promise((r) => setTimeout(r, 100 * 2 ** attempt));
+          if (Date.now() + backoff >= deadline) throw err;
+          await new Promise((r) => setTimeout(r, backoff));
         }
       }
     },
