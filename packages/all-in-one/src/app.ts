@@ -117,6 +117,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
       ...(payment ? { mppPaymentAddr: `${LOOPBACK}:${payment.port}` } : {}),
       bodyLimitBytes: 4 * 1024 * 1024,
+      meteringAddr: `${LOOPBACK}:${metering.port}`,
       ...redis,
       ...(cfg.adminToken
         ? {

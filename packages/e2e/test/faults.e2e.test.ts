@@ -32,7 +32,7 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
       privateNats(),
       privateRedis({ appendOnly: true }),
       // In process, so the test reads what the upstream wrote on each stream (tokensWritten).
-      startFakeUpstream({ tokensPerSecond: 100 }),
+      startFakeUpstream({ tokensPerSecond: 100, outputTokens: 1_000 }),
     ]);
     stack = await startStack({
       natsUrl: nats.url,
@@ -95,6 +95,8 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     errorType?: string;
     retryAfter?: string | null;
     requestIdInBody?: boolean;
+    /** The end of the body, for failure messages. */
+    tail: string;
   }
 
   async function send(
@@ -135,6 +137,7 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
       tokens: 0,
       done: false,
       retryAfter: res.headers.get("retry-after"),
+      tail: text.slice(-400),
     };
     const readError = (json: { error?: { code?: string; type?: string; request_id?: string } }) => {
       out.errorCode = json.error?.code;
@@ -312,6 +315,49 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     expect(b.outputTokens).toBe(outcomes.length * 4);
     expect(b.cost).toBe(servedCost);
     expect(b.spent).toBe(servedCost);
+    expect(b.held).toBe(0n);
+  }, 45_000);
+  it("kills a router (SIGKILL) mid-stream: callers get a clean end, what was relayed is billed exactly once", async () => {
+    const key = await account("router-fault");
+    const MAX = 30;
+    // Streams of about 1.5 s, so several are in flight on each router when one dies.
+    upstream.configure({ tokensPerSecond: 20 });
+    const seen = upstream.requests.length;
+    const router = stack.processes.find((p) => p.name === "inference-router-1")!;
+    const kill = (async () => {
+      await new Promise((r) => setTimeout(r, 800));
+      router.child.kill("SIGKILL");
+      await new Promise((r) => setTimeout(r, 2_500));
+    })();
+    const outcomes = await load(6, kill, (n) => send(key, n, { stream: true, maxTokens: MAX }));
+    upstream.configure({ tokensPerSecond: 100 });
+
+    const streamed = outcomes.filter((o) => o.status === 200);
+    const completed = streamed.filter((o) => o.done);
+    const cut = streamed.filter((o) => !o.done);
+    // A call refused before its first chunk is a plain retryable JSON error.
+    expect(summary(outcomes.filter((o) => o.status !== 200 && !isFastRetryable503(o)))).toEqual({});
+    for (const o of completed) expect(o.tokens, o.tail).toBe(MAX);
+    // A stream cut short ends with the spec's error event (no [DONE]), never by hanging.
+    expect(cut.length).toBeGreaterThan(0);
+    for (const o of cut) {
+      expect(o.errorType).toBe("server_error");
+      expect(o.tokens).toBeLessThan(MAX);
+    }
+
+    // api-edge recorded the cut streams itself (the killed router could not).
+    expect(stack.output()).toContain("usage of a stream lost mid-way recorded");
+    const relayed = streamed.reduce((sum, o) => sum + o.tokens, 0);
+    const written = upstream.requests.slice(seen).reduce((sum, r) => sum + (r.tokensWritten ?? 0), 0);
+    const b = await settledBooks("router-fault", streamed.length);
+    expect(b.requests).toBe(streamed.length);
+    // Billed: exactly the tokens relayed to callers (the upstream may have written a few more
+    // that died with the router and reached nobody).
+    expect(b.outputTokens).toBe(relayed);
+    expect(written).toBeGreaterThanOrEqual(relayed);
+    expect(b.spent).toBe(b.cost);
+    // Completed streams cost what their callers were told; the cut ones were billed on top.
+    expect(b.cost).toBeGreaterThan(completed.reduce((sum, o) => sum + o.cost, 0n));
     expect(b.held).toBe(0n);
   }, 45_000);
 });

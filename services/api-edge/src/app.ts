@@ -6,6 +6,7 @@ import { connectRedis, quitRedis } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
+import { MeteringService } from "@tollgate/proto/metering";
 import { PaymentService } from "@tollgate/proto/payment";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { createMemoryIdempotencyStore } from "./adapters/memory-idempotency-store.js";
@@ -42,6 +43,8 @@ export interface ApiEdgeOptions {
   /** Absent: the paid door is off and its route does not exist. */
   mppPaymentAddr?: string;
   bodyLimitBytes: number;
+  /** metering, where a stream's usage is recorded when its router is lost mid-stream. */
+  meteringAddr?: string;
   /** Absent: the admin API does not start, and no port serves it. */
   admin?: AdminServerOptions;
   /** Redis for idempotency records shared by every replica; memory when unset. */
@@ -78,6 +81,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     opts.inferenceRouterAddr,
   );
   const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr) : undefined;
+  const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr) : undefined;
 
   const app = Fastify({
     loggerInstance: log as FastifyBaseLogger,
@@ -129,7 +133,13 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
       : createMemoryIdempotencyStore(),
   );
   idempotency.register(app);
-  const ctx: AccountRouteContext = { auth, inference: timeInference(inference, metrics), idempotency, log };
+  const ctx: AccountRouteContext = {
+    auth,
+    inference: timeInference(inference, metrics),
+    ...(metering ? { metering } : {}),
+    idempotency,
+    log,
+  };
   modelsRoute(app, ctx);
   chatCompletionsRoute(app, ctx);
   completionsRoute(app, ctx);
@@ -174,6 +184,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         () => auth.$close(),
         () => inference.$close(),
         () => payment?.$close(),
+        () => metering?.$close(),
         () => redis && quitRedis(redis),
         () => metricsServer?.stop(),
       ]),

@@ -24,7 +24,7 @@ const envSchema = z.object({
   ADMIN_PORT: port(8081),
   /** Secret, no default: unset (or empty) keeps the admin API off. */
   ADMIN_TOKEN: z.string().min(16, "must be at least 16 characters").optional(),
-  /** metering's gRPC address, for the admin API's usage reports. */
+  /** metering's gRPC address: the admin API's usage reports, and recording the usage of a stream whose router was lost. */
   METERING_ADDR: z.string().default("127.0.0.1:50054"),
   /** Prometheus /metrics on its own port, never the public one; 0 picks a free port. */
   METRICS_HOST: z.string().default("0.0.0.0"),
@@ -38,6 +38,7 @@ export interface ApiEdgeConfig {
   authPolicyAddr: string;
   inferenceRouterAddr: string;
   mppPaymentAddr?: string;
+  meteringAddr: string;
   bodyLimitBytes: number;
   /** Absent: no ADMIN_TOKEN, so the admin server does not start. */
   admin?: AdminServerOptions;
@@ -57,6 +58,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     authPolicyAddr: e.AUTH_POLICY_ADDR,
     inferenceRouterAddr: e.INFERENCE_ROUTER_ADDR,
     ...(e.MPP_PAYMENT_ADDR !== "off" ? { mppPaymentAddr: e.MPP_PAYMENT_ADDR } : {}),
+    meteringAddr: e.METERING_ADDR,
     bodyLimitBytes: e.BODY_LIMIT_BYTES,
     ...(e.ADMIN_TOKEN
       ? {

@@ -1,3 +1,4 @@
+import { toBinary } from "@bufbuild/protobuf";
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
@@ -7,6 +8,7 @@ import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { MeteringService } from "@tollgate/proto/metering";
 import { natsNames } from "@tollgate/proto/subjects";
+import { UsageRecordedSchema } from "@tollgate/proto/usage";
 import { createGrpcReservationSettler } from "./adapters/grpc-reservation-settler.js";
 import { createMemoryUsageStore } from "./adapters/memory-usage-store.js";
 import { createRedisUsageStore } from "./adapters/redis-usage-store.js";
@@ -102,7 +104,15 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       port: opts.grpcPort,
       log,
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
-      services: [implement(MeteringService, meteringHandlers(store))],
+      services: [
+        implement(
+          MeteringService,
+          meteringHandlers(store, undefined, (usage) =>
+            // Published like the router's own event: a second one under the same id is not stored.
+            bus.publish(names.usageRecorded, toBinary(UsageRecordedSchema, usage), usage.eventId),
+          ),
+        ),
+      ],
     });
     if (opts.metricsPort !== undefined) {
       metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);

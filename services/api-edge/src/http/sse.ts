@@ -1,5 +1,7 @@
 import type { ServerResponse } from "node:http";
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import type { StreamCompleteResponse } from "@tollgate/proto/inference";
+import type { UsageRecorded } from "@tollgate/proto/usage";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { errorBody, toHttpError } from "./errors.js";
 
@@ -74,6 +76,12 @@ export async function relayStream(
   money?: StreamMoney,
   /** Called with the error when the stream fails before its first event. */
   onNoStart?: (err: unknown) => Promise<void>,
+  /**
+   * Called when the stream fails after some chunks were relayed (not because the caller went
+   * away), with the usage event the router sent along with the last relayed chunk: the router
+   * may be gone without recording it, so it is recorded under the same event id (stored once).
+   */
+  onLost?: (usageSoFar: UsageRecorded) => Promise<void>,
 ): Promise<FastifyReply> {
   const events = stream[Symbol.asyncIterator]();
   let next: IteratorResult<StreamCompleteResponse>;
@@ -95,19 +103,27 @@ export async function relayStream(
   sse.open({ ...headers, "x-request-id": req.id });
   const started = performance.now();
   let outcome = "completed";
+  let usageSoFar: UsageRecorded | undefined;
   try {
     let usageChunk: Uint8Array | undefined;
     let trailers: Record<string, string> | undefined;
+    let ended = false;
     while (!next.done) {
       const event = next.value.event;
       if (event.case === "chunk") {
         if (money && isUsageChunk(event.value)) usageChunk = event.value;
         else await sse.data(event.value);
-      } else if (event.case === "usage" && money) {
-        trailers = money(event.value.cost);
+        usageSoFar = next.value.usageSoFar ?? usageSoFar;
+      } else if (event.case === "usage") {
+        ended = true;
+        if (money) trailers = money(event.value.cost);
       }
       next = await events.next();
     }
+    // Usage is the last message of every finished stream: a stream that stops without it lost
+    // its router (a killed process can end the call without an error status).
+    if (!ended)
+      throw new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "the stream ended without its usage");
     if (usageChunk) {
       const json = JSON.parse(Buffer.from(usageChunk).toString("utf8")) as Record<string, unknown>;
       if (trailers)
@@ -123,6 +139,7 @@ export async function relayStream(
       outcome = "client_cancelled";
     } else {
       outcome = "failed";
+      if (usageSoFar) await onLost?.(usageSoFar);
       await sse.data(JSON.stringify(errorBody(toHttpError(err, req.log), req.id)));
       sse.close();
     }

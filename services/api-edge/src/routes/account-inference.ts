@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import { type CompletionInputSchema, Door, type Operation, type Usage } from "@tollgate/proto/inference";
+import type { UsageRecorded } from "@tollgate/proto/usage";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { type ChatAnswer, readChatAnswer, type TokenUsage } from "../domain/chat-answer.js";
@@ -17,7 +18,7 @@ import {
   releaseHold,
   releaseOnFailure,
 } from "./authorize.js";
-import type { AccountRouteContext } from "./context.js";
+import { type AccountRouteContext, RECORD_USAGE_TIMEOUT_MS } from "./context.js";
 
 /** Readable one-line description of the first validation problems. */
 export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
@@ -123,6 +124,22 @@ export function chatResultOf(res: { body: Uint8Array; usage?: Usage | undefined 
 }
 
 /**
+ * Records the usage of a stream whose router was lost mid-stream (killed, restarted): what was
+ * relayed to the caller, priced by the router, under the router's event id, so it is billed
+ * once whether or not the router published it. A failure leaves the hold to its TTL.
+ */
+async function recordLostStream(ctx: AccountRouteContext, req: FastifyRequest, usage: UsageRecorded) {
+  if (!ctx.metering) {
+    req.log.warn("stream lost mid-way and no metering to record it; the hold lapses with its TTL");
+    return;
+  }
+  await ctx.metering
+    .recordUsage({ usage }, { timeoutMs: RECORD_USAGE_TIMEOUT_MS })
+    .then(() => req.log.info("usage of a stream lost mid-way recorded"))
+    .catch((err: unknown) => req.log.error({ err }, "usage of a stream lost mid-way not recorded"));
+}
+
+/**
  * Serves an authorized chat or text completion: relayed as SSE when streamed, else buffered
  * with its money headers. Either way a failure before any usage gives the budget hold back.
  */
@@ -143,6 +160,7 @@ export async function serveCompletion(
       signal,
       moneyOf(grant),
       releaseOnFailure(ctx, req, grant),
+      (usage) => recordLostStream(ctx, req, usage),
     );
   }
   const res = await completeOrRelease(ctx, req, grant, () => ctx.inference.complete({ input }, { signal }));

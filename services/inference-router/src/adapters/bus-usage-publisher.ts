@@ -1,7 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EventBus } from "@tollgate/kit/bus";
-import { Door, Outcome, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { Door, Outcome, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
 import type { UsageEvent, UsagePublisher } from "../domain/ports.js";
 
 const DOOR = { account: Door.ACCOUNT, paid: Door.PAID } as const;
@@ -20,6 +20,30 @@ export const PUBLISH_DEADLINE_MS = 15_000;
 const FIRST_BACKOFF_MS = 100;
 const MAX_BACKOFF_MS = 1_000;
 
+/** The wire message of a usage event (published, and sent with each streamed chunk). */
+export function usageRecordedOf(e: UsageEvent): UsageRecorded {
+  return create(UsageRecordedSchema, {
+    eventId: e.eventId,
+    occurredAt: timestampFromDate(e.occurredAt),
+    requestId: e.requestId,
+    door: DOOR[e.door],
+    accountId: e.accountId,
+    connectionId: e.connectionId,
+    keyId: e.keyId,
+    model: e.model,
+    runtime: e.runtime,
+    upstreamId: e.upstreamId,
+    inputTokens: e.tokens.inputTokens,
+    outputTokens: e.tokens.outputTokens,
+    reasoningTokens: e.tokens.reasoningTokens,
+    cost: e.cost.toString(),
+    pricingSnapshotId: e.pricingSnapshotId,
+    reservationId: e.reservationId,
+    outcome: OUTCOME[e.outcome],
+    streamed: e.streamed,
+  });
+}
+
 /**
  * Encodes UsageRecorded as protobuf and publishes it with the event id as message id, retrying
  * with backoff until `deadlineMs` has passed.
@@ -31,29 +55,7 @@ export function createBusUsagePublisher(
 ): UsagePublisher {
   return {
     async publish(e: UsageEvent) {
-      const data = toBinary(
-        UsageRecordedSchema,
-        create(UsageRecordedSchema, {
-          eventId: e.eventId,
-          occurredAt: timestampFromDate(e.occurredAt),
-          requestId: e.requestId,
-          door: DOOR[e.door],
-          accountId: e.accountId,
-          connectionId: e.connectionId,
-          keyId: e.keyId,
-          model: e.model,
-          runtime: e.runtime,
-          upstreamId: e.upstreamId,
-          inputTokens: e.tokens.inputTokens,
-          outputTokens: e.tokens.outputTokens,
-          reasoningTokens: e.tokens.reasoningTokens,
-          cost: e.cost.toString(),
-          pricingSnapshotId: e.pricingSnapshotId,
-          reservationId: e.reservationId,
-          outcome: OUTCOME[e.outcome],
-          streamed: e.streamed,
-        }),
-      );
+      const data = toBinary(UsageRecordedSchema, usageRecordedOf(e));
       // The same message id on every attempt: JetStream stores a retried publish once.
       const deadline = Date.now() + deadlineMs;
       for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {

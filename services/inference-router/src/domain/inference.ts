@@ -33,8 +33,12 @@ export interface UsageSummary extends TokenCounts {
   pricingSnapshotId: string;
 }
 
-/** What a stream yields: chunk JSON for the caller, then the usage last. */
-export type StreamEvent = { chunk: Record<string, unknown> } | { usage: UsageSummary };
+/**
+ * What a stream yields: chunk JSON for the caller, each with the usage event the stream is
+ * billed with if it ends right after that chunk (`soFar`, under the stream's one event id, for
+ * whoever relays the stream to record should the router be lost), then the usage last.
+ */
+export type StreamEvent = { chunk: Record<string, unknown>; soFar: UsageEvent } | { usage: UsageSummary };
 
 /**
  * Runs completions against the catalog's upstreams, counts their usage (also for streams cut
@@ -72,6 +76,8 @@ export class Inference {
     signal: AbortSignal,
   ): AsyncGenerator<StreamEvent> {
     const route = this.#resolve(input);
+    // One event id for the stream, whoever ends up publishing its usage (see StreamEvent).
+    const eventId = this.newEventId();
     let reported: TokenCounts | undefined;
     let started = false;
     let producedChunks = 0;
@@ -89,7 +95,10 @@ export class Inference {
           delete chunk.json.usage;
         }
         chunk.json.model = route.model;
-        yield { chunk: chunk.json };
+        yield {
+          chunk: chunk.json,
+          soFar: this.#event(input, route, tokens(), "upstream_failed", true, eventId),
+        };
       }
       outcome = "completed";
     } catch (err) {
@@ -98,10 +107,11 @@ export class Inference {
     } finally {
       // The consumer stopping early (the caller went away) also lands here, with no outcome.
       outcome ??= "client_cancelled";
-      if (outcome !== "completed" && started) await this.#record(input, route, tokens(), outcome, true);
+      if (outcome !== "completed" && started)
+        await this.#record(input, route, tokens(), outcome, true, eventId);
     }
     if (outcome !== "completed") return;
-    yield { usage: await this.#record(input, route, tokens(), "completed", true) };
+    yield { usage: await this.#record(input, route, tokens(), "completed", true, eventId) };
   }
 
   /** The model's route; a model that cannot reason is refused before any upstream call. */
@@ -135,16 +145,16 @@ export class Inference {
     return { operation: input.operation, body };
   }
 
-  async #record(
+  #event(
     input: CompletionInput,
     route: ModelRoute,
     tokens: TokenCounts,
     outcome: UsageEvent["outcome"],
     streamed: boolean,
-  ): Promise<UsageSummary> {
-    const cost = costOf(tokens, route.prices);
-    const event: UsageEvent = {
-      eventId: this.newEventId(),
+    eventId: string,
+  ): UsageEvent {
+    return {
+      eventId,
       occurredAt: new Date(),
       requestId: input.requestId,
       ...input.billing,
@@ -152,11 +162,23 @@ export class Inference {
       runtime: route.runtime,
       upstreamId: route.provider.id,
       tokens,
-      cost,
+      cost: costOf(tokens, route.prices),
       pricingSnapshotId: this.pricingSnapshotId,
       outcome,
       streamed,
     };
+  }
+
+  async #record(
+    input: CompletionInput,
+    route: ModelRoute,
+    tokens: TokenCounts,
+    outcome: UsageEvent["outcome"],
+    streamed: boolean,
+    eventId = this.newEventId(),
+  ): Promise<UsageSummary> {
+    const event = this.#event(input, route, tokens, outcome, streamed, eventId);
+    const cost = event.cost;
     try {
       await this.publisher.publish(event);
     } catch {

@@ -6,6 +6,7 @@ import {
   type Usage,
   type CompletionInput as WireInput,
 } from "@tollgate/proto/inference";
+import { usageRecordedOf } from "../../adapters/bus-usage-publisher.js";
 import { InferenceError } from "../../domain/errors.js";
 import type { CompletionInput, Inference, UsageSummary } from "../../domain/inference.js";
 import { toStatusError } from "./errors.js";
@@ -67,7 +68,10 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
       try {
         for await (const event of inference.stream(toDomain(req.input), req.includeUsage, ctx.signal)) {
           if ("chunk" in event)
-            yield { event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) } };
+            yield {
+              event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) },
+              usageSoFar: usageRecordedOf(event.soFar),
+            };
           else yield { event: { case: "usage", value: toWireUsage(event.usage) } };
         }
       } catch (err) {

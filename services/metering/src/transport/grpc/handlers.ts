@@ -1,9 +1,11 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Handlers } from "@tollgate/kit/grpc";
 import { Granularity as GranularityPb, type MeteringService } from "@tollgate/proto/metering";
+import type { UsageRecorded } from "@tollgate/proto/usage";
 import { MeteringError } from "../../domain/errors.js";
 import type { UsageStore } from "../../domain/ports.js";
 import { type Granularity, resolveUsageQuery, type UsageTotals } from "../../domain/usage.js";
+import { toUsageEvent } from "../bus/usage-consumer.js";
 import { toStatusError } from "./errors.js";
 
 function granularityOf(g: GranularityPb): Granularity | undefined {
@@ -29,12 +31,29 @@ function totalsMessage(t: UsageTotals) {
   };
 }
 
+/** Stores a usage event on the usage stream, deduplicated by its event id. */
+export type UsageRecorder = (usage: UsageRecorded) => Promise<void>;
+
 /** Maps MeteringService messages to the domain and back. */
 export function meteringHandlers(
   store: UsageStore,
   now: () => Date = () => new Date(),
+  record: UsageRecorder = async () => {
+    throw new Error("no usage stream to record on");
+  },
 ): Handlers<typeof MeteringService> {
   return {
+    async recordUsage(req) {
+      try {
+        if (!req.usage) throw new MeteringError("invalid_usage_event", "usage is required");
+        // Refuse what the consumer could not apply (it would drop it as invalid).
+        toUsageEvent(req.usage);
+        await record(req.usage);
+        return {};
+      } catch (err) {
+        throw toStatusError(err);
+      }
+    },
     async getUsage(req) {
       try {
         const granularity = granularityOf(req.granularity);

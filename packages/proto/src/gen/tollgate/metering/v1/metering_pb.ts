@@ -8,13 +8,15 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { UsageRecorded } from "../../usage/v1/usage_pb.js";
+import { file_tollgate_usage_v1_usage } from "../../usage/v1/usage_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file tollgate/metering/v1/metering.proto.
  */
 export const file_tollgate_metering_v1_metering: GenFile = /*@__PURE__*/
-  fileDesc("CiN0b2xsZ2F0ZS9tZXRlcmluZy92MS9tZXRlcmluZy5wcm90bxIUdG9sbGdhdGUubWV0ZXJpbmcudjEi5QEKD0dldFVzYWdlUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEigKBGZyb20YBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKAnRvGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI2CgtncmFudWxhcml0eRgHIAEoDjIhLnRvbGxnYXRlLm1ldGVyaW5nLnYxLkdyYW51bGFyaXR5InQKC1VzYWdlVG90YWxzEhAKCHJlcXVlc3RzGAEgASgEEhQKDGlucHV0X3Rva2VucxgCIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAMgASgEEhgKEHJlYXNvbmluZ190b2tlbnMYBCABKAQSDAoEY29zdBgFIAEoCSJrCgtVc2FnZUJ1Y2tldBIpCgVzdGFydBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoGdG90YWxzGAIgASgLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VUb3RhbHMieQoQR2V0VXNhZ2VSZXNwb25zZRIxCgZ0b3RhbHMYASABKAsyIS50b2xsZ2F0ZS5tZXRlcmluZy52MS5Vc2FnZVRvdGFscxIyCgdidWNrZXRzGAIgAygLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VCdWNrZXQqVQoLR3JhbnVsYXJpdHkSGwoXR1JBTlVMQVJJVFlfVU5TUEVDSUZJRUQQABIUChBHUkFOVUxBUklUWV9IT1VSEAESEwoPR1JBTlVMQVJJVFlfREFZEAIybAoPTWV0ZXJpbmdTZXJ2aWNlElkKCEdldFVzYWdlEiUudG9sbGdhdGUubWV0ZXJpbmcudjEuR2V0VXNhZ2VSZXF1ZXN0GiYudG9sbGdhdGUubWV0ZXJpbmcudjEuR2V0VXNhZ2VSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CiN0b2xsZ2F0ZS9tZXRlcmluZy92MS9tZXRlcmluZy5wcm90bxIUdG9sbGdhdGUubWV0ZXJpbmcudjEi5QEKD0dldFVzYWdlUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJEg0KBW1vZGVsGAQgASgJEigKBGZyb20YBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKAnRvGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI2CgtncmFudWxhcml0eRgHIAEoDjIhLnRvbGxnYXRlLm1ldGVyaW5nLnYxLkdyYW51bGFyaXR5InQKC1VzYWdlVG90YWxzEhAKCHJlcXVlc3RzGAEgASgEEhQKDGlucHV0X3Rva2VucxgCIAEoBBIVCg1vdXRwdXRfdG9rZW5zGAMgASgEEhgKEHJlYXNvbmluZ190b2tlbnMYBCABKAQSDAoEY29zdBgFIAEoCSJrCgtVc2FnZUJ1Y2tldBIpCgVzdGFydBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoGdG90YWxzGAIgASgLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VUb3RhbHMieQoQR2V0VXNhZ2VSZXNwb25zZRIxCgZ0b3RhbHMYASABKAsyIS50b2xsZ2F0ZS5tZXRlcmluZy52MS5Vc2FnZVRvdGFscxIyCgdidWNrZXRzGAIgAygLMiEudG9sbGdhdGUubWV0ZXJpbmcudjEuVXNhZ2VCdWNrZXQiRQoSUmVjb3JkVXNhZ2VSZXF1ZXN0Ei8KBXVzYWdlGAEgASgLMiAudG9sbGdhdGUudXNhZ2UudjEuVXNhZ2VSZWNvcmRlZCIVChNSZWNvcmRVc2FnZVJlc3BvbnNlKlUKC0dyYW51bGFyaXR5EhsKF0dSQU5VTEFSSVRZX1VOU1BFQ0lGSUVEEAASFAoQR1JBTlVMQVJJVFlfSE9VUhABEhMKD0dSQU5VTEFSSVRZX0RBWRACMtABCg9NZXRlcmluZ1NlcnZpY2USWQoIR2V0VXNhZ2USJS50b2xsZ2F0ZS5tZXRlcmluZy52MS5HZXRVc2FnZVJlcXVlc3QaJi50b2xsZ2F0ZS5tZXRlcmluZy52MS5HZXRVc2FnZVJlc3BvbnNlEmIKC1JlY29yZFVzYWdlEigudG9sbGdhdGUubWV0ZXJpbmcudjEuUmVjb3JkVXNhZ2VSZXF1ZXN0GikudG9sbGdhdGUubWV0ZXJpbmcudjEuUmVjb3JkVXNhZ2VSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_tollgate_usage_v1_usage]);
 
 /**
  * @generated from message tollgate.metering.v1.GetUsageRequest
@@ -151,6 +153,36 @@ export const GetUsageResponseSchema: GenMessage<GetUsageResponse> = /*@__PURE__*
   messageDesc(file_tollgate_metering_v1_metering, 3);
 
 /**
+ * @generated from message tollgate.metering.v1.RecordUsageRequest
+ */
+export type RecordUsageRequest = Message<"tollgate.metering.v1.RecordUsageRequest"> & {
+  /**
+   * @generated from field: tollgate.usage.v1.UsageRecorded usage = 1;
+   */
+  usage?: UsageRecorded | undefined;
+};
+
+/**
+ * Describes the message tollgate.metering.v1.RecordUsageRequest.
+ * Use `create(RecordUsageRequestSchema)` to create a new message.
+ */
+export const RecordUsageRequestSchema: GenMessage<RecordUsageRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_metering_v1_metering, 4);
+
+/**
+ * @generated from message tollgate.metering.v1.RecordUsageResponse
+ */
+export type RecordUsageResponse = Message<"tollgate.metering.v1.RecordUsageResponse"> & {
+};
+
+/**
+ * Describes the message tollgate.metering.v1.RecordUsageResponse.
+ * Use `create(RecordUsageResponseSchema)` to create a new message.
+ */
+export const RecordUsageResponseSchema: GenMessage<RecordUsageResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_metering_v1_metering, 5);
+
+/**
  * Granularity of the returned buckets.
  *
  * @generated from enum tollgate.metering.v1.Granularity
@@ -193,6 +225,18 @@ export const MeteringService: GenService<{
     methodKind: "unary";
     input: typeof GetUsageRequestSchema;
     output: typeof GetUsageResponseSchema;
+  },
+  /**
+   * RecordUsage publishes a usage event on the usage stream with its event id as message id
+   * (stored once within the duplicate window). api-edge uses it for a stream whose router was
+   * lost mid-stream; it resolves once the event is stored durably.
+   *
+   * @generated from rpc tollgate.metering.v1.MeteringService.RecordUsage
+   */
+  recordUsage: {
+    methodKind: "unary";
+    input: typeof RecordUsageRequestSchema;
+    output: typeof RecordUsageResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_tollgate_metering_v1_metering, 0);
