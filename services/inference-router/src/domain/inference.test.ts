@@ -419,6 +419,23 @@ describe("Inference.stream", () => {
     expect(publisher.events.map((e) => e.tokens)).toEqual([usage(10, 4, 0)]);
   });
 
+  it("sends with every chunk the usage so far, under the one event id the stream is published with", async () => {
+    const chunks = [roleChunk(), textChunk("a"), textChunk("b"), finishChunk()];
+    const { publisher, inference } = setup({ chunks });
+    const events = await drain(
+      inference.stream(input({ bodyBytes: 40 }), false, new AbortController().signal),
+    );
+
+    const soFar = events.flatMap((e) => ("soFar" in e ? [e.soFar] : []));
+    expect(soFar.map((e) => e.tokens.outputTokens)).toEqual([0, 1, 2, 2]);
+    for (const e of soFar) {
+      expect(e).toMatchObject({ outcome: "upstream_failed", streamed: true, reservationId: "res_1" });
+      expect(e.cost).toBe(costOf(e.tokens, PRICES));
+    }
+    expect(publisher.events).toHaveLength(1);
+    expect(new Set([...soFar.map((e) => e.eventId), publisher.events[0]!.eventId]).size).toBe(1);
+  });
+
   it("records one client_cancelled event when the consumer stops after two chunks", async () => {
     const chunks = [textChunk("a"), textChunk("b"), textChunk("c"), textChunk("d"), usageChunk(usage(9, 4))];
     const { provider, publisher, inference } = setup({ chunks });

@@ -1,7 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type CallContext, GrpcStatus, StatusError } from "@tollgate/kit/grpc";
-import { GetUsageRequestSchema, GetUsageResponseSchema, Granularity } from "@tollgate/proto/metering";
+import {
+  GetUsageRequestSchema,
+  GetUsageResponseSchema,
+  Granularity,
+  RecordUsageRequestSchema,
+} from "@tollgate/proto/metering";
+import { Door, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
 import { describe, expect, it } from "vitest";
 import { usageEvent } from "../../../test/usage-store-contract.js";
 import { createMemoryUsageStore } from "../../adapters/memory-usage-store.js";
@@ -91,5 +97,58 @@ describe("GetUsage handler", () => {
       status: GrpcStatus.INVALID_ARGUMENT,
       code: "invalid_granularity",
     });
+  });
+});
+
+describe("RecordUsage handler", () => {
+  const usage = () =>
+    create(UsageRecordedSchema, {
+      eventId: "evt_lost_1",
+      occurredAt: timestampFromDate(now),
+      requestId: "req_1",
+      door: Door.ACCOUNT,
+      accountId: "acct_1",
+      connectionId: "conn_1",
+      keyId: "key_1",
+      model: "small",
+      inputTokens: 5,
+      outputTokens: 3,
+      cost: "42",
+      reservationId: "rsv_1",
+    });
+
+  it("hands a valid event to the recorder as it came", async () => {
+    const recorded: UsageRecorded[] = [];
+    const h = meteringHandlers(
+      createMemoryUsageStore(),
+      () => now,
+      async (u) => {
+        recorded.push(u);
+      },
+    );
+    await h.recordUsage(create(RecordUsageRequestSchema, { usage: usage() }), ctx);
+    expect(recorded.map((u) => [u.eventId, u.cost, u.outputTokens])).toEqual([["evt_lost_1", "42", 3]]);
+  });
+
+  it("refuses an event the consumer could not apply, recording nothing", async () => {
+    const recorded: UsageRecorded[] = [];
+    const h = meteringHandlers(
+      createMemoryUsageStore(),
+      () => now,
+      async (u) => {
+        recorded.push(u);
+      },
+    );
+    const bad = usage();
+    bad.cost = "1.5";
+    expect(await statusOf(h.recordUsage(create(RecordUsageRequestSchema, { usage: bad }), ctx))).toEqual({
+      status: GrpcStatus.INVALID_ARGUMENT,
+      code: "invalid_usage_event",
+    });
+    expect(await statusOf(h.recordUsage(create(RecordUsageRequestSchema, {}), ctx))).toEqual({
+      status: GrpcStatus.INVALID_ARGUMENT,
+      code: "invalid_usage_event",
+    });
+    expect(recorded).toEqual([]);
   });
 });
