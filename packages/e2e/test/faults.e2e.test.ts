@@ -301,7 +301,7 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
 
     // Publishing rides out the restart (retried with the same message id until its deadline),
     // so every caller is served; the slow ones waited for NATS to come back.
-    expect(outcomes.length).toBeGreaterThan(20);
+    expect(outcomes.length).toBeGreaterThan(8);
     expect(summary(outcomes.filter((o) => o.status !== 200))).toEqual({});
     expect(outcomes.some((o) => o.ms > 1_000)).toBe(true);
     for (const o of outcomes) {
