@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
@@ -45,9 +45,46 @@ export interface StackOptions {
    */
   logDir?: string;
   logLevel?: string;
+  /**
+   * How services run: "tsx" (default) runs their TypeScript sources; "bundle" runs the esbuild
+   * bundles the images ship (services/<name>/dist/main.mjs, see buildBundles) under plain node.
+   * The fake upstream and the devnet always run from source.
+   */
+  runtime?: "tsx" | "bundle";
   /** Called with every line any process prints. */
   onLine?: (service: string, line: string) => void;
 }
+
+const MAIN = /^((?:services|packages)\/[^/]+)\/src\/main\.ts$/;
+
+/** Node's arguments for a script: its bundle when asked for and it is a main, else tsx. */
+export function commandOf(script: string, runtime: "tsx" | "bundle"): string[] {
+  const dir = MAIN.exec(script)?.[1];
+  if (runtime === "bundle" && dir) return [join(REPO_ROOT, dir, "dist/main.mjs")];
+  return ["--import", "tsx", join(REPO_ROOT, script)];
+}
+
+/**
+ * Builds the bundles the images run (deploy/build/bundle.mjs) for the given service or package
+ * folders, e.g. "services/api-edge"; what `runtime: "bundle"` runs.
+ */
+export function buildBundles(dirs: readonly string[]): void {
+  for (const dir of dirs) {
+    execFileSync(process.execPath, [join(REPO_ROOT, "deploy/build/bundle.mjs"), join(REPO_ROOT, dir)], {
+      cwd: REPO_ROOT,
+      stdio: ["ignore", "ignore", "inherit"],
+    });
+  }
+}
+
+/** The five services, as buildBundles names them. */
+export const SERVICE_DIRS = [
+  "services/api-edge",
+  "services/auth-policy",
+  "services/inference-router",
+  "services/metering",
+  "services/mpp-payment",
+] as const;
 
 /** One running service process. */
 export interface StackProcess {
@@ -163,7 +200,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   ) => {
     if (metricsPort !== undefined) metricsUrls[name] = `http://127.0.0.1:${metricsPort}/metrics`;
     const logFile = opts.logDir ? openSync(join(opts.logDir, `${name}.log`), "a") : undefined;
-    const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, script)], {
+    const child = spawn(process.execPath, commandOf(script, opts.runtime ?? "tsx"), {
       cwd: REPO_ROOT,
       env: {
         ...common,
