@@ -1,6 +1,6 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -57,11 +57,23 @@ export interface StackOptions {
 
 const MAIN = /^((?:services|packages)\/[^/]+)\/src\/main\.ts$/;
 
-/** Node's arguments for a script: its bundle when asked for and it is a main, else tsx. */
+/**
+ * Node's arguments for a script: with runtime "bundle" and a main, its bundle with the node
+ * flags of its image's ENTRYPOINT (services/<name>/Dockerfile; none without one); else tsx.
+ */
 export function commandOf(script: string, runtime: "tsx" | "bundle"): string[] {
   const dir = MAIN.exec(script)?.[1];
-  if (runtime === "bundle" && dir) return [join(REPO_ROOT, dir, "dist/main.mjs")];
+  if (runtime === "bundle" && dir) return [...imageNodeFlags(dir), join(REPO_ROOT, dir, "dist/main.mjs")];
   return ["--import", "tsx", join(REPO_ROOT, script)];
+}
+
+/** The flags between node and the script in a Dockerfile's `ENTRYPOINT [...]`; [] without one. */
+export function imageNodeFlags(dir: string): string[] {
+  const dockerfile = join(REPO_ROOT, dir, "Dockerfile");
+  if (!existsSync(dockerfile)) return [];
+  const entry = /^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(readFileSync(dockerfile, "utf8"))?.[1];
+  const argv = entry ? (JSON.parse(entry) as string[]) : [];
+  return argv.slice(1, -1);
 }
 
 /**
