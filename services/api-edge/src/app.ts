@@ -16,6 +16,10 @@ import { closeConnectionsWhileDraining } from "./http/drain.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
 import { acceptJsonOnly } from "./http/json-body.js";
+import { DEFAULT_LIMITS, type EdgeLimits, serverOptions } from "./http/limits.js";
+
+export type { EdgeLimits } from "./http/limits.js";
+
 import { logResponses } from "./http/response-log.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
@@ -25,6 +29,7 @@ import { modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
+import { requestSchemas } from "./schemas/requests.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -41,7 +46,8 @@ export interface ApiEdgeOptions {
   inferenceRouterAddr: string;
   /** Absent: the paid door is off and its route does not exist. */
   mppPaymentAddr?: string;
-  bodyLimitBytes: number;
+  /** The public port's limits; each one absent takes its default (README, "Limits"). */
+  limits?: Partial<EdgeLimits>;
   /** Absent: the admin API does not start, and no port serves it. */
   admin?: AdminServerOptions;
   /** Redis for idempotency records shared by every replica; memory when unset. */
@@ -79,17 +85,19 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   );
   const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr) : undefined;
 
+  const limits: EdgeLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const app = Fastify({
+    ...serverOptions(limits, log as FastifyBaseLogger),
     loggerInstance: log as FastifyBaseLogger,
     // Fastify's own per-request lines are off; onResponse logs one fixed line per request.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
     genReqId: (req) => acceptRequestId(req.headers["x-request-id"] as string | undefined),
-    bodyLimit: opts.bodyLimitBytes,
     return503OnClosing: true,
     keepAliveTimeout: 65_000,
   });
 
-  acceptJsonOnly(app, (code, message) => new EdgeError(code, message));
+  if (limits.maxConnections > 0) app.server.maxConnections = limits.maxConnections;
+  acceptJsonOnly(app, limits.maxJsonDepth, (code, message) => new EdgeError(code, message));
 
   const drain = closeConnectionsWhileDraining(app);
   app.addHook("onRequest", async (req, reply) => {
@@ -129,7 +137,13 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
       : createMemoryIdempotencyStore(),
   );
   idempotency.register(app);
-  const ctx: AccountRouteContext = { auth, inference: timeInference(inference, metrics), idempotency, log };
+  const ctx: AccountRouteContext = {
+    auth,
+    inference: timeInference(inference, metrics),
+    idempotency,
+    schemas: requestSchemas(limits.maxMessages),
+    log,
+  };
   modelsRoute(app, ctx);
   chatCompletionsRoute(app, ctx);
   completionsRoute(app, ctx);

@@ -1,0 +1,72 @@
+import type { Socket } from "node:net";
+import type { FastifyBaseLogger } from "fastify";
+import { describe, expect, it, vi } from "vitest";
+import { clientErrorHandler, DEFAULT_LIMITS, serverOptions } from "./limits.js";
+
+function fakeSocket(bytesWritten = 0) {
+  const written: string[] = [];
+  const socket = {
+    destroyed: false,
+    writable: true,
+    bytesWritten,
+    write: (s: string) => written.push(s),
+    destroy: vi.fn(),
+  };
+  return { socket: socket as unknown as Socket & { destroy: ReturnType<typeof vi.fn> }, written };
+}
+
+const log = { info: vi.fn() } as unknown as FastifyBaseLogger;
+
+function answer(written: string[]) {
+  const [head, body] = written.join("").split("\r\n\r\n");
+  return { statusLine: head?.split("\r\n")[0], head, body: JSON.parse(body ?? "null") };
+}
+
+describe("clientErrorHandler: what the HTTP parser refuses gets the OpenAI-shaped error body", () => {
+  it.each([
+    ["HPE_HEADER_OVERFLOW", "HTTP/1.1 431 Request Header Fields Too Large", "headers_too_large"],
+    ["ERR_HTTP_REQUEST_TIMEOUT", "HTTP/1.1 408 Request Timeout", "request_timeout"],
+    ["HPE_INVALID_METHOD", "HTTP/1.1 400 Bad Request", "invalid_request"],
+    ["HPE_INVALID_HEADER_TOKEN", "HTTP/1.1 400 Bad Request", "invalid_request"],
+  ])("%s → %s, code %s, and the connection closes", (parserCode, statusLine, code) => {
+    const { socket, written } = fakeSocket();
+    clientErrorHandler(log)(Object.assign(new Error("x"), { code: parserCode }), socket);
+    const a = answer(written);
+    expect(a.statusLine).toBe(statusLine);
+    expect(a.head).toMatch(/\r\nConnection: close/);
+    expect(a.body.error).toMatchObject({ code, type: "invalid_request_error" });
+    expect(a.body.error.request_id).toMatch(/^req_/);
+    expect(socket.destroy).toHaveBeenCalled();
+  });
+
+  it("writes nothing after a response has begun, and nothing to a reset connection", () => {
+    const started = fakeSocket(10);
+    clientErrorHandler(log)(
+      Object.assign(new Error("x"), { code: "ERR_HTTP_REQUEST_TIMEOUT" }),
+      started.socket,
+    );
+    expect(started.written).toEqual([]);
+    expect(started.socket.destroy).toHaveBeenCalled();
+    const reset = fakeSocket();
+    clientErrorHandler(log)(Object.assign(new Error("x"), { code: "ECONNRESET" }), reset.socket);
+    expect(reset.written).toEqual([]);
+  });
+});
+
+describe("serverOptions", () => {
+  it("gives Node and fastify the limits, and checks for slow callers often enough", () => {
+    const opts = serverOptions({ ...DEFAULT_LIMITS, headersTimeoutMs: 2_000, requestTimeoutMs: 4_000 }, log);
+    expect(opts).toMatchObject({
+      bodyLimit: 4 * 1024 * 1024,
+      requestTimeout: 4_000,
+      connectionTimeout: 180_000,
+      http: {
+        maxHeaderSize: 16_384,
+        headersTimeout: 2_000,
+        requestTimeout: 4_000,
+        connectionsCheckingInterval: 500,
+      },
+    });
+    expect(serverOptions(DEFAULT_LIMITS, log).http).toMatchObject({ connectionsCheckingInterval: 1_000 });
+  });
+});
