@@ -7,7 +7,13 @@ import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
 import { PaymentService } from "@tollgate/proto/payment";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
 import { createMemoryIdempotencyStore } from "./adapters/memory-idempotency-store.js";
 import { createRedisIdempotencyStore } from "./adapters/redis-idempotency-store.js";
 import { type AdminServer, type AdminServerOptions, startAdminServer } from "./admin/server.js";
@@ -16,7 +22,7 @@ import { closeConnectionsWhileDraining } from "./http/drain.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
 import { acceptJsonOnly } from "./http/json-body.js";
-import { DEFAULT_LIMITS, type EdgeLimits, serverOptions } from "./http/limits.js";
+import { DEFAULT_LIMITS, type EdgeLimits, requireHost, serverOptions } from "./http/limits.js";
 
 export type { EdgeLimits } from "./http/limits.js";
 
@@ -76,6 +82,13 @@ export interface ApiEdge {
   stop(): Promise<void>;
 }
 
+/** The one way a refusal is sent on the public port: the mapped status and the OpenAI-style body. */
+function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply) {
+  const e = toHttpError(err, req.log);
+  if (e.headers) reply.headers(e.headers);
+  return reply.code(e.status).send(errorBody(e, req.id));
+}
+
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
 export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps = {}): Promise<ApiEdge> {
   const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr);
@@ -88,6 +101,8 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   const limits: EdgeLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const app = Fastify({
     ...serverOptions(limits, log as FastifyBaseLogger),
+    // A URL fastify cannot decode gets the same error body as every other refusal.
+    frameworkErrors: sendError,
     loggerInstance: log as FastifyBaseLogger,
     // Fastify's own per-request lines are off; onResponse logs one fixed line per request.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
@@ -103,15 +118,12 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
   });
+  requireHost(app);
   const registry = deps.metrics ?? createMetrics("api-edge");
   const metrics = edgeMetrics(registry);
   countRequests(app, metrics);
   logResponses(app, "request served");
-  app.setErrorHandler((err, req, reply) => {
-    const e = toHttpError(err, req.log);
-    if (e.headers) reply.headers(e.headers);
-    return reply.code(e.status).send(errorBody(e, req.id));
-  });
+  app.setErrorHandler(sendError);
   app.setNotFoundHandler((req, reply) => {
     const e = toHttpError(
       new EdgeError("not_found", `no route ${req.method} ${req.url.split("?")[0]}`),

@@ -3,12 +3,14 @@ import type { FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
 import { clientErrorHandler, DEFAULT_LIMITS, serverOptions } from "./limits.js";
 
-function fakeSocket(bytesWritten = 0) {
+function fakeSocket(headersSent?: boolean) {
   const written: string[] = [];
   const socket = {
     destroyed: false,
     writable: true,
-    bytesWritten,
+    // An earlier response on this kept-alive connection wrote bytes; only the in-flight one counts.
+    bytesWritten: 500,
+    ...(headersSent !== undefined ? { _httpMessage: { headersSent } } : {}),
     write: (s: string) => written.push(s),
     destroy: vi.fn(),
   };
@@ -39,8 +41,14 @@ describe("clientErrorHandler: what the HTTP parser refuses gets the OpenAI-shape
     expect(socket.destroy).toHaveBeenCalled();
   });
 
+  it("answers on a kept-alive connection between responses", () => {
+    const { socket, written } = fakeSocket(false);
+    clientErrorHandler(log)(Object.assign(new Error("x"), { code: "HPE_INVALID_URL" }), socket);
+    expect(answer(written).statusLine).toBe("HTTP/1.1 400 Bad Request");
+  });
+
   it("writes nothing after a response has begun, and nothing to a reset connection", () => {
-    const started = fakeSocket(10);
+    const started = fakeSocket(true);
     clientErrorHandler(log)(
       Object.assign(new Error("x"), { code: "ERR_HTTP_REQUEST_TIMEOUT" }),
       started.socket,

@@ -1,7 +1,8 @@
 import { type Server, STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import { newRequestId } from "@tollgate/kit/ids";
-import type { FastifyBaseLogger, FastifyHttpOptions } from "fastify";
+import type { FastifyBaseLogger, FastifyHttpOptions, FastifyInstance } from "fastify";
+import { EdgeError } from "../domain/errors.js";
 import { CHAT_LIMITS } from "../schemas/chat.js";
 import { errorBody, type HttpError } from "./errors.js";
 
@@ -81,7 +82,10 @@ export function clientErrorHandler(log: FastifyBaseLogger) {
     if (err.code === "ECONNRESET" || socket.destroyed) return;
     const e = clientErrorOf(err.code);
     log.info({ code: e.code, parserCode: err.code }, "request refused by the HTTP parser");
-    if (socket.writable && socket.bytesWritten === 0) {
+    // As Node itself does: answer unless a response of this connection has begun (an earlier
+    // response on a kept-alive connection is no reason to leave the caller without one).
+    const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (socket.writable && !inFlight?.headersSent) {
       const body = JSON.stringify(errorBody(e, newRequestId()));
       socket.write(
         `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
@@ -90,6 +94,18 @@ export function clientErrorHandler(log: FastifyBaseLogger) {
     }
     socket.destroy();
   };
+}
+
+/**
+ * HTTP/1.1 requires a Host header (RFC 9112, 3.2): a request without one is a 400
+ * invalid_request with the usual error body.
+ */
+export function requireHost(app: FastifyInstance): void {
+  app.addHook("onRequest", async (req) => {
+    if (req.raw.httpVersion === "1.1" && req.headers.host === undefined) {
+      throw new EdgeError("invalid_request", "an HTTP/1.1 request needs a Host header");
+    }
+  });
 }
 
 /** fastify's server options that enforce `limits`. */
@@ -107,6 +123,8 @@ export function serverOptions(
       headersTimeout: limits.headersTimeoutMs,
       requestTimeout: limits.requestTimeoutMs,
       connectionsCheckingInterval: checkingIntervalMs(limits),
+      // Node would refuse a request without Host with a bare 400; requireHost does it with a body.
+      requireHostHeader: false,
     },
   };
 }
