@@ -1,7 +1,7 @@
 import type { Socket } from "node:net";
-import type { FastifyBaseLogger } from "fastify";
+import Fastify, { type FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
-import { clientErrorHandler, DEFAULT_LIMITS, serverOptions } from "./limits.js";
+import { clientErrorHandler, DEFAULT_LIMITS, requireHost, serverOptions } from "./limits.js";
 
 function fakeSocket(headersSent?: boolean) {
   const written: string[] = [];
@@ -76,5 +76,25 @@ describe("serverOptions", () => {
       },
     });
     expect(serverOptions(DEFAULT_LIMITS, log).http).toMatchObject({ connectionsCheckingInterval: 1_000 });
+  });
+});
+
+describe("requireHost", () => {
+  it("refuses an HTTP/1.1 request without Host as invalid_request, and serves one with it", async () => {
+    const app = Fastify();
+    // light-my-request always sends a Host: drop it as a caller that sends none would.
+    app.addHook("onRequest", async (req) => {
+      if (req.headers["x-drop-host"]) delete req.headers.host;
+    });
+    requireHost(app);
+    app.setErrorHandler((err: { code?: string }, _req, reply) => reply.code(400).send({ code: err.code }));
+    app.get("/", async () => "ok");
+    const without = await app.inject({ method: "GET", url: "/", headers: { "x-drop-host": "1" } });
+    expect({ status: without.statusCode, body: without.json() }).toEqual({
+      status: 400,
+      body: { code: "invalid_request" },
+    });
+    expect((await app.inject({ method: "GET", url: "/", headers: { host: "x" } })).statusCode).toBe(200);
+    await app.close();
   });
 });
