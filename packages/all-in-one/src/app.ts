@@ -116,7 +116,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       authPolicyAddr: `${LOOPBACK}:${auth.port}`,
       inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
       ...(payment ? { mppPaymentAddr: `${LOOPBACK}:${payment.port}` } : {}),
-      bodyLimitBytes: 4 * 1024 * 1024,
+      ...(cfg.limits ? { limits: cfg.limits } : {}),
       ...redis,
       ...(cfg.adminToken
         ? {

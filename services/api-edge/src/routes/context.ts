@@ -4,6 +4,7 @@ import type { AuthService } from "@tollgate/proto/auth";
 import type { InferenceService } from "@tollgate/proto/inference";
 import type { PaymentService } from "@tollgate/proto/payment";
 import type { Idempotency } from "../http/idempotency.js";
+import type { RequestSchemas } from "../schemas/requests.js";
 
 /** What the account routes need: the clients of the services behind the edge. */
 export interface AccountRouteContext {
@@ -11,6 +12,8 @@ export interface AccountRouteContext {
   inference: Client<MethodsOf<typeof InferenceService>>;
   /** Idempotency-Key handling for POST routes. */
   idempotency: Idempotency;
+  /** Request schemas built for the configured limits. */
+  schemas: RequestSchemas;
   log: Logger;
 }
 

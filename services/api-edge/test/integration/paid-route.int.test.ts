@@ -103,7 +103,7 @@ describe("paid route control flow (api-edge)", () => {
         authPolicyAddr: "127.0.0.1:1",
         inferenceRouterAddr: `127.0.0.1:${router.port}`,
         mppPaymentAddr: `127.0.0.1:${paymentServer.port}`,
-        bodyLimitBytes: 1024 * 1024,
+        limits: { bodyLimitBytes: 1024 * 1024 },
       },
       log,
     );
