@@ -88,13 +88,11 @@ export class FailoverProvider implements Provider {
       let delivered = false;
       try {
         for await (const chunk of member.provider.stream(attempts.request(req), signal)) {
-          if (!delivered) {
-            delivered = true;
-            this.deps.cooldowns.success(member.provider.id);
-          }
+          delivered = true;
           yield { ...chunk, upstreamId: chunk.upstreamId ?? member.provider.id };
         }
-        if (!delivered) this.deps.cooldowns.success(member.provider.id);
+        // Only a finished stream clears the count: one that keeps dying mid-way cools down too.
+        this.deps.cooldowns.success(member.provider.id);
         return;
       } catch (err) {
         // Once a chunk went on, the caller has the start of an answer: no second one.
