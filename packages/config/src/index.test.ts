@@ -261,7 +261,10 @@ describe("upstreams of a model and their resilience", () => {
     };
     doc.upstreams.push({ id: "backup", baseUrl: "http://127.0.0.1:8001/v1" });
     delete doc.models[0]!.upstream;
-    doc.models[0]!.upstreams = [{ id: "local", weight: 3 }, { id: "backup", priority: 1 }];
+    doc.models[0]!.upstreams = [
+      { id: "local", weight: 3 },
+      { id: "backup", priority: 1 },
+    ];
     const cfg = parseGatewayConfig(doc);
     expect(modelUpstreams(cfg.models[0]!)).toEqual([
       { id: "local", priority: 0, weight: 3 },
@@ -332,7 +335,10 @@ describe("upstreams of a model and their resilience", () => {
     expect(text).toContain("upstreams.0.cooldown.failures");
     // The backoff check runs once the fields themselves are valid.
     const order = problemsOf(() =>
-      parseGatewayConfig({ ...validDoc(), resilience: { retry: { baseBackoffMs: 5_000, maxBackoffMs: 1_000 } } }),
+      parseGatewayConfig({
+        ...validDoc(),
+        resilience: { retry: { baseBackoffMs: 5_000, maxBackoffMs: 1_000 } },
+      }),
     ).join("\n");
     expect(order).toContain("baseBackoffMs is above maxBackoffMs");
   });
