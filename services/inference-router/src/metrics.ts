@@ -50,7 +50,7 @@ export function routerMetrics(registry: Registry): RouterMetrics {
     },
     upstreamAttempts: new Counter({
       name: `${METRIC_PREFIX}upstream_attempts_total`,
-      help: "Attempts at an upstream by outcome: ok, cancelled, connect_error, timeout, idle_timeout, total_timeout, status_429, status_5xx, status_4xx, interrupted, error",
+      help: "Attempts at an upstream by outcome: ok, cancelled, connect_error, timeout, idle_timeout, total_timeout, status_429, status_5xx, status_auth, status_4xx, interrupted, error",
       labelNames: ["upstream", "outcome"],
       registers,
     }),

@@ -13,7 +13,9 @@ export type InferenceErrorCode =
  * - `connect_error`: no answer at all (refused, reset, unreachable, connect timeout);
  * - `timeout`: no first byte (buffered) or first chunk (stream) within `firstTokenMs`;
  * - `idle_timeout`, `total_timeout`: an answer under way stalled, or the attempt ran too long;
- * - `status_429`, `status_5xx`, `status_4xx`: the upstream answered that status;
+ * - `status_429`, `status_5xx`: the upstream answered that status;
+ * - `status_auth`: it refused the gateway's own credentials (401, 403): its fault, not the caller's;
+ * - `status_4xx`: it refused the request itself (context too long, bad parameter);
  * - `interrupted`: the answer started, then broke (cut connection, bad or unfinished stream).
  */
 export type AttemptFailure =
@@ -23,6 +25,7 @@ export type AttemptFailure =
   | "total_timeout"
   | "status_429"
   | "status_5xx"
+  | "status_auth"
   | "status_4xx"
   | "interrupted";
 

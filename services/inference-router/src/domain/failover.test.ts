@@ -137,14 +137,18 @@ describe("FailoverProvider, buffered", () => {
     expect(events).toEqual(["retry public-model b", "fallback public-model a->b"]);
   });
 
-  it.each<AttemptFailure>(["connect_error", "timeout", "status_429", "status_5xx", "interrupted"])(
-    "retries after %s",
-    async (kind) => {
-      const { failover, attemptsAt } = setup({ upstreams: { a: [{ fail: kind }], b: ["ok"] } });
-      expect((await failover.complete(REQ, signal())).upstreamId).toBe("b");
-      expect(attemptsAt("b")).toBe(1);
-    },
-  );
+  it.each<AttemptFailure>([
+    "connect_error",
+    "timeout",
+    "status_429",
+    "status_5xx",
+    "status_auth",
+    "interrupted",
+  ])("retries after %s", async (kind) => {
+    const { failover, attemptsAt } = setup({ upstreams: { a: [{ fail: kind }], b: ["ok"] } });
+    expect((await failover.complete(REQ, signal())).upstreamId).toBe("b");
+    expect(attemptsAt("b")).toBe(1);
+  });
 
   it.each<AttemptFailure>(["status_4xx", "idle_timeout", "total_timeout"])(
     "does not retry after %s",

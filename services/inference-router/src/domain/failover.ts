@@ -40,6 +40,7 @@ const RETRYABLE = new Set<AttemptFailure>([
   "timeout",
   "status_429",
   "status_5xx",
+  "status_auth",
   "interrupted",
 ]);
 

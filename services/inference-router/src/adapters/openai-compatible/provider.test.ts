@@ -254,6 +254,12 @@ describe("OpenAI-compatible provider", () => {
       expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({ kind: "status_5xx" });
       fake.failNext(1, { status: 400 });
       expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({ kind: "status_4xx" });
+      fake.failNext(1, { status: 401 });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({
+        kind: "status_auth",
+      });
+      fake.failNext(1, { status: 408 });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({ kind: "timeout" });
     });
 
     it("no answer at all is a connect error; an answer that breaks off is interrupted", async () => {

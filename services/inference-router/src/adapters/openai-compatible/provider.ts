@@ -246,7 +246,9 @@ function upstreamStatusError(
       "status_4xx",
     );
   }
-  const kind: AttemptFailure = status === 429 ? "status_429" : status >= 500 ? "status_5xx" : "status_4xx";
+  // 408 is the upstream's own timeout waiting for the request: a first-byte timeout.
+  const kind: AttemptFailure =
+    status === 429 ? "status_429" : status >= 500 ? "status_5xx" : status === 408 ? "timeout" : "status_auth";
   const retryAfterMs = status === 429 || status === 503 ? parseRetryAfter(retryAfter) : undefined;
   return failure("upstream_error", `the upstream answered ${status}`, kind, retryAfterMs);
 }
