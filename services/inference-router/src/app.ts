@@ -15,7 +15,7 @@ import { createNatsCooldownBroadcast } from "./adapters/nats-cooldown-broadcast.
 import { createProviders } from "./adapters/provider-registry.js";
 import { Catalog } from "./domain/catalog.js";
 import { Cooldowns } from "./domain/cooldowns.js";
-import { FailoverProvider } from "./domain/failover.js";
+import { type FailoverMember, FailoverProvider } from "./domain/failover.js";
 import { Inference } from "./domain/inference.js";
 import type { CooldownBroadcast } from "./domain/ports.js";
 import {
@@ -130,7 +130,7 @@ export async function start(
   });
   metrics.watchCooldowns(cooldowns);
   const observer = failoverObserver(metrics);
-  const compose = (model: string, members: ConstructorParameters<typeof FailoverProvider>[1]) =>
+  const compose = (model: string, members: FailoverMember[]) =>
     new FailoverProvider(model, members, {
       cooldowns,
       retry: resilience.retry,
