@@ -37,6 +37,11 @@ export interface StackOptions {
    * FAKE_OUTPUT_TOKENS, ...; see src/bin/fake-upstream.ts), e.g. to make streams slow.
    */
   upstreamEnv?: Record<string, string>;
+  /**
+   * Rewrites the configuration file every service reads (the demo configuration, already
+   * pointed at the stack's fake upstream), e.g. to add upstreams the test runs itself.
+   */
+  transformConfig?: (yaml: string) => string;
   /** Fixed gRPC ports (default: free ones). */
   grpcPorts?: { auth: number; metering: number; payment: number; routers: number[] };
   /**
@@ -184,7 +189,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const upstreamPort = opts.upstreamPort ?? (await freePort());
   const configPath = join(dir, "tollgate.yaml");
   const demo = readFileSync(DEMO_CONFIG, "utf8");
-  writeFileSync(configPath, demo.replace(DEMO_UPSTREAM_URL, `http://127.0.0.1:${upstreamPort}/v1`));
+  const config = demo.replace(DEMO_UPSTREAM_URL, `http://127.0.0.1:${upstreamPort}/v1`);
+  writeFileSync(configPath, opts.transformConfig ? opts.transformConfig(config) : config);
   const demoKey = /secret:\s*(\S+)/.exec(demo)?.[1] ?? "";
 
   // Every api-edge replica of one stack shares the admin token; a new stack gets a new one.

@@ -76,6 +76,8 @@ describe("paid route control flow (api-edge)", () => {
   beforeAll(async () => {
     upstream = await startFakeUpstream();
     const gateway = parseGatewayConfig({
+      // One attempt per request: a test injects one upstream failure and expects to see it.
+      resilience: { retry: { maxAttempts: 1 } },
       upstreams: [{ id: "fake", baseUrl: upstream.url }],
       models: [
         {

@@ -57,7 +57,8 @@ export class Inference {
     const result = await route.provider.complete(this.#request(input, route, false), signal);
     result.json.model = route.model;
     const tokens = result.usage ?? estimate(input.bodyBytes, outputTextLength(result.json));
-    const usage = await this.#record(input, route, tokens, "completed", false);
+    const servedBy = result.upstreamId ?? route.provider.id;
+    const usage = await this.#record(input, route, servedBy, tokens, "completed", false);
     return { json: result.json, usage };
   }
 
@@ -74,12 +75,15 @@ export class Inference {
     const route = this.#resolve(input);
     let reported: TokenCounts | undefined;
     let started = false;
+    // The upstream that served the stream (failed attempts before it are not billed).
+    let servedBy = route.provider.id;
     let producedChunks = 0;
     let outcome: UsageEvent["outcome"] | undefined;
     const tokens = () => reported ?? estimate(input.bodyBytes, 0, producedChunks);
     try {
       for await (const chunk of route.provider.stream(this.#request(input, route, true), signal)) {
         started = true;
+        if (chunk.upstreamId) servedBy = chunk.upstreamId;
         if (chunk.usage) reported = chunk.usage;
         const choices = chunk.json.choices;
         const usageOnly = Array.isArray(choices) && choices.length === 0;
@@ -98,10 +102,11 @@ export class Inference {
     } finally {
       // The consumer stopping early (the caller went away) also lands here, with no outcome.
       outcome ??= "client_cancelled";
-      if (outcome !== "completed" && started) await this.#record(input, route, tokens(), outcome, true);
+      if (outcome !== "completed" && started)
+        await this.#record(input, route, servedBy, tokens(), outcome, true);
     }
     if (outcome !== "completed") return;
-    yield { usage: await this.#record(input, route, tokens(), "completed", true) };
+    yield { usage: await this.#record(input, route, servedBy, tokens(), "completed", true) };
   }
 
   /** The model's route; a model that cannot reason is refused before any upstream call. */
@@ -138,6 +143,7 @@ export class Inference {
   async #record(
     input: CompletionInput,
     route: ModelRoute,
+    upstreamId: string,
     tokens: TokenCounts,
     outcome: UsageEvent["outcome"],
     streamed: boolean,
@@ -150,7 +156,7 @@ export class Inference {
       ...input.billing,
       model: route.model,
       runtime: route.runtime,
-      upstreamId: route.provider.id,
+      upstreamId,
       tokens,
       cost,
       pricingSnapshotId: this.pricingSnapshotId,
