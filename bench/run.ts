@@ -8,13 +8,14 @@
 // Everything runs on 127.0.0.1, bounded in time: about three minutes with the defaults.
 //
 // Settings (environment): BENCH_DURATION (s per load point, 5), BENCH_WARMUP (s, 1),
-// BENCH_CONNECTIONS (1,10,50), BENCH_MODES (all-in-one,stack), BENCH_KEEP_LOGS=1 keeps the
-// processes' logs under bench/results/logs-<timestamp>/.
+// BENCH_CONNECTIONS (1,10,50), BENCH_MODES (all-in-one,stack), BENCH_RUNTIME (bundle: the
+// esbuild bundles the images run, under plain node, built first; tsx: from source),
+// BENCH_KEEP_LOGS=1 keeps the processes' logs under bench/results/logs-<timestamp>/.
 
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, totalmem } from "node:os";
 import { join } from "node:path";
-import { REPO_ROOT } from "@tollgate/testkit/stack";
+import { buildBundles, REPO_ROOT, SERVICE_DIRS } from "@tollgate/testkit/stack";
 import { type CpuRow, machineBusy, type RssRow, RssTracker } from "./lib/procs.js";
 import { cpuTables, evaluateTargets, resultsTable, rssTable, targetsList } from "./lib/report.js";
 import { buffered, paidDoor, type Row, type Settings, sanityCheck, streaming } from "./lib/scenarios.js";
@@ -36,6 +37,8 @@ const settings: Settings = {
     return n;
   }),
 };
+const runtime = process.env["BENCH_RUNTIME"] || "bundle";
+if (runtime !== "bundle" && runtime !== "tsx") throw new Error("BENCH_RUNTIME: bundle or tsx");
 const modes = (process.env["BENCH_MODES"] || "all-in-one,stack").split(",").map((m) => m.trim());
 for (const m of modes) if (m !== "all-in-one" && m !== "stack") throw new Error(`unknown mode ${m}`);
 
@@ -62,13 +65,21 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
+if (runtime === "bundle") {
+  say("building the bundles the images run (deploy/build/bundle.mjs)");
+  buildBundles([...SERVICE_DIRS, "packages/all-in-one"]);
+}
+
 async function measure(mode: "all-in-one" | "stack"): Promise<void> {
   say(
     mode === "all-in-one"
       ? "\n== all-in-one process (in-memory store and bus, bundled Tempo devnet)"
       : "\n== multi-process stack (NATS JetStream, Redis, 2 inference-routers, 1 api-edge)",
   );
-  running = mode === "all-in-one" ? await startAllInOne(logsDir) : await startBenchStack(logsDir);
+  running =
+    mode === "all-in-one"
+      ? await startAllInOne(logsDir, [], runtime)
+      : await startBenchStack(logsDir, runtime);
   try {
     const tracker = new RssTracker(mode);
     for (const p of running.processes) tracker.track(p.name, p.pid, p.role, p.idleMb);
@@ -136,7 +147,7 @@ async function main(): Promise<void> {
       busyPercentBefore: Math.round(busyBefore),
       loadAverageAfter: load(),
     },
-    settings: { ...settings, modes, upstream: UPSTREAM_ENV },
+    settings: { ...settings, modes, runtime, upstream: UPSTREAM_ENV },
     checks,
     rows,
     rss,

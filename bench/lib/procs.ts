@@ -1,8 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { openSync, readdirSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
-import { join } from "node:path";
-import { REPO_ROOT } from "@tollgate/testkit/stack";
+import { commandOf } from "@tollgate/testkit/stack";
 import { sleep } from "./stats.js";
 
 // Children this benchmark started, killed at exit whatever happens (never anything else).
@@ -12,15 +11,22 @@ process.on("exit", () => {
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
 });
 
-/** Runs a TypeScript entry point of the repository as `node --import tsx <script>`, logging to a file. */
+/** How the gateway's processes run: from source under tsx, or the bundles the images ship. */
+export type Runtime = "tsx" | "bundle";
+
+/**
+ * Runs an entry point of the repository, logging to a file: `node --import tsx <script>`, or
+ * with runtime "bundle" a main's dist/main.mjs (see buildBundles in @tollgate/testkit/stack).
+ */
 export function spawnScript(
   script: string,
   env: NodeJS.ProcessEnv,
   logFile: string,
   nodeArgs: string[] = [],
+  runtime: Runtime = "tsx",
 ): ChildProcess {
   const fd = openSync(logFile, "a");
-  const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", join(REPO_ROOT, script)], {
+  const child = spawn(process.execPath, [...nodeArgs, ...commandOf(script, runtime)], {
     cwd: REPO_ROOT,
     env: { PATH: process.env["PATH"], HOME: process.env["HOME"], ...env },
     stdio: ["ignore", fd, fd],

@@ -3,7 +3,16 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { freePort, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
 import { DEMO_CONFIG, type Stack, startStack } from "@tollgate/testkit/stack";
-import { findPid, memoryOf, type Role, spawnScript, stopChild, waitForPort, waitForReady } from "./procs.js";
+import {
+  findPid,
+  memoryOf,
+  type Role,
+  type Runtime,
+  spawnScript,
+  stopChild,
+  waitForPort,
+  waitForReady,
+} from "./procs.js";
 import type { Target } from "./scenarios.js";
 import { sleep } from "./stats.js";
 
@@ -41,7 +50,11 @@ async function unwind(steps: Array<() => Promise<void>>): Promise<void> {
  * TOLLGATE_CONFIG = the demo configuration pointed at a fake upstream process, plus a bench
  * account whose connection has rate limits (account, connection, key) and a budget.
  */
-export async function startAllInOne(logsDir: string, nodeArgs: string[] = []): Promise<Running> {
+export async function startAllInOne(
+  logsDir: string,
+  nodeArgs: string[] = [],
+  runtime: Runtime = "tsx",
+): Promise<Running> {
   const steps: Array<() => Promise<void>> = [];
   try {
     const upstreamPort = await freePort();
@@ -88,6 +101,7 @@ export async function startAllInOne(logsDir: string, nodeArgs: string[] = []): P
       },
       join(logsDir, "all-in-one.log"),
       nodeArgs,
+      runtime,
     );
     steps.push(() => stopChild(gateway, 20_000));
     const url = `http://127.0.0.1:${port}`;
@@ -128,7 +142,7 @@ export interface RunningStack extends Running {
  * and a bench key made through the admin API: account and connection rate limits, a per-key
  * limit and a connection budget, all far above what the run sends.
  */
-export async function startBenchStack(logsDir: string): Promise<RunningStack> {
+export async function startBenchStack(logsDir: string, runtime: Runtime = "tsx"): Promise<RunningStack> {
   const steps: Array<() => Promise<void>> = [];
   try {
     const nats = await useNats();
@@ -146,6 +160,7 @@ export async function startBenchStack(logsDir: string): Promise<RunningStack> {
       upstreamEnv: UPSTREAM_ENV,
       // Logs go to files: piping every request's log line into the load generator would load it.
       logDir: stackDir,
+      runtime,
     });
     steps.push(() => stack.stop());
 

@@ -78,7 +78,7 @@ const result = await build({
   },
   define: { "process.env.NODE_ENV": '"production"' },
   plugins: [dirnamePlugin],
-  minifySyntax: true,
+  minify: true,
   keepNames: true,
   legalComments: "linked",
   sourcemap: "linked",

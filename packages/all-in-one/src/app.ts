@@ -116,8 +116,8 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       authPolicyAddr: `${LOOPBACK}:${auth.port}`,
       inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
       ...(payment ? { mppPaymentAddr: `${LOOPBACK}:${payment.port}` } : {}),
-      bodyLimitBytes: 4 * 1024 * 1024,
       meteringAddr: `${LOOPBACK}:${metering.port}`,
+      ...(cfg.limits ? { limits: cfg.limits } : {}),
       ...redis,
       ...(cfg.adminToken
         ? {

@@ -1,4 +1,6 @@
 import { fileURLToPath } from "node:url";
+import type { EdgeLimits } from "@tollgate/api-edge";
+import { limitsEnvSchema, limitsOf } from "@tollgate/api-edge/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { z } from "zod";
 
@@ -57,13 +59,15 @@ export interface AllInOneConfig {
   adminToken?: string;
   /** Default 8081; used only with an admin token. */
   adminPort?: number;
+  /** The public port's limits (api-edge's BODY_LIMIT_BYTES, MAX_JSON_DEPTH, ...); absent: defaults. */
+  limits?: EdgeLimits;
   /** Environment the inference-router reads upstream API keys from. */
   env: NodeJS.ProcessEnv;
 }
 
 /** Reads the environment; every setting has an embedded default. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig {
-  const e = parseEnv(envSchema, env);
+  const e = parseEnv(envSchema.and(limitsEnvSchema), env);
   return {
     host: e.HOST,
     port: e.PORT,
@@ -81,6 +85,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     ...(e.MPP_PAYEE_KEY ? { mppPayeeKey: e.MPP_PAYEE_KEY as `0x${string}` } : {}),
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
+    limits: limitsOf(e),
     env,
   };
 }

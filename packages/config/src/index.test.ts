@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ConfigError } from "@tollgate/kit/config";
 import { afterAll, describe, expect, it } from "vitest";
-import { loadGatewayConfig, parseGatewayConfig } from "./index.js";
+import { loadGatewayConfig, modelUpstreams, parseGatewayConfig, upstreamPolicy } from "./index.js";
 
 const DEMO = fileURLToPath(new URL("../../../deploy/config/tollgate.yaml", import.meta.url));
 
@@ -74,7 +74,15 @@ describe("loadGatewayConfig on the demo file", () => {
 describe("parseGatewayConfig", () => {
   it("fills in defaults", () => {
     const cfg = parseGatewayConfig(validDoc());
-    expect(cfg.upstreams[0]?.timeoutMs).toBe(120_000);
+    expect(cfg.resilience).toEqual({
+      timeouts: { connectMs: 5_000, firstTokenMs: 60_000, idleMs: 30_000, totalMs: 120_000 },
+      retry: { maxAttempts: 3, baseBackoffMs: 100, maxBackoffMs: 2_000 },
+      cooldown: { failures: 5, windowMs: 10_000, durationMs: 30_000, maxRetryAfterMs: 60_000 },
+    });
+    expect(upstreamPolicy(cfg.resilience, cfg.upstreams[0]!)).toEqual({
+      timeouts: cfg.resilience.timeouts,
+      cooldown: cfg.resilience.cooldown,
+    });
     expect(cfg.models[0]?.maxOutputTokens).toBe(4096);
     expect(cfg.accounts[0]?.connections[0]?.policy).toEqual({
       defaultMaxOutputTokens: 1024,
@@ -237,6 +245,102 @@ describe("parseGatewayConfig", () => {
     const text = problemsOf(() => parseGatewayConfig({ ...validDoc(), plans })).join("\n");
     expect(text).toContain('plans.Plus.models.1: unknown model "nope"');
     expect(text).toContain('plans.Premium.default: "absent" is not in its models');
+  });
+});
+
+describe("upstreams of a model and their resilience", () => {
+  it("reads `upstream` as the one-upstream shorthand of `upstreams`", () => {
+    const cfg = parseGatewayConfig(validDoc());
+    expect(modelUpstreams(cfg.models[0]!)).toEqual([{ id: "local", priority: 0, weight: 1 }]);
+  });
+
+  it("reads several upstreams with priority and weight, defaulting both", () => {
+    const doc = validDoc() as unknown as {
+      upstreams: Array<Record<string, unknown>>;
+      models: Array<Record<string, unknown>>;
+    };
+    doc.upstreams.push({ id: "backup", baseUrl: "http://127.0.0.1:8001/v1" });
+    delete doc.models[0]!.upstream;
+    doc.models[0]!.upstreams = [
+      { id: "local", weight: 3 },
+      { id: "backup", priority: 1 },
+    ];
+    const cfg = parseGatewayConfig(doc);
+    expect(modelUpstreams(cfg.models[0]!)).toEqual([
+      { id: "local", priority: 0, weight: 3 },
+      { id: "backup", priority: 1, weight: 1 },
+    ]);
+  });
+
+  it("refuses both forms at once, neither, unknown or repeated upstreams and zero weights", () => {
+    const doc = validDoc() as unknown as { models: Array<Record<string, unknown>> };
+    doc.models[0]!.upstreams = [{ id: "local" }];
+    delete doc.models[1]!.upstream;
+    const both = doc.models[0]!;
+    const text = problemsOf(() =>
+      parseGatewayConfig({
+        ...doc,
+        models: [
+          both,
+          doc.models[1],
+          { ...doc.models[1], id: "x", upstreams: [{ id: "local" }, { id: "local" }, { id: "gone" }] },
+          { ...doc.models[1], id: "y", upstreams: [{ id: "local", weight: 0 }] },
+        ],
+      }),
+    ).join("\n");
+    expect(text).toContain("models.0: give exactly one of upstream or upstreams");
+    expect(text).toContain("models.1: give exactly one of upstream or upstreams");
+    expect(text).toContain('models.2.upstreams: duplicate id "local"');
+    expect(text).toContain('models.2.upstreams.2.id: unknown upstream "gone"');
+    expect(text).toContain("models.3.upstreams.0.weight");
+  });
+
+  it("lets an upstream override the gateway's timeouts and cooldown, and keeps timeoutMs as total", () => {
+    const doc = {
+      ...validDoc(),
+      resilience: {
+        timeouts: { connectMs: 1_000, firstTokenMs: 20_000 },
+        retry: { maxAttempts: 2 },
+        cooldown: { failures: 3, durationMs: 5_000 },
+      },
+      upstreams: [
+        { id: "local", baseUrl: "http://127.0.0.1:8000/v1", timeoutMs: 9_000, cooldown: { windowMs: 1_000 } },
+        { id: "other", baseUrl: "http://127.0.0.1:8001/v1", timeoutMs: 9_000, timeouts: { totalMs: 7_000 } },
+      ],
+    };
+    const cfg = parseGatewayConfig(doc);
+    expect(cfg.resilience.retry).toEqual({ maxAttempts: 2, baseBackoffMs: 100, maxBackoffMs: 2_000 });
+    expect(upstreamPolicy(cfg.resilience, cfg.upstreams[0]!)).toEqual({
+      timeouts: { connectMs: 1_000, firstTokenMs: 20_000, idleMs: 30_000, totalMs: 9_000 },
+      cooldown: { failures: 3, windowMs: 1_000, durationMs: 5_000, maxRetryAfterMs: 60_000 },
+    });
+    expect(upstreamPolicy(cfg.resilience, cfg.upstreams[1]!).timeouts.totalMs).toBe(7_000);
+  });
+
+  it("refuses unknown resilience fields, zero timeouts and a base backoff above the maximum", () => {
+    const text = problemsOf(() =>
+      parseGatewayConfig({
+        ...validDoc(),
+        resilience: {
+          timeouts: { connectMs: 0 },
+          retry: { maxAttempts: 0, baseBackoffMs: 5_000, maxBackoffMs: 1_000 },
+          breaker: {},
+        },
+        upstreams: [{ id: "local", baseUrl: "http://127.0.0.1:8000/v1", cooldown: { failures: 0 } }],
+      }),
+    ).join("\n");
+    expect(text).toContain("resilience.timeouts.connectMs");
+    expect(text).toContain("resilience.retry.maxAttempts");
+    expect(text).toContain('Unrecognized key: "breaker"');
+    expect(text).toContain("upstreams.0.cooldown.failures");
+    // The backoff check runs once the fields themselves are valid.
+    const order = problemsOf(() =>
+      parseGatewayConfig({
+        ...validDoc(),
+        resilience: { retry: { baseBackoffMs: 5_000, maxBackoffMs: 1_000 } },
+      }),
+    ).join("\n");
+    expect(order).toContain("baseBackoffMs is above maxBackoffMs");
   });
 });
 

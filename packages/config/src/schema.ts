@@ -27,6 +27,66 @@ export const budgetSchema = z.strictObject({
   period: budgetPeriodSchema.default("month"),
 });
 
+/** Milliseconds: a positive integer, at most a day. */
+const ms = z.number().int().positive().max(86_400_000);
+
+/**
+ * Per-attempt timeouts of an upstream call, one per phase: opening the connection, the first
+ * byte of the answer (buffered) or its first chunk (streamed), the silence between two chunks
+ * of an answer under way, and the whole attempt.
+ */
+const timeoutFields = {
+  connectMs: ms,
+  firstTokenMs: ms,
+  idleMs: ms,
+  totalMs: ms,
+};
+const timeoutsSchema = z.strictObject({
+  connectMs: timeoutFields.connectMs.default(5_000),
+  firstTokenMs: timeoutFields.firstTokenMs.default(60_000),
+  idleMs: timeoutFields.idleMs.default(30_000),
+  totalMs: timeoutFields.totalMs.default(120_000),
+});
+
+/**
+ * When a failed upstream is cooled down (skipped by every router replica): `failures` failures
+ * within `windowMs` cool it down for `durationMs`; a 429 or 503 with Retry-After cools it down
+ * for that long, at most `maxRetryAfterMs`.
+ */
+const cooldownFields = {
+  failures: z.number().int().min(1).max(1_000),
+  windowMs: ms,
+  durationMs: ms,
+  maxRetryAfterMs: ms,
+};
+const cooldownSchema = z.strictObject({
+  failures: cooldownFields.failures.default(5),
+  windowMs: cooldownFields.windowMs.default(10_000),
+  durationMs: cooldownFields.durationMs.default(30_000),
+  maxRetryAfterMs: cooldownFields.maxRetryAfterMs.default(60_000),
+});
+
+/**
+ * Attempts per request (the first one included) and the full-jitter exponential backoff before
+ * an upstream is tried again within one request.
+ */
+const retrySchema = z
+  .strictObject({
+    maxAttempts: z.number().int().min(1).max(10).default(3),
+    baseBackoffMs: ms.default(100),
+    maxBackoffMs: ms.default(2_000),
+  })
+  .refine((r) => r.baseBackoffMs <= r.maxBackoffMs, {
+    message: "baseBackoffMs is above maxBackoffMs",
+  });
+
+/** Gateway-wide upstream resilience; each upstream may override `timeouts` and `cooldown`. */
+const resilienceSchema = z.strictObject({
+  timeouts: timeoutsSchema.prefault({}),
+  retry: retrySchema.prefault({}),
+  cooldown: cooldownSchema.prefault({}),
+});
+
 export const upstreamSchema = z.strictObject({
   id,
   /** Provider implementation; every OpenAI-compatible server shares one. */
@@ -38,28 +98,49 @@ export const upstreamSchema = z.strictObject({
     .string()
     .regex(/^[A-Z_][A-Z0-9_]*$/)
     .optional(),
-  timeoutMs: z.number().int().positive().default(120_000),
+  /** Deprecated: the same as `timeouts.totalMs` (which wins when both are given). */
+  timeoutMs: ms.optional(),
+  /** Overrides of `resilience.timeouts` for this upstream. */
+  timeouts: z.strictObject(timeoutFields).partial().optional(),
+  /** Overrides of `resilience.cooldown` for this upstream. */
+  cooldown: z.strictObject(cooldownFields).partial().optional(),
 });
 
-export const modelSchema = z.strictObject({
-  /** Public model id, as callers send it. */
+/** One upstream serving a model: lower `priority` first, `weight` among equal priorities. */
+const modelUpstreamSchema = z.strictObject({
   id,
-  upstream: id,
-  /** Model id the upstream expects. */
-  upstreamModel: z.string().min(1),
-  /** Runtime label (vllm, ollama, llama.cpp, openai, ...), recorded with usage. */
-  runtime: z.string().min(1),
-  pricing: z.strictObject({
-    /** Base units of the payment token per million input tokens. */
-    inputPerMillion: baseUnits,
-    /** Base units of the payment token per million output tokens. */
-    outputPerMillion: baseUnits,
-  }),
-  /** Largest output cap this model accepts. */
-  maxOutputTokens: z.number().int().positive().default(4096),
-  /** Whether the upstream returns reasoning content (used by /v1/think). */
-  reasoning: z.boolean().default(false),
+  /** Tried before every upstream with a higher number. */
+  priority: z.number().int().min(0).max(1_000).default(0),
+  /** Relative share of first attempts among the upstreams of the same priority. */
+  weight: z.number().int().min(1).max(1_000).default(1),
 });
+
+export const modelSchema = z
+  .strictObject({
+    /** Public model id, as callers send it. */
+    id,
+    /** The one upstream serving this model: shorthand for `upstreams: [{ id }]`. */
+    upstream: id.optional(),
+    /** Several upstreams serving this model, with failover between them. */
+    upstreams: z.array(modelUpstreamSchema).min(1).optional(),
+    /** Model id the upstream expects. */
+    upstreamModel: z.string().min(1),
+    /** Runtime label (vllm, ollama, llama.cpp, openai, ...), recorded with usage. */
+    runtime: z.string().min(1),
+    pricing: z.strictObject({
+      /** Base units of the payment token per million input tokens. */
+      inputPerMillion: baseUnits,
+      /** Base units of the payment token per million output tokens. */
+      outputPerMillion: baseUnits,
+    }),
+    /** Largest output cap this model accepts. */
+    maxOutputTokens: z.number().int().positive().default(4096),
+    /** Whether the upstream returns reasoning content (used by /v1/think). */
+    reasoning: z.boolean().default(false),
+  })
+  .refine((m) => (m.upstream === undefined) !== (m.upstreams === undefined), {
+    message: "give exactly one of upstream or upstreams",
+  });
 
 export const planNames = ["Starter", "Plus", "Premium"] as const;
 export type PlanName = (typeof planNames)[number];
@@ -142,6 +223,8 @@ export const gatewayConfigSchema = z.strictObject({
   models: z.array(modelSchema).min(1),
   plans: z.strictObject({ Starter: planSchema, Plus: planSchema, Premium: planSchema }).optional(),
   accounts: z.array(accountSchema).default([]),
+  /** Timeouts, retries and cooldowns of upstream calls (defaults apply when absent). */
+  resilience: resilienceSchema.prefault({}),
 });
 
 export type GatewayConfig = z.output<typeof gatewayConfigSchema>;
@@ -155,6 +238,35 @@ export type RateLimitsConfig = z.output<typeof rateLimitsSchema>;
 export type ConnectionLimitsConfig = z.output<typeof connectionLimitsSchema>;
 export type BudgetConfig = z.output<typeof budgetSchema>;
 export type BudgetPeriodConfig = BudgetConfig["period"];
+export type ModelUpstreamConfig = z.output<typeof modelUpstreamSchema>;
+export type TimeoutsConfig = z.output<typeof timeoutsSchema>;
+export type RetryConfig = z.output<typeof retrySchema>;
+export type CooldownConfig = z.output<typeof cooldownSchema>;
+export type ResilienceConfig = z.output<typeof resilienceSchema>;
+
+/** The upstreams serving a model, whichever form the configuration used. */
+export function modelUpstreams(m: Pick<ModelConfig, "upstream" | "upstreams">): ModelUpstreamConfig[] {
+  return m.upstreams ?? (m.upstream !== undefined ? [{ id: m.upstream, priority: 0, weight: 1 }] : []);
+}
+
+/** An upstream's timeouts and cooldown: the gateway's, overridden by the upstream's own. */
+export function upstreamPolicy(
+  resilience: ResilienceConfig,
+  u: UpstreamConfig,
+): { timeouts: TimeoutsConfig; cooldown: CooldownConfig } {
+  return {
+    timeouts: {
+      ...resilience.timeouts,
+      ...(u.timeoutMs !== undefined ? { totalMs: u.timeoutMs } : {}),
+      ...defined(u.timeouts),
+    },
+    cooldown: { ...resilience.cooldown, ...defined(u.cooldown) },
+  };
+}
+
+function defined<T extends object>(o: T | undefined): Partial<T> {
+  return Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
 
 /**
  * Cross-reference problems zod cannot see: unknown ids, duplicates, defaults outside their lists.
@@ -192,6 +304,16 @@ export function crossCheck(doc: unknown): string[] {
     if (typeof m?.upstream === "string" && !upstreamIds.has(m.upstream)) {
       problems.push(`models.${i}.upstream: unknown upstream "${m.upstream}"`);
     }
+    const served = list(m?.upstreams);
+    served.forEach((u, j) => {
+      if (typeof u?.id === "string" && !upstreamIds.has(u.id)) {
+        problems.push(`models.${i}.upstreams.${j}.id: unknown upstream "${u.id}"`);
+      }
+    });
+    dupes(
+      `models.${i}.upstreams`,
+      served.map((u) => u?.id),
+    );
   });
   for (const [name, plan] of Object.entries(cfg.plans ?? {})) {
     const planModels = list(plan?.models);

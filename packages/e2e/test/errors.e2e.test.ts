@@ -14,7 +14,9 @@ const KEYS = {
   future: "tg_test_future_0123456789abcdef0",
 };
 
+// One attempt per request: these tests inject one upstream failure and expect the caller to see it.
 const config = (upstreamUrl: string) => `
+resilience: { retry: { maxAttempts: 1 } }
 upstreams:
   - { id: fake, baseUrl: "${upstreamUrl}" }
 models:

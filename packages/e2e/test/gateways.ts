@@ -15,6 +15,9 @@ import { REPO_ROOT } from "@tollgate/testkit/stack";
 /** The all-in-one process, spawned exactly as `npm start` runs it. */
 export interface SpawnedGateway {
   port: number;
+  pid: number;
+  /** Whether the process is still running. */
+  alive(): boolean;
   /** Log lines (stdout). */
   stdout(): string;
   /** The banner (stderr): the demo key is printed there on purpose. */
@@ -64,7 +67,14 @@ export async function spawnAllInOne(env: Record<string, string> = {}): Promise<S
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  return { port, stdout: () => stdout, stderr: () => stderr, stop };
+  return {
+    port,
+    pid: child.pid!,
+    alive: () => child.exitCode === null && child.signalCode === null,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    stop,
+  };
 }
 
 /** An in-process all-in-one gateway on a configuration written for the test. */

@@ -32,7 +32,7 @@ import {
   useNats,
   useRedis,
 } from "@tollgate/testkit/fixtures";
-import { DEMO_CONFIG, REPO_ROOT } from "@tollgate/testkit/stack";
+import { DEMO_CONFIG, imageNodeFlags, REPO_ROOT } from "@tollgate/testkit/stack";
 import { validate } from "dockerfile-utils";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
@@ -264,7 +264,13 @@ describe.each(SERVICES)("services/%s/Dockerfile", (service) => {
         expect(src).toMatch(new RegExp(`^/src/services/${service}/dist/`));
     }
     const entry = runtime.instructions.find((i) => i.keyword === "ENTRYPOINT");
-    expect(JSON.parse(entry!.args)).toEqual(["/nodejs/bin/node", "--enable-source-maps", "/app/main.mjs"]);
+    const argv = JSON.parse(entry!.args) as string[];
+    expect(argv[0]).toBe("/nodejs/bin/node");
+    expect(argv.at(-1)).toBe("/app/main.mjs");
+    // Source maps in memory would cost 40-50 MB of RSS per process (the idle target is 120 MB).
+    expect(argv).not.toContain("--enable-source-maps");
+    // The stack and the benchmark run the bundle with exactly these flags.
+    expect(imageNodeFlags(`services/${service}`)).toEqual(argv.slice(1, -1));
   });
 
   it("pins every base image and keeps secrets out of ENV and ARG", () => {

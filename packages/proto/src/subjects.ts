@@ -8,6 +8,8 @@ export const USAGE_RECORDED_SUBJECT = "tollgate.usage.v1.recorded";
 export const METERING_DURABLE = "metering";
 /** Core NATS subject on which key revocations are broadcast to every api-edge replica. */
 export const KEY_REVOKED_SUBJECT = "tollgate.auth.v1.key-revoked";
+/** Core NATS subject on which an inference-router replica tells the others it cooled an upstream down. */
+export const UPSTREAM_COOLDOWN_SUBJECT = "tollgate.inference.v1.upstream-cooldown";
 
 /** The NATS names one deployment uses. */
 export interface NatsNames {
@@ -16,6 +18,7 @@ export interface NatsNames {
   usageRecorded: string;
   meteringDurable: string;
   keyRevoked: string;
+  upstreamCooldown: string;
 }
 
 /**
@@ -31,5 +34,6 @@ export function natsNames(namespace = ""): NatsNames {
     usageRecorded: subject(USAGE_RECORDED_SUBJECT),
     meteringDurable: ns ? `${METERING_DURABLE}_${ns}` : METERING_DURABLE,
     keyRevoked: subject(KEY_REVOKED_SUBJECT),
+    upstreamCooldown: subject(UPSTREAM_COOLDOWN_SUBJECT),
   };
 }

@@ -243,6 +243,36 @@ describe("fake upstream", () => {
     expect((await post("/chat/completions", hello, { authorization: "Bearer sk-fake" })).status).toBe(200);
   });
 
+  it("fails every request while a standing failure is set, after any failNext() ones", async () => {
+    fake.configure({ failure: { status: 503, retryAfter: "Wed, 21 Oct 2037 07:28:00 GMT" } });
+    fake.failNext(1, { status: 500 });
+    expect((await post("/chat/completions", hello)).status).toBe(500);
+    for (let i = 0; i < 3; i++) {
+      const res = await post("/chat/completions", { ...hello, stream: i === 2 });
+      expect(res.status).toBe(503);
+      expect(res.headers.get("retry-after")).toBe("Wed, 21 Oct 2037 07:28:00 GMT");
+    }
+    fake.configure({ failure: undefined });
+    expect((await post("/chat/completions", hello)).status).toBe(200);
+  });
+
+  it("delays the first byte of an answer, buffered or streamed, and of an injected failure", async () => {
+    fake.configure({ firstByteDelayMs: 150 });
+    for (const stream of [false, true]) {
+      const started = performance.now();
+      const res = await post("/chat/completions", { ...hello, stream });
+      // The status line itself waited: headers arrive only after the delay.
+      expect(performance.now() - started).toBeGreaterThanOrEqual(140);
+      expect(res.status).toBe(200);
+      await res.text();
+    }
+    fake.configure({ firstByteDelayMs: 0 });
+    fake.failNext(1, { status: 502, delayMs: 150 });
+    const started = performance.now();
+    expect((await post("/chat/completions", hello)).status).toBe(502);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(140);
+  });
+
   it("close() ends hung requests", async () => {
     fake.failNext(1, { hang: true });
     const pending = post("/chat/completions", hello).then(

@@ -22,6 +22,13 @@ export interface FakeUpstreamOptions {
   tokensPerSecond?: number;
   /** Tokens produced when the request has no cap; the output is min(cap, outputTokens). */
   outputTokens?: number;
+  /**
+   * Delay before the first byte of any completion answer (its status line), buffered or
+   * streamed; `ttftMs` then still applies between a stream's headers and its first chunk.
+   */
+  firstByteDelayMs?: number;
+  /** While set, every completion request fails this way (after any failNext() ones). */
+  failure?: InjectedFailure;
 }
 
 /** One request as the fake received it. */
@@ -50,6 +57,8 @@ export interface InjectedFailure {
   afterChunks?: number;
   /** Never answer; the connection ends when the client gives up or on close(). */
   hang?: boolean;
+  /** Wait this long before failing (an error status, or the cut of a buffered request). */
+  delayMs?: number;
 }
 
 /** A running fake OpenAI-compatible upstream. */
@@ -343,6 +352,7 @@ interface State {
   ttftMs: number;
   tokenIntervalMs: number;
   outputTokens: number;
+  firstByteDelayMs: number;
 }
 
 function stateOf(o: FakeUpstreamOptions): State {
@@ -360,6 +370,7 @@ function stateOf(o: FakeUpstreamOptions): State {
     ttftMs: o.ttftMs ?? 0,
     tokenIntervalMs: o.tokensPerSecond && o.tokensPerSecond > 0 ? 1000 / o.tokensPerSecond : 0,
     outputTokens: o.outputTokens ?? DEFAULT_OUTPUT_TOKENS,
+    firstByteDelayMs: o.firstByteDelayMs ?? 0,
   };
 }
 
@@ -431,8 +442,13 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
     }
 
     // An injected failure replaces the answer whatever the body says, as a broken upstream would.
-    const failure = failures.shift();
+    const failure = failures.shift() ?? options.failure;
     if (failure?.hang) return;
+    const firstByteDelay = (failure?.delayMs ?? 0) + state.firstByteDelayMs;
+    if (firstByteDelay > 0) {
+      await sleep(firstByteDelay, res);
+      if (gone(res)) return;
+    }
     if (failure && (failure.status !== undefined || failure.afterChunks === undefined)) {
       const status = failure.status ?? 500;
       const type = status >= 500 ? "server_error" : "invalid_request_error";

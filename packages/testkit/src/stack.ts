@@ -1,6 +1,6 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -42,6 +42,11 @@ export interface StackOptions {
    * FAKE_OUTPUT_TOKENS, ...; see src/bin/fake-upstream.ts), e.g. to make streams slow.
    */
   upstreamEnv?: Record<string, string>;
+  /**
+   * Rewrites the configuration file every service reads (the demo configuration, already
+   * pointed at the stack's fake upstream), e.g. to add upstreams the test runs itself.
+   */
+  transformConfig?: (yaml: string) => string;
   /** Fixed gRPC ports (default: free ones). */
   grpcPorts?: { auth: number; metering: number; payment: number; routers: number[] };
   /**
@@ -50,9 +55,58 @@ export interface StackOptions {
    */
   logDir?: string;
   logLevel?: string;
+  /**
+   * How services run: "tsx" (default) runs their TypeScript sources; "bundle" runs the esbuild
+   * bundles the images ship (services/<name>/dist/main.mjs, see buildBundles) under plain node.
+   * The fake upstream and the devnet always run from source.
+   */
+  runtime?: "tsx" | "bundle";
   /** Called with every line any process prints. */
   onLine?: (service: string, line: string) => void;
 }
+
+const MAIN = /^((?:services|packages)\/[^/]+)\/src\/main\.ts$/;
+
+/**
+ * Node's arguments for a script: with runtime "bundle" and a main, its bundle with the node
+ * flags of its image's ENTRYPOINT (services/<name>/Dockerfile; none without one); else tsx.
+ */
+export function commandOf(script: string, runtime: "tsx" | "bundle"): string[] {
+  const dir = MAIN.exec(script)?.[1];
+  if (runtime === "bundle" && dir) return [...imageNodeFlags(dir), join(REPO_ROOT, dir, "dist/main.mjs")];
+  return ["--import", "tsx", join(REPO_ROOT, script)];
+}
+
+/** The flags between node and the script in a Dockerfile's `ENTRYPOINT [...]`; [] without one. */
+export function imageNodeFlags(dir: string): string[] {
+  const dockerfile = join(REPO_ROOT, dir, "Dockerfile");
+  if (!existsSync(dockerfile)) return [];
+  const entry = /^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(readFileSync(dockerfile, "utf8"))?.[1];
+  const argv = entry ? (JSON.parse(entry) as string[]) : [];
+  return argv.slice(1, -1);
+}
+
+/**
+ * Builds the bundles the images run (deploy/build/bundle.mjs) for the given service or package
+ * folders, e.g. "services/api-edge"; what `runtime: "bundle"` runs.
+ */
+export function buildBundles(dirs: readonly string[]): void {
+  for (const dir of dirs) {
+    execFileSync(process.execPath, [join(REPO_ROOT, "deploy/build/bundle.mjs"), join(REPO_ROOT, dir)], {
+      cwd: REPO_ROOT,
+      stdio: ["ignore", "ignore", "inherit"],
+    });
+  }
+}
+
+/** The five services, as buildBundles names them. */
+export const SERVICE_DIRS = [
+  "services/api-edge",
+  "services/auth-policy",
+  "services/inference-router",
+  "services/metering",
+  "services/mpp-payment",
+] as const;
 
 /** One running service process. */
 export interface StackProcess {
@@ -140,7 +194,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const upstreamPort = opts.upstreamPort ?? (await freePort());
   const configPath = join(dir, "tollgate.yaml");
   const demo = readFileSync(DEMO_CONFIG, "utf8");
-  writeFileSync(configPath, demo.replace(DEMO_UPSTREAM_URL, `http://127.0.0.1:${upstreamPort}/v1`));
+  const config = demo.replace(DEMO_UPSTREAM_URL, `http://127.0.0.1:${upstreamPort}/v1`);
+  writeFileSync(configPath, opts.transformConfig ? opts.transformConfig(config) : config);
   const demoKey = /secret:\s*(\S+)/.exec(demo)?.[1] ?? "";
 
   // Every api-edge replica of one stack shares the admin token; a new stack gets a new one.
@@ -168,7 +223,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   ) => {
     if (metricsPort !== undefined) metricsUrls[name] = `http://127.0.0.1:${metricsPort}/metrics`;
     const logFile = opts.logDir ? openSync(join(opts.logDir, `${name}.log`), "a") : undefined;
-    const child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, script)], {
+    const child = spawn(process.execPath, commandOf(script, opts.runtime ?? "tsx"), {
       cwd: REPO_ROOT,
       env: {
         ...common,

@@ -8,7 +8,13 @@ import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
 import { MeteringService } from "@tollgate/proto/metering";
 import { PaymentService } from "@tollgate/proto/payment";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
 import { createMemoryIdempotencyStore } from "./adapters/memory-idempotency-store.js";
 import { createRedisIdempotencyStore } from "./adapters/redis-idempotency-store.js";
 import { type AdminServer, type AdminServerOptions, startAdminServer } from "./admin/server.js";
@@ -17,6 +23,10 @@ import { closeConnectionsWhileDraining } from "./http/drain.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
 import { acceptJsonOnly } from "./http/json-body.js";
+import { DEFAULT_LIMITS, type EdgeLimits, requireHost, serverOptions } from "./http/limits.js";
+
+export type { EdgeLimits } from "./http/limits.js";
+
 import { logResponses } from "./http/response-log.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
@@ -26,6 +36,7 @@ import { modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
+import { requestSchemas } from "./schemas/requests.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -42,9 +53,10 @@ export interface ApiEdgeOptions {
   inferenceRouterAddr: string;
   /** Absent: the paid door is off and its route does not exist. */
   mppPaymentAddr?: string;
-  bodyLimitBytes: number;
   /** metering, where a stream's usage is recorded when its router is lost mid-stream. */
   meteringAddr?: string;
+  /** The public port's limits; each one absent takes its default (README, "Limits"). */
+  limits?: Partial<EdgeLimits>;
   /** Absent: the admin API does not start, and no port serves it. */
   admin?: AdminServerOptions;
   /** Redis for idempotency records shared by every replica; memory when unset. */
@@ -73,6 +85,13 @@ export interface ApiEdge {
   stop(): Promise<void>;
 }
 
+/** The one way a refusal is sent on the public port: the mapped status and the OpenAI-style body. */
+function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply) {
+  const e = toHttpError(err, req.log);
+  if (e.headers) reply.headers(e.headers);
+  return reply.code(e.status).send(errorBody(e, req.id));
+}
+
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
 export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps = {}): Promise<ApiEdge> {
   const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr);
@@ -83,31 +102,32 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr) : undefined;
   const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr) : undefined;
 
+  const limits: EdgeLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const app = Fastify({
+    ...serverOptions(limits, log as FastifyBaseLogger),
+    // A URL fastify cannot decode gets the same error body as every other refusal.
+    frameworkErrors: sendError,
     loggerInstance: log as FastifyBaseLogger,
     // Fastify's own per-request lines are off; onResponse logs one fixed line per request.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: "requestId" }),
     genReqId: (req) => acceptRequestId(req.headers["x-request-id"] as string | undefined),
-    bodyLimit: opts.bodyLimitBytes,
     return503OnClosing: true,
     keepAliveTimeout: 65_000,
   });
 
-  acceptJsonOnly(app, (code, message) => new EdgeError(code, message));
+  if (limits.maxConnections > 0) app.server.maxConnections = limits.maxConnections;
+  acceptJsonOnly(app, limits.maxJsonDepth, (code, message) => new EdgeError(code, message));
 
   const drain = closeConnectionsWhileDraining(app);
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);
   });
+  requireHost(app);
   const registry = deps.metrics ?? createMetrics("api-edge");
   const metrics = edgeMetrics(registry);
   countRequests(app, metrics);
   logResponses(app, "request served");
-  app.setErrorHandler((err, req, reply) => {
-    const e = toHttpError(err, req.log);
-    if (e.headers) reply.headers(e.headers);
-    return reply.code(e.status).send(errorBody(e, req.id));
-  });
+  app.setErrorHandler(sendError);
   app.setNotFoundHandler((req, reply) => {
     const e = toHttpError(
       new EdgeError("not_found", `no route ${req.method} ${req.url.split("?")[0]}`),
@@ -138,6 +158,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     inference: timeInference(inference, metrics),
     ...(metering ? { metering } : {}),
     idempotency,
+    schemas: requestSchemas(limits.maxMessages),
     log,
   };
   modelsRoute(app, ctx);

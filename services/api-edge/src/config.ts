@@ -1,6 +1,44 @@
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { z } from "zod";
 import type { AdminServerOptions } from "./admin/server.js";
+import { DEFAULT_LIMITS, type EdgeLimits } from "./http/limits.js";
+
+const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
+
+/**
+ * The public port's limits (README, "Limits"), read by api-edge and by the all-in-one process,
+ * which runs the same public port.
+ */
+export const limitsEnvSchema = z
+  .object({
+    BODY_LIMIT_BYTES: positiveInt(DEFAULT_LIMITS.bodyLimitBytes),
+    MAX_JSON_DEPTH: positiveInt(DEFAULT_LIMITS.maxJsonDepth),
+    MAX_MESSAGES: positiveInt(DEFAULT_LIMITS.maxMessages),
+    MAX_HEADER_BYTES: positiveInt(DEFAULT_LIMITS.maxHeaderBytes),
+    HEADERS_TIMEOUT_MS: positiveInt(DEFAULT_LIMITS.headersTimeoutMs),
+    REQUEST_TIMEOUT_MS: positiveInt(DEFAULT_LIMITS.requestTimeoutMs),
+    CONNECTION_TIMEOUT_MS: positiveInt(DEFAULT_LIMITS.connectionTimeoutMs),
+    /** 0: unlimited. */
+    MAX_CONNECTIONS: z.coerce.number().int().min(0).default(DEFAULT_LIMITS.maxConnections),
+  })
+  .refine((e) => e.HEADERS_TIMEOUT_MS <= e.REQUEST_TIMEOUT_MS, {
+    path: ["HEADERS_TIMEOUT_MS"],
+    message: "must not exceed REQUEST_TIMEOUT_MS",
+  });
+
+/** The limits of a parsed limitsEnvSchema. */
+export function limitsOf(e: z.output<typeof limitsEnvSchema>): EdgeLimits {
+  return {
+    bodyLimitBytes: e.BODY_LIMIT_BYTES,
+    maxJsonDepth: e.MAX_JSON_DEPTH,
+    maxMessages: e.MAX_MESSAGES,
+    maxHeaderBytes: e.MAX_HEADER_BYTES,
+    headersTimeoutMs: e.HEADERS_TIMEOUT_MS,
+    requestTimeoutMs: e.REQUEST_TIMEOUT_MS,
+    connectionTimeoutMs: e.CONNECTION_TIMEOUT_MS,
+    maxConnections: e.MAX_CONNECTIONS,
+  };
+}
 
 const envSchema = z.object({
   HOST: z.string().default("0.0.0.0"),
@@ -10,11 +48,6 @@ const envSchema = z.object({
   INFERENCE_ROUTER_ADDR: z.string().default("127.0.0.1:50053"),
   /** The paid door's mpp-payment; "off" disables the paid route. */
   MPP_PAYMENT_ADDR: z.string().default("127.0.0.1:50052"),
-  BODY_LIMIT_BYTES: z.coerce
-    .number()
-    .int()
-    .positive()
-    .default(4 * 1024 * 1024),
   LOG_LEVEL: logLevel,
   /** Redis for idempotency records shared by every replica; unset keeps them in memory. */
   REDIS_URL: z.string().optional(),
@@ -39,7 +72,7 @@ export interface ApiEdgeConfig {
   inferenceRouterAddr: string;
   mppPaymentAddr?: string;
   meteringAddr: string;
-  bodyLimitBytes: number;
+  limits: EdgeLimits;
   /** Absent: no ADMIN_TOKEN, so the admin server does not start. */
   admin?: AdminServerOptions;
   redisUrl?: string;
@@ -51,7 +84,7 @@ export interface ApiEdgeConfig {
 
 /** Reads the environment; throws ConfigError naming every problem. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig {
-  const e = parseEnv(envSchema, env);
+  const e = parseEnv(envSchema.and(limitsEnvSchema), env);
   return {
     host: e.HOST,
     port: e.PORT,
@@ -59,7 +92,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     inferenceRouterAddr: e.INFERENCE_ROUTER_ADDR,
     ...(e.MPP_PAYMENT_ADDR !== "off" ? { mppPaymentAddr: e.MPP_PAYMENT_ADDR } : {}),
     meteringAddr: e.METERING_ADDR,
-    bodyLimitBytes: e.BODY_LIMIT_BYTES,
+    limits: limitsOf(e),
     ...(e.ADMIN_TOKEN
       ? {
           admin: {

@@ -7,6 +7,7 @@ import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { natsNames } from "@tollgate/proto/subjects";
+import { createCachedKeyStore, DEFAULT_KEY_CACHE_TTL_MS } from "./adapters/cached-key-store.js";
 import { createMemoryKeyStore } from "./adapters/memory-key-store.js";
 import { createMemoryLedger } from "./adapters/memory-ledger.js";
 import { createNatsRevocationPublisher } from "./adapters/nats-revocation-publisher.js";
@@ -18,6 +19,7 @@ import { importConfig } from "./domain/import-config.js";
 import type { RevocationPublisher } from "./domain/ports.js";
 import { authMetrics, countAuthCalls } from "./metrics.js";
 import { authHandlers } from "./transport/grpc/handlers.js";
+import { subscribeRevocations } from "./transport/nats/revocations.js";
 
 export { createMemoryRevocationBus, type MemoryRevocationBus } from "./adapters/memory-revocation-bus.js";
 export type { KeyRevocation, RevocationPublisher } from "./domain/ports.js";
@@ -43,6 +45,11 @@ export interface AuthPolicyOptions {
   settlementWindowSeconds?: number;
   /** How often due key deadlines (rotation ends, expiries) are looked for. Default 250 ms. */
   deadlineSweepMs?: number;
+  /**
+   * With Redis: how long a replica reuses a key record and its policy (0: never). Default
+   * 1 000 ms, which bounds a revocation whose broadcast was lost; a received one applies at once.
+   */
+  keyCacheTtlMs?: number;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
   /** Default 0.0.0.0. */
@@ -81,12 +88,14 @@ export async function start(
   let timer: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> | undefined;
   let metricsServer: MetricsServer | undefined;
+  let unsubscribe: (() => void) | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
     stopInOrder([
       () => grpc?.stop(),
       () => clearInterval(timer),
+      () => unsubscribe?.(),
       () => sweeping,
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
@@ -99,7 +108,14 @@ export async function start(
     const metrics = authMetrics(registry);
     const prefix = opts.redisPrefix ?? "tollgate:";
     if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
-    const store = redis ? createRedisKeyStore(redis, { prefix }) : createMemoryKeyStore();
+    // Across replicas the key and policy reads are cached for a moment; one process reads memory.
+    const cache =
+      redis && (opts.keyCacheTtlMs ?? DEFAULT_KEY_CACHE_TTL_MS) > 0
+        ? createCachedKeyStore(createRedisKeyStore(redis, { prefix }), {
+            ttlMs: opts.keyCacheTtlMs ?? DEFAULT_KEY_CACHE_TTL_MS,
+          })
+        : undefined;
+    const store = cache ?? (redis ? createRedisKeyStore(redis, { prefix }) : createMemoryKeyStore());
     const ledgerOptions = {
       ...(opts.reservationTtlSeconds !== undefined ? { holdMs: opts.reservationTtlSeconds * 1_000 } : {}),
       ...(opts.settlementWindowSeconds !== undefined
@@ -114,11 +130,12 @@ export async function start(
       : createMemoryLedger(ledgerOptions);
     await importConfig(store, opts.gateway);
 
+    const keyRevoked = natsNames(opts.natsNamespace ?? "").keyRevoked;
+    if (opts.natsUrl) nc = await connectNats(opts.natsUrl, "auth-policy");
     let publisher = deps.revocations;
-    if (!publisher && opts.natsUrl) {
-      nc = await connectNats(opts.natsUrl, "auth-policy");
-      publisher = createNatsRevocationPublisher(nc, natsNames(opts.natsNamespace ?? "").keyRevoked);
-    }
+    if (!publisher && nc) publisher = createNatsRevocationPublisher(nc, keyRevoked);
+    // Every replica drops a key from its cache when any replica broadcasts that it stopped working.
+    if (cache && nc) unsubscribe = subscribeRevocations(nc, keyRevoked, (r) => cache.forget(r.keyHash));
     if (publisher) {
       const broadcaster = publisher;
       timer = setInterval(() => {

@@ -1,6 +1,7 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { z } from "zod";
+import { DEFAULT_KEY_CACHE_TTL_MS } from "./adapters/cached-key-store.js";
 import type { AuthPolicyOptions } from "./app.js";
 import { DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS } from "./domain/admin.js";
 import { DEFAULT_RESERVATION_TTL_SECONDS, DEFAULT_SETTLEMENT_WINDOW_SECONDS } from "./domain/budget.js";
@@ -25,6 +26,8 @@ const envSchema = z
       .min(0)
       .max(MAX_GRACE_SECONDS)
       .default(DEFAULT_GRACE_SECONDS),
+    /** With Redis: how long a key and its policy are reused; at most 1 000 (the revocation bound). */
+    KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).max(1_000).default(DEFAULT_KEY_CACHE_TTL_MS),
     /** Prometheus /metrics; 0 picks a free port. */
     METRICS_HOST: z.string().default("0.0.0.0"),
     METRICS_PORT: port(9051),
@@ -70,6 +73,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
+    keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     settlementWindowSeconds: e.SETTLEMENT_WINDOW_SECONDS,
   };
 }

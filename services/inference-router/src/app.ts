@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { type GatewayConfig, pricingSnapshotId } from "@tollgate/config";
+import { type GatewayConfig, pricingSnapshotId, upstreamPolicy } from "@tollgate/config";
 import { createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
 import { implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { HealthCheck } from "@tollgate/kit/health";
@@ -10,10 +10,21 @@ import { stopInOrder } from "@tollgate/kit/shutdown";
 import { InferenceService } from "@tollgate/proto/inference";
 import { natsNames } from "@tollgate/proto/subjects";
 import { createBusUsagePublisher } from "./adapters/bus-usage-publisher.js";
+import { createMemoryCooldownBroadcast } from "./adapters/memory-cooldown-broadcast.js";
+import { createNatsCooldownBroadcast } from "./adapters/nats-cooldown-broadcast.js";
 import { createProviders } from "./adapters/provider-registry.js";
 import { Catalog } from "./domain/catalog.js";
+import { Cooldowns } from "./domain/cooldowns.js";
+import { type FailoverMember, FailoverProvider } from "./domain/failover.js";
 import { Inference } from "./domain/inference.js";
-import { instrumentProvider, instrumentPublisher, routerMetrics } from "./metrics.js";
+import type { CooldownBroadcast } from "./domain/ports.js";
+import {
+  countCooldown,
+  failoverObserver,
+  instrumentProvider,
+  instrumentPublisher,
+  routerMetrics,
+} from "./metrics.js";
 import { inferenceHandlers } from "./transport/grpc/handlers.js";
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
@@ -44,6 +55,26 @@ export interface InferenceRouterDeps {
   bus?: EventBus;
   /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
   metrics?: Registry;
+  /** How cooldowns reach the other replicas; default: core NATS, or nobody without NATS. */
+  cooldowns?: CooldownBroadcast;
+}
+
+export {
+  createMemoryCooldownBroadcast,
+  type MemoryCooldownBroadcast,
+} from "./adapters/memory-cooldown-broadcast.js";
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
 }
 
 /** Builds providers, the catalog and the usage publisher, then serves InferenceService. */
@@ -64,14 +95,54 @@ export async function start(
   }
   const registry = deps.metrics ?? createMetrics("inference-router");
   const metrics = routerMetrics(registry);
+  const { resilience, upstreams } = opts.gateway;
   const providers = new Map(
-    [...createProviders(opts.gateway.upstreams, opts.upstreamKeys)].map(([id, p]) => [
+    [...createProviders(upstreams, resilience, opts.upstreamKeys)].map(([id, p]) => [
       id,
       instrumentProvider(p, metrics),
     ]),
   );
+  const policies = new Map(upstreams.map((u) => [u.id, upstreamPolicy(resilience, u)]));
+  // Cooldowns are shared by broadcast, never read from a store on the request path.
+  const broadcast =
+    deps.cooldowns ??
+    (nc
+      ? createNatsCooldownBroadcast(nc, names.upstreamCooldown, randomUUID())
+      : createMemoryCooldownBroadcast().replica());
+  const cooldowns = new Cooldowns(
+    new Map([...policies].map(([id, p]) => [id, p.cooldown])),
+    Date.now,
+    (notice) => {
+      countCooldown(metrics, notice);
+      broadcast.publish(notice);
+      log.warn(
+        { upstream: notice.upstreamId, reason: notice.reason, durationMs: notice.durationMs },
+        "upstream cooled down",
+      );
+    },
+  );
+  const unsubscribe = broadcast.subscribe((notice) => {
+    cooldowns.apply(notice);
+    log.info(
+      { upstream: notice.upstreamId, durationMs: notice.durationMs },
+      "upstream cooled down by another replica",
+    );
+  });
+  metrics.watchCooldowns(cooldowns);
+  const observer = failoverObserver(metrics);
+  const compose = (model: string, members: FailoverMember[]) =>
+    new FailoverProvider(model, members, {
+      cooldowns,
+      retry: resilience.retry,
+      // The request's deadline: the longest total timeout among the model's upstreams.
+      deadlineMs: Math.max(...members.map((m) => policies.get(m.provider.id)!.timeouts.totalMs)),
+      now: Date.now,
+      random: Math.random,
+      sleep,
+      observer,
+    });
   const inference = new Inference(
-    new Catalog(opts.gateway.models, providers),
+    new Catalog(opts.gateway.models, providers, compose),
     instrumentPublisher(createBusUsagePublisher(bus, names.usageRecorded), metrics),
     pricingSnapshotId(opts.gateway.models),
     () => `evt_${randomUUID()}`,
@@ -90,6 +161,7 @@ export async function start(
       // In-flight streams finish (and publish their usage) before the server goes away.
       () => grpc.stop(20_000),
       () => Promise.all([...providers.values()].map((p) => p.close())),
+      () => unsubscribe(),
       () => (nc ? drainNats(nc) : undefined),
       () => metricsServer?.stop(),
     ]);

@@ -1,13 +1,16 @@
 import {
   Counter,
+  Gauge,
   Histogram,
   METRIC_PREFIX,
   type Registry,
   SLOW_SECONDS_BUCKETS,
 } from "@tollgate/kit/metrics";
 import type { ClosableProvider } from "./adapters/provider-registry.js";
+import type { Cooldowns } from "./domain/cooldowns.js";
 import { InferenceError } from "./domain/errors.js";
-import type { UsageEvent, UsagePublisher } from "./domain/ports.js";
+import type { FailoverObserver } from "./domain/failover.js";
+import type { CooldownNotice, UsageEvent, UsagePublisher } from "./domain/ports.js";
 
 /**
  * inference-router's Prometheus instruments (issue 5, item 7). Labels are configuration values
@@ -19,12 +22,56 @@ export interface RouterMetrics {
   tokens: Counter<"model" | "kind">;
   cost: Counter<"model" | "door">;
   usagePublishFailures: Counter;
+  upstreamAttempts: Counter<"upstream" | "outcome">;
+  retries: Counter<"model" | "upstream">;
+  fallbacks: Counter<"model" | "from" | "to">;
+  cooldownsStarted: Counter<"upstream" | "reason">;
+  /** Reports the cooldown state of `cooldowns`' upstreams at every scrape. */
+  watchCooldowns(cooldowns: Cooldowns): void;
 }
 
 /** Registers inference-router's metrics on `registry`. */
 export function routerMetrics(registry: Registry): RouterMetrics {
   const registers = [registry];
+  let cooldowns: Cooldowns | undefined;
+  new Gauge({
+    name: `${METRIC_PREFIX}upstream_cooldown`,
+    help: "1 while this replica skips the upstream (cooled down here or by another replica), else 0",
+    labelNames: ["upstream"],
+    registers,
+    collect() {
+      for (const upstream of cooldowns?.upstreamIds ?? [])
+        this.set({ upstream }, cooldowns?.isCooledDown(upstream) ? 1 : 0);
+    },
+  });
   return {
+    watchCooldowns(c) {
+      cooldowns = c;
+    },
+    upstreamAttempts: new Counter({
+      name: `${METRIC_PREFIX}upstream_attempts_total`,
+      help: "Attempts at an upstream by outcome: ok, cancelled, connect_error, timeout, idle_timeout, total_timeout, status_429, status_5xx, status_auth, status_4xx, interrupted, error",
+      labelNames: ["upstream", "outcome"],
+      registers,
+    }),
+    retries: new Counter({
+      name: `${METRIC_PREFIX}upstream_retries_total`,
+      help: "Attempts after the first of one request, by public model id and the upstream tried",
+      labelNames: ["model", "upstream"],
+      registers,
+    }),
+    fallbacks: new Counter({
+      name: `${METRIC_PREFIX}upstream_fallbacks_total`,
+      help: "Retries that moved to another upstream than the attempt before, by public model id",
+      labelNames: ["model", "from", "to"],
+      registers,
+    }),
+    cooldownsStarted: new Counter({
+      name: `${METRIC_PREFIX}upstream_cooldowns_total`,
+      help: "Cooldowns this replica started, by upstream and reason (failures, retry_after)",
+      labelNames: ["upstream", "reason"],
+      registers,
+    }),
     upstreamRequests: new Counter({
       name: `${METRIC_PREFIX}upstream_requests_total`,
       help: "Upstream calls by upstream, upstream model id and outcome (ok, cancelled, or the error code)",
@@ -58,9 +105,33 @@ export function routerMetrics(registry: Registry): RouterMetrics {
   };
 }
 
-function outcomeOf(err: unknown, signal: AbortSignal): string {
-  if (signal.aborted) return "cancelled";
-  return err instanceof InferenceError ? err.code : "error";
+/** How one attempt ended: ok, cancelled (the caller went away), or the error it threw. */
+type Ending = "ok" | "cancelled" | { err: unknown };
+
+/**
+ * The two outcome labels of an attempt: the error code (upstream_requests_total) and how the
+ * attempt failed (upstream_attempts_total: InferenceError.upstream's kind).
+ */
+function outcomesOf(ending: Ending, signal: AbortSignal): { code: string; kind: string } {
+  if (ending === "ok" || ending === "cancelled") return { code: ending, kind: ending };
+  if (signal.aborted) return { code: "cancelled", kind: "cancelled" };
+  const { err } = ending;
+  return err instanceof InferenceError
+    ? { code: err.code, kind: err.upstream?.kind ?? "error" }
+    : { code: "error", kind: "error" };
+}
+
+/** Counts retries and fallbacks. */
+export function failoverObserver(m: RouterMetrics): FailoverObserver {
+  return {
+    retry: (model, upstream) => m.retries.inc({ model, upstream }),
+    fallback: (model, from, to) => m.fallbacks.inc({ model, from, to }),
+  };
+}
+
+/** Counts a cooldown this replica started. */
+export function countCooldown(m: RouterMetrics, notice: CooldownNotice): void {
+  m.cooldownsStarted.inc({ upstream: notice.upstreamId, reason: notice.reason });
 }
 
 const seconds = (since: number) => (performance.now() - since) / 1000;
@@ -74,22 +145,25 @@ export function instrumentProvider(provider: ClosableProvider, m: RouterMetrics)
     upstream: provider.id,
     model: typeof body.model === "string" ? body.model : "",
   });
+  const count = (labels: ReturnType<typeof labelsOf>, ending: Ending, signal: AbortSignal, since: number) => {
+    const { code, kind } = outcomesOf(ending, signal);
+    m.upstreamRequests.inc({ ...labels, outcome: code });
+    m.upstreamAttempts.inc({ upstream: provider.id, outcome: kind });
+    if (code !== "cancelled") m.upstreamLatency.observe({ ...labels, phase: "total" }, seconds(since));
+  };
   return {
     id: provider.id,
     close: () => provider.close(),
     async complete(req, signal) {
-      const labels = labelsOf(req.body);
       const started = performance.now();
-      let outcome = "ok";
+      let ending: Ending = "ok";
       try {
         return await provider.complete(req, signal);
       } catch (err) {
-        outcome = outcomeOf(err, signal);
+        ending = { err };
         throw err;
       } finally {
-        m.upstreamRequests.inc({ ...labels, outcome });
-        if (outcome !== "cancelled")
-          m.upstreamLatency.observe({ ...labels, phase: "total" }, seconds(started));
+        count(labelsOf(req.body), ending, signal, started);
       }
     },
     async *stream(req, signal) {
@@ -97,7 +171,7 @@ export function instrumentProvider(provider: ClosableProvider, m: RouterMetrics)
       const started = performance.now();
       let first = true;
       // Stays "cancelled" when the consumer stops iterating early (the caller went away).
-      let outcome = "cancelled";
+      let ending: Ending = "cancelled";
       try {
         for await (const chunk of provider.stream(req, signal)) {
           if (first) {
@@ -106,14 +180,12 @@ export function instrumentProvider(provider: ClosableProvider, m: RouterMetrics)
           }
           yield chunk;
         }
-        outcome = "ok";
+        ending = "ok";
       } catch (err) {
-        outcome = outcomeOf(err, signal);
+        ending = { err };
         throw err;
       } finally {
-        m.upstreamRequests.inc({ ...labels, outcome });
-        if (outcome !== "cancelled")
-          m.upstreamLatency.observe({ ...labels, phase: "total" }, seconds(started));
+        count(labels, ending, signal, started);
       }
     },
   };

@@ -23,7 +23,18 @@ const upstream = await startFakeUpstream({
   tokensPerSecond: numberFrom("FAKE_TOKENS_PER_SECOND", 0),
   outputTokens: numberFrom("FAKE_OUTPUT_TOKENS", undefined),
   apiKey: process.env["FAKE_API_KEY"] || undefined,
+  firstByteDelayMs: numberFrom("FAKE_FIRST_BYTE_DELAY_MS", 0),
+  // FAKE_FAIL_STATUS=500 (optionally FAKE_RETRY_AFTER=2) makes every completion fail; FAKE_HANG=1 never answers.
+  ...failureFromEnv(),
 });
+
+function failureFromEnv() {
+  const status = numberFrom("FAKE_FAIL_STATUS", undefined);
+  const retryAfter = process.env["FAKE_RETRY_AFTER"] || undefined;
+  if (process.env["FAKE_HANG"] === "1") return { failure: { hang: true } };
+  if (status === undefined) return {};
+  return { failure: { status, ...(retryAfter ? { retryAfter } : {}) } };
+}
 console.log(`fake upstream listening on ${upstream.url}`);
 
 let stopping = false;

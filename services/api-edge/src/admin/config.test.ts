@@ -37,3 +37,27 @@ describe("api-edge config: the admin API", () => {
     expect((error as Error).message).not.toContain("short-secret");
   });
 });
+
+describe("api-edge config: the public port's limits", () => {
+  it("has safe defaults", () => {
+    expect(loadConfig({}).limits).toEqual({
+      bodyLimitBytes: 4 * 1024 * 1024,
+      maxJsonDepth: 64,
+      maxMessages: 2048,
+      maxHeaderBytes: 16_384,
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 60_000,
+      connectionTimeoutMs: 180_000,
+      maxConnections: 10_000,
+    });
+  });
+
+  it("reads each from its variable and refuses a headers timeout above the request timeout", () => {
+    expect(
+      loadConfig({ MAX_JSON_DEPTH: "8", MAX_MESSAGES: "10", MAX_CONNECTIONS: "0", HEADERS_TIMEOUT_MS: "500" })
+        .limits,
+    ).toMatchObject({ maxJsonDepth: 8, maxMessages: 10, maxConnections: 0, headersTimeoutMs: 500 });
+    expect(() => loadConfig({ HEADERS_TIMEOUT_MS: "70000" })).toThrow(ConfigError);
+    expect(() => loadConfig({ MAX_JSON_DEPTH: "0" })).toThrow(/MAX_JSON_DEPTH/);
+  });
+});

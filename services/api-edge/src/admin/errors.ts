@@ -7,6 +7,7 @@ export type AdminErrorCode =
   | "invalid_admin_token"
   | "invalid_request"
   | "invalid_json"
+  | "json_too_deep"
   | "unsupported_media_type"
   | "payload_too_large"
   | "not_found";
@@ -46,6 +47,7 @@ const STATUS_BY_CODE = {
   invalid_admin_token: 401,
   invalid_request: 400,
   invalid_json: 400,
+  json_too_deep: 400,
   unsupported_media_type: 415,
   payload_too_large: 413,
   not_found: 404,

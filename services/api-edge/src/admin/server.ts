@@ -6,6 +6,7 @@ import { MeteringService } from "@tollgate/proto/metering";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { closeConnectionsWhileDraining } from "../http/drain.js";
 import { acceptJsonOnly } from "../http/json-body.js";
+import { DEFAULT_LIMITS } from "../http/limits.js";
 import { logResponses } from "../http/response-log.js";
 import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
 import {
@@ -75,7 +76,7 @@ export function buildAdminApp(deps: {
     return503OnClosing: true,
   });
 
-  acceptJsonOnly(app, (code, message) => new AdminError(code, message));
+  acceptJsonOnly(app, DEFAULT_LIMITS.maxJsonDepth, (code, message) => new AdminError(code, message));
 
   app.addHook("onRequest", async (req, reply) => {
     reply.header("x-request-id", req.id);

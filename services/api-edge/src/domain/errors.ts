@@ -4,6 +4,7 @@ export type EdgeErrorCode =
   | "wrong_auth_scheme"
   | "wrong_auth_field"
   | "invalid_json"
+  | "json_too_deep"
   | "invalid_request"
   | "unsupported_media_type"
   | "payload_too_large"

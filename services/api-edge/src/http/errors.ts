@@ -24,8 +24,10 @@ const TYPE_BY_STATUS: Record<number, string> = {
   403: "permission_error",
   404: "not_found_error",
   405: "invalid_request_error",
+  408: "invalid_request_error",
   413: "invalid_request_error",
   415: "invalid_request_error",
+  431: "invalid_request_error",
   429: "rate_limit_error",
 };
 
@@ -42,6 +44,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   wrong_auth_scheme: 401,
   wrong_auth_field: 401,
   invalid_json: 400,
+  json_too_deep: 400,
   invalid_request: 400,
   unsupported_media_type: 415,
   payload_too_large: 413,

@@ -1,7 +1,7 @@
 import { Route } from "@tollgate/proto/auth";
 import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
-import { chatRequestSchema, outputCapOf } from "../schemas/chat.js";
+import { outputCapOf } from "../schemas/chat.js";
 import { completionInput, guardIdempotency, parseAccountBody, serveCompletion } from "./account-inference.js";
 import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
@@ -9,7 +9,7 @@ import type { AccountRouteContext } from "./context.js";
 /** POST /v1/chat/completions: the account door's chat route, buffered or streamed (spec, "Endpoints"). */
 export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.post("/v1/chat/completions", async (req, reply) => {
-    const body = await parseAccountBody(ctx, req, reply, Route.CHAT_COMPLETIONS, chatRequestSchema);
+    const body = await parseAccountBody(ctx, req, reply, Route.CHAT_COMPLETIONS, ctx.schemas.chat);
     const grant = await authorizeRequest(ctx, req, reply, {
       route: Route.CHAT_COMPLETIONS,
       model: body.model ?? "",

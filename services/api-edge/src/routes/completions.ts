@@ -1,7 +1,6 @@
 import { Route } from "@tollgate/proto/auth";
 import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
-import { completionRequestSchema } from "../schemas/completions.js";
 import { completionInput, guardIdempotency, parseAccountBody, serveCompletion } from "./account-inference.js";
 import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
@@ -13,7 +12,7 @@ import type { AccountRouteContext } from "./context.js";
  */
 export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.post("/v1/completions", async (req, reply) => {
-    const body = await parseAccountBody(ctx, req, reply, Route.COMPLETIONS, completionRequestSchema);
+    const body = await parseAccountBody(ctx, req, reply, Route.COMPLETIONS, ctx.schemas.completion);
     const grant = await authorizeRequest(ctx, req, reply, {
       route: Route.COMPLETIONS,
       model: body.model ?? "",

@@ -5,6 +5,7 @@ import type { InferenceService } from "@tollgate/proto/inference";
 import type { MeteringService } from "@tollgate/proto/metering";
 import type { PaymentService } from "@tollgate/proto/payment";
 import type { Idempotency } from "../http/idempotency.js";
+import type { RequestSchemas } from "../schemas/requests.js";
 
 /** What the account routes need: the clients of the services behind the edge. */
 export interface AccountRouteContext {
@@ -14,6 +15,8 @@ export interface AccountRouteContext {
   metering?: Client<MethodsOf<typeof MeteringService>>;
   /** Idempotency-Key handling for POST routes. */
   idempotency: Idempotency;
+  /** Request schemas built for the configured limits. */
+  schemas: RequestSchemas;
   log: Logger;
 }
 

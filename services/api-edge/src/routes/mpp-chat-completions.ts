@@ -5,7 +5,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
 import { type HttpError, problemBody, toHttpError } from "../http/errors.js";
-import { outputCapOf, type PaidChatRequest, paidChatRequestSchema } from "../schemas/chat.js";
+import { outputCapOf, type PaidChatRequest } from "../schemas/chat.js";
+import type { RequestSchemas } from "../schemas/requests.js";
 import { describeInvalid } from "./account-inference.js";
 import type { RouteContext } from "./context.js";
 
@@ -64,7 +65,7 @@ function paidRequestOf(
 }
 
 /** Validates the body; unpaid and paid requests obey the same rules. */
-function validate(req: FastifyRequest): PaidChatRequest {
+function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest {
   const raw = req.body as { stream?: unknown } | undefined;
   if (raw && typeof raw === "object" && raw.stream === true) {
     throw new EdgeError(
@@ -72,7 +73,7 @@ function validate(req: FastifyRequest): PaidChatRequest {
       "streaming is not available on the paid route; send stream: false",
     );
   }
-  const parsed = paidChatRequestSchema.safeParse(req.body);
+  const parsed = schemas.paidChat.safeParse(req.body);
   if (!parsed.success) throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
   return parsed.data;
 }
@@ -89,7 +90,7 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
     const credential = paymentCredential(req);
     const bodyless = (req.rawBody?.length ?? 0) === 0;
     if (credential.kind === "none") {
-      const body = validate(req);
+      const body = validate(req, ctx.schemas);
       const challenge = await ctx.payment.challenge(
         { request: paidRequestOf(req, body) },
         { timeoutMs: PAYMENT_TIMEOUT_MS },
@@ -128,7 +129,7 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
       return reply.code(204).header("payment-receipt", receipt).header("cache-control", "private").send();
     }
 
-    const body = validate(req);
+    const body = validate(req, ctx.schemas);
     const binding = verified.binding;
     const { reservationId } = await ctx.payment.reserve(
       { channelId: verified.channelId, requestId: req.id, quote: verified.quote },
@@ -210,7 +211,7 @@ function paidErrorHandler(ctx: RouteContext) {
     const e = toHttpError(err, req.log);
     if (e.status !== 402 || STOP_CODES.has(e.code)) return sendProblem(reply, req, e);
     try {
-      const body = validate(req);
+      const body = validate(req, ctx.schemas);
       const challenge = await ctx.payment.challenge(
         { request: paidRequestOf(req, body) },
         { timeoutMs: PAYMENT_TIMEOUT_MS },

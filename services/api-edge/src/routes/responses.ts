@@ -3,7 +3,6 @@ import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
 import { chatBodyFromResponses, responseFromChat } from "../domain/responses.js";
 import { callerGone } from "../http/caller.js";
-import { responsesRequestSchema } from "../schemas/responses.js";
 import {
   chatResultOf,
   completionInput,
@@ -22,7 +21,7 @@ import type { AccountRouteContext } from "./context.js";
  */
 export function responsesRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.post("/v1/responses", async (req, reply) => {
-    const body = await parseAccountBody(ctx, req, reply, Route.RESPONSES, responsesRequestSchema);
+    const body = await parseAccountBody(ctx, req, reply, Route.RESPONSES, ctx.schemas.responses);
     const grant = await authorizeRequest(ctx, req, reply, {
       route: Route.RESPONSES,
       model: body.model ?? "",

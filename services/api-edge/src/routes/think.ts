@@ -3,7 +3,7 @@ import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
 import { chatBodyFromThink, thinkFromChat } from "../domain/think.js";
 import { callerGone } from "../http/caller.js";
-import { thinkOutputCapOf, thinkRequestSchema } from "../schemas/think.js";
+import { thinkOutputCapOf } from "../schemas/think.js";
 import {
   chatResultOf,
   completionInput,
@@ -23,7 +23,7 @@ import type { AccountRouteContext } from "./context.js";
  */
 export function thinkRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.post("/v1/think", async (req, reply) => {
-    const body = await parseAccountBody(ctx, req, reply, Route.THINK, thinkRequestSchema);
+    const body = await parseAccountBody(ctx, req, reply, Route.THINK, ctx.schemas.think);
     const grant = await authorizeRequest(ctx, req, reply, {
       route: Route.THINK,
       model: body.model ?? "",

@@ -1,6 +1,9 @@
 import { z } from "zod";
 
-/** Limits on an account-door chat request (documented in the README). */
+/**
+ * Limits on an account-door chat request (documented in the README); the message count is a
+ * default, configurable (MAX_MESSAGES).
+ */
 export const CHAT_LIMITS = { maxMessages: 2048, maxOutputTokens: 1_000_000 } as const;
 
 const contentPart = z.looseObject({ type: z.string() });
@@ -13,16 +16,21 @@ const message = z.looseObject({
 
 const outputCap = z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens);
 
-/** POST /v1/chat/completions (spec, "Chat request"). */
-export const chatRequestSchema = z.looseObject({
-  model: z.string().min(1).max(256).optional(),
-  messages: z.array(message).min(1).max(CHAT_LIMITS.maxMessages),
-  max_tokens: outputCap.nullish(),
-  max_completion_tokens: outputCap.nullish(),
-  temperature: z.number().min(0).max(2).nullish(),
-  stream: z.boolean().nullish(),
-  stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
-});
+/** POST /v1/chat/completions (spec, "Chat request"), with at most `maxMessages` messages. */
+export function chatSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
+  return z.looseObject({
+    model: z.string().min(1).max(256).optional(),
+    messages: z.array(message).min(1).max(maxMessages),
+    max_tokens: outputCap.nullish(),
+    max_completion_tokens: outputCap.nullish(),
+    temperature: z.number().min(0).max(2).nullish(),
+    stream: z.boolean().nullish(),
+    stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
+  });
+}
+
+/** The chat request with the default limits. */
+export const chatRequestSchema = chatSchema();
 
 export type ChatRequest = z.output<typeof chatRequestSchema>;
 
@@ -42,33 +50,38 @@ export const PLANS = ["Starter", "Plus", "Premium"] as const;
  * model_optimization and messages are required; model only when model_optimization is false;
  * an explicit output cap is required. `stream: true` is refused separately with its own code.
  */
-export const paidChatRequestSchema = chatRequestSchema
-  .extend({
-    plan: z.enum(PLANS),
-    model_optimization: z.boolean(),
-  })
-  .superRefine((req, ctx) => {
-    if (req.model_optimization && req.model !== undefined) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["model"],
-        message: "omit model when model_optimization is true",
-      });
-    }
-    if (!req.model_optimization && req.model === undefined) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["model"],
-        message: "model is required when model_optimization is false",
-      });
-    }
-    if (outputCapOf(req) === undefined) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["max_tokens"],
-        message: "an explicit output cap (max_tokens or max_completion_tokens) is required",
-      });
-    }
-  });
+export function paidChatSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
+  return chatSchema(maxMessages)
+    .extend({
+      plan: z.enum(PLANS),
+      model_optimization: z.boolean(),
+    })
+    .superRefine((req, ctx) => {
+      if (req.model_optimization && req.model !== undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["model"],
+          message: "omit model when model_optimization is true",
+        });
+      }
+      if (!req.model_optimization && req.model === undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["model"],
+          message: "model is required when model_optimization is false",
+        });
+      }
+      if (outputCapOf(req) === undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["max_tokens"],
+          message: "an explicit output cap (max_tokens or max_completion_tokens) is required",
+        });
+      }
+    });
+}
+
+/** The paid chat request with the default limits. */
+export const paidChatRequestSchema = paidChatSchema();
 
 export type PaidChatRequest = z.output<typeof paidChatRequestSchema>;

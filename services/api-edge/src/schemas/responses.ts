@@ -40,35 +40,40 @@ export type ResponsesInputMessage = z.output<typeof inputMessage>;
  * POST /v1/responses: the buffered text subset of OpenAI's Responses API. The route keeps no
  * state, so `previous_response_id` and tools are refused; other fields are ignored.
  */
-export const responsesRequestSchema = z
-  .looseObject({
-    model: z.string().min(1).max(256).optional(),
-    input: z.union([z.string().min(1), z.array(inputMessage).min(1).max(CHAT_LIMITS.maxMessages)], {
-      error: closestOption("input must be a string or a list of messages {role, content}"),
-    }),
-    instructions: z.string().nullish(),
-    max_output_tokens: z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens).nullish(),
-    temperature: z.number().min(0).max(2).nullish(),
-    stream: z
-      .literal(false, {
-        error: "this route is buffered: omit stream or send false (POST /v1/chat/completions streams)",
-      })
-      .nullish(),
-    previous_response_id: z.string().nullish(),
-    tools: z.array(z.unknown()).nullish(),
-  })
-  .superRefine((r, ctx) => {
-    if (r.previous_response_id != null) {
-      ctx.addIssue({
-        code: "custom",
-        path: ["previous_response_id"],
-        message: "responses are not stored: send the whole conversation as input",
-      });
-    }
-    if (r.tools != null && r.tools.length > 0) {
-      ctx.addIssue({ code: "custom", path: ["tools"], message: "tools are not supported on this route" });
-    }
-  });
+export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
+  return z
+    .looseObject({
+      model: z.string().min(1).max(256).optional(),
+      input: z.union([z.string().min(1), z.array(inputMessage).min(1).max(maxMessages)], {
+        error: closestOption("input must be a string or a list of messages {role, content}"),
+      }),
+      instructions: z.string().nullish(),
+      max_output_tokens: z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens).nullish(),
+      temperature: z.number().min(0).max(2).nullish(),
+      stream: z
+        .literal(false, {
+          error: "this route is buffered: omit stream or send false (POST /v1/chat/completions streams)",
+        })
+        .nullish(),
+      previous_response_id: z.string().nullish(),
+      tools: z.array(z.unknown()).nullish(),
+    })
+    .superRefine((r, ctx) => {
+      if (r.previous_response_id != null) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["previous_response_id"],
+          message: "responses are not stored: send the whole conversation as input",
+        });
+      }
+      if (r.tools != null && r.tools.length > 0) {
+        ctx.addIssue({ code: "custom", path: ["tools"], message: "tools are not supported on this route" });
+      }
+    });
+}
+
+/** The Responses request with the default limits. */
+export const responsesRequestSchema = responsesSchema();
 
 export type ResponsesRequest = z.output<typeof responsesRequestSchema>;
 

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { CHAT_LIMITS, chatRequestSchema } from "./chat.js";
+import { CHAT_LIMITS, chatSchema } from "./chat.js";
 
 /** How hard the model should think; forwarded to the upstream as `reasoning_effort`. */
 export const REASONING_EFFORTS = ["low", "medium", "high"] as const;
@@ -12,27 +12,32 @@ const outputCap = z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens);
  * (or `max_tokens`) and counts reasoning and answer tokens together. Buffered only. Unknown
  * fields are refused, so a misspelt field is never silently ignored.
  */
-export const thinkRequestSchema = z
-  .strictObject({
-    model: z.string().min(1).max(256).optional(),
-    messages: chatRequestSchema.shape.messages.nullish(),
-    prompt: z.string().min(1).nullish(),
-    reasoning_effort: z.enum(REASONING_EFFORTS).nullish(),
-    max_output_tokens: outputCap.nullish(),
-    max_tokens: outputCap.nullish(),
-    temperature: z.number().min(0).max(2).nullish(),
-    stream: z.literal(false, { error: "this route is buffered: omit stream or send false" }).nullish(),
-  })
-  .superRefine((r, ctx) => {
-    const given = (r.messages != null ? 1 : 0) + (r.prompt != null ? 1 : 0);
-    if (given !== 1) {
-      ctx.addIssue({
-        code: "custom",
-        path: [given === 0 ? "messages" : "prompt"],
-        message: given === 0 ? "give messages or prompt" : "give messages or prompt, not both",
-      });
-    }
-  });
+export function thinkSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
+  return z
+    .strictObject({
+      model: z.string().min(1).max(256).optional(),
+      messages: chatSchema(maxMessages).shape.messages.nullish(),
+      prompt: z.string().min(1).nullish(),
+      reasoning_effort: z.enum(REASONING_EFFORTS).nullish(),
+      max_output_tokens: outputCap.nullish(),
+      max_tokens: outputCap.nullish(),
+      temperature: z.number().min(0).max(2).nullish(),
+      stream: z.literal(false, { error: "this route is buffered: omit stream or send false" }).nullish(),
+    })
+    .superRefine((r, ctx) => {
+      const given = (r.messages != null ? 1 : 0) + (r.prompt != null ? 1 : 0);
+      if (given !== 1) {
+        ctx.addIssue({
+          code: "custom",
+          path: [given === 0 ? "messages" : "prompt"],
+          message: given === 0 ? "give messages or prompt" : "give messages or prompt, not both",
+        });
+      }
+    });
+}
+
+/** The think request with the default limits. */
+export const thinkRequestSchema = thinkSchema();
 
 export type ThinkRequest = z.output<typeof thinkRequestSchema>;
 

@@ -76,6 +76,8 @@ describe("paid route control flow (api-edge)", () => {
   beforeAll(async () => {
     upstream = await startFakeUpstream();
     const gateway = parseGatewayConfig({
+      // One attempt per request: a test injects one upstream failure and expects to see it.
+      resilience: { retry: { maxAttempts: 1 } },
       upstreams: [{ id: "fake", baseUrl: upstream.url }],
       models: [
         {
@@ -103,7 +105,7 @@ describe("paid route control flow (api-edge)", () => {
         authPolicyAddr: "127.0.0.1:1",
         inferenceRouterAddr: `127.0.0.1:${router.port}`,
         mppPaymentAddr: `127.0.0.1:${paymentServer.port}`,
-        bodyLimitBytes: 1024 * 1024,
+        limits: { bodyLimitBytes: 1024 * 1024 },
       },
       log,
     );

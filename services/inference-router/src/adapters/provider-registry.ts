@@ -1,27 +1,32 @@
-import type { UpstreamConfig } from "@tollgate/config";
+import { type ResilienceConfig, type UpstreamConfig, upstreamPolicy } from "@tollgate/config";
 import type { Provider } from "../domain/ports.js";
 import { createOpenAICompatibleProvider } from "./openai-compatible/provider.js";
 
 /** A provider with its connections to close at shutdown. */
 export type ClosableProvider = Provider & { close(): Promise<void> };
 
-type Factory = (upstream: UpstreamConfig, apiKey: string | undefined) => ClosableProvider;
+type Factory = (
+  upstream: UpstreamConfig,
+  resilience: ResilienceConfig,
+  apiKey: string | undefined,
+) => ClosableProvider;
 
 /** Provider kinds → factories. Adding a provider kind is one folder and one line here. */
 const FACTORIES = {
-  "openai-compatible": (u, apiKey) =>
+  "openai-compatible": (u, resilience, apiKey) =>
     createOpenAICompatibleProvider({
       id: u.id,
       baseUrl: u.baseUrl,
-      timeoutMs: u.timeoutMs,
+      timeouts: upstreamPolicy(resilience, u).timeouts,
       ...(apiKey ? { apiKey } : {}),
     }),
 } satisfies Record<UpstreamConfig["kind"], Factory>;
 
-/** Builds one provider per configured upstream. */
+/** Builds one provider per configured upstream: one attempt at that upstream per call. */
 export function createProviders(
   upstreams: readonly UpstreamConfig[],
+  resilience: ResilienceConfig,
   keys: Readonly<Record<string, string>>,
 ): Map<string, ClosableProvider> {
-  return new Map(upstreams.map((u) => [u.id, FACTORIES[u.kind](u, keys[u.id])]));
+  return new Map(upstreams.map((u) => [u.id, FACTORIES[u.kind](u, resilience, keys[u.id])]));
 }

@@ -1,5 +1,6 @@
-import type { ModelConfig, Prices } from "@tollgate/config";
+import { type ModelConfig, modelUpstreams, type Prices } from "@tollgate/config";
 import { InferenceError } from "./errors.js";
+import type { FailoverMember } from "./failover.js";
 import type { Provider } from "./ports.js";
 
 /** Where one public model id is served. */
@@ -8,25 +9,42 @@ export interface ModelRoute {
   upstreamModel: string;
   runtime: string;
   prices: Prices;
+  /** Runs the model's completions; its answers name the upstream that served them. */
   provider: Provider;
   /** Whether the upstream returns reasoning content (configuration `reasoning`). */
   reasoning: boolean;
 }
 
-/** Resolves public model ids to their upstream, upstream model id, runtime and prices. */
+/** Puts a model's upstreams behind one provider (the failover provider in the router). */
+export type ComposeProviders = (model: string, members: FailoverMember[]) => Provider;
+
+/** Without a composer, a model must have exactly one upstream, which serves it directly. */
+const single: ComposeProviders = (model, members) => {
+  if (members.length !== 1) throw new Error(`model ${model}: several upstreams need a failover composer`);
+  return members[0]!.provider;
+};
+
+/** Resolves public model ids to their upstreams, upstream model id, runtime and prices. */
 export class Catalog {
   readonly #routes = new Map<string, ModelRoute>();
 
-  constructor(models: readonly ModelConfig[], providers: ReadonlyMap<string, Provider>) {
+  constructor(
+    models: readonly ModelConfig[],
+    providers: ReadonlyMap<string, Provider>,
+    compose: ComposeProviders = single,
+  ) {
     for (const m of models) {
-      const provider = providers.get(m.upstream);
-      if (!provider) throw new Error(`model ${m.id}: no provider for upstream ${m.upstream}`);
+      const members = modelUpstreams(m).map((u) => {
+        const provider = providers.get(u.id);
+        if (!provider) throw new Error(`model ${m.id}: no provider for upstream ${u.id}`);
+        return { provider, priority: u.priority, weight: u.weight };
+      });
       this.#routes.set(m.id, {
         model: m.id,
         upstreamModel: m.upstreamModel,
         runtime: m.runtime,
         prices: m.pricing,
-        provider,
+        provider: compose(m.id, members),
         reasoning: m.reasoning,
       });
     }

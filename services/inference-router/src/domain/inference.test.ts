@@ -257,6 +257,18 @@ describe("Inference.complete", () => {
     expect(event.occurredAt).toBeInstanceOf(Date);
   });
 
+  it("records the upstream that served, buffered or streamed, when the provider names it", async () => {
+    const { publisher, inference } = setup({
+      result: { ...chatResult("x", usage(1, 1)), upstreamId: "up-2" },
+      chunks: fullStream(usage(2, 3)).map((c) => ({ ...c, upstreamId: "up-3" })),
+    });
+    await inference.complete(input(), new AbortController().signal);
+    for await (const _ of inference.stream(input(), false, new AbortController().signal)) {
+      // drain
+    }
+    expect(publisher.events.map((e) => e.upstreamId)).toEqual(["up-2", "up-3"]);
+  });
+
   it("estimates usage from the body and the answer when the upstream reports none", async () => {
     const content = "naïve café answer"; // 19 bytes of UTF-8 for 17 characters
     const { publisher, inference } = setup({ result: chatResult(content, undefined) });

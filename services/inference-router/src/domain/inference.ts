@@ -61,7 +61,8 @@ export class Inference {
     const result = await route.provider.complete(this.#request(input, route, false), signal);
     result.json.model = route.model;
     const tokens = result.usage ?? estimate(input.bodyBytes, outputTextLength(result.json));
-    const usage = await this.#record(input, route, tokens, "completed", false);
+    const servedBy = result.upstreamId ?? route.provider.id;
+    const usage = await this.#record(input, route, servedBy, tokens, "completed", false);
     return { json: result.json, usage };
   }
 
@@ -80,12 +81,15 @@ export class Inference {
     const eventId = this.newEventId();
     let reported: TokenCounts | undefined;
     let started = false;
+    // The upstream that served the stream (failed attempts before it are not billed).
+    let servedBy = route.provider.id;
     let producedChunks = 0;
     let outcome: UsageEvent["outcome"] | undefined;
     const tokens = () => reported ?? estimate(input.bodyBytes, 0, producedChunks);
     try {
       for await (const chunk of route.provider.stream(this.#request(input, route, true), signal)) {
         started = true;
+        if (chunk.upstreamId) servedBy = chunk.upstreamId;
         if (chunk.usage) reported = chunk.usage;
         const choices = chunk.json.choices;
         const usageOnly = Array.isArray(choices) && choices.length === 0;
@@ -97,7 +101,7 @@ export class Inference {
         chunk.json.model = route.model;
         yield {
           chunk: chunk.json,
-          soFar: this.#event(input, route, tokens(), "upstream_failed", true, eventId),
+          soFar: this.#event(input, route, servedBy, tokens(), "upstream_failed", true, eventId),
         };
       }
       outcome = "completed";
@@ -108,10 +112,10 @@ export class Inference {
       // The consumer stopping early (the caller went away) also lands here, with no outcome.
       outcome ??= "client_cancelled";
       if (outcome !== "completed" && started)
-        await this.#record(input, route, tokens(), outcome, true, eventId);
+        await this.#record(input, route, servedBy, tokens(), outcome, true, eventId);
     }
     if (outcome !== "completed") return;
-    yield { usage: await this.#record(input, route, tokens(), "completed", true, eventId) };
+    yield { usage: await this.#record(input, route, servedBy, tokens(), "completed", true, eventId) };
   }
 
   /** The model's route; a model that cannot reason is refused before any upstream call. */
@@ -148,6 +152,7 @@ export class Inference {
   #event(
     input: CompletionInput,
     route: ModelRoute,
+    upstreamId: string,
     tokens: TokenCounts,
     outcome: UsageEvent["outcome"],
     streamed: boolean,
@@ -160,7 +165,7 @@ export class Inference {
       ...input.billing,
       model: route.model,
       runtime: route.runtime,
-      upstreamId: route.provider.id,
+      upstreamId,
       tokens,
       cost: costOf(tokens, route.prices),
       pricingSnapshotId: this.pricingSnapshotId,
@@ -172,12 +177,13 @@ export class Inference {
   async #record(
     input: CompletionInput,
     route: ModelRoute,
+    upstreamId: string,
     tokens: TokenCounts,
     outcome: UsageEvent["outcome"],
     streamed: boolean,
     eventId = this.newEventId(),
   ): Promise<UsageSummary> {
-    const event = this.#event(input, route, tokens, outcome, streamed, eventId);
+    const event = this.#event(input, route, upstreamId, tokens, outcome, streamed, eventId);
     const cost = event.cost;
     try {
       await this.publisher.publish(event);

@@ -10,6 +10,11 @@ export interface ProviderRequest {
   operation: "chat" | "text";
   /** The JSON body to send, with the upstream model id and output cap already set. */
   body: Record<string, unknown>;
+  /**
+   * Time left before the request's deadline, in milliseconds: the attempt ends by then even when
+   * the upstream's own total timeout is longer. Absent: the upstream's total timeout alone.
+   */
+  timeLeftMs?: number;
 }
 
 /** A buffered provider answer. */
@@ -17,12 +22,16 @@ export interface ProviderResult {
   /** OpenAI-compatible response JSON. */
   json: Record<string, unknown>;
   usage: TokenCounts | undefined;
+  /** The upstream that served it, when the provider composes several; absent: the provider's id. */
+  upstreamId?: string;
 }
 
 /** One streamed event: a chunk JSON, possibly carrying usage (the upstream's final usage chunk). */
 export interface ProviderChunk {
   json: Record<string, unknown>;
   usage: TokenCounts | undefined;
+  /** The upstream that serves the stream, when the provider composes several; absent: the provider's id. */
+  upstreamId?: string;
 }
 
 /** An upstream that runs completions (STYLE.md, "Providers"). */
@@ -55,4 +64,24 @@ export interface UsageEvent {
 /** Where usage events go (JetStream in deployments). Resolves once the event is stored durably. */
 export interface UsagePublisher {
   publish(event: UsageEvent): Promise<void>;
+}
+
+/** A cooldown one router replica decided, as every replica learns it. */
+export interface CooldownNotice {
+  upstreamId: string;
+  durationMs: number;
+  reason: CooldownReason;
+}
+
+/** Why an upstream was cooled down: repeated failures, or its own Retry-After. */
+export type CooldownReason = "failures" | "retry_after";
+
+/**
+ * Shares cooldowns between router replicas (core NATS in deployments, memory in one process).
+ * Fire and forget: a lost notice only means another replica finds out by itself.
+ */
+export interface CooldownBroadcast {
+  publish(notice: CooldownNotice): void;
+  /** Calls `handler` for every notice another replica publishes from now on; returns the unsubscribe. */
+  subscribe(handler: (notice: CooldownNotice) => void): () => void;
 }

@@ -7,7 +7,12 @@ import {
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { InferenceError } from "../../domain/errors.js";
 import type { ProviderChunk, ProviderRequest } from "../../domain/ports.js";
-import { createOpenAICompatibleProvider, normaliseUsage } from "./provider.js";
+import {
+  createOpenAICompatibleProvider,
+  normaliseUsage,
+  parseRetryAfter,
+  type UpstreamTimeouts,
+} from "./provider.js";
 
 let fake: FakeUpstream;
 const providers: Array<{ close(): Promise<void> }> = [];
@@ -17,7 +22,7 @@ beforeAll(async () => {
 });
 
 afterEach(() => {
-  fake.configure({ tokensPerSecond: 0, ttftMs: 0 });
+  fake.configure({ tokensPerSecond: 0, ttftMs: 0, firstByteDelayMs: 0 });
 });
 
 afterAll(async () => {
@@ -25,11 +30,13 @@ afterAll(async () => {
   await fake.close();
 });
 
-function provider(opts: { apiKey?: string; timeoutMs?: number; url?: string } = {}) {
+const TIMEOUTS: UpstreamTimeouts = { connectMs: 2_000, firstTokenMs: 5_000, idleMs: 5_000, totalMs: 5_000 };
+
+function provider(opts: { apiKey?: string; timeouts?: Partial<UpstreamTimeouts>; url?: string } = {}) {
   const p = createOpenAICompatibleProvider({
     id: "fake",
     baseUrl: opts.url ?? fake.url,
-    timeoutMs: opts.timeoutMs ?? 5_000,
+    timeouts: { ...TIMEOUTS, ...opts.timeouts },
     ...(opts.apiKey !== undefined ? { apiKey: opts.apiKey } : {}),
   });
   providers.push(p);
@@ -182,8 +189,91 @@ describe("OpenAI-compatible provider", () => {
 
   it("fails with upstream_timeout when the upstream does not answer in time", async () => {
     fake.failNext(1, { hang: true });
-    const err = await failure(provider({ timeoutMs: 300 }).complete(chat(), signal()));
+    const err = await failure(provider({ timeouts: { firstTokenMs: 300 } }).complete(chat(), signal()));
     expect(err.code).toBe("upstream_timeout");
+    expect(err.upstream).toEqual({ kind: "timeout" });
+  });
+
+  describe("names how an attempt failed, for failover and metrics", () => {
+    it("a first byte later than firstTokenMs is a timeout, buffered or streamed", async () => {
+      fake.configure({ firstByteDelayMs: 1_000 });
+      const fast = provider({ timeouts: { firstTokenMs: 200 } });
+      const started = performance.now();
+      expect((await failure(fast.complete(chat(), signal()))).upstream).toEqual({ kind: "timeout" });
+      expect((await failure(drain(fast.stream(streamChat(), signal())))).upstream).toEqual({
+        kind: "timeout",
+      });
+      expect(performance.now() - started).toBeLessThan(1_500);
+    });
+
+    it("a stream whose headers came but whose first chunk did not is a timeout", async () => {
+      fake.configure({ ttftMs: 1_000 });
+      const err = await failure(
+        drain(provider({ timeouts: { firstTokenMs: 200 } }).stream(streamChat(), signal())),
+      );
+      expect(err.code).toBe("upstream_timeout");
+      expect(err.upstream).toEqual({ kind: "timeout" });
+    });
+
+    it("a stream that stalls after its first chunk is an idle timeout, after the chunks it sent", async () => {
+      // Two tokens a second: 500 ms between chunks, above the 200 ms idle timeout.
+      fake.configure({ tokensPerSecond: 2 });
+      const received: ProviderChunk[] = [];
+      const err = await failure(
+        (async () => {
+          for await (const c of provider({ timeouts: { idleMs: 200 } }).stream(streamChat(), signal()))
+            received.push(c);
+        })(),
+      );
+      expect(err.upstream).toEqual({ kind: "idle_timeout" });
+      expect(received.length).toBeGreaterThan(0);
+    });
+
+    it("a stream longer than totalMs, or than the request's time left, is a total timeout", async () => {
+      fake.configure({ tokensPerSecond: 10 });
+      const long = streamChat({ max_tokens: 40 });
+      const err = await failure(drain(provider({ timeouts: { totalMs: 300 } }).stream(long, signal())));
+      expect(err.upstream).toEqual({ kind: "total_timeout" });
+      const started = performance.now();
+      const capped = await failure(drain(provider().stream({ ...long, timeLeftMs: 300 }, signal())));
+      expect(capped.upstream).toEqual({ kind: "total_timeout" });
+      expect(performance.now() - started).toBeLessThan(2_000);
+    });
+
+    it("statuses carry their kind, and 429 and 503 their Retry-After", async () => {
+      fake.failNext(1, { status: 429, retryAfter: "2" });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({
+        kind: "status_429",
+        retryAfterMs: 2_000,
+      });
+      fake.failNext(1, { status: 503, retryAfter: new Date(Date.now() + 60_000).toUTCString() });
+      const unavailable = (await failure(provider().complete(chat(), signal()))).upstream;
+      expect(unavailable?.kind).toBe("status_5xx");
+      expect(unavailable?.retryAfterMs).toBeGreaterThan(55_000);
+      fake.failNext(1, { status: 500, retryAfter: "5" });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({ kind: "status_5xx" });
+      fake.failNext(1, { status: 400 });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({ kind: "status_4xx" });
+      fake.failNext(1, { status: 401 });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({
+        kind: "status_auth",
+      });
+      fake.failNext(1, { status: 408 });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({ kind: "timeout" });
+    });
+
+    it("no answer at all is a connect error; an answer that breaks off is interrupted", async () => {
+      const closed = await startFakeUpstream();
+      const url = closed.url;
+      await closed.close();
+      expect((await failure(provider({ url }).complete(chat(), signal()))).upstream).toEqual({
+        kind: "connect_error",
+      });
+      fake.failNext(1, { afterChunks: 2 });
+      expect((await failure(drain(provider().stream(streamChat(), signal())))).upstream).toEqual({
+        kind: "interrupted",
+      });
+    });
   });
 
   it("stops reading and does not invent an error when the caller aborts", async () => {
@@ -236,6 +326,19 @@ describe("OpenAI-compatible provider", () => {
       expect(missing.code).toBe("upstream_error");
       expect(guarded.requests.at(-1)!.headers.authorization).toBeUndefined();
     });
+  });
+});
+
+describe("parseRetryAfter", () => {
+  it("reads seconds and HTTP dates, and ignores what it cannot read", () => {
+    const now = Date.parse("2026-01-01T00:00:00Z");
+    expect(parseRetryAfter("3", now)).toBe(3_000);
+    expect(parseRetryAfter(["7"], now)).toBe(7_000);
+    expect(parseRetryAfter("Thu, 01 Jan 2026 00:00:10 GMT", now)).toBe(10_000);
+    expect(parseRetryAfter("Wed, 31 Dec 2025 23:59:00 GMT", now)).toBe(0);
+    expect(parseRetryAfter("soon", now)).toBeUndefined();
+    expect(parseRetryAfter("-1", now)).toBeUndefined();
+    expect(parseRetryAfter(undefined, now)).toBeUndefined();
   });
 });
 

@@ -1,0 +1,100 @@
+import type { Socket } from "node:net";
+import Fastify, { type FastifyBaseLogger } from "fastify";
+import { describe, expect, it, vi } from "vitest";
+import { clientErrorHandler, DEFAULT_LIMITS, requireHost, serverOptions } from "./limits.js";
+
+function fakeSocket(headersSent?: boolean) {
+  const written: string[] = [];
+  const socket = {
+    destroyed: false,
+    writable: true,
+    // An earlier response on this kept-alive connection wrote bytes; only the in-flight one counts.
+    bytesWritten: 500,
+    ...(headersSent !== undefined ? { _httpMessage: { headersSent } } : {}),
+    write: (s: string) => written.push(s),
+    destroy: vi.fn(),
+  };
+  return { socket: socket as unknown as Socket & { destroy: ReturnType<typeof vi.fn> }, written };
+}
+
+const log = { info: vi.fn() } as unknown as FastifyBaseLogger;
+
+function answer(written: string[]) {
+  const [head, body] = written.join("").split("\r\n\r\n");
+  return { statusLine: head?.split("\r\n")[0], head, body: JSON.parse(body ?? "null") };
+}
+
+describe("clientErrorHandler: what the HTTP parser refuses gets the OpenAI-shaped error body", () => {
+  it.each([
+    ["HPE_HEADER_OVERFLOW", "HTTP/1.1 431 Request Header Fields Too Large", "headers_too_large"],
+    ["ERR_HTTP_REQUEST_TIMEOUT", "HTTP/1.1 408 Request Timeout", "request_timeout"],
+    ["HPE_INVALID_METHOD", "HTTP/1.1 400 Bad Request", "invalid_request"],
+    ["HPE_INVALID_HEADER_TOKEN", "HTTP/1.1 400 Bad Request", "invalid_request"],
+  ])("%s → %s, code %s, and the connection closes", (parserCode, statusLine, code) => {
+    const { socket, written } = fakeSocket();
+    clientErrorHandler(log)(Object.assign(new Error("x"), { code: parserCode }), socket);
+    const a = answer(written);
+    expect(a.statusLine).toBe(statusLine);
+    expect(a.head).toMatch(/\r\nConnection: close/);
+    expect(a.body.error).toMatchObject({ code, type: "invalid_request_error" });
+    expect(a.body.error.request_id).toMatch(/^req_/);
+    expect(socket.destroy).toHaveBeenCalled();
+  });
+
+  it("answers on a kept-alive connection between responses", () => {
+    const { socket, written } = fakeSocket(false);
+    clientErrorHandler(log)(Object.assign(new Error("x"), { code: "HPE_INVALID_URL" }), socket);
+    expect(answer(written).statusLine).toBe("HTTP/1.1 400 Bad Request");
+  });
+
+  it("writes nothing after a response has begun, and nothing to a reset connection", () => {
+    const started = fakeSocket(true);
+    clientErrorHandler(log)(
+      Object.assign(new Error("x"), { code: "ERR_HTTP_REQUEST_TIMEOUT" }),
+      started.socket,
+    );
+    expect(started.written).toEqual([]);
+    expect(started.socket.destroy).toHaveBeenCalled();
+    const reset = fakeSocket();
+    clientErrorHandler(log)(Object.assign(new Error("x"), { code: "ECONNRESET" }), reset.socket);
+    expect(reset.written).toEqual([]);
+  });
+});
+
+describe("serverOptions", () => {
+  it("gives Node and fastify the limits, and checks for slow callers often enough", () => {
+    const opts = serverOptions({ ...DEFAULT_LIMITS, headersTimeoutMs: 2_000, requestTimeoutMs: 4_000 }, log);
+    expect(opts).toMatchObject({
+      bodyLimit: 4 * 1024 * 1024,
+      requestTimeout: 4_000,
+      connectionTimeout: 180_000,
+      http: {
+        maxHeaderSize: 16_384,
+        headersTimeout: 2_000,
+        requestTimeout: 4_000,
+        connectionsCheckingInterval: 500,
+      },
+    });
+    expect(serverOptions(DEFAULT_LIMITS, log).http).toMatchObject({ connectionsCheckingInterval: 1_000 });
+  });
+});
+
+describe("requireHost", () => {
+  it("refuses an HTTP/1.1 request without Host as invalid_request, and serves one with it", async () => {
+    const app = Fastify();
+    // light-my-request always sends a Host: drop it as a caller that sends none would.
+    app.addHook("onRequest", async (req) => {
+      if (req.headers["x-drop-host"]) delete req.headers.host;
+    });
+    requireHost(app);
+    app.setErrorHandler((err: { code?: string }, _req, reply) => reply.code(400).send({ code: err.code }));
+    app.get("/", async () => "ok");
+    const without = await app.inject({ method: "GET", url: "/", headers: { "x-drop-host": "1" } });
+    expect({ status: without.statusCode, body: without.json() }).toEqual({
+      status: 400,
+      body: { code: "invalid_request" },
+    });
+    expect((await app.inject({ method: "GET", url: "/", headers: { host: "x" } })).statusCode).toBe(200);
+    await app.close();
+  });
+});
