@@ -12,8 +12,14 @@ function counted(inner: KeyStore) {
   const reads = { findByHash: 0, policy: 0 };
   const store: KeyStore = {
     ...inner,
-    findByHash: (hash) => (reads.findByHash++, inner.findByHash(hash)),
-    policy: (a, c) => (reads.policy++, inner.policy(a, c)),
+    findByHash(hash) {
+      reads.findByHash++;
+      return inner.findByHash(hash);
+    },
+    policy(a, c) {
+      reads.policy++;
+      return inner.policy(a, c);
+    },
   };
   return { store, reads };
 }
@@ -22,7 +28,10 @@ function fixture() {
   let clock = 1_700_000_000_000;
   const backing = counted(createMemoryKeyStore());
   const cache = createCachedKeyStore(backing.store, { ttlMs: TTL, maxEntries: 3, now: () => clock });
-  return { cache, backing, tick: (ms: number) => void (clock += ms) };
+  const tick = (ms: number) => {
+    clock += ms;
+  };
+  return { cache, backing, tick };
 }
 
 const hashOf = (secret: string) => createHash("sha256").update(secret).digest();
