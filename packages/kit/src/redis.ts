@@ -3,9 +3,13 @@ import type { HealthCheck } from "./health.js";
 
 export type { Redis } from "ioredis";
 
-/** Connects to Redis by URL. Commands fail fast while disconnected instead of queueing forever. */
-export function connectRedis(url: string): Redis {
+/**
+ * Connects to Redis by URL. Commands fail fast while disconnected instead of queueing forever.
+ * `name` (the service) is the connection's CLIENT SETNAME, so `CLIENT LIST` shows who is who.
+ */
+export function connectRedis(url: string, name?: string): Redis {
   return new Redis(url, {
+    ...(name ? { connectionName: name } : {}),
     maxRetriesPerRequest: 1,
     enableOfflineQueue: true,
     connectTimeout: 2_000,
