@@ -9,10 +9,12 @@ export type { Redis } from "ioredis";
  * connection wait for it, but once connected a command sent while disconnected is refused at
  * once (no offline queue), and a command in flight when the connection drops is rejected, never
  * resent on the next connection (its effect is unknown; resending a Lua script could apply it
- * twice). Reconnects go on forever, at most 500 ms apart.
+ * twice). Reconnects go on forever, at most 500 ms apart. `name` (the service) is the
+ * connection's CLIENT SETNAME, so `CLIENT LIST` shows who is who.
  */
-export function connectRedis(url: string): Redis {
+export function connectRedis(url: string, name?: string): Redis {
   const redis = new Redis(url, {
+    ...(name ? { connectionName: name } : {}),
     maxRetriesPerRequest: 0,
     enableOfflineQueue: true,
     autoResendUnfulfilledCommands: false,

@@ -24,6 +24,16 @@ export interface StackOptions {
   routers?: number;
   /** Number of api-edge replicas (default 1), each with its own public and admin port. */
   edges?: number;
+  /**
+   * Number of mpp-payment replicas (default 1) on the one Redis; api-edge round-robins over
+   * them. One replica is named "mpp-payment", several "mpp-payment-1", "mpp-payment-2", ...
+   */
+  payments?: number;
+  /**
+   * Extra environment of every mpp-payment replica (MPP_RESERVATION_TTL_SECONDS,
+   * TEMPO_RPC_TIMEOUT_MS, or TEMPO_RPC_URL to put a fault-injecting proxy before the devnet).
+   */
+  paymentEnv?: Record<string, string>;
   /** Public port of the first api-edge (default: a free one). */
   port?: number;
   /** Admin port of the first api-edge (default: a free one). */
@@ -133,8 +143,11 @@ export interface Stack {
   metricsUrls: Record<string, string>;
   /** Everything every process printed so far. */
   output(): string;
-  /** Stops one process (SIGTERM, as Kubernetes would); `start` brings it back on its port. */
-  stopProcess(name: string): Promise<void>;
+  /**
+   * Stops one process (SIGTERM, as Kubernetes would; SIGKILL for a crash); `start` brings it
+   * back on its port.
+   */
+  stopProcess(name: string, signal?: "SIGTERM" | "SIGKILL"): Promise<void>;
   startProcess(name: string): Promise<void>;
   stop(): Promise<void>;
 }
@@ -172,7 +185,11 @@ async function waitForReady(url: string, timeoutMs: number): Promise<void> {
   }
 }
 
-function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void> {
+function stopChild(
+  child: ChildProcess,
+  timeoutMs = 10_000,
+  signal: "SIGTERM" | "SIGKILL" = "SIGTERM",
+): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {
     const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
@@ -180,7 +197,7 @@ function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void> {
       clearTimeout(timer);
       resolve();
     });
-    child.kill("SIGTERM");
+    child.kill(signal);
   });
 }
 
@@ -261,7 +278,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
 
   try {
     const meteringPort = opts.grpcPorts?.metering ?? (await freePort());
-    const paymentPort = opts.grpcPorts?.payment ?? (await freePort());
+    const firstPaymentPort = opts.grpcPorts?.payment ?? (await freePort());
     const devnetPort = opts.devnetPort ?? (await freePort());
     const authPort = opts.grpcPorts?.auth ?? (await freePort());
     const edgeCount = opts.edges ?? 1;
@@ -271,7 +288,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const fixed = [opts.port, opts.adminPort, ...(opts.grpcPorts?.routers ?? [])].filter(
       (p) => p !== undefined,
     );
-    const taken = new Set([upstreamPort, meteringPort, paymentPort, devnetPort, authPort, ...fixed]);
+    const taken = new Set([upstreamPort, meteringPort, firstPaymentPort, devnetPort, authPort, ...fixed]);
     const anotherPort = async () => {
       for (;;) {
         const p = await freePort();
@@ -288,6 +305,12 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       edgePorts.push(edgePort);
       adminPorts.push(adminPort);
     }
+    const paymentPorts = [firstPaymentPort];
+    while (paymentPorts.length < (opts.payments ?? 1)) {
+      const p = await anotherPort();
+      taken.add(p);
+      paymentPorts.push(p);
+    }
     const routerPorts: number[] = [...(opts.grpcPorts?.routers ?? [])];
     while (routerPorts.length < (opts.routers ?? 2)) {
       const p = await anotherPort();
@@ -302,7 +325,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     };
     const metricsPorts = {
       metering: await metricsPort(),
-      payment: await metricsPort(),
+      payments: await Promise.all(paymentPorts.map(() => metricsPort())),
       auth: await metricsPort(),
       routers: await Promise.all(routerPorts.map(() => metricsPort())),
       edges: [] as number[],
@@ -310,6 +333,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     for (let i = 0; i < edgeCount; i++) metricsPorts.edges.push(await metricsPort());
     if (opts.externalUpstream && opts.upstreamPort === undefined)
       throw new Error("externalUpstream needs the upstreamPort it listens on");
+    const mppSecret = randomBytes(32).toString("hex");
     await Promise.all([
       opts.externalUpstream
         ? waitForPort(upstreamPort, 30_000)
@@ -330,18 +354,21 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         PORT: String(devnetPort),
         HOST: "127.0.0.1",
       }),
-      launch(
-        "mpp-payment",
-        "services/mpp-payment/src/main.ts",
-        paymentPort,
-        {
-          GRPC_PORT: String(paymentPort),
-          TEMPO_RPC_URL: `http://127.0.0.1:${devnetPort}`,
-          // Every replica of one stack shares the secret; a new stack gets a new one.
-          MPP_SECRET: randomBytes(32).toString("hex"),
-          MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
-        },
-        metricsPorts.payment,
+      ...paymentPorts.map((p, i) =>
+        launch(
+          paymentPorts.length === 1 ? "mpp-payment" : `mpp-payment-${i + 1}`,
+          "services/mpp-payment/src/main.ts",
+          p,
+          {
+            GRPC_PORT: String(p),
+            TEMPO_RPC_URL: `http://127.0.0.1:${devnetPort}`,
+            // Every replica of one stack shares the secret; a new stack gets a new one.
+            MPP_SECRET: mppSecret,
+            MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
+            ...opts.paymentEnv,
+          },
+          metricsPorts.payments[i],
+        ),
       ),
       launch(
         "auth-policy",
@@ -376,7 +403,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
             ADMIN_TOKEN: adminToken,
             AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
             INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
-            MPP_PAYMENT_ADDR: `127.0.0.1:${paymentPort}`,
+            MPP_PAYMENT_ADDR: paymentPorts.map((p) => `127.0.0.1:${p}`).join(","),
             METERING_ADDR: `127.0.0.1:${meteringPort}`,
           },
           metricsPorts.edges[i],
@@ -400,10 +427,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       processes,
       metricsUrls,
       output: () => lines.join("\n"),
-      stopProcess: async (name) => {
+      stopProcess: async (name, signal = "SIGTERM") => {
         const p = processes.find((q) => q.name === name);
         if (!p) throw new Error(`no process named ${name}`);
-        await stopChild(p.child);
+        await stopChild(p.child, 10_000, signal);
       },
       startProcess: async (name) => {
         const again = relaunch.get(name);

@@ -1,3 +1,4 @@
+import { hostname } from "node:os";
 import type { GatewayConfig } from "@tollgate/config";
 import { ConfigError } from "@tollgate/kit/config";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
@@ -63,6 +64,8 @@ export interface MppPaymentOptions {
   settleIntervalSeconds?: number;
   /** Lifetime of an uncommitted hold. Default 300. */
   reservationTtlSeconds?: number;
+  /** How long one chain JSON-RPC request may take before it is abandoned (retried at most 3 times). Default 10000. */
+  rpcTimeoutMs?: number;
   /** How often the chain adapter polls for receipts. Default 500 ms. */
   rpcPollingIntervalMs?: number;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
@@ -151,6 +154,7 @@ export async function start(
       recipient: settings.recipient,
       ...(opts.payeeKey ? { payeeKey: opts.payeeKey } : {}),
       ...(opts.rpcPollingIntervalMs ? { pollingIntervalMs: opts.rpcPollingIntervalMs } : {}),
+      rpcTimeoutMs: opts.rpcTimeoutMs ?? DEFAULTS.rpcTimeoutMs,
     });
   const chain = instrumentChain(rawChain, metrics);
   let redis: Redis | undefined;
@@ -168,7 +172,8 @@ export async function start(
     ]);
 
   try {
-    if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
+    // Named per process, so CLIENT LIST tells which replica holds a connection (and a blocked call).
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, `mpp-payment:${hostname()}:${process.pid}`);
     const store = redis
       ? createRedisChannelStore(redis, { prefix: opts.redisPrefix ?? DEFAULTS.redisPrefix })
       : createMemoryChannelStore();

@@ -22,5 +22,11 @@ export const DEFAULTS = {
    * find its hold gone and answer mpp_commit_failed.
    */
   reservationTtlSeconds: 300,
+  /**
+   * One chain JSON-RPC request is abandoned after this long and retried at most 3 times
+   * (200/400/800 ms apart), so a chain that stops answering fails one request within about
+   * 4 × 5 + 1.4 = 21.4 s: inside api-edge's 30 s payment deadline.
+   */
+  rpcTimeoutMs: 5_000,
   redisPrefix: "tollgate:",
 } as const;

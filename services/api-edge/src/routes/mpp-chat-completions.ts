@@ -1,4 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { Door, Operation } from "@tollgate/proto/inference";
 import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
@@ -17,6 +18,27 @@ const PATH = "/v1/mpp/chat/completions";
  */
 const STOP_CODES = new Set(["mpp_body_digest_mismatch"]);
 const PAYMENT_TIMEOUT_MS = 30_000;
+/** How long Commit and Release are retried when no mpp-payment replica answered (ms). */
+const SETTLE_RETRY_MS = 5_000;
+
+/**
+ * Runs an idempotent payment call (Commit and Release are idempotent by reservation id; the
+ * hold lives in Redis, not in the replica) again while it fails without any replica's answer:
+ * the replica that took it died, or none is connected yet. A domain refusal is never retried.
+ */
+async function onAnyReplica<T>(call: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + SETTLE_RETRY_MS;
+  for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
+    try {
+      return await call();
+    } catch (err) {
+      const unanswered =
+        err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE && err.code === undefined;
+      if (!unanswered || Date.now() + delay > deadline) throw err;
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
+}
 
 type Credential = { kind: "none" } | { kind: "payment"; header: string };
 
@@ -152,13 +174,18 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
       );
     } catch (err) {
       // Nothing was served: the hold goes back and no receipt is sent.
-      await ctx.payment
-        .release({ reservationId, channelId: verified.channelId }, { timeoutMs: PAYMENT_TIMEOUT_MS })
-        .catch((releaseErr: unknown) => req.log.error({ err: releaseErr }, "hold release failed"));
+      await onAnyReplica(() =>
+        ctx.payment.release(
+          { reservationId, channelId: verified.channelId },
+          { timeoutMs: PAYMENT_TIMEOUT_MS },
+        ),
+      ).catch((releaseErr: unknown) => req.log.error({ err: releaseErr }, "hold release failed"));
       throw err;
     }
-    const commit = await ctx.payment
-      .commit(
+    // A commit whose replica died mid-call may or may not have run: the retry on another
+    // replica commits it, or answers the first commit's figures (idempotent by reservation id).
+    const commit = await onAnyReplica(() =>
+      ctx.payment.commit(
         {
           reservationId,
           channelId: verified.channelId,
@@ -166,11 +193,11 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
           actualCost: result.usage?.cost ?? "0",
         },
         { timeoutMs: PAYMENT_TIMEOUT_MS },
-      )
-      .catch((err: unknown) => {
-        req.log.error({ err }, "paid usage commit failed");
-        return { paymentReceipt: "" };
-      });
+      ),
+    ).catch((err: unknown) => {
+      req.log.error({ err }, "paid usage commit failed");
+      return { paymentReceipt: "" };
+    });
     // A 200 without Payment-Receipt never happens (spec, MPP rule 5): no commit, no content.
     if (commit.paymentReceipt === "") {
       throw new EdgeError(

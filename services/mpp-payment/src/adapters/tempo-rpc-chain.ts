@@ -4,13 +4,16 @@ import {
   type Address,
   type Client,
   createClient,
+  type EIP1193RequestFn,
   type Hex,
   http,
+  keccak256,
   type TransactionReceipt,
+  type Transport,
   zeroAddress,
 } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
-import { sendRawTransaction, waitForTransactionReceipt } from "viem/actions";
+import { getTransaction, sendRawTransaction, waitForTransactionReceipt } from "viem/actions";
 import { tempo } from "viem/chains";
 import type { Chain, ChannelDescriptor, OnChainState, SignedVoucher } from "../domain/ports.js";
 
@@ -35,6 +38,12 @@ export interface TempoRpcChainOptions {
    * at most 30 s after its block time (TIP-1009), so it is mined or dropped by then.
    */
   receiptTimeoutMs?: number;
+  /**
+   * How long one JSON-RPC request may take before it is abandoned (and retried, at most 3
+   * times). Default 10 s. A chain that does not answer fails the call in bounded time instead
+   * of holding the caller.
+   */
+  rpcTimeoutMs?: number;
 }
 
 /** Thrown when a transaction was mined but did not do what it had to; never carries payment material. */
@@ -59,10 +68,13 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
       "the payee key does not belong to the recipient: the escrow only accepts the payee's settle and close",
     );
   }
+  const chain = { ...tempo, id: opts.chainId };
+  const transport = http(opts.url, { retryCount: 3, retryDelay: 200, timeout: opts.rpcTimeoutMs ?? 10_000 });
+  const pollingInterval = opts.pollingIntervalMs ?? 500;
   const client: Client = createClient({
-    chain: { ...tempo, id: opts.chainId },
-    transport: http(opts.url, { retryCount: 3, retryDelay: 200, timeout: 10_000 }),
-    pollingInterval: opts.pollingIntervalMs ?? 500,
+    chain,
+    transport,
+    pollingInterval,
     ...(account ? { account } : {}),
   });
   const receiptTimeoutMs = opts.receiptTimeoutMs ?? 30_000;
@@ -109,6 +121,50 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
     return receipt;
   }
 
+  /**
+   * Broadcasts a signed transaction and waits for it. Its hash is known before it is sent, so
+   * when the send fails (a lost answer, a timeout, a retried send the node calls a duplicate)
+   * the node is asked whether it has the transaction anyway: if so it is waited for like any
+   * other, so a transaction that went on chain is never reported as failed (notes 6).
+   */
+  async function broadcast(serializedTransaction: Hex): Promise<TransactionReceipt> {
+    const hash = keccak256(serializedTransaction);
+    try {
+      await sendRawTransaction(client, { serializedTransaction });
+    } catch (err) {
+      const known = await getTransaction(client, { hash }).then(
+        () => true,
+        () => false,
+      );
+      if (!known) throw err;
+    }
+    return minedReceipt(hash);
+  }
+
+  /**
+   * Runs an mppx helper that signs and sends the payee's own transaction (settle, close) on a
+   * client that signs but does not send: the signed transaction comes back here and goes out
+   * through broadcast().
+   */
+  async function sendOwn(send: (signer: Client) => Promise<Hex>): Promise<TransactionReceipt> {
+    let signed: Hex | undefined;
+    const signOnly: Transport = (params) => {
+      const inner = transport(params);
+      const request = (async (args, options) => {
+        if (args.method === "eth_sendRawTransaction") {
+          signed = (args.params as [Hex])[0];
+          return keccak256(signed);
+        }
+        return inner.request(args, options);
+      }) as EIP1193RequestFn;
+      return { ...inner, request };
+    };
+    const signer = createClient({ chain, transport: signOnly, pollingInterval, account: requireAccount() });
+    await send(signer);
+    if (!signed) throw new ChainCheckError("no transaction was signed");
+    return broadcast(signed);
+  }
+
   /** The payee's own transaction (settle, close): expiring nonce and the session currency as fee token. */
   function requireAccount(): Account {
     if (!account) throw new ChainCheckError("no payee key configured");
@@ -127,8 +183,7 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
 
     async submitOpen(transaction, descriptor, channelId) {
       const validated = validateOpen(transaction, descriptor, channelId);
-      const hash = await sendRawTransaction(client, { serializedTransaction: transaction });
-      const receipt = await minedReceipt(hash);
+      const receipt = await broadcast(transaction);
       const opened = Precompile.readChannelOpenedReceiptFields(
         Precompile.getChannelEvent(receipt, "ChannelOpened", channelId),
       );
@@ -157,8 +212,7 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
 
     async submitTopUp(transaction, descriptor, channelId, additionalDeposit) {
       validateTopUp(transaction, descriptor, channelId, additionalDeposit);
-      const hash = await sendRawTransaction(client, { serializedTransaction: transaction });
-      const receipt = await minedReceipt(hash);
+      const receipt = await broadcast(transaction);
       const toppedUp = Precompile.readTopUpReceiptFields(
         Precompile.getChannelEvent(receipt, "TopUp", channelId),
       );
@@ -175,18 +229,12 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
     },
 
     async settle(descriptor, channelId, voucher: SignedVoucher) {
-      const hash = await Precompile.settleOnChain(
-        client,
-        descriptor,
-        voucher.cumulative,
-        voucher.signature,
-        escrow,
-        {
+      const receipt = await sendOwn((signer) =>
+        Precompile.settleOnChain(signer, descriptor, voucher.cumulative, voucher.signature, escrow, {
           account: requireAccount(),
           feeToken: currency,
-        },
+        }),
       );
-      const receipt = await minedReceipt(hash);
       const { newSettled } = Precompile.readSettledReceiptFields(
         Precompile.getChannelEvent(receipt, "Settled", channelId),
       );
@@ -194,16 +242,12 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
     },
 
     async close(descriptor, channelId, voucher, capture) {
-      const hash = await Precompile.closeOnChain(
-        client,
-        descriptor,
-        voucher.cumulative,
-        capture,
-        voucher.signature,
-        escrow,
-        { account: requireAccount(), feeToken: currency },
+      const receipt = await sendOwn((signer) =>
+        Precompile.closeOnChain(signer, descriptor, voucher.cumulative, capture, voucher.signature, escrow, {
+          account: requireAccount(),
+          feeToken: currency,
+        }),
       );
-      const receipt = await minedReceipt(hash);
       const closed = Precompile.readChannelClosedReceiptFields(
         Precompile.getChannelEvent(receipt, "ChannelClosed", channelId),
       );

@@ -1,0 +1,399 @@
+import {
+  freePort,
+  privateRedis,
+  type RedisFixture,
+  uniqueNamespace,
+  useNats,
+} from "@tollgate/testkit/fixtures";
+import { type RpcProxy, startRpcProxy } from "@tollgate/testkit/rpc-proxy";
+import { type Stack, startStack } from "@tollgate/testkit/stack";
+import { DEMO_PAYEE_ADDRESS } from "@tollgate/testkit/tempo-devnet";
+import { Redis } from "ioredis";
+import { Challenge, Credential } from "mppx";
+import { tempo as tempoClient } from "mppx/client";
+import { Session } from "mppx/tempo";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  BUCKET,
+  balanceOf,
+  fund,
+  PAID_PATH,
+  PAID_PROMPT_MARKER,
+  payerClient,
+  planDefault,
+  servedCost,
+  wireRecorder,
+} from "./paid-door-kit.js";
+
+type SessionReceipt = ReturnType<typeof Session.Precompile.Receipt.deserializeSessionReceipt>;
+
+/**
+ * Payment faults on the multi-process stack (issue #8, part 2b), driven by the unmodified mppx
+ * client: an mpp-payment replica SIGKILLed between Reserve and Commit (two replicas on one
+ * Redis), and the chain RPC failing or slow during open, topUp and close (a fault-injecting
+ * proxy between mpp-payment and the devnet; the client reaches the devnet directly).
+ */
+
+/** The fake upstream answers after this long: the window in which a replica is killed. */
+const MODEL_LATENCY_MS = 1_000;
+/** Short hold lifetime, so an uncommitted hold lapses within the test. */
+const RESERVATION_TTL_SECONDS = 3;
+/** Per JSON-RPC request; a slow chain times out after it (plus viem's bounded retries). */
+const RPC_TIMEOUT_MS = 1_000;
+const FUNDING = 50_000_000n;
+/** mpp-payment's Redis connection (named mpp-payment:<host>:<pid>) blocked on a script. */
+const BLOCKED_SCRIPT = /name=mpp-payment:[^:\s]*:(\d+) .*flags=b .*cmd=eval/;
+
+let stack: Stack;
+let redis: RedisFixture;
+let nats: Awaited<ReturnType<typeof useNats>>;
+let proxy: RpcProxy;
+let db: Redis;
+let prefix: string;
+/** Every line the gateway's processes printed (not the devnet's banner, which names demo accounts). */
+const lines: string[] = [];
+
+const chatBody = (content: string) => ({
+  plan: "Starter",
+  model_optimization: true,
+  max_tokens: 8,
+  messages: [{ role: "user", content: `${PAID_PROMPT_MARKER} ${content}` }],
+});
+
+beforeAll(async () => {
+  const namespace = uniqueNamespace("payfault");
+  prefix = `tollgate:${namespace}:mpp:`;
+  // A private Redis: the commit-in-flight case pauses its writes, which must not touch anyone else.
+  [redis, nats] = await Promise.all([privateRedis(), useNats()]);
+  const devnetPort = await freePort();
+  proxy = await startRpcProxy({ target: `http://127.0.0.1:${devnetPort}` });
+  stack = await startStack({
+    natsUrl: nats.url,
+    redisUrl: redis.url,
+    namespace,
+    routers: 1,
+    payments: 2,
+    onLine: (service, line) => {
+      if (service !== "tempo-devnet") lines.push(`${service}: ${line}`);
+    },
+    devnetPort,
+    upstreamEnv: { FAKE_LATENCY_MS: String(MODEL_LATENCY_MS) },
+    paymentEnv: {
+      TEMPO_RPC_URL: proxy.url,
+      TEMPO_RPC_TIMEOUT_MS: String(RPC_TIMEOUT_MS),
+      MPP_RESERVATION_TTL_SECONDS: String(RESERVATION_TTL_SECONDS),
+      // No settlement pass meddles with the balances or the paused Redis.
+      MPP_SETTLE_INTERVAL_SECONDS: "0",
+    },
+  });
+  db = new Redis(redis.url);
+}, 60_000);
+
+afterAll(async () => {
+  db?.disconnect();
+  await stack?.stop();
+  await proxy?.close();
+  await Promise.all([redis?.stop(), nats?.stop()]);
+});
+
+/** The channel as mpp-payment's Redis store holds it. */
+async function channelState(channelId: string) {
+  const key = `${prefix}ch:{${channelId.toLowerCase()}}`;
+  const [ch, holds] = await Promise.all([db.hgetall(key), db.hlen(`${key}:holds`)]);
+  return { spent: BigInt(ch["spent"] ?? "-1"), status: ch["status"], liveHolds: holds };
+}
+
+/** Reserve calls answered ok so far, per mpp-payment replica. */
+async function reservesByReplica(): Promise<Record<string, number>> {
+  return {
+    "mpp-payment-1": await opsOf("mpp-payment-1", "reserve"),
+    "mpp-payment-2": await opsOf("mpp-payment-2", "reserve"),
+  };
+}
+
+/** The pid of the mpp-payment replica whose script waits in write-paused Redis, if any. */
+async function blockedPaymentPid(): Promise<number | undefined> {
+  const m = BLOCKED_SCRIPT.exec(String(await db.call("CLIENT", "LIST")));
+  return m ? Number(m[1]) : undefined;
+}
+
+/** Operation counters of one mpp-payment replica (from its /metrics); -1 when it does not answer. */
+async function opsOf(name: string, op: string): Promise<number> {
+  const text = await fetch(stack.metricsUrls[name]!).then(
+    (r) => r.text(),
+    () => "",
+  );
+  const m = new RegExp(`tollgate_payment_operations_total\\{op="${op}",outcome="ok"\\} (\\d+)`).exec(text);
+  return m ? Number(m[1]) : -1;
+}
+
+/** Sends unpaid requests (a challenge each, round-robin) until both replicas have answered one. */
+async function bothReplicasServe(): Promise<void> {
+  const names = ["mpp-payment-1", "mpp-payment-2"];
+  const before = await Promise.all(names.map((n) => opsOf(n, "challenge")));
+  await until(
+    "api-edge to reach both mpp-payment replicas",
+    async () => {
+      const res = await fetch(`${stack.url}${PAID_PATH}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(chatBody("probe")),
+      });
+      await res.body?.cancel();
+      const now = await Promise.all(names.map((n) => opsOf(n, "challenge")));
+      return now.every((c, i) => c > before[i]!) ? true : undefined;
+    },
+    20_000,
+  );
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** A fresh funded payer with an unmodified mppx session manager. */
+async function newPayer(maxDeposit: string) {
+  const payer = privateKeyToAccount(generatePrivateKey());
+  await fund(stack.tempoRpcUrl, payer.address, FUNDING);
+  const wire = wireRecorder();
+  const manager = tempoClient.session.manager({
+    account: payer,
+    client: payerClient(stack.tempoRpcUrl, payer),
+    maxDeposit,
+    fetch: wire.fetch,
+  });
+  const pay = (content: string) =>
+    manager.fetch(`${stack.url}${PAID_PATH}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(chatBody(content)),
+    });
+  return { payer, manager, wire, pay };
+}
+
+/**
+ * Sends the payer's last close credential again with a fresh challenge (the spec's caller
+ * action for mpp_session_close_failed: "retry the close credential"). The mppx manager marks
+ * its channel closed as soon as it signs a close, so a second manager.close() sends nothing;
+ * the signed close voucher stays valid, and mppx's own Credential re-wraps it.
+ */
+async function retryClose(p: Awaited<ReturnType<typeof newPayer>>): Promise<SessionReceipt | undefined> {
+  const sent = p.wire.entries.filter((e) => e.authorization && e.body === "").at(-1)!;
+  const previous = Credential.deserialize(sent.authorization!);
+  expect((previous.payload as { action: string }).action).toBe("close");
+  const unpaid = await fetch(`${stack.url}${PAID_PATH}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(chatBody("a fresh challenge")),
+  });
+  expect(unpaid.status).toBe(402);
+  const challenge = Challenge.fromResponse(unpaid);
+  const credential = Credential.serialize(
+    Credential.from({
+      challenge,
+      payload: previous.payload,
+      ...(previous.source ? { source: previous.source } : {}),
+    }),
+  );
+  const res = await p.wire.fetch(`${stack.url}${PAID_PATH}`, {
+    method: "POST",
+    headers: { authorization: credential },
+  });
+  expect(res.status).toBe(204);
+  const header = res.headers.get("payment-receipt");
+  return header ? Session.Precompile.Receipt.deserializeSessionReceipt(header) : undefined;
+}
+
+/** Close through the gateway: the payee gets exactly the committed spend, the payer keeps the rest. */
+async function closeAndCheckBalances(
+  p: Awaited<ReturnType<typeof newPayer>>,
+  receipts: SessionReceipt[],
+  payeeBefore: bigint,
+  close: () => Promise<SessionReceipt | undefined> = () => p.manager.close(),
+) {
+  const spent = receipts.reduce((max, r) => (BigInt(r.spent) > max ? BigInt(r.spent) : max), 0n);
+  const closed = await close();
+  expect(closed?.txHash).toMatch(/^0x[0-9a-f]{64}$/);
+  expect(BigInt(closed!.spent)).toBe(spent);
+  expect((await channelState(p.manager.channelId!)).liveHolds).toBe(0);
+  expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(spent);
+  expect(FUNDING - (await balanceOf(stack.tempoRpcUrl, p.payer.address))).toBe(spent);
+}
+
+describe("payment faults on the multi-process stack", () => {
+  it("an mpp-payment replica SIGKILLed between Reserve and Commit: the other replica commits once, the receipt matches", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer("20");
+    const mini = planDefault("Starter");
+    const receipts: SessionReceipt[] = [];
+    const first = await p.pay("fault 1");
+    expect(first.status).toBe(200);
+    await first.text();
+    receipts.push(first.receipt!);
+    const channelId = p.manager.channelId!;
+
+    // Reserve done, model running: find the replica that holds it, and kill it.
+    const before = await reservesByReplica();
+    const pending = p.pay("fault 2");
+    await until("a live hold", async () =>
+      (await channelState(channelId)).liveHolds > 0 ? true : undefined,
+    );
+    const after = await reservesByReplica();
+    const reserver = Object.keys(after).find((n) => after[n]! > before[n]!);
+    expect(reserver).toBeDefined();
+    await stack.stopProcess(reserver!, "SIGKILL");
+    const second = await pending;
+    expect(second.status).toBe(200);
+    await second.text();
+    const receipt = second.receipt!;
+    expect(BigInt(receipt.spent) - BigInt(receipts[0]!.spent)).toBe(servedCost(chatBody("fault 2"), mini));
+    expect(receipt.units).toBe(2);
+    receipts.push(receipt);
+    // Committed exactly once, nothing left held.
+    expect(await channelState(channelId)).toMatchObject({ spent: BigInt(receipt.spent), liveHolds: 0 });
+
+    // Back to two replicas, both connected to api-edge (each has answered a challenge).
+    await stack.startProcess(reserver!);
+    await bothReplicasServe();
+
+    // The replica that took the Commit dies while the Commit is stuck in (write-paused) Redis:
+    // it never ran there, and api-edge runs it again on the other replica.
+    const third = p.pay("fault 3");
+    await until("a live hold", async () =>
+      (await channelState(channelId)).liveHolds > 0 ? true : undefined,
+    );
+    await db.call("CLIENT", "PAUSE", "20000", "WRITE");
+    let committer: string | undefined;
+    try {
+      const pid = await until("a commit blocked in Redis", async () => blockedPaymentPid(), 8_000).catch(
+        async (err: unknown) => {
+          console.log(String(await db.call("CLIENT", "LIST")));
+          throw err;
+        },
+      );
+      committer = stack.processes.find((x) => x.child.pid === pid)?.name;
+      expect(committer).toMatch(/^mpp-payment-/);
+      await stack.stopProcess(committer!, "SIGKILL");
+      await until("the killed replica's connection to go", async () =>
+        (await blockedPaymentPid()) === undefined ? true : undefined,
+      );
+    } finally {
+      await db.call("CLIENT", "UNPAUSE");
+    }
+    const res3 = await third;
+    if (res3.status !== 200) console.log(lines.filter((l) => /"level":"(warn|error)"/.test(l)).join("\n"));
+    expect(res3.status).toBe(200);
+    await res3.text();
+    receipts.push(res3.receipt!);
+    expect(res3.receipt!.units).toBe(3);
+    expect(await channelState(channelId)).toMatchObject({ spent: BigInt(res3.receipt!.spent), liveHolds: 0 });
+    await stack.startProcess(committer!);
+
+    // Every 200 carried a receipt; the close pays exactly what the receipts say.
+    const paid = p.wire.entries.filter((e) => e.authorization && e.body.length > 0 && e.status === 200);
+    expect(paid.every((e) => e.receipt)).toBe(true);
+    await closeAndCheckBalances(p, receipts, payeeBefore);
+  });
+
+  it("the chain RPC failing at open: refused in bounded time with nothing on chain; the same client opens once it heals", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer("20");
+    proxy.set("eth_sendRawTransaction", { kind: "fail", status: 503 });
+    const started = Date.now();
+    const refused = await p.pay("open while the chain is down");
+    const elapsed = Date.now() - started;
+    proxy.reset();
+    // Each credentialed retry of mppx was refused 402 mpp_payment_verification_failed with a
+    // fresh challenge; none reached a model, none carried a receipt.
+    expect(refused.status).toBe(402);
+    const paid = p.wire.entries.filter((e) => e.authorization);
+    expect(paid.length).toBeGreaterThan(0);
+    for (const e of paid)
+      expect([e.status, e.code, e.receipt]).toEqual([402, "mpp_payment_verification_failed", undefined]);
+    expect(elapsed).toBeLessThan(10 * RPC_TIMEOUT_MS);
+    // Nothing was broadcast: the payer's funds are all where they were.
+    expect(await balanceOf(stack.tempoRpcUrl, p.payer.address)).toBe(FUNDING);
+
+    const ok = await p.pay("open after the chain healed");
+    expect(ok.status).toBe(200);
+    await ok.text();
+    await closeAndCheckBalances(p, [ok.receipt!], payeeBefore);
+  });
+
+  it("a slow chain at open and a close whose answer is lost: both found on chain, nothing stranded", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer("20");
+    // The node takes the open at once but answers after the adapter gave up on it.
+    proxy.set("eth_sendRawTransaction", { kind: "delay", ms: 3 * RPC_TIMEOUT_MS });
+    const started = Date.now();
+    const opened = await p.pay("open on a slow chain");
+    expect(Date.now() - started).toBeLessThan(10 * RPC_TIMEOUT_MS + MODEL_LATENCY_MS);
+    proxy.reset();
+    expect(opened.status).toBe(200);
+    await opened.text();
+    // One open, acknowledged: the client kept the channel it funded.
+    expect(p.wire.entries.filter((e) => e.authorization).map((e) => e.status)).toEqual([200]);
+
+    // The close transaction reaches the node, the answer is lost on the way back.
+    proxy.set("eth_sendRawTransaction", { kind: "drop", forward: true });
+    try {
+      await closeAndCheckBalances(p, [opened.receipt!], payeeBefore);
+    } finally {
+      proxy.reset();
+    }
+  });
+
+  it("the chain RPC failing at topUp and at close: the spec's codes, then the same client tops up and closes to the base unit", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer("20");
+    const receipts: SessionReceipt[] = [];
+    const first = await p.pay("before the top-up");
+    expect(first.status).toBe(200);
+    await first.text();
+    receipts.push(first.receipt!);
+
+    // The client's own top-up (a bodyless management POST) while the chain refuses transactions.
+    proxy.set("eth_sendRawTransaction", { kind: "fail", status: 502 });
+    const firstTopUp = p.wire.entries.length;
+    const started = Date.now();
+    const refused = await p.manager.topUp("1").then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(Date.now() - started).toBeLessThan(10 * RPC_TIMEOUT_MS);
+    proxy.reset();
+    // The 402 of a bodyless request binds no challenge, so mppx surfaces it as an error.
+    expect(refused).toBeInstanceOf(Error);
+    const topUps = p.wire.entries.slice(firstTopUp).filter((e) => e.authorization && e.body === "");
+    expect(topUps.length).toBeGreaterThan(0);
+    for (const e of topUps) expect([e.status, e.code]).toEqual([402, "mpp_payment_verification_failed"]);
+    expect(FUNDING - (await balanceOf(stack.tempoRpcUrl, p.payer.address))).toBe(5n * BUCKET);
+
+    // Healed: the same client tops up and pays on.
+    const toppedUp = await p.manager.topUp("1");
+    expect(toppedUp?.txHash).toMatch(/^0x[0-9a-f]{64}$/);
+    expect(FUNDING - (await balanceOf(stack.tempoRpcUrl, p.payer.address))).toBe(6n * BUCKET);
+    const second = await p.pay("after the chain healed");
+    expect(second.status).toBe(200);
+    await second.text();
+    receipts.push(second.receipt!);
+
+    // Close while the chain refuses transactions: mpp_session_close_failed, the session stays open.
+    proxy.set("eth_sendRawTransaction", { kind: "fail", status: 503 });
+    const firstClose = p.wire.entries.length;
+    const closeFailed = await p.manager.close().catch((e: unknown) => e as Error);
+    proxy.reset();
+    expect(closeFailed).toBeInstanceOf(Error);
+    const closes = p.wire.entries.slice(firstClose).filter((e) => e.authorization);
+    expect(closes.map((e) => [e.status, e.code])).toEqual([[502, "mpp_session_close_failed"]]);
+    expect((await channelState(p.manager.channelId!)).status).toBe("open");
+    await closeAndCheckBalances(p, receipts, payeeBefore, () => retryClose(p));
+  });
+});
