@@ -1,5 +1,6 @@
 import { fileURLToPath } from "node:url";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 
 /** The demo configuration shipped in the repository. */
@@ -33,6 +34,7 @@ const envSchema = z.object({
   /** Secret, no default: set it (≥ 16 characters) to serve the admin API on 127.0.0.1:ADMIN_PORT. */
   ADMIN_TOKEN: z.string().min(16, "must be at least 16 characters").optional(),
   ADMIN_PORT: port(8081),
+  ...otelEnv,
 });
 
 /** Settings of the all-in-one process. */
@@ -57,6 +59,8 @@ export interface AllInOneConfig {
   adminToken?: string;
   /** Default 8081; used only with an admin token. */
   adminPort?: number;
+  /** OpenTelemetry export of all five services' spans; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
   /** Environment the inference-router reads upstream API keys from. */
   env: NodeJS.ProcessEnv;
 }
@@ -81,6 +85,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     ...(e.MPP_PAYEE_KEY ? { mppPayeeKey: e.MPP_PAYEE_KEY as `0x${string}` } : {}),
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
+    tracing: tracingOptions(e, "tollgate-all-in-one"),
     env,
   };
 }

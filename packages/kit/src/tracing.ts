@@ -52,6 +52,11 @@ export const ATTR = {
   upstreamAttempt: "upstream.attempt",
 } as const;
 
+/** The GenAI operation name (semantic conventions) of a chat or a text completion. */
+export function genAiOperation(operation: "chat" | "text"): "chat" | "text_completion" {
+  return operation === "chat" ? "chat" : "text_completion";
+}
+
 /**
  * The standard OpenTelemetry variables, for a service's config schema (`...otelEnv`). Traces
  * go out only when an endpoint is set; OTEL_SDK_DISABLED=true turns them off regardless.

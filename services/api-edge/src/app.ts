@@ -17,6 +17,7 @@ import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
 import { acceptJsonOnly } from "./http/json-body.js";
 import { logResponses } from "./http/response-log.js";
+import { traceRequests } from "./http/tracing.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
@@ -89,6 +90,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     keepAliveTimeout: 65_000,
   });
 
+  traceRequests(app);
   acceptJsonOnly(app, (code, message) => new EdgeError(code, message));
 
   const drain = closeConnectionsWhileDraining(app);

@@ -1,5 +1,6 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { AuthPolicyOptions } from "./app.js";
 import { DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS } from "./domain/admin.js";
@@ -42,6 +43,7 @@ const envSchema = z
       .min(3_600)
       .max(90 * DAY_SECONDS)
       .default(DEFAULT_SETTLEMENT_WINDOW_SECONDS),
+    ...otelEnv,
   })
   .refine((e) => e.SETTLEMENT_WINDOW_SECONDS >= e.RESERVATION_TTL_SECONDS, {
     path: ["SETTLEMENT_WINDOW_SECONDS"],
@@ -52,6 +54,8 @@ const envSchema = z
 export interface AuthPolicyConfig extends AuthPolicyOptions {
   logLevel: string;
   gateway: GatewayConfig;
+  /** OpenTelemetry export; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
 }
 
 /** Reads the environment and the configuration file; throws ConfigError naming every problem. */
@@ -71,5 +75,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
     metricsPort: e.METRICS_PORT,
     reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
     settlementWindowSeconds: e.SETTLEMENT_WINDOW_SECONDS,
+    tracing: tracingOptions(e, "auth-policy"),
   };
 }

@@ -2,6 +2,7 @@ import { errors, Pool } from "undici";
 import { InferenceError } from "../../domain/errors.js";
 import type { Provider, ProviderChunk, ProviderRequest, TokenCounts } from "../../domain/ports.js";
 import { parseSse } from "./sse.js";
+import { tracedRequest } from "./traced-request.js";
 
 /** Settings of one OpenAI-compatible upstream. */
 export interface OpenAICompatibleOptions {
@@ -35,7 +36,7 @@ export function createOpenAICompatibleProvider(
   async function send(req: ProviderRequest, signal: AbortSignal, stream: boolean) {
     const path = `${basePath}${req.operation === "chat" ? "/chat/completions" : "/completions"}`;
     try {
-      const res = await pool.request({
+      const res = await tracedRequest(pool, { id: opts.id, url }, req, {
         path,
         method: "POST",
         headers: stream ? { ...headers, accept: "text/event-stream" } : headers,
