@@ -29,10 +29,15 @@ interface ReceivedSpan {
 const SERVER = 2;
 const CLIENT = 3;
 
-type OtlpValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
+type OtlpValue = {
+  stringValue?: string;
+  intValue?: string | number;
+  boolValue?: boolean;
+  doubleValue?: number;
+};
 type OtlpAttribute = { key: string; value: OtlpValue };
 
-const valueOf = (v: OtlpValue): string | number | boolean =>
+const otlpValue = (v: OtlpValue): string | number | boolean =>
   v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue ?? ""));
 
 /** Decodes one OTLP/HTTP JSON ExportTraceServiceRequest. */
@@ -46,7 +51,7 @@ function decode(body: string): ReceivedSpan[] {
   const out: ReceivedSpan[] = [];
   for (const rs of req.resourceSpans ?? []) {
     const service = String(
-      valueOf(rs.resource?.attributes?.find((a) => a.key === "service.name")?.value ?? {}),
+      otlpValue(rs.resource?.attributes?.find((a) => a.key === "service.name")?.value ?? {}),
     );
     for (const ss of rs.scopeSpans ?? []) {
       for (const s of ss.spans ?? []) {
@@ -60,7 +65,7 @@ function decode(body: string): ReceivedSpan[] {
           startNs: BigInt(s.startTimeUnixNano as string),
           endNs: BigInt(s.endTimeUnixNano as string),
           attributes: Object.fromEntries(
-            ((s.attributes ?? []) as OtlpAttribute[]).map((a) => [a.key, valueOf(a.value)]),
+            ((s.attributes ?? []) as OtlpAttribute[]).map((a) => [a.key, otlpValue(a.value)]),
           ),
         });
       }
@@ -70,7 +75,12 @@ function decode(body: string): ReceivedSpan[] {
 }
 
 /** An OTLP/HTTP receiver: POST /v1/traces with JSON, as the services' exporter sends it. */
-async function startReceiver(): Promise<{ url: string; bodies: string[]; spans: ReceivedSpan[]; server: Server }> {
+async function startReceiver(): Promise<{
+  url: string;
+  bodies: string[];
+  spans: ReceivedSpan[];
+  server: Server;
+}> {
   const bodies: string[] = [];
   const spans: ReceivedSpan[] = [];
   const server = createServer((req, res) => {
@@ -155,7 +165,8 @@ describe("OpenTelemetry traces across the multi-process stack", () => {
       messages: [{ role: "user", content: PROMPT }],
     });
     for await (const chunk of stream) {
-      if (chunk.usage) usage.streamed = { input: chunk.usage.prompt_tokens, output: chunk.usage.completion_tokens };
+      if (chunk.usage)
+        usage.streamed = { input: chunk.usage.prompt_tokens, output: chunk.usage.completion_tokens };
     }
     // A graceful stop flushes every process's last spans (SIGTERM → drain → flush → exit).
     await stack.stop();
@@ -269,8 +280,9 @@ describe("OpenTelemetry traces across the multi-process stack", () => {
     const all = receiver.bodies.join("\n");
     expect(all).toContain("gen_ai.usage.output_tokens");
     for (const secret of [MARKER, stack.demoKey, IDEMPOTENCY_KEY, "Bearer", "authorization"])
-      expect(all.includes(secret), `a span carries ${secret === stack.demoKey ? "the demo key" : secret}`).toBe(
-        false,
-      );
+      expect(
+        all.includes(secret),
+        `a span carries ${secret === stack.demoKey ? "the demo key" : secret}`,
+      ).toBe(false);
   });
 });
