@@ -215,4 +215,15 @@ describe("tracing", () => {
     expect(refusedServer?.attributes).toMatchObject({ "rpc.grpc.status_code": GrpcStatus.NOT_FOUND });
     expect(refusedServer?.status.code).toBe(0);
   });
+
+  it("bounds the shutdown flush when the receiver never answers", async () => {
+    await shutdownTracing();
+    const hanging = { export: () => {}, shutdown: () => new Promise<void>(() => {}) };
+    await initTracing({ tracesUrl: "http://127.0.0.1:1/v1/traces", serviceName: "kit-test" }, log, hanging);
+    startSpan("last", SpanKind.SERVER).end();
+    const started = performance.now();
+    await shutdownTracing(log, 200);
+    expect(performance.now() - started).toBeLessThan(2_000);
+    expect(tracingEnabled()).toBe(false);
+  });
 });

@@ -157,14 +157,27 @@ export async function flushTracing(): Promise<void> {
   await sdk?.flush();
 }
 
-/** Flushes and stops tracing (graceful shutdown); a failed export is logged, never thrown. */
-export async function shutdownTracing(log?: Logger): Promise<void> {
+/**
+ * Flushes and stops tracing (graceful shutdown); a failed export is logged, never thrown. A
+ * receiver that does not answer gets `timeoutMs`: the exporter would otherwise retry for
+ * seconds and hold the pod's termination.
+ */
+export async function shutdownTracing(log?: Logger, timeoutMs = 3_000): Promise<void> {
   const current = sdk;
   sdk = undefined;
+  if (!current) return;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), timeoutMs);
+    timer.unref();
+  });
   try {
-    await current?.shutdown();
+    if ((await Promise.race([current.shutdown(), timedOut])) === "timeout")
+      log?.warn({ timeoutMs }, "tracing flush timed out");
   } catch (err) {
     log?.warn({ err }, "tracing flush failed");
+  } finally {
+    clearTimeout(timer);
   }
 }
 
