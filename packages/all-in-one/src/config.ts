@@ -2,6 +2,7 @@ import { fileURLToPath } from "node:url";
 import type { EdgeLimits } from "@tollgate/api-edge";
 import { limitsEnvSchema, limitsOf } from "@tollgate/api-edge/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 
 /** The demo configuration shipped in the repository. */
@@ -35,6 +36,7 @@ const envSchema = z.object({
   /** Secret, no default: set it (≥ 16 characters) to serve the admin API on 127.0.0.1:ADMIN_PORT. */
   ADMIN_TOKEN: z.string().min(16, "must be at least 16 characters").optional(),
   ADMIN_PORT: port(8081),
+  ...otelEnv,
 });
 
 /** Settings of the all-in-one process. */
@@ -61,6 +63,8 @@ export interface AllInOneConfig {
   adminPort?: number;
   /** The public port's limits (api-edge's BODY_LIMIT_BYTES, MAX_JSON_DEPTH, ...); absent: defaults. */
   limits?: EdgeLimits;
+  /** OpenTelemetry export of all five services' spans; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
   /** Environment the inference-router reads upstream API keys from. */
   env: NodeJS.ProcessEnv;
 }
@@ -86,6 +90,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     limits: limitsOf(e),
+    tracing: tracingOptions(e, "tollgate-all-in-one"),
     env,
   };
 }

@@ -13,6 +13,19 @@ import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import { Health, type HealthCheck } from "./health.js";
 import { isRedisUnavailable } from "./redis.js";
+import {
+  ATTR,
+  type Attributes,
+  extractMetadata,
+  failSpan,
+  injectMetadata,
+  NOOP_SPAN,
+  runInSpan,
+  type Span,
+  SpanKind,
+  startSpan,
+  tracingEnabled,
+} from "./tracing.js";
 
 export { status as GrpcStatus } from "@grpc/grpc-js";
 
@@ -142,6 +155,44 @@ export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
   return def as grpc.ServiceDefinition;
 }
 
+/** One RPC's span name and attributes (OpenTelemetry RPC conventions), computed once per method. */
+interface RpcSpec {
+  name: string;
+  attributes: Attributes;
+}
+
+function rpcSpec(service: DescService, m: DescMethod): RpcSpec {
+  return {
+    name: `${service.typeName}/${m.name}`,
+    attributes: { [ATTR.rpcSystem]: "grpc", [ATTR.rpcService]: service.typeName, [ATTR.rpcMethod]: m.name },
+  };
+}
+
+/** Statuses that mean the server failed (not the caller's request), per the RPC conventions. */
+const SERVER_FAULTS: ReadonlySet<grpc.status> = new Set([
+  grpc.status.UNKNOWN,
+  grpc.status.DEADLINE_EXCEEDED,
+  grpc.status.UNIMPLEMENTED,
+  grpc.status.INTERNAL,
+  grpc.status.UNAVAILABLE,
+  grpc.status.DATA_LOSS,
+]);
+
+/** Ends an RPC span with its status; `errorType` is the domain code when there was one. */
+function endRpcSpan(span: Span, kind: SpanKind, code: grpc.status, errorType?: string): void {
+  if (span === NOOP_SPAN) return;
+  span.setAttribute(ATTR.rpcGrpcStatus, code);
+  const failed = kind === SpanKind.CLIENT ? code !== grpc.status.OK : SERVER_FAULTS.has(code);
+  if (failed) failSpan(span, errorType ?? grpc.status[code] ?? String(code));
+  else if (errorType !== undefined) span.setAttribute(ATTR.errorType, errorType);
+  span.end();
+}
+
+/** The domain code of a failure a handler threw, for its span. */
+function errorTypeOf(err: unknown): string {
+  return err instanceof StatusError || err instanceof RemoteError ? (err.code ?? "internal") : "internal";
+}
+
 /** Maps a thrown value to a gRPC status object; unknown failures become INTERNAL without detail. */
 function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc.StatusObject> {
   if (err instanceof StatusError) {
@@ -204,27 +255,42 @@ export function addService<M extends GenServiceMethods>(
       req: unknown,
       ctx: CallContext,
     ) => unknown;
+    const rpc = rpcSpec(service, m);
+    // Tracing off: no span, no metadata lookup; the handler runs in the caller's context.
+    const serverSpan = (metadata: grpc.Metadata) =>
+      tracingEnabled()
+        ? startSpan(rpc.name, SpanKind.SERVER, rpc.attributes, extractMetadata(metadata))
+        : NOOP_SPAN;
     if (m.methodKind === "unary") {
       impl[m.localName] = (
         call: grpc.ServerUnaryCall<unknown, unknown>,
         callback: grpc.sendUnaryData<unknown>,
       ) => {
         const ctx = contextOf(call);
-        (handler(call.request, ctx) as Promise<unknown>).then(
-          (res) => callback(null, res),
-          (err: unknown) =>
+        const span = serverSpan(call.metadata);
+        runInSpan(span, () => handler(call.request, ctx) as Promise<unknown>).then(
+          (res) => {
+            endRpcSpan(span, SpanKind.SERVER, grpc.status.OK);
+            callback(null, res);
+          },
+          (err: unknown) => {
             // A caller that went away is not a failure of this service: nothing to log.
-            callback(
-              ctx.signal.aborted
-                ? { code: grpc.status.CANCELLED, details: "cancelled by the caller" }
-                : toServiceError(err, log, m.name),
-            ),
+            const status = ctx.signal.aborted
+              ? { code: grpc.status.CANCELLED, details: "cancelled by the caller" }
+              : toServiceError(err, log, m.name);
+            const errorType = ctx.signal.aborted ? "cancelled" : errorTypeOf(err);
+            endRpcSpan(span, SpanKind.SERVER, status.code ?? grpc.status.UNKNOWN, errorType);
+            callback(status);
+          },
         );
       };
     } else if (m.methodKind === "server_streaming") {
       impl[m.localName] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
         const ctx = contextOf(call);
-        void (async () => {
+        const span = serverSpan(call.metadata);
+        void runInSpan(span, async () => {
+          let code = grpc.status.OK;
+          let errorType: string | undefined;
           try {
             for await (const msg of handler(call.request, ctx) as AsyncIterable<unknown>) {
               if (ctx.signal.aborted) return;
@@ -232,9 +298,16 @@ export function addService<M extends GenServiceMethods>(
             }
             call.end();
           } catch (err) {
-            if (!ctx.signal.aborted) call.emit("error", toServiceError(err, log, m.name));
+            errorType = ctx.signal.aborted ? "cancelled" : errorTypeOf(err);
+            if (!ctx.signal.aborted) {
+              const status = toServiceError(err, log, m.name);
+              code = status.code ?? grpc.status.UNKNOWN;
+              call.emit("error", status);
+            }
+          } finally {
+            endRpcSpan(span, SpanKind.SERVER, ctx.signal.aborted ? grpc.status.CANCELLED : code, errorType);
           }
-        })();
+        });
       };
     } else {
       throw new Error(`streaming kind ${m.methodKind} is not supported by the bridge`);
@@ -344,29 +417,63 @@ export function createClient<M extends GenServiceMethods>(
   const client: Record<string, unknown> = {};
   for (const m of service.methods as DescMethod[]) {
     const fn = raw[m.localName]!.bind(raw);
+    const rpc = rpcSpec(service, m);
+    // Tracing off: no span and empty metadata, exactly as without tracing.
+    const clientSpan = (metadata: grpc.Metadata) => {
+      if (!tracingEnabled()) return NOOP_SPAN;
+      const span = startSpan(rpc.name, SpanKind.CLIENT, rpc.attributes);
+      injectMetadata(metadata, span);
+      return span;
+    };
+    const failure = (err: unknown) => {
+      const remote = toRemoteError(err);
+      return {
+        remote,
+        code: remote instanceof RemoteError ? remote.status : grpc.status.UNKNOWN,
+        errorType: remote instanceof RemoteError ? remote.code : undefined,
+      };
+    };
     if (m.methodKind === "unary") {
       client[m.localName] = (req: unknown, opts: CallOptions = {}) =>
         new Promise((resolve, reject) => {
           const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
-          const call = fn(req, new grpc.Metadata(), callOpts, (err: unknown, res: unknown) =>
-            err ? reject(toRemoteError(err)) : resolve(res),
-          ) as grpc.ClientUnaryCall;
+          const metadata = new grpc.Metadata();
+          const span = clientSpan(metadata);
+          const call = fn(req, metadata, callOpts, (err: unknown, res: unknown) => {
+            if (!err) {
+              endRpcSpan(span, SpanKind.CLIENT, grpc.status.OK);
+              return resolve(res);
+            }
+            const f = failure(err);
+            endRpcSpan(span, SpanKind.CLIENT, f.code, f.errorType);
+            reject(f.remote);
+          }) as grpc.ClientUnaryCall;
           opts.signal?.addEventListener("abort", () => call.cancel(), { once: true });
         });
     } else if (m.methodKind === "server_streaming") {
       client[m.localName] = (req: unknown, opts: CallOptions = {}) =>
         (async function* () {
           const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
-          const call = fn(req, new grpc.Metadata(), callOpts) as grpc.ClientReadableStream<unknown>;
+          const metadata = new grpc.Metadata();
+          const span = clientSpan(metadata);
+          const call = fn(req, metadata, callOpts) as grpc.ClientReadableStream<unknown>;
           const onAbort = () => call.cancel();
           opts.signal?.addEventListener("abort", onAbort, { once: true });
+          // Stays CANCELLED when the consumer stops iterating before the stream ends.
+          let code = grpc.status.CANCELLED;
+          let errorType: string | undefined;
           try {
             for await (const msg of call) yield msg;
+            code = grpc.status.OK;
           } catch (err) {
-            throw toRemoteError(err);
+            const f = failure(err);
+            code = f.code;
+            errorType = f.errorType;
+            throw f.remote;
           } finally {
             opts.signal?.removeEventListener("abort", onAbort);
             call.cancel();
+            endRpcSpan(span, SpanKind.CLIENT, code, errorType);
           }
         })();
     }

@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { shutdownTracing } from "./tracing.js";
 
 /** Something that can be stopped during shutdown. */
 export interface Stoppable {
@@ -7,8 +8,9 @@ export interface Stoppable {
 
 /**
  * Stops `app` on SIGTERM or SIGINT, then exits. The app's own stop() runs the ordered
- * sequence (not ready → stop accepting → drain in-flight → drain NATS → quit Redis); this
- * only bounds it in time so a stuck dependency cannot keep a pod alive forever.
+ * sequence (not ready → stop accepting → drain in-flight → drain NATS → quit Redis); then the
+ * spans of the last requests are flushed (when tracing is on). This only bounds it in time so a
+ * stuck dependency or collector cannot keep a pod alive forever.
  */
 export function onShutdown(app: Stoppable, log: Logger, timeoutMs = 25_000): void {
   let stopping = false;
@@ -22,13 +24,15 @@ export function onShutdown(app: Stoppable, log: Logger, timeoutMs = 25_000): voi
     }, timeoutMs);
     timer.unref();
     app.stop().then(
-      () => {
+      async () => {
+        await shutdownTracing(log);
         log.info("stopped");
         log.flush?.();
         process.exit(0);
       },
-      (err: unknown) => {
+      async (err: unknown) => {
         log.error({ err }, "shutdown failed");
+        await shutdownTracing(log);
         process.exit(1);
       },
     );

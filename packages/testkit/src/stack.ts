@@ -71,6 +71,11 @@ export interface StackOptions {
    * The fake upstream and the devnet always run from source.
    */
   runtime?: "tsx" | "bundle";
+  /**
+   * Extra environment of every Tollgate service process (not the fake upstream or the devnet),
+   * e.g. OTEL_EXPORTER_OTLP_ENDPOINT to export their traces.
+   */
+  serviceEnv?: Record<string, string>;
   /** Called with every line any process prints. */
   onLine?: (service: string, line: string) => void;
 }
@@ -244,6 +249,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       cwd: REPO_ROOT,
       env: {
         ...common,
+        ...(script.startsWith("services/") ? opts.serviceEnv : {}),
         ...env,
         ...(metricsPort !== undefined
           ? { METRICS_HOST: "127.0.0.1", METRICS_PORT: String(metricsPort) }

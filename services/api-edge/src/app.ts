@@ -28,6 +28,7 @@ import { DEFAULT_LIMITS, type EdgeLimits, requireHost, serverOptions } from "./h
 export type { EdgeLimits } from "./http/limits.js";
 
 import { logResponses } from "./http/response-log.js";
+import { traceRequests } from "./http/tracing.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
@@ -116,6 +117,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   });
 
   if (limits.maxConnections > 0) app.server.maxConnections = limits.maxConnections;
+  traceRequests(app);
   acceptJsonOnly(app, limits.maxJsonDepth, (code, message) => new EdgeError(code, message));
 
   const drain = closeConnectionsWhileDraining(app);

@@ -1,4 +1,5 @@
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { AdminServerOptions } from "./admin/server.js";
 import { DEFAULT_LIMITS, type EdgeLimits } from "./http/limits.js";
@@ -62,6 +63,7 @@ const envSchema = z.object({
   /** Prometheus /metrics on its own port, never the public one; 0 picks a free port. */
   METRICS_HOST: z.string().default("0.0.0.0"),
   METRICS_PORT: port(9080),
+  ...otelEnv,
 });
 
 /** Everything api-edge needs to start. */
@@ -80,6 +82,8 @@ export interface ApiEdgeConfig {
   logLevel: string;
   metricsHost: string;
   metricsPort: number;
+  /** OpenTelemetry export; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
 }
 
 /** Reads the environment; throws ConfigError naming every problem. */
@@ -108,5 +112,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     logLevel: e.LOG_LEVEL,
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
+    tracing: tracingOptions(e, "api-edge"),
   };
 }

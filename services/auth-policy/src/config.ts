@@ -1,5 +1,6 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import { DEFAULT_KEY_CACHE_TTL_MS } from "./adapters/cached-key-store.js";
 import type { AuthPolicyOptions } from "./app.js";
@@ -45,6 +46,7 @@ const envSchema = z
       .min(3_600)
       .max(90 * DAY_SECONDS)
       .default(DEFAULT_SETTLEMENT_WINDOW_SECONDS),
+    ...otelEnv,
   })
   .refine((e) => e.SETTLEMENT_WINDOW_SECONDS >= e.RESERVATION_TTL_SECONDS, {
     path: ["SETTLEMENT_WINDOW_SECONDS"],
@@ -55,6 +57,8 @@ const envSchema = z
 export interface AuthPolicyConfig extends AuthPolicyOptions {
   logLevel: string;
   gateway: GatewayConfig;
+  /** OpenTelemetry export; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
 }
 
 /** Reads the environment and the configuration file; throws ConfigError naming every problem. */
@@ -75,5 +79,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
     reservationTtlSeconds: e.RESERVATION_TTL_SECONDS,
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     settlementWindowSeconds: e.SETTLEMENT_WINDOW_SECONDS,
+    tracing: tracingOptions(e, "auth-policy"),
   };
 }

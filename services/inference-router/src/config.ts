@@ -1,5 +1,6 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 
 const envSchema = z.object({
@@ -12,6 +13,7 @@ const envSchema = z.object({
   /** Prometheus /metrics; 0 picks a free port. */
   METRICS_HOST: z.string().default("0.0.0.0"),
   METRICS_PORT: port(9053),
+  ...otelEnv,
 });
 
 /** Everything inference-router needs to start. */
@@ -26,6 +28,8 @@ export interface InferenceRouterConfig {
   gateway: GatewayConfig;
   /** Upstream API keys by upstream id, read from the variables the config file names. */
   upstreamKeys: Record<string, string>;
+  /** OpenTelemetry export; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
 }
 
 /** Reads the environment and the configuration file; throws ConfigError naming every problem. */
@@ -42,6 +46,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): InferenceRoute
     metricsPort: e.METRICS_PORT,
     gateway,
     upstreamKeys: upstreamKeysFrom(gateway, env),
+    tracing: tracingOptions(e, "inference-router"),
   };
 }
 

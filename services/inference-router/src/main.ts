@@ -1,9 +1,11 @@
 import { createLogger } from "@tollgate/kit/log";
 import { onShutdown } from "@tollgate/kit/shutdown";
+import { initTracing } from "@tollgate/kit/tracing";
 import { start } from "./app.js";
 import { loadConfig } from "./config.js";
 
 const config = loadConfig();
 const log = createLogger({ service: "inference-router", level: config.logLevel });
+await initTracing(config.tracing, log);
 const app = await start(config, log);
 onShutdown(app, log);

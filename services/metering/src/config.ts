@@ -1,4 +1,5 @@
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { MeteringOptions } from "./app.js";
 
@@ -15,11 +16,14 @@ const envSchema = z.object({
   METRICS_PORT: port(9054),
   /** auth-policy's gRPC address, for SettleReservation. */
   AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
+  ...otelEnv,
 });
 
 /** Everything metering needs to start on its own. */
 export interface MeteringConfig extends MeteringOptions {
   logLevel: string;
+  /** OpenTelemetry export; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
 }
 
 /** Reads the environment; throws ConfigError naming every problem. */
@@ -36,5 +40,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     authPolicyAddr: e.AUTH_POLICY_ADDR,
+    tracing: tracingOptions(e, "metering"),
   };
 }

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { ConfigError, logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import type { Address, Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { z } from "zod";
@@ -54,11 +55,14 @@ const envSchema = z.object({
   /** Prometheus /metrics; 0 picks a free port. */
   METRICS_HOST: z.string().default("0.0.0.0"),
   METRICS_PORT: port(9052),
+  ...otelEnv,
 });
 
 /** Everything mpp-payment needs to start on its own. */
 export interface MppPaymentConfig extends MppPaymentOptions {
   logLevel: string;
+  /** OpenTelemetry export; undefined (the default) keeps tracing off. */
+  tracing?: TracingOptions;
 }
 
 /** A secret from NAME or NAME_FILE (a mounted file; one trailing newline is dropped). */
@@ -157,5 +161,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MppPaymentConf
     reservationTtlSeconds: e.MPP_RESERVATION_TTL_SECONDS,
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
+    tracing: tracingOptions(e, "mpp-payment"),
   };
 }

@@ -2,6 +2,7 @@ import { errors, Pool } from "undici";
 import { type AttemptFailure, InferenceError } from "../../domain/errors.js";
 import type { Provider, ProviderChunk, ProviderRequest, TokenCounts } from "../../domain/ports.js";
 import { parseSse } from "./sse.js";
+import { tracedRequest } from "./traced-request.js";
 
 /** Per-attempt timeouts of one upstream, by phase (configuration `resilience.timeouts`). */
 export interface UpstreamTimeouts {
@@ -103,7 +104,7 @@ export function createOpenAICompatibleProvider(
   /** The one HTTP call of an attempt: resolves once the upstream's status and headers arrived. */
   async function send(req: ProviderRequest, clock: AttemptClock, stream: boolean) {
     const path = `${basePath}${req.operation === "chat" ? "/chat/completions" : "/completions"}`;
-    const res = await pool.request({
+    const res = await tracedRequest(pool, { id: opts.id, url }, req, {
       path,
       method: "POST",
       headers: stream ? { ...headers, accept: "text/event-stream" } : headers,

@@ -1,4 +1,5 @@
 import type { Handlers } from "@tollgate/kit/grpc";
+import { activeSpan } from "@tollgate/kit/tracing";
 import {
   Door,
   type InferenceService,
@@ -10,6 +11,7 @@ import { usageRecordedOf } from "../../adapters/bus-usage-publisher.js";
 import { InferenceError } from "../../domain/errors.js";
 import type { CompletionInput, Inference, UsageSummary } from "../../domain/inference.js";
 import { toStatusError } from "./errors.js";
+import { requestAttributes, usageAttributes } from "./span-attributes.js";
 
 function toDomain(input: WireInput | undefined): CompletionInput {
   if (!input) throw new InferenceError("invalid_request", "input is required");
@@ -58,7 +60,12 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
   return {
     async complete(req, ctx) {
       try {
-        const { json, usage } = await inference.complete(toDomain(req.input), ctx.signal);
+        const input = toDomain(req.input);
+        // The bridge's server span for this call; undefined when tracing is off.
+        const span = activeSpan();
+        span?.setAttributes(requestAttributes(input));
+        const { json, usage } = await inference.complete(input, ctx.signal);
+        span?.setAttributes(usageAttributes(usage, json.model));
         return { body: encoder.encode(JSON.stringify(json)), usage: toWireUsage(usage) };
       } catch (err) {
         throw toStatusError(err);
@@ -66,13 +73,21 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
     },
     async *streamComplete(req, ctx) {
       try {
-        for await (const event of inference.stream(toDomain(req.input), req.includeUsage, ctx.signal)) {
-          if ("chunk" in event)
+        const input = toDomain(req.input);
+        const span = activeSpan();
+        span?.setAttributes(requestAttributes(input));
+        let model: unknown;
+        for await (const event of inference.stream(input, req.includeUsage, ctx.signal)) {
+          if ("chunk" in event) {
+            model ??= event.chunk.model;
             yield {
               event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) },
               usageSoFar: usageRecordedOf(event.soFar),
             };
-          else yield { event: { case: "usage", value: toWireUsage(event.usage) } };
+          } else {
+            span?.setAttributes(usageAttributes(event.usage, model));
+            yield { event: { case: "usage", value: toWireUsage(event.usage) } };
+          }
         }
       } catch (err) {
         throw toStatusError(err);
