@@ -102,7 +102,8 @@ function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest
 
 /**
  * POST /v1/mpp/chat/completions: 402 with a challenge when unpaid; with a session credential,
- * verify → reserve → buffered inference → commit, and the receipt only after the commit.
+ * verify and reserve (one call) → buffered inference → commit, and the receipt only after the
+ * commit.
  */
 export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
   // HEAD is reserved for later rollouts and never runs a model (spec, "Accountless route").
@@ -132,6 +133,8 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
         httpMethod: "POST",
         path: PATH,
         body: req.rawBody ?? new Uint8Array(),
+        // A credential paying for content is reserved in the same call (one round trip fewer).
+        reserveRequestId: req.id,
       },
       { timeoutMs: PAYMENT_TIMEOUT_MS },
     );
@@ -151,14 +154,20 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
       return reply.code(204).header("payment-receipt", receipt).header("cache-control", "private").send();
     }
 
-    const body = validate(req, ctx.schemas);
     const binding = verified.binding;
-    const { reservationId } = await ctx.payment.reserve(
-      { channelId: verified.channelId, requestId: req.id, quote: verified.quote },
-      { timeoutMs: PAYMENT_TIMEOUT_MS },
-    );
+    // An mpp-payment that predates reserve_request_id (a rolling upgrade) reserved nothing.
+    const reservationId =
+      verified.reservationId !== ""
+        ? verified.reservationId
+        : (
+            await ctx.payment.reserve(
+              { channelId: verified.channelId, requestId: req.id, quote: verified.quote },
+              { timeoutMs: PAYMENT_TIMEOUT_MS },
+            )
+          ).reservationId;
     let result: Awaited<ReturnType<RouteContext["inference"]["complete"]>>;
     try {
+      const body = validate(req, ctx.schemas);
       result = await ctx.inference.complete(
         {
           input: {
@@ -173,7 +182,8 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
         { signal: callerGone(reply) },
       );
     } catch (err) {
-      // Nothing was served: the hold goes back and no receipt is sent.
+      // Nothing was served (a body that fails validation included): the hold goes back and no
+      // receipt is sent.
       await onAnyReplica(() =>
         ctx.payment.release(
           { reservationId, channelId: verified.channelId },

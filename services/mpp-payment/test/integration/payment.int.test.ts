@@ -164,6 +164,8 @@ describe("mpp-payment against the Tempo devnet, real Redis and the unmodified mp
       action: Action.VOUCHER,
       channelId,
       acceptedCumulative: String(3n * UNIT),
+      // Not asked to reserve: a separate Reserve holds the quote.
+      reservationId: "",
     });
     const { reservationId } = await client.reserve({ channelId, requestId: "reuse-1", quote: reused.quote });
     const reuseReceipt = deserializeSessionReceipt(
@@ -226,7 +228,7 @@ describe("mpp-payment against the Tempo devnet, real Redis and the unmodified mp
     );
   });
 
-  it("on a failed inference, Reserve then Release leaves no receipt and the hold released", async () => {
+  it("on a failed inference, Verify-and-Reserve then Release leaves no receipt and the hold released", async () => {
     const ns = namespace();
     const { client, store } = await startReplica(ns);
     const route = paidRoute(client);
@@ -235,13 +237,16 @@ describe("mpp-payment against the Tempo devnet, real Redis and the unmodified mp
     const channelId = session.channelId as Hex;
     const before = await store.get(channelId);
     const paid = route.log.paid.at(-1)!;
+    // api-edge's one call: verify the credential and hold the quote.
     const v = await client.verify({
       authorization: paid.authorization,
       httpMethod: "POST",
       path: PATH,
       body: paid.body,
+      reserveRequestId: "req-failed",
     });
-    const { reservationId } = await client.reserve({ channelId, requestId: "req-failed", quote: v.quote });
+    const { reservationId } = v;
+    expect(reservationId).not.toBe("");
     expect((await store.get(channelId))?.held).toBe(BigInt(v.quote));
     // Inference failed: api-edge releases instead of committing.
     await client.release({ reservationId, channelId });

@@ -67,7 +67,14 @@ export function paymentHandlers(payments: Payments): Handlers<typeof PaymentServ
           path: req.path,
           body: req.body,
         });
+        // Verify and Reserve in one call when asked: only a credential that pays for content.
+        const paysForContent = (v.action === "open" || v.action === "voucher") && req.body.length > 0;
+        const reservationId =
+          req.reserveRequestId !== "" && paysForContent
+            ? await payments.reserve(v.channelId, req.reserveRequestId, v.quote.toString())
+            : "";
         return {
+          reservationId,
           action: ACTIONS[v.action],
           channelId: v.channelId,
           challengeId: v.challengeId,
