@@ -44,12 +44,19 @@ export function paymentMetrics(registry: Registry): PaymentMetrics {
   return { operations, chainRpc };
 }
 
-/** Counts every PaymentService call by operation and outcome. */
+/**
+ * Counts every PaymentService call by operation and outcome. A Verify that also took the hold
+ * (reserve_request_id) counts as a reserve as well; a hold it could not take is its outcome.
+ */
 export function countPaymentCalls(
   handlers: Handlers<typeof PaymentService>,
   m: PaymentMetrics,
 ): Handlers<typeof PaymentService> {
-  return countUnaryCalls(handlers, (op, outcome) => m.operations.inc({ op, outcome }));
+  return countUnaryCalls(handlers, (op, outcome, _req, res) => {
+    m.operations.inc({ op, outcome });
+    const reserved = op === "verify" && (res as { reservationId?: string } | undefined)?.reservationId;
+    if (reserved) m.operations.inc({ op: "reserve", outcome: "ok" });
+  });
 }
 
 /** Times each chain call that goes over JSON-RPC. */
