@@ -33,8 +33,9 @@ lint: install ## biome (lint + format check) and buf lint; buf breaking against 
 format: install ## apply biome's formatting and safe fixes
 	npx biome check --write .
 
-typecheck: install ## TypeScript, strict, every workspace
+typecheck: install ## TypeScript, strict, every workspace and the benchmark
 	npx tsc -b
+	npx tsc -p bench/tsconfig.json --noEmit
 
 test-unit: install ## unit tests (no network)
 	npx vitest run --project unit

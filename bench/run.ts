@@ -16,7 +16,7 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, totalmem } from "node:os";
 import { join } from "node:path";
 import { buildBundles, REPO_ROOT, SERVICE_DIRS } from "@tollgate/testkit/stack";
-import { type CpuRow, machineBusy, type RssRow, RssTracker } from "./lib/procs.js";
+import { type CpuRow, machineBusy, type RssRow, RssTracker, type Runtime } from "./lib/procs.js";
 import { cpuTables, evaluateTargets, resultsTable, rssTable, targetsList } from "./lib/report.js";
 import { buffered, paidDoor, type Row, type Settings, sanityCheck, streaming } from "./lib/scenarios.js";
 import { type Running, startAllInOne, startBenchStack, UPSTREAM_ENV } from "./lib/targets.js";
@@ -37,8 +37,9 @@ const settings: Settings = {
     return n;
   }),
 };
-const runtime = process.env["BENCH_RUNTIME"] || "bundle";
-if (runtime !== "bundle" && runtime !== "tsx") throw new Error("BENCH_RUNTIME: bundle or tsx");
+const runtimeSetting = process.env["BENCH_RUNTIME"] || "bundle";
+if (runtimeSetting !== "bundle" && runtimeSetting !== "tsx") throw new Error("BENCH_RUNTIME: bundle or tsx");
+const runtime: Runtime = runtimeSetting;
 const modes = (process.env["BENCH_MODES"] || "all-in-one,stack").split(",").map((m) => m.trim());
 for (const m of modes) if (m !== "all-in-one" && m !== "stack") throw new Error(`unknown mode ${m}`);
 

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { openSync, readdirSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
-import { commandOf } from "@tollgate/testkit/stack";
+import { commandOf, REPO_ROOT } from "@tollgate/testkit/stack";
 import { sleep } from "./stats.js";
 
 // Children this benchmark started, killed at exit whatever happens (never anything else).
