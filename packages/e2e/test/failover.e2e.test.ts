@@ -15,6 +15,7 @@ import { type Stack, startStack } from "@tollgate/testkit/stack";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, stringify } from "yaml";
+import { adminCreate } from "./gateways.js";
 
 const MODEL = "tollgate-mini";
 const FAILURES = 3;
@@ -87,15 +88,7 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
     await redis?.stop();
   });
 
-  async function admin(path: string, body: unknown): Promise<Record<string, unknown>> {
-    const res = await fetch(`${stack.adminUrls[0]}${path}`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${stack.adminToken}`, "content-type": "application/json" },
-      body: JSON.stringify(body),
-    });
-    expect(res.status).toBe(201);
-    return (await res.json()) as Record<string, unknown>;
-  }
+  const admin = (path: string, body: unknown) => adminCreate(stack, path, body);
 
   /** One request through the official SDK; its cost from the header or the usage chunk. */
   async function request(i: number): Promise<{ cost: bigint; text: string }> {

@@ -9,6 +9,7 @@ import {
 } from "@tollgate/testkit/fixtures";
 import { type Stack, startStack } from "@tollgate/testkit/stack";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminCreate } from "./gateways.js";
 
 /**
  * Faults survived with nothing lost (issue 8): one multi-process stack with two routers on a
@@ -55,15 +56,7 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     await redis?.stop();
   });
 
-  async function admin(path: string, body: unknown): Promise<Record<string, unknown>> {
-    const res = await fetch(`${stack.adminUrls[0]}${path}`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${stack.adminToken}`, "content-type": "application/json" },
-      body: JSON.stringify(body),
-    });
-    expect(res.status).toBe(201);
-    return (await res.json()) as Record<string, unknown>;
-  }
+  const admin = (path: string, body: unknown) => adminCreate(stack, path, body);
 
   /** A fresh account with one budgeted connection; returns its key. */
   async function account(id: string): Promise<string> {

@@ -10,7 +10,7 @@ import {
 } from "@tollgate/testkit/fake-upstream";
 import { freePort } from "@tollgate/testkit/fixtures";
 import { captureLogs, type LogCapture } from "@tollgate/testkit/logs";
-import { REPO_ROOT } from "@tollgate/testkit/stack";
+import { REPO_ROOT, type Stack } from "@tollgate/testkit/stack";
 
 /** The all-in-one process, spawned exactly as `npm start` runs it. */
 export interface SpawnedGateway {
@@ -121,4 +121,19 @@ export async function startConfiguredGateway(
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** Creates something through a stack's admin API (its first api-edge): POST, expects 201, returns the JSON. */
+export async function adminCreate(
+  stack: Pick<Stack, "adminUrls" | "adminToken">,
+  path: string,
+  body: unknown,
+): Promise<Record<string, unknown>> {
+  const res = await fetch(`${stack.adminUrls[0]}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${stack.adminToken}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (res.status !== 201) throw new Error(`admin POST ${path}: ${res.status} ${await res.text()}`);
+  return (await res.json()) as Record<string, unknown>;
 }

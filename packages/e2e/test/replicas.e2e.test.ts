@@ -7,6 +7,7 @@ import {
 } from "@tollgate/testkit/fixtures";
 import { type Stack, startStack } from "@tollgate/testkit/stack";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adminCreate } from "./gateways.js";
 
 /**
  * Limits that hold across replicas (issue 4): two api-edge and two inference-router processes
@@ -30,15 +31,7 @@ describe("limits across two api-edge and two inference-router replicas", () => {
     await redis?.stop();
   });
 
-  async function admin(path: string, body: unknown): Promise<Record<string, unknown>> {
-    const res = await fetch(`${stack.adminUrls[0]}${path}`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${stack.adminToken}`, "content-type": "application/json" },
-      body: JSON.stringify(body),
-    });
-    expect(res.status).toBe(201);
-    return (await res.json()) as Record<string, unknown>;
-  }
+  const admin = (path: string, body: unknown) => adminCreate(stack, path, body);
 
   it("refuses exactly the excess of a burst split over both edges with 429", async () => {
     await admin("/admin/v1/accounts", { id: "burst" });
