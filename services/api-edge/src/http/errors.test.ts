@@ -42,6 +42,20 @@ describe("toHttpError: the spec's error table, in one place", () => {
     expect(log.warn).toHaveBeenCalled();
   });
 
+  it("tells when to retry a 502 whose model has every upstream cooled down", () => {
+    const cooled = new RemoteError(
+      GrpcStatus.UNAVAILABLE,
+      "upstream_error",
+      "every upstream is cooled down",
+      {
+        "retry-after": "12",
+      },
+    );
+    expect(toHttpError(cooled, fakeLog())).toMatchObject({ status: 502, headers: { "retry-after": "12" } });
+    const plain = toHttpError(new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "boom"), fakeLog());
+    expect(plain.headers).toBeUndefined();
+  });
+
   it("maps an unreachable service to 503 and anything unknown to 500", () => {
     expect(
       toHttpError(new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "No connection established"), fakeLog()),

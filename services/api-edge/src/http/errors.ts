@@ -1,6 +1,7 @@
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { isRedisUnavailable } from "@tollgate/kit/redis";
 import { BUDGET_DETAILS, RATE_LIMIT_DETAILS } from "@tollgate/proto/auth";
+import { INFERENCE_DETAILS } from "@tollgate/proto/inference";
 import type { FastifyBaseLogger } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 
@@ -131,9 +132,14 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
     const status = STATUS_BY_CODE[code]!;
     if (status >= 500) {
       log.warn({ code, err }, "request failed upstream");
-      return SURFACED.has(code)
+      const e = SURFACED.has(code)
         ? { ...serverError(status, code), message: err.message }
         : serverError(status, code);
+      // Every upstream of the model is cooled down: when the first comes back.
+      const retryAfter = err instanceof RemoteError ? err.details[INFERENCE_DETAILS.retryAfter] : undefined;
+      return retryAfter !== undefined && /^\d+$/.test(retryAfter)
+        ? { ...e, headers: { "retry-after": retryAfter } }
+        : e;
     }
     const headers =
       err instanceof RemoteError && code === "rate_limited"

@@ -43,6 +43,8 @@ export class InferenceError extends Error {
     message: string,
     /** Set by upstream adapters: how the attempt failed. */
     readonly upstream?: UpstreamFailure,
+    /** Set when every upstream of the model is cooled down: ms until the first comes back. */
+    readonly retryAfterMs?: number,
   ) {
     super(message);
     this.name = "InferenceError";

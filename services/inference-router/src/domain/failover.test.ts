@@ -302,9 +302,11 @@ describe("cooldowns in the failover", () => {
   it("answers upstream_error at once when every upstream is cooled down", async () => {
     const { failover, cooldowns, attemptsAt } = setup({ upstreams: { a: ["ok"], b: ["ok"] } });
     cooldowns.apply({ upstreamId: "a", durationMs: 30_000, reason: "failures" });
-    cooldowns.apply({ upstreamId: "b", durationMs: 30_000, reason: "failures" });
+    cooldowns.apply({ upstreamId: "b", durationMs: 12_000, reason: "failures" });
     const err = await rejection(failover.complete(REQ, signal()));
     expect(err.code).toBe("upstream_error");
+    // The caller hears when the first upstream comes back (Retry-After at api-edge).
+    expect(err.retryAfterMs).toBe(12_000);
     expect(attemptsAt("a") + attemptsAt("b")).toBe(0);
     expect(await rejection(drain(failover.stream(REQ, signal())))).toMatchObject({ code: "upstream_error" });
   });

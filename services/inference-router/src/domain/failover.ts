@@ -79,7 +79,7 @@ export class FailoverProvider implements Provider {
         last = err;
       }
     }
-    throw last ?? allCooledDown(this.model);
+    throw this.#exhausted(last);
   }
 
   async *stream(req: ProviderRequest, signal: AbortSignal): AsyncGenerator<ProviderChunk> {
@@ -101,7 +101,24 @@ export class FailoverProvider implements Provider {
         last = err;
       }
     }
-    throw last ?? allCooledDown(this.model);
+    throw this.#exhausted(last);
+  }
+
+  /**
+   * The error once no attempt is left: the last attempt's, or "every upstream is cooled down";
+   * when every upstream is cooled down it carries how long until the first comes back, which
+   * the caller gets as Retry-After.
+   */
+  #exhausted(last: unknown): unknown {
+    const err = last ?? allCooledDown(this.model);
+    const { cooldowns } = this.deps;
+    if (
+      !(err instanceof InferenceError) ||
+      !this.#members.every((m) => cooldowns.isCooledDown(m.provider.id))
+    )
+      return err;
+    const soonest = Math.min(...this.#members.map((m) => cooldowns.cooledDownUntil(m.provider.id) ?? 0));
+    return new InferenceError(err.code, err.message, err.upstream, Math.max(0, soonest - this.deps.now()));
   }
 
   /** Records a failed attempt with the breaker; true when another attempt may follow. */

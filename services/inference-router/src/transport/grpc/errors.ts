@@ -1,4 +1,5 @@
 import { GrpcStatus, StatusError } from "@tollgate/kit/grpc";
+import { INFERENCE_DETAILS } from "@tollgate/proto/inference";
 import { InferenceError, type InferenceErrorCode } from "../../domain/errors.js";
 
 /** Each inference code's gRPC status, once and exhaustively. */
@@ -14,5 +15,10 @@ const STATUS = {
 
 /** Turns a domain error into the status the bridge sends; anything else passes through. */
 export function toStatusError(err: unknown): unknown {
-  return err instanceof InferenceError ? new StatusError(STATUS[err.code], err.code, err.message) : err;
+  if (!(err instanceof InferenceError)) return err;
+  const details: Record<string, string> =
+    err.retryAfterMs === undefined
+      ? {}
+      : { [INFERENCE_DETAILS.retryAfter]: String(Math.max(1, Math.ceil(err.retryAfterMs / 1_000))) };
+  return new StatusError(STATUS[err.code], err.code, err.message, details);
 }
