@@ -1,4 +1,4 @@
-import type { Redis } from "@tollgate/kit/redis";
+import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
 import {
   type BudgetCount,
   DEFAULT_RESERVATION_TTL_SECONDS,
@@ -200,6 +200,10 @@ if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
 return { 'settled', cost }
 `;
 
+/** How often, and how long, a hold whose admission reply was lost is released again. */
+const UNSURE_RELEASE_RETRY_MS = 250;
+const UNSURE_RELEASE_DEADLINE_MS = 60_000;
+
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
   authSettle(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
@@ -226,6 +230,37 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
   const recordKey = (reservationId: string) => `${p}reservation:${reservationId}`;
   const clockArg = (now: Date) => (opts.clock === "caller" ? now.getTime() : "");
 
+  /**
+   * Runs the admission script. When the connection drops while it runs, Redis may have taken the
+   * hold without us hearing so (the reply was lost): the caller gets the error (503), and the
+   * reservation is released in the background once Redis answers again (a zero-cost settlement;
+   * a no-op when the script never ran), so no orphan hold waits for its TTL.
+   */
+  async function admitOrReleaseLater<T>(
+    reservationId: string | undefined,
+    run: () => Promise<T>,
+  ): Promise<T> {
+    try {
+      return await run();
+    } catch (err) {
+      if (reservationId && isRedisUnavailable(err)) void releaseWhenBack(reservationId);
+      throw err;
+    }
+  }
+
+  async function releaseWhenBack(reservationId: string): Promise<void> {
+    const deadline = Date.now() + UNSURE_RELEASE_DEADLINE_MS;
+    while (Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, UNSURE_RELEASE_RETRY_MS).unref());
+      try {
+        await ledger.settle(reservationId, 0n, `unsure_${reservationId}`, new Date());
+        return;
+      } catch (err) {
+        if (!isRedisUnavailable(err)) return;
+      }
+    }
+  }
+
   const ledger: Ledger = {
     async admit(windows, ask, now) {
       const checks = ask ? ("hold" in ask ? ask.hold.budgets : ask.peek) : [];
@@ -246,26 +281,28 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
         ...checks.flatMap((c) => [budgetKey(c.id), holdsKey(c.id)]),
         ...(hold ? [recordKey(hold.reservationId)] : []),
       ];
-      const reply = await client.authAdmit(
-        keys.length,
-        ...keys,
-        clockArg(now),
-        BUCKET_MS,
-        WINDOW_BUCKETS,
-        windows.length,
-        checks.length,
-        hold ? "hold" : checks.length > 0 ? "peek" : "",
-        hold?.reservationId ?? "",
-        hold ? hold.amount.toString() : "0",
-        holdMs,
-        windowMs,
-        ...windows.flatMap((w) => [w.limit, w.cost]),
-        ...checks.flatMap((c) => [
-          c.limit.toString(),
-          // Kept until the period ends plus the settlement window (relative: the caller's clock).
-          Math.max(1, c.periodEndMs - now.getTime() + windowMs),
-          c.id,
-        ]),
+      const reply = await admitOrReleaseLater(hold?.reservationId, () =>
+        client.authAdmit(
+          keys.length,
+          ...keys,
+          clockArg(now),
+          BUCKET_MS,
+          WINDOW_BUCKETS,
+          windows.length,
+          checks.length,
+          hold ? "hold" : checks.length > 0 ? "peek" : "",
+          hold?.reservationId ?? "",
+          hold ? hold.amount.toString() : "0",
+          holdMs,
+          windowMs,
+          ...windows.flatMap((w) => [w.limit, w.cost]),
+          ...checks.flatMap((c) => [
+            c.limit.toString(),
+            // Kept until the period ends plus the settlement window (relative: the caller's clock).
+            Math.max(1, c.periodEndMs - now.getTime() + windowMs),
+            c.id,
+          ]),
+        ),
       );
       const rateAdmitted = reply[0] === 1;
       const budgetsAdmitted = reply[1] === 1;

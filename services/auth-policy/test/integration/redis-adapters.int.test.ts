@@ -1,8 +1,10 @@
+import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisKeyStore } from "../../src/adapters/redis-key-store.js";
 import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
+import { newReservationId } from "../../src/domain/budget.js";
 import { hashKey } from "../../src/domain/keys.js";
 import { keyStoreContract } from "../key-store-contract.js";
 import { ledgerContract } from "../ledger-contract.js";
@@ -97,5 +99,78 @@ describe("redis ledger (Redis clock)", () => {
     const ttl = await redis.pttl(`${p}auth:rl:{a}:key:k:requests`);
     expect(ttl).toBeGreaterThan(60_000);
     expect(ttl).toBeLessThanOrEqual(63_000);
+  });
+});
+
+/**
+ * A TCP proxy to Redis that, once `loseNextReply` is set, forwards a command but cuts both
+ * connections when the reply comes back: Redis ran the command, the client never hears of it.
+ */
+async function replyLosingProxy(target: URL): Promise<{ url: string; loseNextReply(): void; close(): void }> {
+  let lose = false;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((client) => {
+    const upstream = tcpConnect(Number(target.port), target.hostname);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on("error", () => undefined);
+      s.on("close", () => sockets.delete(s));
+    }
+    client.pipe(upstream);
+    upstream.on("data", (chunk: Buffer) => {
+      if (lose) {
+        lose = false;
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+      client.write(chunk);
+    });
+    client.on("close", () => upstream.destroy());
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const address = server.address() as { port: number };
+  return {
+    url: `redis://127.0.0.1:${address.port}`,
+    loseNextReply: () => {
+      lose = true;
+    },
+    close: () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
+
+describe("redis ledger: a lost admission reply", () => {
+  it("gives back a hold Redis took while the connection dropped, once Redis answers again", async () => {
+    const p = prefix();
+    const proxy = await replyLosingProxy(new URL(fixture.url));
+    const viaProxy = connectRedis(proxy.url);
+    try {
+      const ledger = createRedisLedger(viaProxy, { prefix: p });
+      const budget = {
+        id: "{acct}:connection:c:month:2026-11",
+        scope: "connection" as const,
+        limit: 1_000n,
+        periodEndMs: Date.now() + 86_400_000,
+      };
+      const hold = (reservationId: string) =>
+        ledger.admit([], { hold: { reservationId, amount: 28n, budgets: [budget] } }, new Date());
+      // A first admission loads the script on this connection.
+      expect((await hold(newReservationId("acct"))).budgetsAdmitted).toBe(true);
+      const held = async () => BigInt((await redis.hget(`${p}auth:budget:${budget.id}`, "held")) ?? "0");
+      expect(await held()).toBe(28n);
+
+      proxy.loseNextReply();
+      await expect(hold(newReservationId("acct"))).rejects.toThrow();
+      // Redis did take the second hold; the caller was told it failed (503 at the edge).
+      expect(await held()).toBe(56n);
+      // Once the client reconnects, the unsure hold goes back on its own (not at its TTL).
+      await expect.poll(held, { timeout: 5_000, interval: 100 }).toBe(28n);
+    } finally {
+      viaProxy.disconnect();
+      proxy.close();
+    }
   });
 });
