@@ -1,3 +1,4 @@
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import {
   freePort,
   privateRedis,
@@ -29,16 +30,20 @@ import {
 type SessionReceipt = ReturnType<typeof Session.Precompile.Receipt.deserializeSessionReceipt>;
 
 /**
- * Payment faults on the multi-process stack (issue #8, part 2b), driven by the unmodified mppx
- * client: an mpp-payment replica SIGKILLed between Reserve and Commit (two replicas on one
- * Redis), and the chain RPC failing or slow during open, topUp and close (a fault-injecting
- * proxy between mpp-payment and the devnet; the client reaches the devnet directly).
+ * Payment faults on the multi-process stack (issue #8, parts 2b and 2c), driven by the
+ * unmodified mppx client: an mpp-payment replica SIGKILLed between Reserve and Commit (two
+ * replicas on one Redis), the chain RPC failing or slow during open, topUp and close (a
+ * fault-injecting proxy between mpp-payment and the devnet; the client reaches the devnet
+ * directly), and Redis (append-only) restarted under paid traffic.
  */
 
 /** The fake upstream answers after this long: the window in which a replica is killed. */
 const MODEL_LATENCY_MS = 1_000;
-/** Short hold lifetime, so an uncommitted hold lapses within the test. */
-const RESERVATION_TTL_SECONDS = 3;
+/**
+ * Hold lifetime: short, so a hold whose Reserve reply was lost lapses within the test, yet
+ * longer than a Commit rides out a Redis restart (api-edge runs it again for up to 5 s).
+ */
+const RESERVATION_TTL_SECONDS = 8;
 /** Per JSON-RPC request; a slow chain times out after it (plus viem's bounded retries). */
 const RPC_TIMEOUT_MS = 1_000;
 const FUNDING = 50_000_000n;
@@ -49,6 +54,7 @@ let stack: Stack;
 let redis: RedisFixture;
 let nats: Awaited<ReturnType<typeof useNats>>;
 let proxy: RpcProxy;
+let upstream: FakeUpstream;
 let db: Redis;
 let prefix: string;
 /** Every line the gateway's processes printed (not the devnet's banner, which names demo accounts). */
@@ -64,8 +70,14 @@ const chatBody = (content: string) => ({
 beforeAll(async () => {
   const namespace = uniqueNamespace("payfault");
   prefix = `tollgate:${namespace}:mpp:`;
-  // A private Redis: the commit-in-flight case pauses its writes, which must not touch anyone else.
-  [redis, nats] = await Promise.all([privateRedis(), useNats()]);
+  // A private Redis: the commit-in-flight case pauses its writes and the outage case restarts it
+  // (append-only, so its data survives), which must not touch anyone else.
+  [redis, nats, upstream] = await Promise.all([
+    privateRedis({ appendOnly: true }),
+    useNats(),
+    // In process, so a test can change how long the model takes (configure).
+    startFakeUpstream({ latencyMs: MODEL_LATENCY_MS }),
+  ]);
   const devnetPort = await freePort();
   proxy = await startRpcProxy({ target: `http://127.0.0.1:${devnetPort}` });
   stack = await startStack({
@@ -78,7 +90,8 @@ beforeAll(async () => {
       if (service !== "tempo-devnet") lines.push(`${service}: ${line}`);
     },
     devnetPort,
-    upstreamEnv: { FAKE_LATENCY_MS: String(MODEL_LATENCY_MS) },
+    upstreamPort: upstream.port,
+    externalUpstream: true,
     paymentEnv: {
       TEMPO_RPC_URL: proxy.url,
       TEMPO_RPC_TIMEOUT_MS: String(RPC_TIMEOUT_MS),
@@ -88,11 +101,14 @@ beforeAll(async () => {
     },
   });
   db = new Redis(redis.url);
+  // The test's own connection sees the Redis outage too; its commands run once Redis is back.
+  db.on("error", () => {});
 }, 60_000);
 
 afterAll(async () => {
   db?.disconnect();
   await stack?.stop();
+  await upstream?.close();
   await proxy?.close();
   await Promise.all([redis?.stop(), nats?.stop()]);
 });
@@ -101,7 +117,12 @@ afterAll(async () => {
 async function channelState(channelId: string) {
   const key = `${prefix}ch:{${channelId.toLowerCase()}}`;
   const [ch, holds] = await Promise.all([db.hgetall(key), db.hlen(`${key}:holds`)]);
-  return { spent: BigInt(ch["spent"] ?? "-1"), status: ch["status"], liveHolds: holds };
+  return {
+    spent: BigInt(ch["spent"] ?? "-1"),
+    held: BigInt(ch["held"] ?? "-1"),
+    status: ch["status"],
+    liveHolds: holds,
+  };
 }
 
 /** Reserve calls answered ok so far, per mpp-payment replica. */
@@ -225,6 +246,82 @@ async function closeAndCheckBalances(
   expect((await channelState(p.manager.channelId!)).liveHolds).toBe(0);
   expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(spent);
   expect(FUNDING - (await balanceOf(stack.tempoRpcUrl, p.payer.address))).toBe(spent);
+}
+
+/** What one paid request of the Redis-outage loop came to, as its caller saw it. */
+interface PaidOutcome {
+  content: string;
+  status: number;
+  /** performance.now() when the caller sent it and when the answer was read. */
+  startedAt: number;
+  endedAt: number;
+  receipt: SessionReceipt | undefined;
+  contentType: string | undefined;
+  /** The problem body of an error answer. */
+  problem?: {
+    status?: number;
+    code?: string;
+    request_id?: string;
+    error?: { type?: string; code?: string; request_id?: string };
+  };
+  /** mppx threw instead of answering (it never should here). */
+  thrown?: string;
+}
+
+/**
+ * Paid requests one after another on one session manager (mppx is single-flight) until
+ * `stop()` says so or `max` were sent; after a refusal the caller backs off (100, 200, 400 ms),
+ * as the spec's 5xx rule asks.
+ */
+async function payLoop(
+  p: Awaited<ReturnType<typeof newPayer>>,
+  name: string,
+  stop: (outcomes: PaidOutcome[]) => boolean,
+  max: number,
+): Promise<PaidOutcome[]> {
+  const outcomes: PaidOutcome[] = [];
+  let backoff = 100;
+  for (let i = 0; i < max && !stop(outcomes); i++) {
+    const content = `${name} ${i}`;
+    const startedAt = performance.now();
+    const o: PaidOutcome = {
+      content,
+      status: -1,
+      startedAt,
+      endedAt: 0,
+      receipt: undefined,
+      contentType: undefined,
+    };
+    try {
+      const res = await p.pay(content);
+      const text = await res.text();
+      o.status = res.status;
+      o.receipt = res.receipt ?? undefined;
+      o.contentType = res.headers.get("content-type") ?? undefined;
+      if (res.status !== 200) {
+        try {
+          o.problem = JSON.parse(text) as PaidOutcome["problem"];
+        } catch {
+          // not JSON: the assertion on the body shows it
+        }
+      }
+    } catch (err) {
+      o.thrown = (err as Error).message;
+    }
+    o.endedAt = performance.now();
+    outcomes.push(o);
+    if (o.status === 200) backoff = 100;
+    else {
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, 400);
+    }
+  }
+  return outcomes;
+}
+
+/** Holds of a channel that have not lapsed yet (the store sweeps lapsed ones on its next script). */
+async function unexpiredHolds(channelId: string): Promise<number> {
+  return db.zcount(`${prefix}ch:{${channelId.toLowerCase()}}:exp`, `(${Date.now()}`, "+inf");
 }
 
 describe("payment faults on the multi-process stack", () => {
@@ -396,4 +493,132 @@ describe("payment faults on the multi-process stack", () => {
     expect((await channelState(p.manager.channelId!)).status).toBe("open");
     await closeAndCheckBalances(p, receipts, payeeBefore, () => retryClose(p));
   });
+
+  it("Redis restarted (append-only) under paid traffic: fast 503s during the outage, no receipt without a commit, nothing lost", async () => {
+    const mini = planDefault("Starter");
+    const DOWN_MS = 1_500;
+    // A quick model, so each session sends many requests around the outage; A's Reserve still
+    // holds long enough for Redis to go down before its Commit.
+    upstream.configure({ latencyMs: 400 });
+    try {
+      const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+      // Two sessions, each opened and paid before the outage, with deposit for every voucher
+      // the loops can sign (mppx signs one more bucket per request, refused ones included).
+      const sessions = [await newPayer("40"), await newPayer("40")];
+      const before: PaidOutcome[][] = [];
+      for (const [i, p] of sessions.entries()) {
+        before.push(await payLoop(p, `redis ${"AB"[i]} before`, () => false, 2));
+        expect(before[i]!.map((o) => [o.status, o.receipt !== undefined])).toEqual([
+          [200, true],
+          [200, true],
+        ]);
+        expect((await p.manager.topUp("30"))?.txHash).toMatch(/^0x[0-9a-f]{64}$/);
+      }
+      const [a, b] = sessions as [(typeof sessions)[0], (typeof sessions)[0]];
+      const channels = sessions.map((p) => p.manager.channelId!);
+
+      let down = Number.POSITIVE_INFINITY;
+      let up = Number.POSITIVE_INFINITY;
+      // Each session goes on until it was served at least once a second after Redis came back.
+      const servedAfterUp = (outcomes: PaidOutcome[]) =>
+        performance.now() > up + 1_000 && outcomes.some((o) => o.status === 200 && o.startedAt > up);
+      const loopA = payLoop(a, "redis A", servedAfterUp, 30);
+      // Redis goes down while A's request holds its Reserve and the model runs: its Commit meets
+      // the outage.
+      await until("a live hold on A's channel", async () =>
+        (await channelState(channels[0]!)).liveHolds > 0 ? true : undefined,
+      );
+      down = performance.now();
+      const restart = redis.restart({ downMs: DOWN_MS }).then(() => {
+        up = performance.now();
+      });
+      // B starts once Redis is gone: its first requests meet the outage.
+      await until("Redis to go down", async () => (db.status !== "ready" ? true : undefined), 5_000);
+      const loopB = payLoop(b, "redis B", servedAfterUp, 30);
+      await restart;
+      const [outA, outB] = await Promise.all([loopA, loopB]);
+      const all = [...outA, ...outB];
+
+      // Every answer: a 200 with its receipt, or a fast retryable 503 with the spec's body.
+      const shape = (o: PaidOutcome) => {
+        if (o.status === 200) return o.receipt ? "200 receipt" : "200 WITHOUT RECEIPT";
+        const fastMs = o.endedAt - Math.max(o.startedAt, down);
+        return [
+          o.status,
+          o.thrown ?? o.problem?.error?.type,
+          o.problem?.code,
+          o.problem?.status === o.status &&
+          o.problem?.error?.code === o.problem?.code &&
+          typeof o.problem?.request_id === "string" &&
+          o.problem.request_id === o.problem.error?.request_id
+            ? "spec body"
+            : "OTHER BODY",
+          /^application\/problem\+json/.test(o.contentType ?? "") ? "problem+json" : o.contentType,
+          fastMs < 1_000 ? "fast" : `slow ${Math.round(fastMs)} ms`,
+        ].join(" ");
+      };
+      const shapes: Record<string, number> = {};
+      for (const o of all) shapes[shape(o)] = (shapes[shape(o)] ?? 0) + 1;
+      const refused = all.filter((o) => o.status !== 200);
+      const fast503 = refused.map((o) => o.endedAt - Math.max(o.startedAt, down));
+      console.log(
+        `Redis outage ${Math.round(up - down)} ms; ${all.length} paid requests (A ${outA.length}, B ${outB.length}): ` +
+          `${JSON.stringify(shapes)}; refusals answered in at most ${Math.round(Math.max(...fast503))} ms`,
+      );
+      const allowed = new Set([
+        "200 receipt",
+        "503 server_error service_unavailable spec body problem+json fast",
+      ]);
+      expect(Object.keys(shapes).filter((k) => !allowed.has(k))).toEqual([]);
+      expect(refused.length).toBeGreaterThan(0);
+      // A's request in flight when Redis went down was committed once Redis answered, and paid.
+      const inFlight = outA.find((o) => o.startedAt < down && o.endedAt > down);
+      expect(inFlight?.status).toBe(200);
+      expect(inFlight?.receipt).toBeDefined();
+      // On the wire too: every paid 200 carried a receipt, and no 500 was ever answered.
+      for (const p of sessions) {
+        const paid = p.wire.entries.filter((e) => e.authorization && e.body.length > 0);
+        expect(paid.filter((e) => e.status === 200 && !e.receipt)).toEqual([]);
+        expect(p.wire.entries.filter((e) => e.status >= 500 && e.status !== 503)).toEqual([]);
+      }
+
+      // Nothing lost, nothing counted twice: each receipt adds exactly its request's cost, one
+      // unit each, and the store's spend is the last receipt's. The same session pays on.
+      const receipts: SessionReceipt[][] = [];
+      for (const [i, p] of sessions.entries()) {
+        // A hold whose Reserve answer the outage lost lapses with its TTL; the next request
+        // sweeps it.
+        await until(
+          "no unexpired hold",
+          async () => ((await unexpiredHolds(channels[i]!)) === 0 ? true : undefined),
+          (RESERVATION_TTL_SECONDS + 5) * 1_000,
+        );
+        const after = await payLoop(p, `redis ${"AB"[i]} after`, () => false, 1);
+        const served = [...before[i]!, ...(i === 0 ? outA : outB), ...after].filter((o) => o.status === 200);
+        expect(after.map((o) => [o.status, o.receipt !== undefined])).toEqual([[200, true]]);
+        let spent = 0n;
+        for (const [n, o] of served.entries()) {
+          const r = o.receipt!;
+          expect([o.content, BigInt(r.spent) - spent]).toEqual([
+            o.content,
+            servedCost(chatBody(o.content), mini),
+          ]);
+          expect(r.units).toBe(n + 1);
+          expect(r.channelId).toBe(p.manager.channelId);
+          spent = BigInt(r.spent);
+        }
+        expect(await channelState(channels[i]!)).toEqual({ spent, held: 0n, status: "open", liveHolds: 0 });
+        receipts.push(served.map((o) => o.receipt!));
+      }
+      console.log(
+        `Redis outage: spent A ${receipts[0]!.at(-1)!.spent}, B ${receipts[1]!.at(-1)!.spent} base units`,
+      );
+
+      // Closing pays the payee exactly the committed spend; each payer keeps the rest.
+      await closeAndCheckBalances(a, receipts[0]!, payeeBefore);
+      await closeAndCheckBalances(b, receipts[1]!, payeeBefore + BigInt(receipts[0]!.at(-1)!.spent));
+    } finally {
+      upstream.configure({ latencyMs: MODEL_LATENCY_MS });
+    }
+  }, 50_000);
 });
