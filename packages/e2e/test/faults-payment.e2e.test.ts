@@ -573,6 +573,9 @@ describe("payment faults on the multi-process stack", () => {
       expect(refused.length).toBeGreaterThan(0);
       // A's request in flight when Redis went down was committed once Redis answered, and paid.
       const inFlight = outA.find((o) => o.startedAt < down && o.endedAt > down);
+      console.log(
+        `Redis outage: A's request in flight answered ${inFlight?.status} after ${Math.round((inFlight?.endedAt ?? 0) - down)} ms`,
+      );
       expect(inFlight?.status).toBe(200);
       expect(inFlight?.receipt).toBeDefined();
       // On the wire too: every paid 200 carried a receipt, and no 500 was ever answered.

@@ -18,13 +18,16 @@ const PATH = "/v1/mpp/chat/completions";
  */
 const STOP_CODES = new Set(["mpp_body_digest_mismatch"]);
 const PAYMENT_TIMEOUT_MS = 30_000;
-/** How long Commit and Release are retried when no mpp-payment replica answered (ms). */
+/** How long Commit and Release are retried when no mpp-payment replica or its Redis answered (ms). */
 const SETTLE_RETRY_MS = 5_000;
 
 /**
  * Runs an idempotent payment call (Commit and Release are idempotent by reservation id; the
- * hold lives in Redis, not in the replica) again while it fails without any replica's answer:
- * the replica that took it died, or none is connected yet. A domain refusal is never retried.
+ * hold lives in Redis, not in the replica) again while it fails without any replica's answer
+ * (the replica that took it died, or none is connected yet) or because mpp-payment's Redis is
+ * down or restarting (kit's bridge answers UNAVAILABLE with code store_unavailable; a call whose
+ * reply the outage lost may have run, and its retry answers the same figures). A domain refusal
+ * is never retried.
  */
 async function onAnyReplica<T>(call: () => Promise<T>): Promise<T> {
   const deadline = Date.now() + SETTLE_RETRY_MS;
@@ -32,9 +35,11 @@ async function onAnyReplica<T>(call: () => Promise<T>): Promise<T> {
     try {
       return await call();
     } catch (err) {
-      const unanswered =
-        err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE && err.code === undefined;
-      if (!unanswered || Date.now() + delay > deadline) throw err;
+      const transient =
+        err instanceof RemoteError &&
+        err.status === GrpcStatus.UNAVAILABLE &&
+        (err.code === undefined || err.code === "store_unavailable");
+      if (!transient || Date.now() + delay > deadline) throw err;
       await new Promise((r) => setTimeout(r, delay));
     }
   }

@@ -26,7 +26,12 @@ const CHALLENGE =
   'Payment id="ch_1", realm="tollgate", method="tempo", intent="session", request="e30", expires="2999-01-01T00:00:00.000Z"';
 
 const calls: string[] = [];
-let script: { verify?: () => never; commit?: () => never; receipt?: string } = {};
+let script: {
+  verify?: () => never;
+  commit?: () => void;
+  release?: () => void;
+  receipt?: string;
+} = {};
 
 const payment: Handlers<typeof PaymentService> = {
   async challenge(req) {
@@ -58,6 +63,7 @@ const payment: Handlers<typeof PaymentService> = {
   },
   async release() {
     calls.push("release");
+    script.release?.();
     return {};
   },
   async close() {
@@ -215,6 +221,30 @@ describe("paid route control flow (api-edge)", () => {
     const problem = (await res.json()) as { code: string; choices?: unknown };
     expect(problem.code).toBe("mpp_commit_failed");
     expect(problem.choices).toBeUndefined();
+  });
+
+  it("runs a Commit that met a Redis outage again once the store answers: the receipt follows", async () => {
+    // What kit's bridge answers for a call whose Redis is down or restarting.
+    const outage = new StatusError(GrpcStatus.UNAVAILABLE, "store_unavailable", "store unavailable");
+    let failures = 2;
+    script.commit = () => {
+      if (failures-- > 0) throw outage;
+    };
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("payment-receipt")).toBe("receipt-after-commit");
+    expect(calls.filter((c) => c.startsWith("commit:"))).toHaveLength(3);
+
+    // A Release likewise: the hold goes back once Redis answers, not with its TTL.
+    upstream.failNext(1, { status: 500 });
+    calls.length = 0;
+    failures = 1;
+    script.release = () => {
+      if (failures-- > 0) throw outage;
+    };
+    const failed = await post(body, { authorization: "Payment abc" });
+    expect(failed.status).toBe(502);
+    expect(calls).toEqual(["verify", "reserve", "release", "release"]);
   });
 
   it("never answers 200 without a receipt, even if the commit returns none", async () => {

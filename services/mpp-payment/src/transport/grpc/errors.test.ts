@@ -30,6 +30,25 @@ describe("toStatusError", () => {
     });
   }
 
+  for (const code of ["mpp_reservation_failed", "mpp_commit_failed"] as const) {
+    it(`passes on the Redis outage behind ${code}, which the bridge answers UNAVAILABLE`, () => {
+      const cause = new Error("Connection is closed.");
+      expect(toStatusError(new PaymentError(code, "store call failed", { cause }))).toBe(cause);
+    });
+  }
+
+  it("keeps the code of a store failure that is no outage, and of a close that could not be recorded", () => {
+    const wrong = new Error("ERR wrong number of arguments");
+    expect(toStatusError(new PaymentError("mpp_commit_failed", "failed", { cause: wrong }))).toMatchObject({
+      status: GrpcStatus.INTERNAL,
+      code: "mpp_commit_failed",
+    });
+    const closed = new Error("Connection is closed.");
+    expect(
+      toStatusError(new PaymentError("mpp_session_close_unavailable", "unreachable", { cause: closed })),
+    ).toMatchObject({ status: GrpcStatus.UNAVAILABLE, code: "mpp_session_close_unavailable" });
+  });
+
   it("passes anything else through untouched", () => {
     const err = new Error("boom");
     expect(toStatusError(err)).toBe(err);

@@ -1,4 +1,5 @@
 import { GrpcStatus, StatusError } from "@tollgate/kit/grpc";
+import { isRedisUnavailable } from "@tollgate/kit/redis";
 import { PaymentError, type PaymentErrorCode } from "../../domain/errors.js";
 
 /**
@@ -23,7 +24,23 @@ export const STATUS = {
   mpp_session_close_failed: GrpcStatus.ABORTED,
 } satisfies Record<PaymentErrorCode, GrpcStatus>;
 
-/** Turns a domain error into the status the bridge sends; anything else passes through (INTERNAL). */
+/**
+ * Codes the domain gives a Reserve, Commit or Release whose store call failed. When it failed
+ * only because Redis could not be reached, the answer is that outage, not a refusal.
+ */
+const STORE_CALL_CODES: ReadonlySet<PaymentErrorCode> = new Set([
+  "mpp_reservation_failed",
+  "mpp_commit_failed",
+]);
+
+/**
+ * Turns a domain error into the status the bridge sends; anything else passes through (INTERNAL).
+ * A Reserve, Commit or Release that failed because Redis was down or restarting passes its cause
+ * on, which the bridge answers UNAVAILABLE (store_unavailable): api-edge answers a retryable 503
+ * for a Reserve, and runs an idempotent Commit or Release again once Redis answers.
+ */
 export function toStatusError(err: unknown): unknown {
-  return err instanceof PaymentError ? new StatusError(STATUS[err.code], err.code, err.message) : err;
+  if (!(err instanceof PaymentError)) return err;
+  if (STORE_CALL_CODES.has(err.code) && isRedisUnavailable(err.cause)) return err.cause;
+  return new StatusError(STATUS[err.code], err.code, err.message);
 }
