@@ -193,6 +193,9 @@ function errorTypeOf(err: unknown): string {
   return err instanceof StatusError || err instanceof RemoteError ? (err.code ?? "internal") : "internal";
 }
 
+/** The domain code of an UNAVAILABLE answer sent because the service's Redis is unreachable. */
+export const STORE_UNAVAILABLE = "store_unavailable";
+
 /** Maps a thrown value to a gRPC status object; unknown failures become INTERNAL without detail. */
 function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc.StatusObject> {
   if (err instanceof StatusError) {
@@ -205,7 +208,7 @@ function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc
   if (isRedisUnavailable(err)) {
     // Redis down or restarting: the caller may retry (HTTP 503), nothing is wrong with the call.
     log.warn({ err, method }, "store unavailable");
-    metadata.set(ERROR_CODE_KEY, "store_unavailable");
+    metadata.set(ERROR_CODE_KEY, STORE_UNAVAILABLE);
     return { code: grpc.status.UNAVAILABLE, details: "store unavailable", metadata };
   }
   log.error({ err, method }, "handler failed");

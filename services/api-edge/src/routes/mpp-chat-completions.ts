@@ -1,5 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { GrpcStatus, RemoteError, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
 import { Door, Operation } from "@tollgate/proto/inference";
 import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
@@ -38,7 +38,7 @@ async function onAnyReplica<T>(call: () => Promise<T>): Promise<T> {
       const transient =
         err instanceof RemoteError &&
         err.status === GrpcStatus.UNAVAILABLE &&
-        (err.code === undefined || err.code === "store_unavailable");
+        (err.code === undefined || err.code === STORE_UNAVAILABLE);
       if (!transient || Date.now() + delay > deadline) throw err;
       await new Promise((r) => setTimeout(r, delay));
     }
