@@ -1,5 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { retryLater } from "@tollgate/kit/retry";
 import type { AuthorizeRequestSchema, AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import type { CompleteResponse } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
@@ -94,7 +95,7 @@ export async function releaseHold(
   try {
     await release();
   } catch (err) {
-    if (!(err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE)) {
+    if (!unavailable(err)) {
       req.log.warn({ err }, "budget hold not released; it lapses with its TTL");
       return;
     }
@@ -104,23 +105,15 @@ export async function releaseHold(
   }
 }
 
-const RELEASE_RETRY_MS = 500;
-const RELEASE_DEADLINE_MS = 30_000;
+/** How a release that met auth-policy away is tried again. */
+const RELEASE_RETRY = { everyMs: 500, forMs: 30_000 };
 
-async function retryRelease(release: () => Promise<unknown>, req: FastifyRequest): Promise<void> {
-  const deadline = Date.now() + RELEASE_DEADLINE_MS;
-  for (;;) {
-    await new Promise((r) => setTimeout(r, RELEASE_RETRY_MS));
-    try {
-      await release();
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) {
-        req.log.warn({ err }, "budget hold not released; it lapses with its TTL");
-        return;
-      }
-    }
-  }
+const unavailable = (err: unknown) => err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE;
+
+function retryRelease(release: () => Promise<unknown>, req: FastifyRequest): Promise<boolean> {
+  return retryLater(release, unavailable, RELEASE_RETRY, (err) =>
+    req.log.warn({ err }, "budget hold not released; it lapses with its TTL"),
+  );
 }
 
 /** Runs a buffered completion; when it fails, the budget hold goes back before the error does. */

@@ -1,4 +1,5 @@
 import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
+import { retryLater } from "@tollgate/kit/retry";
 import {
   type BudgetCount,
   DEFAULT_RESERVATION_TTL_SECONDS,
@@ -201,8 +202,7 @@ return { 'settled', cost }
 `;
 
 /** How often, and how long, a hold whose admission reply was lost is released again. */
-const UNSURE_RELEASE_RETRY_MS = 250;
-const UNSURE_RELEASE_DEADLINE_MS = 60_000;
+const UNSURE_RELEASE = { everyMs: 250, forMs: 60_000 };
 
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
@@ -248,17 +248,9 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     }
   }
 
-  async function releaseWhenBack(reservationId: string): Promise<void> {
-    const deadline = Date.now() + UNSURE_RELEASE_DEADLINE_MS;
-    while (Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, UNSURE_RELEASE_RETRY_MS).unref());
-      try {
-        await ledger.settle(reservationId, 0n, `unsure_${reservationId}`, new Date());
-        return;
-      } catch (err) {
-        if (!isRedisUnavailable(err)) return;
-      }
-    }
+  function releaseWhenBack(reservationId: string): Promise<boolean> {
+    const release = () => ledger.settle(reservationId, 0n, `unsure_${reservationId}`, new Date());
+    return retryLater(release, isRedisUnavailable, UNSURE_RELEASE);
   }
 
   const ledger: Ledger = {

@@ -1,6 +1,6 @@
-import { createServer, type Server, type Socket, connect as tcpConnect } from "node:net";
 import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisKeyStore } from "../../src/adapters/redis-key-store.js";
 import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
@@ -102,50 +102,10 @@ describe("redis ledger (Redis clock)", () => {
   });
 });
 
-/**
- * A TCP proxy to Redis that, once `loseNextReply` is set, forwards a command but cuts both
- * connections when the reply comes back: Redis ran the command, the client never hears of it.
- */
-async function replyLosingProxy(target: URL): Promise<{ url: string; loseNextReply(): void; close(): void }> {
-  let lose = false;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    const upstream = tcpConnect(Number(target.port), target.hostname);
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on("error", () => undefined);
-      s.on("close", () => sockets.delete(s));
-    }
-    client.pipe(upstream);
-    upstream.on("data", (chunk: Buffer) => {
-      if (lose) {
-        lose = false;
-        client.destroy();
-        upstream.destroy();
-        return;
-      }
-      client.write(chunk);
-    });
-    client.on("close", () => upstream.destroy());
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const address = server.address() as { port: number };
-  return {
-    url: `redis://127.0.0.1:${address.port}`,
-    loseNextReply: () => {
-      lose = true;
-    },
-    close: () => {
-      for (const s of sockets) s.destroy();
-      server.close();
-    },
-  };
-}
-
 describe("redis ledger: a lost admission reply", () => {
   it("gives back a hold Redis took while the connection dropped, once Redis answers again", async () => {
     const p = prefix();
-    const proxy = await replyLosingProxy(new URL(fixture.url));
+    const proxy = await startReplyLosingProxy(fixture.url);
     const viaProxy = connectRedis(proxy.url);
     try {
       const ledger = createRedisLedger(viaProxy, { prefix: p });

@@ -1,4 +1,5 @@
-import type { Redis } from "@tollgate/kit/redis";
+import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
+import { retryLater } from "@tollgate/kit/retry";
 import type { Address, Hex } from "viem";
 import type {
   AcceptVoucherOutcome,
@@ -267,6 +268,9 @@ function recordOf(channelId: Hex, h: Record<string, string>): ChannelRecord {
   return record;
 }
 
+/** How often, and how long, a hold whose Reserve reply was lost is released again. */
+const UNSURE_RELEASE = { everyMs: 250, forMs: 60_000 };
+
 /** The channel store over Redis: keys `<prefix>mpp:…`, one Lua script per check-and-update. */
 export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOptions = {}): ChannelStore {
   const p = `${opts.prefix ?? "tollgate:"}mpp:`;
@@ -286,7 +290,7 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
   const dirtyKey = `${p}dirty`;
   const lock = (name: string) => `${p}lock:${name}`;
 
-  return {
+  const store: ChannelStore = {
     async get(channelId) {
       const h = await redis.hgetall(ch(channelId));
       return Object.keys(h).length === 0 ? undefined : recordOf(channelId, h);
@@ -328,17 +332,30 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
     },
 
     async reserve(channelId, reservationId, amount, now, expiresAt) {
-      return (await client.mppReserve(
-        ch(channelId),
-        holds(channelId),
-        exps(channelId),
-        res(channelId, reservationId),
-        reservationId,
-        amount.toString(),
-        now,
-        expiresAt,
-        expiresAt + retentionMs,
-      )) as ReserveOutcome;
+      try {
+        return (await client.mppReserve(
+          ch(channelId),
+          holds(channelId),
+          exps(channelId),
+          res(channelId, reservationId),
+          reservationId,
+          amount.toString(),
+          now,
+          expiresAt,
+          expiresAt + retentionMs,
+        )) as ReserveOutcome;
+      } catch (err) {
+        // The connection dropped while the script ran: Redis may hold the amount without us
+        // knowing (the reply was lost). The caller gets the error (503, no model runs), and the
+        // hold goes back once Redis answers again, not at its expiry (a no-op if it never ran).
+        if (isRedisUnavailable(err))
+          void retryLater(
+            () => store.release(channelId, reservationId, Date.now()),
+            isRedisUnavailable,
+            UNSURE_RELEASE,
+          );
+        throw err;
+      }
     },
 
     async commit(channelId, reservationId, actual, now): Promise<CommitOutcome> {
@@ -434,4 +451,5 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
       await client.mppUnlock(lock(name), owner);
     },
   };
+  return store;
 }

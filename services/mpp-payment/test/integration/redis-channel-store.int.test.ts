@@ -1,5 +1,6 @@
 import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisChannelStore } from "../../src/adapters/redis-channel-store.js";
 import { channelStoreContract, newChannel } from "../channel-store-contract.js";
@@ -67,6 +68,35 @@ describe("redis channel store", () => {
       expect((await stores[1]!.get(c.channelId))?.held).toBe(990_000n);
     } finally {
       await Promise.all(connections.map((r) => quitRedis(r)));
+    }
+  });
+});
+
+describe("redis channel store: a lost Reserve reply", () => {
+  it("gives back a hold Redis took while the connection dropped, once Redis answers again", async () => {
+    const ns = uniqueNamespace("mppstore");
+    namespaces.push(ns);
+    const proxy = await startReplyLosingProxy(fixture.url);
+    const viaProxy = connectRedis(proxy.url);
+    try {
+      const s = createRedisChannelStore(viaProxy, { prefix: `${ns}:` });
+      const direct = createRedisChannelStore(redis, { prefix: `${ns}:` });
+      const c = newChannel();
+      await s.create(c);
+      const now = Date.now();
+      expect(await s.reserve(c.channelId, "r1", 5n, now, now + 600_000)).toBe("reserved");
+
+      proxy.loseNextReply();
+      await expect(s.reserve(c.channelId, "r2", 7n, now, now + 600_000)).rejects.toThrow();
+      // Redis did take the second hold; the caller was told it failed (503 at the edge).
+      expect((await direct.get(c.channelId))?.held).toBe(12n);
+      // Once the client reconnects, the unsure hold goes back on its own (not at its expiry).
+      await expect
+        .poll(async () => (await direct.get(c.channelId))?.held, { timeout: 5_000, interval: 100 })
+        .toBe(5n);
+    } finally {
+      viaProxy.disconnect();
+      proxy.close();
     }
   });
 });
