@@ -254,7 +254,7 @@ describe("upstreams of a model and their resilience", () => {
     expect(modelUpstreams(cfg.models[0]!)).toEqual([{ id: "local", priority: 0, weight: 1 }]);
   });
 
-  it("reads several upstreams with priority and weight, defaulting both", () => {
+  it("reads several upstreams with priority and weight, defaulting both, each with its own model id if it names one", () => {
     const doc = validDoc() as unknown as {
       upstreams: Array<Record<string, unknown>>;
       models: Array<Record<string, unknown>>;
@@ -263,12 +263,12 @@ describe("upstreams of a model and their resilience", () => {
     delete doc.models[0]!.upstream;
     doc.models[0]!.upstreams = [
       { id: "local", weight: 3 },
-      { id: "backup", priority: 1 },
+      { id: "backup", priority: 1, upstreamModel: "vendor/qwen-7b" },
     ];
     const cfg = parseGatewayConfig(doc);
     expect(modelUpstreams(cfg.models[0]!)).toEqual([
       { id: "local", priority: 0, weight: 3 },
-      { id: "backup", priority: 1, weight: 1 },
+      { id: "backup", priority: 1, weight: 1, upstreamModel: "vendor/qwen-7b" },
     ]);
   });
 

@@ -113,6 +113,8 @@ const modelUpstreamSchema = z.strictObject({
   priority: z.number().int().min(0).max(1_000).default(0),
   /** Relative share of first attempts among the upstreams of the same priority. */
   weight: z.number().int().min(1).max(1_000).default(1),
+  /** The model id this upstream expects, when it differs from the model's `upstreamModel`. */
+  upstreamModel: z.string().min(1).optional(),
 });
 
 export const modelSchema = z
@@ -123,7 +125,7 @@ export const modelSchema = z
     upstream: id.optional(),
     /** Several upstreams serving this model, with failover between them. */
     upstreams: z.array(modelUpstreamSchema).min(1).optional(),
-    /** Model id the upstream expects. */
+    /** Model id the upstream expects (each entry of `upstreams` may name its own). */
     upstreamModel: z.string().min(1),
     /** Runtime label (vllm, ollama, llama.cpp, openai, ...), recorded with usage. */
     runtime: z.string().min(1),

@@ -37,11 +37,17 @@ export class Catalog {
       const members = modelUpstreams(m).map((u) => {
         const provider = providers.get(u.id);
         if (!provider) throw new Error(`model ${m.id}: no provider for upstream ${u.id}`);
-        return { provider, priority: u.priority, weight: u.weight };
+        return {
+          provider,
+          priority: u.priority,
+          weight: u.weight,
+          ...(u.upstreamModel ? { upstreamModel: u.upstreamModel } : {}),
+        };
       });
       this.#routes.set(m.id, {
         model: m.id,
-        upstreamModel: m.upstreamModel,
+        // One upstream: its own model id, also without a failover composer in front.
+        upstreamModel: (members.length === 1 ? members[0]!.upstreamModel : undefined) ?? m.upstreamModel,
         runtime: m.runtime,
         prices: m.pricing,
         provider: compose(m.id, members),

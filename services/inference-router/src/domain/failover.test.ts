@@ -62,7 +62,7 @@ const COOLDOWN: CooldownConfig = {
 
 interface Setup {
   upstreams: Record<string, Step[]>;
-  members?: Array<{ id: string; priority?: number; weight?: number }>;
+  members?: Array<{ id: string; priority?: number; weight?: number; upstreamModel?: string }>;
   retry?: Partial<RetryConfig>;
   cooldown?: Partial<CooldownConfig>;
   deadlineMs?: number;
@@ -84,7 +84,12 @@ function setup(s: Setup) {
   );
   const members: FailoverMember[] = (
     s.members ?? [...providers.keys()].map((id, i) => ({ id, priority: i, weight: 1 }))
-  ).map((m) => ({ provider: providers.get(m.id)!, priority: m.priority ?? 0, weight: m.weight ?? 1 }));
+  ).map((m) => ({
+    provider: providers.get(m.id)!,
+    priority: m.priority ?? 0,
+    weight: m.weight ?? 1,
+    ...("upstreamModel" in m && m.upstreamModel ? { upstreamModel: m.upstreamModel } : {}),
+  }));
   const failover = new FailoverProvider("public-model", members, {
     cooldowns,
     retry: { ...RETRY, ...s.retry },
@@ -135,6 +140,19 @@ describe("FailoverProvider, buffered", () => {
     expect([attemptsAt("a"), attemptsAt("b")]).toEqual([1, 1]);
     expect(sleeps).toEqual([]);
     expect(events).toEqual(["retry public-model b", "fallback public-model a->b"]);
+  });
+
+  it("sends each upstream the model id it expects", async () => {
+    const { failover, providers } = setup({
+      upstreams: { a: [{ fail: "status_5xx" }], b: ["ok"] },
+      members: [
+        { id: "a", priority: 0 },
+        { id: "b", priority: 1, upstreamModel: "vendor/model-b" },
+      ],
+    });
+    await failover.complete(REQ, signal());
+    expect(providers.get("a")!.attempts.map((r) => r.body.model)).toEqual(["m"]);
+    expect(providers.get("b")!.attempts.map((r) => r.body.model)).toEqual(["vendor/model-b"]);
   });
 
   it.each<AttemptFailure>([

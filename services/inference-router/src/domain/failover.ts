@@ -10,6 +10,8 @@ export interface FailoverMember {
   priority: number;
   /** Share of first attempts among members of the same priority. */
   weight: number;
+  /** The model id this upstream expects, when it differs from the model's. */
+  upstreamModel?: string;
 }
 
 /** Counts the failover decisions (metrics). */
@@ -71,7 +73,7 @@ export class FailoverProvider implements Provider {
     let last: unknown;
     for (let member = await attempts.next(); member; member = await attempts.next()) {
       try {
-        const result = await member.provider.complete(attempts.request(req), signal);
+        const result = await member.provider.complete(attempts.request(req, member), signal);
         this.deps.cooldowns.success(member.provider.id);
         return { ...result, upstreamId: result.upstreamId ?? member.provider.id };
       } catch (err) {
@@ -88,7 +90,7 @@ export class FailoverProvider implements Provider {
     for (let member = await attempts.next(); member; member = await attempts.next()) {
       let delivered = false;
       try {
-        for await (const chunk of member.provider.stream(attempts.request(req), signal)) {
+        for await (const chunk of member.provider.stream(attempts.request(req, member), signal)) {
           delivered = true;
           yield { ...chunk, upstreamId: chunk.upstreamId ?? member.provider.id };
         }
@@ -152,8 +154,10 @@ class Attempts {
   }
 
   /** The request for the next attempt, with the time left before the deadline. */
-  request(req: ProviderRequest): ProviderRequest {
-    return { ...req, timeLeftMs: Math.max(1, this.#deadline - this.deps.now()) };
+  request(req: ProviderRequest, member: FailoverMember): ProviderRequest {
+    const timeLeftMs = Math.max(1, this.#deadline - this.deps.now());
+    const body = member.upstreamModel ? { ...req.body, model: member.upstreamModel } : req.body;
+    return { ...req, body, timeLeftMs };
   }
 
   /** The member to try next (after any wait), or undefined when no attempt is left. */
