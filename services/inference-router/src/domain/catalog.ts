@@ -15,12 +15,18 @@ export interface ModelRoute {
   reasoning: boolean;
 }
 
-/** Puts a model's upstreams behind one provider (the failover provider in the router). */
+/**
+ * Puts a model's upstreams behind one provider (the failover provider in the router), which
+ * sends each member its own `upstreamModel` when it names one.
+ */
 export type ComposeProviders = (model: string, members: FailoverMember[]) => Provider;
 
-/** Without a composer, a model must have exactly one upstream, which serves it directly. */
+/** Without a composer, a model must have exactly one upstream with the model's own id. */
 const single: ComposeProviders = (model, members) => {
-  if (members.length !== 1) throw new Error(`model ${model}: several upstreams need a failover composer`);
+  if (members.length !== 1 || members[0]!.upstreamModel)
+    throw new Error(
+      `model ${model}: several upstreams or an upstream's own model id need a failover composer`,
+    );
   return members[0]!.provider;
 };
 
@@ -46,8 +52,7 @@ export class Catalog {
       });
       this.#routes.set(m.id, {
         model: m.id,
-        // One upstream: its own model id, also without a failover composer in front.
-        upstreamModel: (members.length === 1 ? members[0]!.upstreamModel : undefined) ?? m.upstreamModel,
+        upstreamModel: m.upstreamModel,
         runtime: m.runtime,
         prices: m.pricing,
         provider: compose(m.id, members),
