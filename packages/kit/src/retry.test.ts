@@ -1,33 +1,35 @@
 import { describe, expect, it, vi } from "vitest";
-import { retryLater } from "./retry.js";
+import { retrying } from "./retry.js";
 
 const away = new Error("Connection is closed.");
 const transient = (err: unknown) => err === away;
 
-describe("retryLater", () => {
+describe("retrying", () => {
   it("tries again while the failure is transient, and stops at the first success", async () => {
     const task = vi.fn().mockRejectedValueOnce(away).mockRejectedValueOnce(away).mockResolvedValue("ok");
-    expect(await retryLater(task, transient, { everyMs: 5, forMs: 1_000 })).toBe(true);
+    expect(await retrying(task, transient, { delayMs: 5, forMs: 1_000 })).toBe("ok");
     expect(task).toHaveBeenCalledTimes(3);
   });
 
-  it("gives up at once on a lasting error, telling why", async () => {
+  it("gives up at once on a lasting error, rejecting with it", async () => {
     const lasting = new Error("reservation budgets changed");
     const task = vi.fn().mockRejectedValue(lasting);
-    const onGiveUp = vi.fn();
-    expect(await retryLater(task, transient, { everyMs: 5, forMs: 1_000 }, onGiveUp)).toBe(false);
+    await expect(retrying(task, transient, { delayMs: 5, forMs: 1_000 })).rejects.toBe(lasting);
     expect(task).toHaveBeenCalledTimes(1);
-    expect(onGiveUp).toHaveBeenCalledWith(lasting);
   });
 
-  it("starts no attempt after its time is up", async () => {
-    const task = vi.fn().mockRejectedValue(away);
-    const onGiveUp = vi.fn();
+  it("starts no attempt after its time is up, and doubles its pause up to the longest", async () => {
+    const at: number[] = [];
+    const task = vi.fn(async () => {
+      at.push(Date.now());
+      throw away;
+    });
     const started = Date.now();
-    expect(await retryLater(task, transient, { everyMs: 20, forMs: 100 }, onGiveUp)).toBe(false);
+    await expect(retrying(task, transient, { delayMs: 20, maxDelayMs: 40, forMs: 150 })).rejects.toBe(away);
     expect(Date.now() - started).toBeLessThan(400);
-    expect(task.mock.calls.length).toBeGreaterThanOrEqual(2);
-    expect(task.mock.calls.length).toBeLessThanOrEqual(5);
-    expect(onGiveUp).toHaveBeenCalledWith(away);
+    // Pauses 20, 40, 40, 40 ms: at most five attempts fit in 150 ms.
+    expect(at.length).toBeGreaterThanOrEqual(3);
+    expect(at.length).toBeLessThanOrEqual(5);
+    expect(at[2]! - at[1]!).toBeGreaterThanOrEqual(35);
   });
 });

@@ -1,35 +1,35 @@
-/** How long, and how often, a background retry tries again. */
+/** How long, and at what pace, a failing call is tried again. */
 export interface RetryPolicy {
-  /** Pause before each attempt (the first one too). */
-  everyMs: number;
-  /** No attempt starts later than this after the call. */
+  /** Pause before the first retry; it doubles after each, up to `maxDelayMs`. */
+  delayMs: number;
+  /** Longest pause. Default `delayMs` (a fixed pace). */
+  maxDelayMs?: number;
+  /** No retry starts later than this after the first attempt. */
   forMs: number;
 }
 
 /**
- * Runs `task` again in the background while it fails with an error `transient` accepts (a store
- * or a service briefly away), pausing `everyMs` before each attempt, for at most `forMs`.
- * Resolves true once an attempt succeeded, false when it gave up (a lasting error, or time ran
- * out; `onGiveUp` gets the last error). Its timers never keep the process alive.
+ * Runs `task`, and again after a pause while it fails with an error `transient` accepts (a store,
+ * a service or a bus briefly away), for at most `policy.forMs`. Resolves with the first success;
+ * rejects with the last error once the error is lasting or the time is up. The pauses never keep
+ * the process alive, so a retry left running in the background does not hold up an exit.
  */
-export async function retryLater(
-  task: () => Promise<unknown>,
+export async function retrying<T>(
+  task: () => Promise<T>,
   transient: (err: unknown) => boolean,
   policy: RetryPolicy,
-  onGiveUp?: (err: unknown) => void,
-): Promise<boolean> {
+): Promise<T> {
   const deadline = Date.now() + policy.forMs;
-  let last: unknown;
-  while (Date.now() + policy.everyMs <= deadline) {
-    await new Promise((r) => setTimeout(r, policy.everyMs).unref());
+  const max = policy.maxDelayMs ?? policy.delayMs;
+  for (let delay = policy.delayMs; ; delay = Math.min(delay * 2, max)) {
     try {
-      await task();
-      return true;
+      return await task();
     } catch (err) {
-      last = err;
-      if (!transient(err)) break;
+      if (!transient(err) || Date.now() + delay > deadline) throw err;
+      await new Promise((r) => setTimeout(r, delay).unref());
     }
   }
-  onGiveUp?.(last);
-  return false;
 }
+
+/** Every failure is worth another try (the caller bounds them in time). */
+export const always = (): boolean => true;

@@ -1,6 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
-import { retryLater } from "@tollgate/kit/retry";
+import { retrying } from "@tollgate/kit/retry";
 import type { AuthorizeRequestSchema, AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import type { CompleteResponse } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
@@ -101,20 +101,16 @@ export async function releaseHold(
     }
     // auth-policy or its Redis is briefly away (a restart): keep trying in the background, so
     // the caller's error is not delayed and the hold does not linger until its TTL.
-    void retryRelease(release, req);
+    void retrying(release, unavailable, RELEASE_RETRY).catch((lastErr: unknown) =>
+      req.log.warn({ err: lastErr }, "budget hold not released; it lapses with its TTL"),
+    );
   }
 }
 
 /** How a release that met auth-policy away is tried again. */
-const RELEASE_RETRY = { everyMs: 500, forMs: 30_000 };
+const RELEASE_RETRY = { delayMs: 500, forMs: 30_000 };
 
 const unavailable = (err: unknown) => err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE;
-
-function retryRelease(release: () => Promise<unknown>, req: FastifyRequest): Promise<boolean> {
-  return retryLater(release, unavailable, RELEASE_RETRY, (err) =>
-    req.log.warn({ err }, "budget hold not released; it lapses with its TTL"),
-  );
-}
 
 /** Runs a buffered completion; when it fails, the budget hold goes back before the error does. */
 export async function completeOrRelease(

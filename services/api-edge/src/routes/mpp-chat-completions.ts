@@ -1,5 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
+import { retrying } from "@tollgate/kit/retry";
 import { Door, Operation } from "@tollgate/proto/inference";
 import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
@@ -29,21 +30,14 @@ const SETTLE_RETRY_MS = 5_000;
  * reply the outage lost may have run, and its retry answers the same figures). A domain refusal
  * is never retried.
  */
-async function onAnyReplica<T>(call: () => Promise<T>): Promise<T> {
-  const deadline = Date.now() + SETTLE_RETRY_MS;
-  for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
-    try {
-      return await call();
-    } catch (err) {
-      const transient =
-        err instanceof RemoteError &&
-        err.status === GrpcStatus.UNAVAILABLE &&
-        (err.code === undefined || err.code === STORE_UNAVAILABLE);
-      if (!transient || Date.now() + delay > deadline) throw err;
-      await new Promise((r) => setTimeout(r, delay));
-    }
-  }
+function onAnyReplica<T>(call: () => Promise<T>): Promise<T> {
+  return retrying(call, noReplicaAnswered, { delayMs: 50, maxDelayMs: 1_000, forMs: SETTLE_RETRY_MS });
 }
+
+const noReplicaAnswered = (err: unknown) =>
+  err instanceof RemoteError &&
+  err.status === GrpcStatus.UNAVAILABLE &&
+  (err.code === undefined || err.code === STORE_UNAVAILABLE);
 
 type Credential = { kind: "none" } | { kind: "payment"; header: string };
 

@@ -1,5 +1,5 @@
 import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
-import { retryLater } from "@tollgate/kit/retry";
+import { retrying } from "@tollgate/kit/retry";
 import {
   type BudgetCount,
   DEFAULT_RESERVATION_TTL_SECONDS,
@@ -202,7 +202,7 @@ return { 'settled', cost }
 `;
 
 /** How often, and how long, a hold whose admission reply was lost is released again. */
-const UNSURE_RELEASE = { everyMs: 250, forMs: 60_000 };
+const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
@@ -248,9 +248,10 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     }
   }
 
-  function releaseWhenBack(reservationId: string): Promise<boolean> {
+  function releaseWhenBack(reservationId: string): Promise<unknown> {
     const release = () => ledger.settle(reservationId, 0n, `unsure_${reservationId}`, new Date());
-    return retryLater(release, isRedisUnavailable, UNSURE_RELEASE);
+    // Given up after a minute: the hold then lapses with its TTL, as before.
+    return retrying(release, isRedisUnavailable, UNSURE_RELEASE).catch(() => undefined);
   }
 
   const ledger: Ledger = {

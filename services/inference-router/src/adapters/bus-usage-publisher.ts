@@ -1,6 +1,7 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EventBus } from "@tollgate/kit/bus";
+import { always, retrying } from "@tollgate/kit/retry";
 import { Door, Outcome, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
 import type { UsageEvent, UsagePublisher } from "../domain/ports.js";
 
@@ -57,15 +58,11 @@ export function createBusUsagePublisher(
     async publish(e: UsageEvent) {
       const data = toBinary(UsageRecordedSchema, usageRecordedOf(e));
       // The same message id on every attempt: JetStream stores a retried publish once.
-      const deadline = Date.now() + deadlineMs;
-      for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {
-        try {
-          return await bus.publish(subject, data, e.eventId);
-        } catch (err) {
-          if (Date.now() + backoff >= deadline) throw err;
-          await new Promise((r) => setTimeout(r, backoff));
-        }
-      }
+      await retrying(() => bus.publish(subject, data, e.eventId), always, {
+        delayMs: FIRST_BACKOFF_MS,
+        maxDelayMs: MAX_BACKOFF_MS,
+        forMs: deadlineMs,
+      });
     },
   };
 }

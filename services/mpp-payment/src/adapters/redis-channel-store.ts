@@ -1,5 +1,5 @@
 import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
-import { retryLater } from "@tollgate/kit/retry";
+import { retrying } from "@tollgate/kit/retry";
 import type { Address, Hex } from "viem";
 import type {
   AcceptVoucherOutcome,
@@ -269,7 +269,7 @@ function recordOf(channelId: Hex, h: Record<string, string>): ChannelRecord {
 }
 
 /** How often, and how long, a hold whose Reserve reply was lost is released again. */
-const UNSURE_RELEASE = { everyMs: 250, forMs: 60_000 };
+const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 
 /** The channel store over Redis: keys `<prefix>mpp:…`, one Lua script per check-and-update. */
 export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOptions = {}): ChannelStore {
@@ -349,11 +349,12 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
         // knowing (the reply was lost). The caller gets the error (503, no model runs), and the
         // hold goes back once Redis answers again, not at its expiry (a no-op if it never ran).
         if (isRedisUnavailable(err))
-          void retryLater(
+          // Given up after a minute: the hold then lapses at its expiry, as before.
+          void retrying(
             () => store.release(channelId, reservationId, Date.now()),
             isRedisUnavailable,
             UNSURE_RELEASE,
-          );
+          ).catch(() => undefined);
         throw err;
       }
     },
