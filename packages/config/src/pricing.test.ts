@@ -87,6 +87,25 @@ describe("quoteOf", () => {
   it("grows with the output cap", () => {
     expect(quoteOf(100, 1, 4096, mini)).toBeGreaterThan(quoteOf(100, 1, 16, mini));
   });
+
+  it("covers the cap once for every output sequence (n choices, prompts)", () => {
+    const r = prng(0x5e9);
+    for (let i = 0; i < 300; i++) {
+      const prices: Prices = {
+        inputPerMillion: BigInt(r.int(20_000_000)),
+        outputPerMillion: BigInt(r.int(80_000_000)),
+      };
+      const bodyBytes = r.int(20_000);
+      const cap = r.int(4_096);
+      const sequences = 1 + r.int(128);
+      const quote = quoteOf(bodyBytes, 1, cap, prices, sequences);
+      const worst = costOf({ inputTokens: bodyBytes, outputTokens: cap * sequences }, prices);
+      expect(quote >= worst, `case ${i}: quote ${quote} < worst ${worst}`).toBe(true);
+    }
+    expect(quoteOf(100, 1, 1_000, mini, 16)).toBeGreaterThan(quoteOf(100, 1, 1_000, mini) * 10n);
+    // 0 sequences is read as one.
+    expect(quoteOf(100, 1, 1_000, mini, 0)).toBe(quoteOf(100, 1, 1_000, mini));
+  });
 });
 
 describe("pricingSnapshotId", () => {

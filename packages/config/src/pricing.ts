@@ -28,13 +28,32 @@ export function costOf(usage: TokenUsage, prices: Prices): bigint {
 }
 
 /**
- * A sound upper bound on a request's cost: every input token is at least one byte of the
- * request body (plus a fixed per-message overhead for chat templates), and the output is at
- * most the cap.
+ * A bound on a request's input tokens: every input token is at least one byte of the request
+ * body, plus a fixed overhead per message (8) and per request (16) for chat templates.
  */
-export function quoteOf(bodyBytes: number, messageCount: number, outputCap: number, prices: Prices): bigint {
-  const inputBound = bodyBytes + 8 * messageCount + 16;
-  return costOf({ inputTokens: inputBound, outputTokens: outputCap }, prices);
+export function inputBoundOf(bodyBytes: number, messageCount: number): number {
+  return bodyBytes + 8 * messageCount + 16;
+}
+
+/** Most output sequences one request may ask for (`n` × prompts, or `best_of` × prompts). */
+export const MAX_OUTPUT_SEQUENCES = 4_096;
+
+/**
+ * A sound upper bound on a request's cost (docs/money.md, "The quote"): the input bound above,
+ * and the output cap for each output sequence the upstream is asked for (choices `n` or
+ * `best_of`, times prompts). This is the one quote rule; both doors price with it.
+ */
+export function quoteOf(
+  bodyBytes: number,
+  messageCount: number,
+  outputCap: number,
+  prices: Prices,
+  outputSequences = 1,
+): bigint {
+  const sequences = Math.max(1, outputSequences);
+  const inputTokens = inputBoundOf(bodyBytes, messageCount);
+  const output = BigInt(outputCap) * BigInt(sequences) * prices.outputPerMillion;
+  return ceilDiv(BigInt(inputTokens) * prices.inputPerMillion + output, MILLION);
 }
 
 /**

@@ -146,6 +146,24 @@ export async function start(
     instrumentPublisher(createBusUsagePublisher(bus, names.usageRecorded), metrics),
     pricingSnapshotId(opts.gateway.models),
     () => `evt_${randomUUID()}`,
+    (over) => {
+      metrics.overQuote.inc({ model: over.model, door: over.door });
+      metrics.overQuoteBaseUnits.inc(
+        { model: over.model, door: over.door },
+        Number(over.uncapped - over.quote),
+      );
+      // The upstream answered more than it was asked for: a misbehaving upstream (no content logged).
+      log.warn(
+        {
+          requestId: over.requestId,
+          model: over.model,
+          upstream: over.upstreamId,
+          cost: over.uncapped.toString(),
+          charged: over.quote.toString(),
+        },
+        "upstream produced more than the quote covers; charged the quote",
+      );
+    },
   );
 
   const grpc = await serveGrpc({

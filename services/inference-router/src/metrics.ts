@@ -22,6 +22,8 @@ export interface RouterMetrics {
   tokens: Counter<"model" | "kind">;
   cost: Counter<"model" | "door">;
   usagePublishFailures: Counter;
+  overQuote: Counter<"model" | "door">;
+  overQuoteBaseUnits: Counter<"model" | "door">;
   upstreamAttempts: Counter<"upstream" | "outcome">;
   retries: Counter<"model" | "upstream">;
   fallbacks: Counter<"model" | "from" | "to">;
@@ -100,6 +102,18 @@ export function routerMetrics(registry: Registry): RouterMetrics {
     usagePublishFailures: new Counter({
       name: `${METRIC_PREFIX}usage_publish_failures_total`,
       help: "Usage events that could not be published after every retry",
+      registers,
+    }),
+    overQuote: new Counter({
+      name: `${METRIC_PREFIX}usage_over_quote_total`,
+      help: "Requests whose upstream produced more than their quote covers; each was charged its quote",
+      labelNames: ["model", "door"],
+      registers,
+    }),
+    overQuoteBaseUnits: new Counter({
+      name: `${METRIC_PREFIX}usage_over_quote_base_units_total`,
+      help: "Cost above the quote of such requests, not charged to anyone (base units)",
+      labelNames: ["model", "door"],
       registers,
     }),
   };

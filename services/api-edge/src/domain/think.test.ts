@@ -28,10 +28,13 @@ describe("thinkRequestSchema", () => {
     expect(issues({ prompt: "x", stream: true }).join()).toContain("buffered");
   });
 
-  it("takes max_output_tokens over max_tokens as the output cap", () => {
+  it("takes the smaller of max_output_tokens and max_tokens as the output cap", () => {
     expect(thinkOutputCapOf(thinkRequestSchema.parse({ prompt: "x", max_tokens: 9 }))).toBe(9);
     expect(
       thinkOutputCapOf(thinkRequestSchema.parse({ prompt: "x", max_tokens: 9, max_output_tokens: 20 })),
+    ).toBe(9);
+    expect(
+      thinkOutputCapOf(thinkRequestSchema.parse({ prompt: "x", max_tokens: 900, max_output_tokens: 20 })),
     ).toBe(20);
     expect(thinkOutputCapOf(thinkRequestSchema.parse({ prompt: "x" }))).toBeUndefined();
   });

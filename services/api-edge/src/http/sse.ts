@@ -1,6 +1,6 @@
 import type { ServerResponse } from "node:http";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
-import type { StreamCompleteResponse } from "@tollgate/proto/inference";
+import type { StreamCompleteResponse, Usage } from "@tollgate/proto/inference";
 import type { UsageRecorded } from "@tollgate/proto/usage";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { errorBody, toHttpError } from "./errors.js";
@@ -60,8 +60,11 @@ export class SseWriter {
  * reaches the caller as a JSON error with its status; a failure after that becomes a final
  * error event without the terminator. The caller going away ends the relay quietly.
  */
-/** What a stream reports about money once it has ended (issue 5, "The caller sees money"). */
-export type StreamMoney = (cost: string) => Record<string, string>;
+/**
+ * What a stream does about money once its usage is known, before it ends: settles what must be
+ * settled, and answers the fields the caller sees (trailers, and `x_tollgate` in the usage chunk).
+ */
+export type StreamMoney = (usage: Usage) => Promise<Record<string, string>>;
 
 /** A usage-only chunk (`"choices":[]`), which is held back until the cost is known. */
 function isUsageChunk(bytes: Uint8Array): boolean {
@@ -116,7 +119,7 @@ export async function relayStream(
         usageSoFar = next.value.usageSoFar ?? usageSoFar;
       } else if (event.case === "usage") {
         ended = true;
-        if (money) trailers = money(event.value.cost);
+        if (money) trailers = await money(event.value);
       }
       next = await events.next();
     }

@@ -17,6 +17,7 @@ import {
   moneyOf,
   releaseHold,
   releaseOnFailure,
+  settleHold,
 } from "./authorize.js";
 import { type AccountRouteContext, RECORD_USAGE_TIMEOUT_MS } from "./context.js";
 
@@ -30,7 +31,8 @@ export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; mes
 
 /**
  * Validates an account-door body. The key is checked first, so a bad key gets its 401 (and a
- * route outside policy its 403) whatever the body holds; otherwise a bad body is a 400.
+ * route outside policy its 403) whatever the body holds; otherwise a bad body is a 400. That
+ * check takes nothing: a refused body holds no budget and counts no rate-limit unit.
  */
 export async function parseAccountBody<S extends z.ZodType>(
   ctx: AccountRouteContext,
@@ -42,7 +44,7 @@ export async function parseAccountBody<S extends z.ZodType>(
   bearerKey(req.headers);
   const parsed = schema.safeParse(req.body);
   if (parsed.success) return parsed.data;
-  await authorizeRequest(ctx, req, reply, { route });
+  await authorizeRequest(ctx, req, reply, { route, checkOnly: true });
   throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
 }
 
@@ -95,6 +97,7 @@ export function completionInput(
       connectionId: grant.principal?.connectionId ?? "",
       keyId: grant.principal?.keyId ?? "",
       reservationId: grant.reservationId,
+      quote: grant.quote,
     },
     ...(opts.requireReasoning ? { requireReasoning: true } : {}),
   };
@@ -158,7 +161,10 @@ export async function serveCompletion(
       reply,
       ctx.inference.streamComplete({ input, includeUsage: stream.includeUsage }, { signal }),
       signal,
-      moneyOf(grant),
+      async (usage) => {
+        await settleHold(ctx, req, grant, usage);
+        return moneyOf(grant)(usage.cost);
+      },
       releaseOnFailure(ctx, req, grant),
       (usage) => recordLostStream(ctx, req, usage),
     );

@@ -2,7 +2,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { retrying } from "@tollgate/kit/retry";
 import type { AuthorizeRequestSchema, AuthorizeResponse, Route } from "@tollgate/proto/auth";
-import type { CompleteResponse } from "@tollgate/proto/inference";
+import type { CompleteResponse, Usage } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { bearerKey } from "../http/credentials.js";
 import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
@@ -15,6 +15,10 @@ export interface AuthorizeAsk {
   maxOutputTokens?: number | undefined;
   /** Messages (chat), prompts (completions) or input items (responses), for the quote. */
   messageCount?: number;
+  /** Output sequences asked of the upstream (`n`/`best_of` × prompts), for the quote. */
+  outputSequences?: number;
+  /** Check the key and route only, taking nothing (a request refused for its body). */
+  checkOnly?: boolean;
 }
 
 /**
@@ -37,6 +41,10 @@ export async function authorizeRequest(
     bodyBytes: req.rawBody?.length ?? 0,
     ...(ask.messageCount !== undefined ? { messageCount: ask.messageCount } : {}),
     ...(ask.maxOutputTokens !== undefined ? { maxOutputTokens: ask.maxOutputTokens } : {}),
+    ...(ask.outputSequences !== undefined && ask.outputSequences > 1
+      ? { outputSequences: ask.outputSequences }
+      : {}),
+    ...(ask.checkOnly ? { checkOnly: true } : {}),
   };
   const grant = await ctx.auth.authorize(init, { timeoutMs: AUTH_TIMEOUT_MS });
   const limit = grant.rateLimit;
@@ -89,7 +97,7 @@ export async function releaseHold(
   if (grant.reservationId === "") return;
   const release = () =>
     ctx.auth.settleReservation(
-      { reservationId: grant.reservationId, actualCost: "0", eventId: `release_${req.id}` },
+      { reservationId: grant.reservationId, actualCost: "0", eventId: `release_${grant.reservationId}` },
       { timeoutMs: AUTH_TIMEOUT_MS },
     );
   try {
@@ -112,18 +120,49 @@ const RELEASE_RETRY = { delayMs: 500, forMs: 30_000 };
 
 const unavailable = (err: unknown) => err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE;
 
-/** Runs a buffered completion; when it fails, the budget hold goes back before the error does. */
+/**
+ * Runs a buffered completion. When it fails, the budget hold goes back before the error does;
+ * when it succeeds, the hold becomes the request's exact cost before the answer is sent.
+ */
 export async function completeOrRelease(
   ctx: AccountRouteContext,
   req: FastifyRequest,
   grant: AuthorizeResponse,
   call: () => Promise<CompleteResponse>,
 ): Promise<CompleteResponse> {
+  let res: CompleteResponse;
   try {
-    return await call();
+    res = await call();
   } catch (err) {
     await releaseOnFailure(ctx, req, grant)(err);
     throw err;
+  }
+  await settleHold(ctx, req, grant, res.usage);
+  return res;
+}
+
+/**
+ * Turns a request's budget hold into its exact cost as soon as the cost is known (the answer is
+ * complete), so the next request of a caller sending one at a time sees what is really left,
+ * not the whole quote until metering catches up (docs/money.md, "Holds"). The settlement names
+ * the router's usage event, and settling is idempotent by reservation id: metering's own
+ * settlement of that event later finds it done at the same cost, and stays the record of spend.
+ * When this fails, metering's settlement does it.
+ */
+export async function settleHold(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  grant: AuthorizeResponse,
+  usage: Usage | undefined,
+): Promise<void> {
+  if (grant.reservationId === "" || !usage || usage.eventId === "") return;
+  try {
+    await ctx.auth.settleReservation(
+      { reservationId: grant.reservationId, actualCost: usage.cost, eventId: usage.eventId },
+      { timeoutMs: AUTH_TIMEOUT_MS },
+    );
+  } catch (err) {
+    req.log.warn({ err }, "budget hold not settled at once; metering settles it");
   }
 }
 

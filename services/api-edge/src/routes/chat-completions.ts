@@ -1,7 +1,7 @@
 import { Route } from "@tollgate/proto/auth";
 import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
-import { outputCapOf } from "../schemas/chat.js";
+import { outputCapOf, outputSequencesOf } from "../schemas/chat.js";
 import { completionInput, guardIdempotency, parseAccountBody, serveCompletion } from "./account-inference.js";
 import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
@@ -15,6 +15,7 @@ export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteCont
       model: body.model ?? "",
       maxOutputTokens: outputCapOf(body),
       messageCount: body.messages.length,
+      outputSequences: outputSequencesOf(body),
     });
     if (await guardIdempotency(ctx, req, reply, grant, "chat", body.stream === true)) return reply;
     const input = completionInput(req, grant, Operation.CHAT, req.rawBody!);

@@ -1,6 +1,8 @@
 import { Route } from "@tollgate/proto/auth";
 import { Operation } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
+import { outputCapOf, outputSequencesOf } from "../schemas/chat.js";
+import { promptCountOf } from "../schemas/completions.js";
 import { completionInput, guardIdempotency, parseAccountBody, serveCompletion } from "./account-inference.js";
 import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
@@ -16,8 +18,9 @@ export function completionsRoute(app: FastifyInstance, ctx: AccountRouteContext)
     const grant = await authorizeRequest(ctx, req, reply, {
       route: Route.COMPLETIONS,
       model: body.model ?? "",
-      maxOutputTokens: body.max_tokens ?? undefined,
-      messageCount: Array.isArray(body.prompt) ? body.prompt.length : 1,
+      maxOutputTokens: outputCapOf(body),
+      messageCount: promptCountOf(body),
+      outputSequences: outputSequencesOf(body, promptCountOf(body)),
     });
     if (await guardIdempotency(ctx, req, reply, grant, "completions", body.stream === true)) return reply;
     const input = completionInput(req, grant, Operation.TEXT, req.rawBody!);

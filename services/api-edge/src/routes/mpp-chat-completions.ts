@@ -7,7 +7,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
 import { type HttpError, problemBody, toHttpError } from "../http/errors.js";
-import { outputCapOf, type PaidChatRequest } from "../schemas/chat.js";
+import { outputCapOf, outputSequencesOf, type PaidChatRequest } from "../schemas/chat.js";
 import type { RequestSchemas } from "../schemas/requests.js";
 import { describeInvalid } from "./account-inference.js";
 import type { RouteContext } from "./context.js";
@@ -81,6 +81,7 @@ function paidRequestOf(
     model: body.model ?? "",
     outputCap: outputCapOf(body) ?? 0,
     messageCount: body.messages.length,
+    outputSequences: outputSequencesOf(body),
     body: req.rawBody ?? new Uint8Array(),
   };
 }
@@ -175,7 +176,7 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
             model: binding?.model ?? body.model ?? "",
             ...(binding?.outputCap ? { maxOutputTokens: binding.outputCap } : {}),
             body: req.rawBody!,
-            billing: { door: Door.PAID, reservationId },
+            billing: { door: Door.PAID, reservationId, quote: verified.quote },
           },
         },
         { signal: callerGone(reply) },

@@ -1,3 +1,4 @@
+import { MAX_OUTPUT_SEQUENCES } from "@tollgate/config";
 import { z } from "zod";
 
 /**
@@ -16,13 +17,58 @@ const message = z.looseObject({
 
 const outputCap = z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens);
 
+/**
+ * The fields that make the upstream produce more than one output sequence (docs/money.md,
+ * "Fan-out"): `n` choices, and `best_of` candidates (vLLM, legacy completions), each bounded by
+ * the output cap and priced into the quote. Beam search, whose work no field bounds, is refused.
+ */
+export const FAN_OUT_LIMITS = { maxChoices: 128, maxBestOf: 20 } as const;
+
+export const fanOutFields = {
+  n: z.number().int().min(1).max(FAN_OUT_LIMITS.maxChoices).nullish(),
+  best_of: z.number().int().min(1).max(FAN_OUT_LIMITS.maxBestOf).nullish(),
+  use_beam_search: z
+    .literal(false, { error: "beam search is not offered: its output cannot be bounded by a quote" })
+    .nullish(),
+};
+
+/** Every output-cap alias a caller may send; the router forwards exactly one cap, the gateway's. */
+export const outputCapFields = {
+  max_tokens: outputCap.nullish(),
+  max_completion_tokens: outputCap.nullish(),
+  max_output_tokens: outputCap.nullish(),
+};
+
+/** Output sequences a request asks for: the larger of `n` and `best_of`, for each prompt. */
+export function outputSequencesOf(
+  req: { n?: number | null | undefined; best_of?: number | null | undefined },
+  prompts = 1,
+): number {
+  return prompts * Math.max(req.n ?? 1, req.best_of ?? 1);
+}
+
+/** Refuses a request whose fan-out is larger than one quote may price. */
+export function refineFanOut(
+  req: { n?: number | null | undefined; best_of?: number | null | undefined },
+  prompts: number,
+  ctx: z.core.$RefinementCtx,
+): void {
+  if (outputSequencesOf(req, prompts) > MAX_OUTPUT_SEQUENCES) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["n"],
+      message: `n (or best_of) times the number of prompts must be at most ${MAX_OUTPUT_SEQUENCES}`,
+    });
+  }
+}
+
 /** POST /v1/chat/completions (spec, "Chat request"), with at most `maxMessages` messages. */
 export function chatSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
   return z.looseObject({
     model: z.string().min(1).max(256).optional(),
     messages: z.array(message).min(1).max(maxMessages),
-    max_tokens: outputCap.nullish(),
-    max_completion_tokens: outputCap.nullish(),
+    ...outputCapFields,
+    ...fanOutFields,
     temperature: z.number().min(0).max(2).nullish(),
     stream: z.boolean().nullish(),
     stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
@@ -34,12 +80,20 @@ export const chatRequestSchema = chatSchema();
 
 export type ChatRequest = z.output<typeof chatRequestSchema>;
 
-/** The request's output cap: max_completion_tokens wins over max_tokens, as OpenAI does. */
+/**
+ * The request's output cap: the smallest of every cap field it carries (`max_tokens`,
+ * `max_completion_tokens`, `max_output_tokens`), so no alias can ask the upstream for more
+ * than the cap the quote and the policy saw; undefined when it carries none.
+ */
 export function outputCapOf(req: {
   max_tokens?: number | null | undefined;
   max_completion_tokens?: number | null | undefined;
-}) {
-  return req.max_completion_tokens ?? req.max_tokens ?? undefined;
+  max_output_tokens?: number | null | undefined;
+}): number | undefined {
+  const caps = [req.max_tokens, req.max_completion_tokens, req.max_output_tokens].filter(
+    (c): c is number => typeof c === "number",
+  );
+  return caps.length > 0 ? Math.min(...caps) : undefined;
 }
 
 /** The paid door's plans (spec, "MPP-only request fields"). */

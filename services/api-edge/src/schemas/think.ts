@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { CHAT_LIMITS, chatSchema } from "./chat.js";
+import { CHAT_LIMITS, chatSchema, outputCapOf } from "./chat.js";
 
 /** How hard the model should think; forwarded to the upstream as `reasoning_effort`. */
 export const REASONING_EFFORTS = ["low", "medium", "high"] as const;
@@ -41,9 +41,9 @@ export const thinkRequestSchema = thinkSchema();
 
 export type ThinkRequest = z.output<typeof thinkRequestSchema>;
 
-/** The request's output cap: max_output_tokens wins over max_tokens. */
+/** The request's output cap: the smaller of max_output_tokens and max_tokens (see outputCapOf). */
 export function thinkOutputCapOf(req: ThinkRequest): number | undefined {
-  return req.max_output_tokens ?? req.max_tokens ?? undefined;
+  return outputCapOf(req);
 }
 
 /** The answer of POST /v1/think (documented in the README). */

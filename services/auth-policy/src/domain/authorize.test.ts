@@ -348,3 +348,34 @@ describe("authorize: rate limits", () => {
     for (let i = 0; i < 3; i++) await limited(LIMITED_A);
   });
 });
+
+describe("authorize: fan-out and check-only", () => {
+  const limited = (key: string, input: Partial<AuthorizeInput> = {}, now = NOW) =>
+    run({ key, maxOutputTokens: 10, ...input }, now);
+
+  it("counts cap × sequences against tokens per minute", async () => {
+    // 1000 tokens per minute: 10 sequences of 100 tokens fill it; another token does not fit.
+    await limited(LIMITED_A, { maxOutputTokens: 100, outputSequences: 10, estimatedInputTokens: 0 });
+    expect(await codeOf(limited(LIMITED_B, { maxOutputTokens: 1, estimatedInputTokens: 0 }))).toBe(
+      "rate_limited",
+    );
+    expect(
+      await codeOf(
+        limited(LIMITED_A, { maxOutputTokens: 200, outputSequences: 6, estimatedInputTokens: 0 }, after(120)),
+      ),
+    ).toBe("tokens_above_rate_limit");
+  });
+
+  it("checks the key and the route but takes no rate-limit unit when asked to check only", async () => {
+    for (let i = 0; i < 10; i++) {
+      const a = await limited(LIMITED_A, { checkOnly: true });
+      expect(a.keyId).toBe("limited-a");
+      expect(a.reservationId).toBeUndefined();
+    }
+    expect(await codeOf(limited(LIMITED_A, { checkOnly: true, route: "think" }))).toBe("route_not_allowed");
+    expect(await codeOf(run({ key: REVOKED, checkOnly: true }))).toBe("revoked_api_key");
+    // The key's 3 requests per minute are all still there.
+    for (let i = 0; i < 3; i++) await limited(LIMITED_A);
+    expect(await codeOf(limited(LIMITED_A))).toBe("rate_limited");
+  });
+});

@@ -26,6 +26,13 @@ export interface AuthorizeInput {
   bodyBytes?: number;
   /** Messages (or prompts) in the body; undefined: bodyBytes (a message takes at least a byte). */
   messageCount?: number;
+  /** Output sequences asked of the upstream (`n`/`best_of` × prompts); each is bounded by the cap. */
+  outputSequences?: number;
+  /**
+   * Check the key and the route only, and take nothing (no rate-limit unit, no hold): for a
+   * request refused for its body, whose refusal must cost nothing.
+   */
+  checkOnly?: boolean;
 }
 
 /** What the caller may do. */
@@ -118,6 +125,7 @@ export async function authorize(
     defaultModel: policy.defaultModel,
     ...(until ? { keyValidUntil: until } : {}),
   };
+  if (input.checkOnly) return { ...base, model: "" };
   let model = "";
   let cap: number | undefined;
   if (input.route !== "models") {
@@ -134,7 +142,8 @@ export async function authorize(
     }
   }
 
-  const tokens = cap === undefined ? 0 : cap + (input.estimatedInputTokens ?? 0);
+  const sequences = Math.max(1, input.outputSequences ?? 1);
+  const tokens = cap === undefined ? 0 : cap * sequences + (input.estimatedInputTokens ?? 0);
   const windows = windowsFor({
     connection: policy,
     keyId: record.keyId,
@@ -149,7 +158,7 @@ export async function authorize(
     const prices = deps.prices.get(model);
     if (prices) {
       const bodyBytes = input.bodyBytes ?? (input.estimatedInputTokens ?? 0) * 4;
-      quote = quoteOf(bodyBytes, input.messageCount ?? bodyBytes, cap, prices);
+      quote = quoteOf(bodyBytes, input.messageCount ?? bodyBytes, cap, prices, sequences);
     }
   }
   const checks = budgetChecks({

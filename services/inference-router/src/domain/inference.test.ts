@@ -112,7 +112,6 @@ function input(overrides: Partial<CompletionInput> = {}): CompletionInput {
     model: "public-small",
     maxOutputTokens: 64,
     body,
-    bodyBytes: Buffer.byteLength(JSON.stringify(body)),
     billing: BILLING,
     ...overrides,
   };
@@ -222,6 +221,63 @@ describe("Inference.complete", () => {
     expect(sent).not.toHaveProperty("max_tokens");
   });
 
+  it("forwards exactly one cap, the smallest of the authorized cap and every alias the caller sent", async () => {
+    const { provider, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const body = {
+      model: "public-small",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 1_000_000,
+      max_completion_tokens: 1,
+      max_output_tokens: 50,
+    };
+    await inference.complete(input({ body, maxOutputTokens: 100 }), new AbortController().signal);
+    const sent = provider.requests[0]!.body;
+    expect(sent.max_tokens).toBe(1);
+    expect(sent).not.toHaveProperty("max_completion_tokens");
+    expect(sent).not.toHaveProperty("max_output_tokens");
+    // A text completion gets max_tokens, whatever alias the caller used.
+    await inference.complete(
+      input({ operation: "text", body: { prompt: "p", max_completion_tokens: 7 }, maxOutputTokens: 64 }),
+      new AbortController().signal,
+    );
+    expect(provider.requests[1]!.body).toMatchObject({ max_tokens: 7 });
+    expect(provider.requests[1]!.body).not.toHaveProperty("max_completion_tokens");
+  });
+
+  it("charges no more than the quote and reports the excess when the upstream produces more", async () => {
+    const provider = new FakeProvider({ result: chatResult("x", usage(10, 100_000)) });
+    const publisher = new MemoryPublisher();
+    const over: unknown[] = [];
+    const inference = new Inference(
+      new Catalog([MODEL], new Map([["up-1", provider]])),
+      publisher,
+      SNAPSHOT,
+      () => "evt_1",
+      (o) => over.push(o),
+    );
+    const quote = 1_000n;
+    const { usage: summary } = await inference.complete(
+      input({ billing: { ...BILLING, quote } }),
+      new AbortController().signal,
+    );
+    const uncapped = costOf(usage(10, 100_000), PRICES);
+    expect(uncapped).toBeGreaterThan(quote);
+    expect(summary.cost).toBe(quote);
+    expect(publisher.events[0]!.cost).toBe(quote);
+    // The tokens are recorded as reported; only the charge is capped.
+    expect(publisher.events[0]!.tokens).toEqual(usage(10, 100_000));
+    expect(over).toEqual([
+      { requestId: "req_1", model: "public-small", door: BILLING.door, upstreamId: "up-1", uncapped, quote },
+    ]);
+    // Within the quote nothing changes and nothing is reported.
+    await inference.complete(
+      input({ billing: { ...BILLING, quote: uncapped } }),
+      new AbortController().signal,
+    );
+    expect(publisher.events[1]!.cost).toBe(uncapped);
+    expect(over).toHaveLength(1);
+  });
+
   it("leaves the body's cap alone when no cap was authorized", async () => {
     const { provider, inference } = setup({ result: chatResult("x", usage(1, 1)) });
     const { maxOutputTokens: _, ...noCap } = input();
@@ -238,7 +294,12 @@ describe("Inference.complete", () => {
     const cost = costOf({ inputTokens: 1_234, outputTokens: 567 }, PRICES);
     // 1234 * 2000 + 567 * 7_000_000 = 3_971_468_000 → ceil(/1e6) = 3972: the rounding is up.
     expect(cost).toBe(3_972n);
-    expect(summary).toEqual({ ...usage(1_234, 567, 89), cost, pricingSnapshotId: SNAPSHOT });
+    expect(summary).toEqual({
+      ...usage(1_234, 567, 89),
+      cost,
+      pricingSnapshotId: SNAPSHOT,
+      eventId: "evt_1",
+    });
     expect(publisher.events).toHaveLength(1);
     const event = publisher.events[0]!;
     expect(event).toMatchObject({
@@ -269,17 +330,20 @@ describe("Inference.complete", () => {
     expect(publisher.events.map((e) => e.upstreamId)).toEqual(["up-2", "up-3"]);
   });
 
-  it("estimates usage from the body and the answer when the upstream reports none", async () => {
+  it("estimates usage from the prompt text and the answer when the upstream reports none", async () => {
     const content = "naïve café answer"; // 19 bytes of UTF-8 for 17 characters
     const { publisher, inference } = setup({ result: chatResult(content, undefined) });
-    const { usage: summary } = await inference.complete(
-      input({ bodyBytes: 101 }),
-      new AbortController().signal,
-    );
+    const { usage: summary } = await inference.complete(input(), new AbortController().signal);
 
-    const tokens = usage(Math.ceil(101 / 4), Math.ceil(Buffer.byteLength(content) / 4), 0);
-    expect(tokens).toEqual(usage(26, 5, 0));
-    expect(summary).toEqual({ ...tokens, cost: costOf(tokens, PRICES), pricingSnapshotId: SNAPSHOT });
+    // "Say something": 13 bytes of prompt text; the JSON around it is not input.
+    const tokens = usage(Math.ceil(13 / 4), Math.ceil(Buffer.byteLength(content) / 4), 0);
+    expect(tokens).toEqual(usage(4, 5, 0));
+    expect(summary).toEqual({
+      ...tokens,
+      cost: costOf(tokens, PRICES),
+      pricingSnapshotId: SNAPSHOT,
+      eventId: publisher.events[0]!.eventId,
+    });
     expect(publisher.events.map((e) => e.tokens)).toEqual([tokens]);
   });
 
@@ -288,10 +352,10 @@ describe("Inference.complete", () => {
       result: { json: { choices: [{ index: 0, text: "0123456789abc" }] }, usage: undefined },
     });
     await inference.complete(
-      input({ operation: "text", body: { model: "public-small", prompt: "p" }, bodyBytes: 8 }),
+      input({ operation: "text", body: { model: "public-small", prompt: "p" } }),
       new AbortController().signal,
     );
-    expect(publisher.events[0]!.tokens).toEqual(usage(2, 4, 0));
+    expect(publisher.events[0]!.tokens).toEqual(usage(1, 4, 0));
   });
 
   it("refuses an unknown model without calling the upstream or publishing", async () => {
@@ -341,12 +405,12 @@ describe("Inference.complete", () => {
 });
 
 describe("Inference.stream", () => {
-  it("always asks the upstream for usage, keeping the caller's other stream options", async () => {
+  it("always asks the upstream for usage, continuous on vLLM, keeping the caller's other stream options", async () => {
     const { provider, inference } = setup({ chunks: fullStream(usage(5, 3)) });
     const body = {
       model: "public-small",
       messages: [{ role: "user", content: "hi" }],
-      stream_options: { include_usage: false, continuous_usage_stats: true },
+      stream_options: { include_usage: false, other: 1 },
     };
     await drain(inference.stream(input({ body }), false, new AbortController().signal));
 
@@ -355,8 +419,29 @@ describe("Inference.stream", () => {
       messages: [{ role: "user", content: "hi" }],
       max_tokens: 64,
       stream: true,
-      stream_options: { include_usage: true, continuous_usage_stats: true },
+      stream_options: { include_usage: true, other: 1, continuous_usage_stats: true },
     });
+  });
+
+  it("bills a stream cut short with the upstream's continuous count of its input", async () => {
+    const counted = (completion: number) => ({
+      prompt_tokens: 9,
+      completion_tokens: completion,
+      total_tokens: 9 + completion,
+    });
+    const chunks = [1, 2, 3, 4].map((n) => ({
+      json: { choices: [{ index: 0, delta: { content: "w" } }], usage: counted(n) },
+      usage: usage(9, n),
+    }));
+    const { publisher, inference } = setup({ chunks });
+    const received: StreamEvent[] = [];
+    for await (const event of inference.stream(input(), true, new AbortController().signal)) {
+      received.push(event);
+      if (received.length === 2) break;
+    }
+    expect(publisher.events[0]).toMatchObject({ outcome: "client_cancelled", tokens: usage(9, 2) });
+    // The caller sees usage in the usage chunk only, never on content chunks.
+    for (const e of received) if ("chunk" in e) expect(e.chunk).not.toHaveProperty("usage");
   });
 
   it("without includeUsage hides the usage-only chunk but ends with the usage and records one event", async () => {
@@ -372,7 +457,9 @@ describe("Inference.stream", () => {
     }
     const last = events.at(-1)!;
     const cost = costOf(usage(40, 3), PRICES);
-    expect(last).toEqual({ usage: { ...usage(40, 3, 1), cost, pricingSnapshotId: SNAPSHOT } });
+    expect(last).toEqual({
+      usage: { ...usage(40, 3, 1), cost, pricingSnapshotId: SNAPSHOT, eventId: "evt_1" },
+    });
     expect(usagesOf(events)).toHaveLength(1);
 
     expect(publisher.events).toHaveLength(1);
@@ -423,20 +510,16 @@ describe("Inference.stream", () => {
       finishChunk(),
     ];
     const { publisher, inference } = setup({ chunks });
-    const events = await drain(
-      inference.stream(input({ bodyBytes: 40 }), false, new AbortController().signal),
-    );
+    const events = await drain(inference.stream(input(), false, new AbortController().signal));
 
-    expect(usagesOf(events)[0]).toMatchObject(usage(10, 4, 0));
-    expect(publisher.events.map((e) => e.tokens)).toEqual([usage(10, 4, 0)]);
+    expect(usagesOf(events)[0]).toMatchObject(usage(4, 4, 0));
+    expect(publisher.events.map((e) => e.tokens)).toEqual([usage(4, 4, 0)]);
   });
 
   it("sends with every chunk the usage so far, under the one event id the stream is published with", async () => {
     const chunks = [roleChunk(), textChunk("a"), textChunk("b"), finishChunk()];
     const { publisher, inference } = setup({ chunks });
-    const events = await drain(
-      inference.stream(input({ bodyBytes: 40 }), false, new AbortController().signal),
-    );
+    const events = await drain(inference.stream(input(), false, new AbortController().signal));
 
     const soFar = events.flatMap((e) => ("soFar" in e ? [e.soFar] : []));
     expect(soFar.map((e) => e.tokens.outputTokens)).toEqual([0, 1, 2, 2]);
@@ -452,11 +535,7 @@ describe("Inference.stream", () => {
     const chunks = [textChunk("a"), textChunk("b"), textChunk("c"), textChunk("d"), usageChunk(usage(9, 4))];
     const { provider, publisher, inference } = setup({ chunks });
     const received: StreamEvent[] = [];
-    for await (const event of inference.stream(
-      input({ bodyBytes: 20 }),
-      false,
-      new AbortController().signal,
-    )) {
+    for await (const event of inference.stream(input(), false, new AbortController().signal)) {
       received.push(event);
       if (received.length === 2) break;
     }
@@ -464,7 +543,7 @@ describe("Inference.stream", () => {
     expect(received).toHaveLength(2);
     expect(provider.streamClosed).toBe(true);
     expect(publisher.events).toHaveLength(1);
-    const tokens = usage(5, 2, 0);
+    const tokens = usage(4, 2, 0);
     expect(publisher.events[0]).toMatchObject({
       outcome: "client_cancelled",
       streamed: true,
@@ -478,7 +557,7 @@ describe("Inference.stream", () => {
     const { publisher, inference } = setup({ chunks });
     const abort = new AbortController();
     const received: StreamEvent[] = [];
-    for await (const event of inference.stream(input({ bodyBytes: 4 }), false, abort.signal)) {
+    for await (const event of inference.stream(input(), false, abort.signal)) {
       received.push(event);
       if (received.length === 3) abort.abort();
     }
@@ -486,7 +565,7 @@ describe("Inference.stream", () => {
     expect(received).toHaveLength(3);
     expect(usagesOf(received)).toHaveLength(0);
     expect(publisher.events).toHaveLength(1);
-    expect(publisher.events[0]).toMatchObject({ outcome: "client_cancelled", tokens: usage(1, 2, 0) });
+    expect(publisher.events[0]).toMatchObject({ outcome: "client_cancelled", tokens: usage(4, 2, 0) });
   });
 
   it("records one upstream_failed event and rethrows when the upstream fails mid-stream", async () => {
@@ -496,11 +575,7 @@ describe("Inference.stream", () => {
     const received: StreamEvent[] = [];
     const err = await rejection(
       (async () => {
-        for await (const event of inference.stream(
-          input({ bodyBytes: 12 }),
-          false,
-          new AbortController().signal,
-        ))
+        for await (const event of inference.stream(input(), false, new AbortController().signal))
           received.push(event);
       })(),
     );
@@ -508,7 +583,7 @@ describe("Inference.stream", () => {
     expect(err).toBe(failure);
     expect(received).toHaveLength(3);
     expect(publisher.events).toHaveLength(1);
-    const tokens = usage(3, 2, 0);
+    const tokens = usage(4, 2, 0);
     expect(publisher.events[0]).toMatchObject({
       outcome: "upstream_failed",
       streamed: true,

@@ -10,6 +10,8 @@ export interface Billing {
   connectionId: string;
   keyId: string;
   reservationId: string;
+  /** The request's quote in base units: what is charged never exceeds it. Undefined: no cap. */
+  quote?: bigint;
 }
 
 /** One authorized completion. */
@@ -20,8 +22,6 @@ export interface CompletionInput {
   maxOutputTokens?: number;
   /** The caller's OpenAI-compatible JSON body. */
   body: Record<string, unknown>;
-  /** UTF-8 length of the caller's body, for the fallback input estimate. */
-  bodyBytes: number;
   /** The caller's route needs reasoning (POST /v1/think): refuse a model that cannot reason. */
   requireReasoning?: boolean;
   billing: Billing;
@@ -31,7 +31,24 @@ export interface CompletionInput {
 export interface UsageSummary extends TokenCounts {
   cost: bigint;
   pricingSnapshotId: string;
+  /** The recorded usage event's id. */
+  eventId: string;
 }
+
+/** A request whose usage priced above its quote: the upstream produced more than was asked. */
+export interface OverQuote {
+  requestId: string;
+  model: string;
+  door: Billing["door"];
+  upstreamId: string;
+  /** The cost of the tokens the upstream reported. */
+  uncapped: bigint;
+  /** What was charged: the quote. */
+  quote: bigint;
+}
+
+/** Every output-cap alias of the OpenAI wire formats; the upstream gets exactly one, the gateway's. */
+const CAP_FIELDS = ["max_tokens", "max_completion_tokens", "max_output_tokens"] as const;
 
 /**
  * What a stream yields: chunk JSON for the caller, each with the usage event the stream is
@@ -50,6 +67,8 @@ export class Inference {
     private readonly publisher: UsagePublisher,
     private readonly pricingSnapshotId: string,
     private readonly newEventId: () => string,
+    /** Told of every recorded request charged its quote instead of its (higher) token cost. */
+    private readonly onOverQuote: (over: OverQuote) => void = () => {},
   ) {}
 
   /** A buffered completion. */
@@ -60,7 +79,7 @@ export class Inference {
     const route = this.#resolve(input);
     const result = await route.provider.complete(this.#request(input, route, false), signal);
     result.json.model = route.model;
-    const tokens = result.usage ?? estimate(input.bodyBytes, outputTextLength(result.json));
+    const tokens = result.usage ?? estimate(input.body, outputTextLength(result.json));
     const servedBy = result.upstreamId ?? route.provider.id;
     const usage = await this.#record(input, route, servedBy, tokens, "completed", false);
     return { json: result.json, usage };
@@ -85,7 +104,7 @@ export class Inference {
     let servedBy = route.provider.id;
     let producedChunks = 0;
     let outcome: UsageEvent["outcome"] | undefined;
-    const tokens = () => reported ?? estimate(input.bodyBytes, 0, producedChunks);
+    const tokens = () => reported ?? estimate(input.body, 0, producedChunks);
     try {
       for await (const chunk of route.provider.stream(this.#request(input, route, true), signal)) {
         started = true;
@@ -94,10 +113,10 @@ export class Inference {
         const choices = chunk.json.choices;
         const usageOnly = Array.isArray(choices) && choices.length === 0;
         if (!usageOnly && countsAsToken(chunk.json)) producedChunks++;
-        if (!includeUsage) {
-          if (usageOnly) continue;
-          delete chunk.json.usage;
-        }
+        // Usage rides on content chunks only when the upstream counts continuously (asked by
+        // the router, see #request); the caller gets usage in the usage chunk alone.
+        if (!usageOnly) delete chunk.json.usage;
+        else if (!includeUsage) continue;
         chunk.json.model = route.model;
         yield {
           chunk: chunk.json,
@@ -130,18 +149,34 @@ export class Inference {
     return route;
   }
 
+  /**
+   * The upstream's body: the caller's, with the upstream model id, exactly one output cap (the
+   * gateway's: the smallest of the authorized cap and every cap alias the caller sent; the
+   * aliases themselves are removed) and, for a stream, usage asked for. A vLLM upstream is also
+   * asked for continuous usage, so a stream cut short is billed its exact input tokens.
+   */
   #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {
     const body: Record<string, unknown> = { ...input.body, model: route.upstreamModel };
-    if (input.maxOutputTokens !== undefined) {
-      if (input.operation === "chat" && "max_completion_tokens" in body)
-        body.max_completion_tokens = input.maxOutputTokens;
-      else body.max_tokens = input.maxOutputTokens;
+    const caps = CAP_FIELDS.map((f) => body[f]).filter(
+      (v): v is number => typeof v === "number" && Number.isInteger(v) && v > 0,
+    );
+    if (input.maxOutputTokens !== undefined) caps.push(input.maxOutputTokens);
+    for (const f of CAP_FIELDS) delete body[f];
+    if (caps.length > 0) {
+      const onlyNewName = "max_completion_tokens" in input.body && !("max_tokens" in input.body);
+      body[input.operation === "chat" && onlyNewName ? "max_completion_tokens" : "max_tokens"] = Math.min(
+        ...caps,
+      );
     }
     if (stream) {
       body.stream = true;
       const options =
         typeof body.stream_options === "object" && body.stream_options !== null ? body.stream_options : {};
-      body.stream_options = { ...options, include_usage: true };
+      body.stream_options = {
+        ...options,
+        include_usage: true,
+        ...(route.runtime === "vllm" ? { continuous_usage_stats: true } : {}),
+      };
     } else {
       delete body.stream;
       delete body.stream_options;
@@ -167,7 +202,7 @@ export class Inference {
       runtime: route.runtime,
       upstreamId,
       tokens,
-      cost: costOf(tokens, route.prices),
+      cost: chargeOf(input.billing, costOf(tokens, route.prices)),
       pricingSnapshotId: this.pricingSnapshotId,
       outcome,
       streamed,
@@ -185,13 +220,29 @@ export class Inference {
   ): Promise<UsageSummary> {
     const event = this.#event(input, route, upstreamId, tokens, outcome, streamed, eventId);
     const cost = event.cost;
+    const uncapped = costOf(tokens, route.prices);
+    if (uncapped > cost) {
+      this.onOverQuote({
+        requestId: input.requestId,
+        model: route.model,
+        door: input.billing.door,
+        upstreamId,
+        uncapped,
+        quote: cost,
+      });
+    }
     try {
       await this.publisher.publish(event);
     } catch {
       throw new InferenceError("usage_not_recorded", "the usage of this request could not be recorded");
     }
-    return { ...tokens, cost, pricingSnapshotId: this.pricingSnapshotId };
+    return { ...tokens, cost, pricingSnapshotId: this.pricingSnapshotId, eventId };
   }
+}
+
+/** What a request is charged: its token cost, never more than its quote (docs/money.md). */
+function chargeOf(billing: Billing, cost: bigint): bigint {
+  return billing.quote !== undefined && cost > billing.quote ? billing.quote : cost;
 }
 
 /** Whether a chunk carries generated text (one token per such chunk, for the fallback count). */
@@ -215,13 +266,30 @@ function outputTextLength(json: Record<string, unknown>): number {
 }
 
 /**
- * The fallback when an upstream reports no usage: about four bytes per token of input, and
- * either one token per streamed chunk or four bytes per token of output text.
+ * The fallback when an upstream reports no usage: about four bytes per token of the prompt text
+ * (message contents or prompts; the JSON around them is not input), and either one token per
+ * streamed chunk or four bytes per token of output text. What is charged stays within the
+ * quote whatever the estimate (chargeOf).
  */
-function estimate(inputBytes: number, outputBytes: number, outputChunks = 0): TokenCounts {
+function estimate(body: Record<string, unknown>, outputBytes: number, outputChunks = 0): TokenCounts {
   return {
-    inputTokens: Math.ceil(inputBytes / 4),
+    inputTokens: Math.ceil(promptTextBytes(body) / 4),
     outputTokens: Math.max(outputChunks, Math.ceil(outputBytes / 4)),
     reasoningTokens: 0,
   };
+}
+
+/** UTF-8 bytes of the prompt text of a chat or text-completion body. */
+function promptTextBytes(body: Record<string, unknown>): number {
+  let bytes = 0;
+  const text = (v: unknown) => {
+    if (typeof v === "string") bytes += Buffer.byteLength(v);
+    else if (Array.isArray(v))
+      for (const part of v) text(typeof part === "object" && part ? part.text : part);
+  };
+  if (Array.isArray(body.messages)) {
+    for (const m of body.messages) if (typeof m === "object" && m) text((m as { content?: unknown }).content);
+  }
+  text(body.prompt);
+  return bytes;
 }

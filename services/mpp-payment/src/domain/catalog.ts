@@ -1,5 +1,7 @@
 import {
   type GatewayConfig,
+  inputBoundOf,
+  MAX_OUTPUT_SEQUENCES,
   type ModelConfig,
   type PlanConfig,
   type PlanName,
@@ -19,6 +21,8 @@ export interface PaidRequest {
   model: string;
   outputCap: number;
   messageCount: number;
+  /** Output sequences asked of the upstream (`n`); 0 or absent: one. */
+  outputSequences?: number;
   /** The exact request body bytes. */
   body: Uint8Array;
 }
@@ -43,11 +47,6 @@ export interface Catalog {
   price(req: PaidRequest): PricedRequest;
   /** True when `model` is still offered by `plan`. */
   offers(plan: string, model: string): boolean;
-}
-
-/** The same bound quoteOf prices: body bytes, 8 per message, 16 for the template. */
-export function inputBoundOf(bodyBytes: number, messageCount: number): number {
-  return bodyBytes + 8 * messageCount + 16;
 }
 
 const UINT32_MAX = 0xffff_ffff;
@@ -93,6 +92,9 @@ export function createCatalog(gateway: GatewayConfig): Catalog {
       if (req.outputCap > model.maxOutputTokens) throw invalid("output cap is above the model's maximum");
       if (!Number.isInteger(req.messageCount) || req.messageCount < 1) throw invalid("messages are required");
       if (!req.httpMethod || !req.path.startsWith("/")) throw invalid("http method and path are required");
+      const sequences = req.outputSequences || 1;
+      if (!Number.isInteger(sequences) || sequences < 1 || sequences > MAX_OUTPUT_SEQUENCES)
+        throw invalid(`n must be between 1 and ${MAX_OUTPUT_SEQUENCES}`);
       const inputCap = inputBoundOf(req.body.byteLength, req.messageCount);
       if (inputCap > UINT32_MAX) throw invalid("request body is too large");
       return {
@@ -101,7 +103,7 @@ export function createCatalog(gateway: GatewayConfig): Catalog {
         pricingSnapshotId: snapshot,
         inputCap,
         outputCap: req.outputCap,
-        quote: quoteOf(req.body.byteLength, req.messageCount, req.outputCap, model.pricing),
+        quote: quoteOf(req.body.byteLength, req.messageCount, req.outputCap, model.pricing, sequences),
       };
     },
   };

@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { inputBoundOf } from "@tollgate/config";
 import { createLogger } from "@tollgate/kit/log";
 import { Challenge, Credential, PaymentRequest } from "mppx";
 import { Session } from "mppx/tempo";
@@ -19,7 +20,7 @@ import {
   USDC_E,
 } from "../../test/support.js";
 import { createMemoryChannelStore } from "../adapters/memory-channel-store.js";
-import { createCatalog, inputBoundOf } from "./catalog.js";
+import { createCatalog } from "./catalog.js";
 import { PaymentError, type PaymentErrorCode } from "./errors.js";
 import { createPayments, type Payments } from "./payments.js";
 import type { ChannelStore } from "./ports.js";

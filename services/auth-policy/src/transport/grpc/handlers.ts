@@ -211,6 +211,8 @@ export function authHandlers(
             : {}),
           ...(req.bodyBytes !== undefined ? { bodyBytes: req.bodyBytes } : {}),
           ...(req.messageCount !== undefined ? { messageCount: req.messageCount } : {}),
+          ...(req.outputSequences ? { outputSequences: req.outputSequences } : {}),
+          ...(req.checkOnly ? { checkOnly: true } : {}),
         });
         return {
           principal: { accountId: a.accountId, connectionId: a.connectionId, keyId: a.keyId },

@@ -31,7 +31,6 @@ function toDomain(input: WireInput | undefined): CompletionInput {
     model: input.model,
     ...(input.maxOutputTokens !== undefined ? { maxOutputTokens: input.maxOutputTokens } : {}),
     body: body as Record<string, unknown>,
-    bodyBytes: input.body.byteLength,
     ...(input.requireReasoning ? { requireReasoning: true } : {}),
     billing: {
       door: billing?.door === Door.PAID ? "paid" : "account",
@@ -39,8 +38,15 @@ function toDomain(input: WireInput | undefined): CompletionInput {
       connectionId: billing?.connectionId ?? "",
       keyId: billing?.keyId ?? "",
       reservationId: billing?.reservationId ?? "",
+      ...(billing?.quote ? { quote: quoteOf(billing.quote) } : {}),
     },
   };
+}
+
+function quoteOf(text: string): bigint {
+  if (!/^[0-9]{1,30}$/.test(text))
+    throw new InferenceError("invalid_request", "billing quote is not an amount");
+  return BigInt(text);
 }
 
 function toWireUsage(u: UsageSummary): Omit<Usage, "$typeName"> {
@@ -50,6 +56,7 @@ function toWireUsage(u: UsageSummary): Omit<Usage, "$typeName"> {
     reasoningTokens: u.reasoningTokens,
     cost: u.cost.toString(),
     pricingSnapshotId: u.pricingSnapshotId,
+    eventId: u.eventId,
   };
 }
 

@@ -50,6 +50,7 @@ export function paymentHandlers(payments: Payments): Handlers<typeof PaymentServ
           model: r.model,
           outputCap: r.outputCap,
           messageCount: r.messageCount,
+          outputSequences: r.outputSequences,
           body: r.body,
         });
         return {
