@@ -174,6 +174,7 @@ export async function start(
               admin,
               log,
               prices: new Map(opts.gateway.models.map((m) => [m.id, m.pricing])),
+              reasoningModels: new Set(opts.gateway.models.filter((m) => m.reasoning).map((m) => m.id)),
             }),
             metrics,
           ),

@@ -66,24 +66,36 @@ export class Idempotency {
   }
 
   /**
+   * Why the request's Idempotency-Key header cannot be used at all, judged from the request
+   * alone (no store): the routes ask before authorization, so such a refusal takes nothing.
+   */
+  refusal(req: FastifyRequest, streaming: boolean): EdgeError | undefined {
+    const key = req.headers["idempotency-key"];
+    if (key === undefined) return undefined;
+    if (typeof key !== "string" || !IDEMPOTENCY_KEY.test(key)) {
+      return new EdgeError(
+        "idempotency_key_invalid",
+        "Idempotency-Key must be 1 to 255 printable ASCII characters",
+      );
+    }
+    if (streaming) {
+      return new EdgeError(
+        "idempotency_unsupported_for_streams",
+        "Idempotency-Key cannot be used with stream: true",
+      );
+    }
+    return undefined;
+  }
+
+  /**
    * Call after authorization. Resolves true when a stored response was sent (the route must
    * return the reply), false when the route should run.
    */
   async guard(req: FastifyRequest, reply: FastifyReply, scope: string, streaming: boolean): Promise<boolean> {
     const key = req.headers["idempotency-key"];
     if (key === undefined) return false;
-    if (typeof key !== "string" || !IDEMPOTENCY_KEY.test(key)) {
-      throw new EdgeError(
-        "idempotency_key_invalid",
-        "Idempotency-Key must be 1 to 255 printable ASCII characters",
-      );
-    }
-    if (streaming) {
-      throw new EdgeError(
-        "idempotency_unsupported_for_streams",
-        "Idempotency-Key cannot be used with stream: true",
-      );
-    }
+    const refused = this.refusal(req, streaming);
+    if (refused) throw refused;
     const id = sha256(`${scope}\n${key}`);
     const fingerprint = sha256(req.rawBody ?? Buffer.alloc(0));
     const deadline = Date.now() + this.maxWaitMs;

@@ -30,9 +30,10 @@ export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; mes
 }
 
 /**
- * Validates an account-door body. The key is checked first, so a bad key gets its 401 (and a
- * route outside policy its 403) whatever the body holds; otherwise a bad body is a 400. That
- * check takes nothing: a refused body holds no budget and counts no rate-limit unit.
+ * Validates an account-door request: its body, and an Idempotency-Key it cannot use. The key is
+ * checked first, so a bad key gets its 401 (and a route outside policy its 403) whatever the
+ * request holds; otherwise the refusal is a 400. That check takes nothing: a refused request
+ * holds no budget and counts no rate-limit unit (docs/money.md, "Holds").
  */
 export async function parseAccountBody<S extends z.ZodType>(
   ctx: AccountRouteContext,
@@ -43,9 +44,12 @@ export async function parseAccountBody<S extends z.ZodType>(
 ): Promise<z.output<S>> {
   bearerKey(req.headers);
   const parsed = schema.safeParse(req.body);
-  if (parsed.success) return parsed.data;
+  const refused = parsed.success
+    ? ctx.idempotency.refusal(req, (parsed.data as { stream?: unknown }).stream === true)
+    : new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
+  if (!refused) return parsed.data as z.output<S>;
   await authorizeRequest(ctx, req, reply, { route, checkOnly: true });
-  throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
+  throw refused;
 }
 
 /** The Idempotency-Key scope of a route: one caller's keys never meet another's or another route's. */

@@ -19,6 +19,8 @@ export interface AuthorizeAsk {
   outputSequences?: number;
   /** Check the key and route only, taking nothing (a request refused for its body). */
   checkOnly?: boolean;
+  /** The route needs a model that reasons: refused before anything is held. */
+  requireReasoning?: boolean;
 }
 
 /**
@@ -45,6 +47,7 @@ export async function authorizeRequest(
       ? { outputSequences: ask.outputSequences }
       : {}),
     ...(ask.checkOnly ? { checkOnly: true } : {}),
+    ...(ask.requireReasoning ? { requireReasoning: true } : {}),
   };
   const grant = await ctx.auth.authorize(init, { timeoutMs: AUTH_TIMEOUT_MS });
   const limit = grant.rateLimit;

@@ -29,6 +29,7 @@ export function thinkRoute(app: FastifyInstance, ctx: AccountRouteContext): void
       model: body.model ?? "",
       maxOutputTokens: thinkOutputCapOf(body),
       messageCount: body.messages?.length ?? 1,
+      requireReasoning: true,
     });
     if (await guardIdempotency(ctx, req, reply, grant, "think", false)) return reply;
     const chat = chatBodyFromThink(body, grant.model, grant.maxOutputTokens);

@@ -379,3 +379,25 @@ describe("authorize: fan-out and check-only", () => {
     expect(await codeOf(limited(LIMITED_A))).toBe("rate_limited");
   });
 });
+
+describe("authorize: a route that needs reasoning", () => {
+  it("refuses a model that cannot reason before counting or holding anything", async () => {
+    const reasoning = { ...deps, reasoningModels: new Set(["reasoner"]) };
+    for (let i = 0; i < 5; i++) {
+      const err = await refusal(
+        authorize(reasoning, { key: LIMITED_A, model: "", route: "chat", requireReasoning: true }, NOW),
+      );
+      expect((err as AuthError).code).toBe("model_cannot_reason");
+    }
+    // The key's 3 requests a minute are untouched.
+    for (let i = 0; i < 3; i++)
+      await authorize(reasoning, { key: LIMITED_A, model: "", route: "chat", maxOutputTokens: 10 }, NOW);
+    // A model that reasons passes.
+    const ok = await authorize(
+      reasoning,
+      { key: OTHER_ACCOUNT, model: "", route: "think", requireReasoning: true },
+      NOW,
+    );
+    expect(ok.model).toBe("reasoner");
+  });
+});

@@ -33,6 +33,8 @@ export interface AuthorizeInput {
    * request refused for its body, whose refusal must cost nothing.
    */
   checkOnly?: boolean;
+  /** The route needs a model that reasons (POST /v1/think). */
+  requireReasoning?: boolean;
 }
 
 /** What the caller may do. */
@@ -64,6 +66,8 @@ export interface AuthorizeDeps {
   ledger: Ledger;
   /** Prices of every public model, for the quote. */
   prices: ReadonlyMap<string, Prices>;
+  /** The public models whose configuration says they reason; absent: every model may. */
+  reasoningModels?: ReadonlySet<string>;
 }
 
 /** Longest key accepted before hashing; anything larger is not one of ours. */
@@ -132,6 +136,12 @@ export async function authorize(
     model = input.model === "" ? policy.defaultModel : input.model;
     if (!policy.models.includes(model)) {
       throw new AuthError("model_not_allowed", `the model '${model}' is not available to this key`);
+    }
+    if (input.requireReasoning && deps.reasoningModels && !deps.reasoningModels.has(model)) {
+      throw new AuthError(
+        "model_cannot_reason",
+        `the model '${model}' cannot reason; choose a model with reasoning for this route`,
+      );
     }
     cap = input.maxOutputTokens ?? policy.defaultMaxOutputTokens;
     if (cap > policy.maxOutputTokens) {

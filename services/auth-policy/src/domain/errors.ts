@@ -18,6 +18,8 @@ export type AuthErrorCode =
   | "rate_limited"
   // Authorize: 402
   | "budget_exceeded"
+  // Authorize: 400
+  | "model_cannot_reason"
   // Admin
   | "invalid_argument"
   | "account_not_found"

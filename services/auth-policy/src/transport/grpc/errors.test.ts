@@ -17,6 +17,7 @@ const EXPECTED: Record<AuthErrorCode, GrpcStatus> = {
   tokens_above_rate_limit: GrpcStatus.PERMISSION_DENIED,
   rate_limited: GrpcStatus.RESOURCE_EXHAUSTED,
   budget_exceeded: GrpcStatus.FAILED_PRECONDITION,
+  model_cannot_reason: GrpcStatus.INVALID_ARGUMENT,
   invalid_argument: GrpcStatus.INVALID_ARGUMENT,
   account_not_found: GrpcStatus.NOT_FOUND,
   connection_not_found: GrpcStatus.NOT_FOUND,

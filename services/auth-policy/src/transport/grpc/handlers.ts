@@ -213,6 +213,7 @@ export function authHandlers(
           ...(req.messageCount !== undefined ? { messageCount: req.messageCount } : {}),
           ...(req.outputSequences ? { outputSequences: req.outputSequences } : {}),
           ...(req.checkOnly ? { checkOnly: true } : {}),
+          ...(req.requireReasoning ? { requireReasoning: true } : {}),
         });
         return {
           principal: { accountId: a.accountId, connectionId: a.connectionId, keyId: a.keyId },
