@@ -50,7 +50,8 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
   let gateway = loadGatewayConfig(cfg.configPath ?? DEMO_CONFIG_PATH);
   let upstream: FakeUpstream | undefined;
   if (!cfg.configPath) {
-    upstream = await startFakeUpstream({ host: LOOPBACK, port: 0 });
+    // No recording: the demo keeps no request body, header or key once it has answered.
+    upstream = await startFakeUpstream({ host: LOOPBACK, port: 0, record: false });
     gateway = { ...gateway, upstreams: gateway.upstreams.map((u) => ({ ...u, baseUrl: upstream!.url })) };
   }
   const bus: EventBus | undefined = cfg.natsUrl ? undefined : createMemoryBus();

@@ -61,7 +61,7 @@ describe("account door error contract (all-in-one, in process)", () => {
   let logs: LogCapture;
 
   beforeAll(async () => {
-    running = await startConfiguredGateway(config);
+    running = await startConfiguredGateway(config, { upstream: { record: true } });
     ({ gateway, upstream, logs } = running);
   });
 

@@ -41,8 +41,8 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
   beforeAll(async () => {
     nats = await useNats();
     redis = await useRedis();
-    good = await startFakeUpstream();
-    bad = await startFakeUpstream({ failure: { status: 500 } });
+    good = await startFakeUpstream({ record: true });
+    bad = await startFakeUpstream({ failure: { status: 500 }, record: true });
     stack = await startStack({
       natsUrl: nats.url,
       redisUrl: redis.url,

@@ -33,7 +33,7 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
       privateNats(),
       privateRedis({ appendOnly: true }),
       // In process, so the test reads what the upstream wrote on each stream (tokensWritten).
-      startFakeUpstream({ tokensPerSecond: 100, outputTokens: 1_000 }),
+      startFakeUpstream({ tokensPerSecond: 100, outputTokens: 1_000, record: true }),
     ]);
     stack = await startStack({
       natsUrl: nats.url,

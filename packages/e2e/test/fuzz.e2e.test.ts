@@ -596,7 +596,7 @@ describe("hostile input on the public port (fuzz, all-in-one process)", () => {
   let key: string;
 
   beforeAll(async () => {
-    upstream = await startFakeUpstream();
+    upstream = await startFakeUpstream({ record: true });
     dir = mkdtempSync(join(tmpdir(), "tollgate-fuzz-"));
     const demo = readFileSync(DEMO_CONFIG, "utf8");
     key = /secret: (tg_\S+)/.exec(demo)![1]!;

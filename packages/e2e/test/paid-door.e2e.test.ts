@@ -18,7 +18,7 @@ import { describePaidDoor } from "./paid-door-scenarios.js";
  * lives inside the child, out of reach), so "no model ran" is the upstream's own request count.
  */
 async function startAllInOneProcess(): Promise<PaidTarget> {
-  const upstream = await startFakeUpstream();
+  const upstream = await startFakeUpstream({ record: true });
   const dir = mkdtempSync(join(tmpdir(), "tollgate-paid-door-"));
   const configPath = join(dir, "tollgate.yaml");
   writeFileSync(

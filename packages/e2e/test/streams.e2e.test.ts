@@ -33,7 +33,7 @@ accounts:
       - { id: conn, models: [m], defaultModel: m, keys: [{ id: k, secret: ${KEY} }] }
 `,
       {
-        upstream: { tokensPerSecond: 4, outputTokens: 40 },
+        upstream: { tokensPerSecond: 4, outputTokens: 40, record: true },
       },
     );
     ({ gateway, upstream } = running);

@@ -1,10 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { expectedOutput, type FakeUpstream, startFakeUpstream } from "./fake-upstream.js";
+import { expectedOutput, expectedUsage, type FakeUpstream, startFakeUpstream } from "./fake-upstream.js";
 
 let fake: FakeUpstream;
 
 beforeEach(async () => {
-  fake = await startFakeUpstream();
+  fake = await startFakeUpstream({ record: true });
 });
 
 afterEach(async () => {
@@ -31,10 +31,31 @@ function events(text: string): unknown[] {
 
 interface Chunk {
   choices: {
+    index: number;
     delta: { role?: string; content?: string; reasoning_content?: string };
+    text?: string;
     finish_reason: string | null;
   }[];
   usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
+/** The chunks of an SSE body, without [DONE] (which must be last). */
+async function chunksOf(res: Response): Promise<Chunk[]> {
+  const all = events(await res.text());
+  expect(all.at(-1)).toBe("[DONE]");
+  return all.slice(0, -1) as Chunk[];
+}
+
+/** Per choice index, the concatenated `content` (chat) or `text` (completions) of a stream. */
+function textsByIndex(chunks: Chunk[], field: "content" | "text"): string[] {
+  const texts: string[] = [];
+  for (const c of chunks) {
+    for (const choice of c.choices) {
+      const t = field === "content" ? choice.delta?.content : choice.text;
+      texts[choice.index] = (texts[choice.index] ?? "") + (t ?? "");
+    }
+  }
+  return texts;
 }
 
 const hello = { model: "fake-small", messages: [{ role: "user", content: "Hello there" }] };
@@ -283,5 +304,195 @@ describe("fake upstream", () => {
     await fake.close();
     expect(await pending).toBe("failed");
     fake = await startFakeUpstream();
+  });
+});
+
+describe("fake upstream recording", () => {
+  it("keeps no request unless started with record: true, and lets go of them when turned off", async () => {
+    const quiet = await startFakeUpstream();
+    try {
+      const res = await fetch(`${quiet.url}/chat/completions`, {
+        method: "POST",
+        body: JSON.stringify({ ...hello, messages: [{ role: "user", content: "x".repeat(64 * 1024) }] }),
+      });
+      expect(res.status).toBe(200);
+      expect(() => quiet.requests).toThrow(/record: true/);
+
+      quiet.configure({ record: true });
+      await (await fetch(`${quiet.url}/models`)).text();
+      expect(quiet.requests.map((r) => r.path)).toEqual(["/v1/models"]);
+      quiet.configure({ record: false });
+      expect(() => quiet.requests).toThrow(/record: true/);
+      quiet.configure({ record: true });
+      expect(quiet.requests).toEqual([]);
+    } finally {
+      await quiet.close();
+    }
+  });
+});
+
+describe("fake upstream fan-out, as vLLM answers it", () => {
+  interface Buffered {
+    choices: {
+      index: number;
+      message?: { content: string; reasoning_content?: string };
+      text?: string;
+      finish_reason: string;
+    }[];
+    usage: {
+      prompt_tokens: number;
+      completion_tokens: number;
+      total_tokens: number;
+      completion_tokens_details?: { reasoning_tokens: number };
+    };
+  }
+
+  it("answers n chat choices, each its own output up to the cap, and counts all of them", async () => {
+    const request = { ...hello, n: 3, max_tokens: 5 };
+    const body = (await (await post("/chat/completions", request)).json()) as Buffered;
+    expect(body.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+    const texts = body.choices.map((c) => c.message?.content ?? "");
+    expect(texts.every((t) => t.trim().split(" ").length === 5)).toBe(true);
+    expect(new Set(texts).size).toBe(3);
+    expect(body.choices.every((c) => c.finish_reason === "length")).toBe(true);
+    // Choice 0 is what n = 1 answers.
+    expect(texts[0]).toBe(expectedOutput({ ...hello, max_tokens: 5 }).texts[0]);
+    expect(texts).toEqual(expectedOutput(request).texts);
+    // "Hello there" → 6 prompt tokens, counted once; 3 × 5 completion tokens.
+    expect(body.usage).toEqual({ prompt_tokens: 6, completion_tokens: 15, total_tokens: 21 });
+    expect(expectedUsage(request)).toEqual(body.usage);
+  });
+
+  it("gives every choice of a reasoning model its own reasoning, counted per choice", async () => {
+    const request = { ...hello, model: "fake-reasoner", n: 2 };
+    const body = (await (await post("/chat/completions", request)).json()) as Buffered;
+    expect(body.choices.map((c) => c.message?.reasoning_content)).toEqual(expectedOutput(request).reasonings);
+    expect(body.usage.completion_tokens).toBe(2 * (12 + 4));
+    expect(body.usage.completion_tokens_details).toEqual({ reasoning_tokens: 8 });
+  });
+
+  it("streams every choice interleaved, one choice per chunk, and the totals last", async () => {
+    const request = { ...hello, n: 3, max_tokens: 4, stream: true, stream_options: { include_usage: true } };
+    const chunks = await chunksOf(await post("/chat/completions", request));
+    expect(
+      chunks.every((c) => c.choices.length === 1 || (c.choices.length === 0 && c === chunks.at(-1))),
+    ).toBe(true);
+    // A role chunk per choice, then token chunks round-robin: 0, 1, 2, 0, 1, 2, ...
+    expect(chunks.slice(0, 3).map((c) => c.choices[0]?.delta)).toEqual([
+      { role: "assistant", content: "" },
+      { role: "assistant", content: "" },
+      { role: "assistant", content: "" },
+    ]);
+    const tokenChunks = chunks.slice(3, 3 + 12);
+    expect(tokenChunks.map((c) => c.choices[0]?.index)).toEqual([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]);
+    expect(textsByIndex(chunks, "content")).toEqual(expectedOutput(request).texts);
+    const finishes = chunks.slice(15, 18).map((c) => c.choices[0]);
+    expect(finishes.map((f) => [f?.index, f?.finish_reason])).toEqual([
+      [0, "length"],
+      [1, "length"],
+      [2, "length"],
+    ]);
+    expect(chunks.at(-1)).toMatchObject({
+      choices: [],
+      usage: { prompt_tokens: 6, completion_tokens: 12, total_tokens: 18 },
+    });
+    expect(chunks).toHaveLength(3 + 12 + 3 + 1);
+  });
+
+  it("answers a prompt list with n choices per prompt, index = prompt_index * n + j, usage summed", async () => {
+    const request = { model: "fake-small", prompt: ["one", "a longer prompt"], n: 2, max_tokens: 3 };
+    const body = (await (await post("/completions", request)).json()) as Buffered;
+    expect(body.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
+    const expected = expectedOutput(request, { route: "completions" });
+    expect(body.choices.map((c) => c.text)).toEqual(expected.texts);
+    // Choices 0 and 2 (j = 0) are what n = 1 answers for each prompt.
+    const single = expectedOutput({ ...request, n: 1 }, { route: "completions" }).texts;
+    expect([expected.texts[0], expected.texts[2]]).toEqual(single);
+    // Prompts 4 + 7 tokens, each counted once; 4 choices × 3 tokens.
+    expect(body.usage).toEqual({ prompt_tokens: 11, completion_tokens: 12, total_tokens: 23 });
+
+    const streamed = await chunksOf(
+      await post("/completions", { ...request, stream: true, stream_options: { include_usage: true } }),
+    );
+    expect(textsByIndex(streamed, "text")).toEqual(expected.texts);
+    expect(streamed.at(-1)?.usage).toEqual(body.usage);
+  });
+
+  it("counts the best_of sequences generated, not only the n returned", async () => {
+    const request = { model: "fake-small", prompt: ["one", "two"], n: 2, best_of: 5, max_tokens: 3 };
+    const body = (await (await post("/completions", request)).json()) as Buffered;
+    expect(body.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
+    // 2 prompts × best_of 5 × 3 tokens; "one" and "two" are 4 prompt tokens each.
+    expect(body.usage).toEqual({ prompt_tokens: 8, completion_tokens: 30, total_tokens: 38 });
+    expect(expectedUsage(request, { route: "completions" })).toEqual(body.usage);
+
+    const below = await post("/completions", { ...request, best_of: 1 });
+    expect(below.status).toBe(400);
+    const bad = await post("/chat/completions", { ...hello, n: 0 });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe("invalid_value");
+  });
+
+  it.each([
+    ["max_tokens alone", { max_tokens: 3 }, 3],
+    ["max_completion_tokens alone", { max_completion_tokens: 4 }, 4],
+    ["both, max_tokens smaller", { max_tokens: 2, max_completion_tokens: 9 }, 2],
+    ["both, max_tokens larger", { max_tokens: 9, max_completion_tokens: 2 }, 9],
+  ])("caps each choice's output by %s", async (_label, caps, perChoice) => {
+    const request = { ...hello, n: 2, ...caps };
+    const body = (await (await post("/chat/completions", request)).json()) as Buffered;
+    expect(body.choices.map((c) => (c.message?.content ?? "").trim().split(" ").length)).toEqual([
+      perChoice,
+      perChoice,
+    ]);
+    expect(body.usage.completion_tokens).toBe(2 * perChoice);
+  });
+
+  it("puts usage on every chunk with continuous_usage_stats: the exact prompt tokens and the choice's tokens so far", async () => {
+    const request = {
+      ...hello,
+      max_tokens: 3,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    };
+    const chunks = await chunksOf(await post("/chat/completions", request));
+    expect(chunks.every((c) => c.usage !== undefined)).toBe(true);
+    expect(chunks.map((c) => c.usage?.completion_tokens)).toEqual([0, 1, 2, 3, 3, 3]);
+    expect(chunks.every((c) => c.usage?.prompt_tokens === 6)).toBe(true);
+    expect(chunks.every((c) => c.usage?.total_tokens === 6 + (c.usage?.completion_tokens ?? 0))).toBe(true);
+    expect(chunks.at(-1)).toMatchObject({ choices: [], usage: expectedUsage(request) });
+
+    // Without include_usage, continuous_usage_stats alone adds nothing.
+    const plain = await chunksOf(
+      await post("/chat/completions", { ...request, stream_options: { continuous_usage_stats: true } }),
+    );
+    expect(plain.some((c) => c.usage !== undefined)).toBe(false);
+  });
+
+  it("with n and a prompt list, each chunk's continuous usage is its own choice and prompt, as vLLM reports it", async () => {
+    const request = {
+      model: "fake-small",
+      prompt: ["one", "a longer prompt"],
+      n: 2,
+      max_tokens: 2,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    };
+    const chunks = await chunksOf(await post("/completions", request));
+    const tokenChunks = chunks.filter((c) => c.choices[0]?.text);
+    expect(
+      tokenChunks.map((c) => [c.choices[0]?.index, c.usage?.prompt_tokens, c.usage?.completion_tokens]),
+    ).toEqual([
+      [0, 4, 1],
+      [1, 4, 1],
+      [2, 7, 1],
+      [3, 7, 1],
+      [0, 4, 2],
+      [1, 4, 2],
+      [2, 7, 2],
+      [3, 7, 2],
+    ]);
+    // Only the last chunk has the request's totals.
+    expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 11, completion_tokens: 8, total_tokens: 19 });
   });
 });

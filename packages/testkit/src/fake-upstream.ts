@@ -29,6 +29,12 @@ export interface FakeUpstreamOptions {
   firstByteDelayMs?: number;
   /** While set, every completion request fails this way (after any failNext() ones). */
   failure?: InjectedFailure;
+  /**
+   * Keep every request (method, path, headers, parsed body), the last 1000, in `requests`.
+   * Off by default: bodies can be megabytes and headers carry keys, so only a test that reads
+   * `requests` turns it on; the all-in-one demo and the standalone fake never do.
+   */
+  record?: boolean;
 }
 
 /** One request as the fake received it. */
@@ -66,8 +72,12 @@ export interface FakeUpstream {
   /** Base URL ending in /v1. */
   url: string;
   port: number;
-  /** Every request received, oldest first; at most the last 1000. */
-  requests: RecordedRequest[];
+  /**
+   * Every request received, oldest first; at most the last 1000. Only with `record: true`:
+   * reading it otherwise throws, so a test that counts requests without recording fails
+   * instead of comparing two lengths of an empty list.
+   */
+  readonly requests: RecordedRequest[];
   configure(opts: Partial<FakeUpstreamOptions>): void;
   /** The next `count` completion requests fail this way. */
   failNext(count: number, failure: InjectedFailure): void;
@@ -85,10 +95,16 @@ export interface FakeUsage {
 
 /** What the fake answers for one request body, computed without a server. */
 export interface FakeOutput {
-  /** One text per choice: one per prompt on /v1/completions, exactly one on chat. */
+  /**
+   * One text per returned choice, in index order: `n` on chat; on /v1/completions `n` per
+   * prompt, choice `prompt_index * n + j` as vLLM numbers them.
+   */
   texts: string[];
-  /** Reasoning text (chat with a reasoning model only). */
+  /** Reasoning text of choice 0 (chat with a reasoning model only). */
   reasoning: string | undefined;
+  /** Reasoning text of every choice, in index order; empty without reasoning. */
+  reasonings: string[];
+  /** The same for every choice: "length" when the cap cut the output. */
   finishReason: "stop" | "length";
   usage: FakeUsage;
 }
@@ -99,6 +115,11 @@ export const DEFAULT_OUTPUT_TOKENS = 12;
 /** Reasoning models think this many words before answering. */
 export const REASONING_TOKENS = 4;
 const MAX_RECORDED = 1_000;
+/**
+ * Sequences one request may ask for (prompts × best_of, or n): vLLM has no such bound, the
+ * fake has it so that a fuzzed `n` cannot make it build millions of strings.
+ */
+export const MAX_SEQUENCES = 1_024;
 
 // biome-ignore format: a word list reads better in rows
 const VOCABULARY = [
@@ -114,12 +135,20 @@ type Route = FakeRoute;
 
 interface ParsedRequest {
   model: string;
-  /** The texts whose hash picks the words: one entry per choice. */
+  /** The texts whose hash picks the words: one entry per prompt (chat: one). */
   seeds: string[];
-  promptTokens: number;
+  /** Prompt tokens of each prompt (chat: one entry, all messages). */
+  promptTokens: number[];
+  /** Output tokens per choice at most (max_tokens, else max_completion_tokens). */
   cap: number | undefined;
+  /** Choices returned per prompt. */
+  n: number;
+  /** Sequences generated per prompt: best_of on /v1/completions, else n. */
+  generated: number;
   stream: boolean;
   includeUsage: boolean;
+  /** vLLM's stream_options.continuous_usage_stats (with include_usage): usage on every chunk. */
+  continuousUsage: boolean;
 }
 
 class BadRequest extends Error {
@@ -174,6 +203,12 @@ function contentText(content: unknown): string {
   return "";
 }
 
+/**
+ * The output cap of each choice. Either field caps; when both are sent, max_tokens wins, so a
+ * gateway that caps only max_completion_tokens and forwards a larger max_tokens is caught.
+ * (vLLM's own request models read `max_completion_tokens or max_tokens`: a gateway must cap
+ * both fields to be safe behind either reading.)
+ */
 function capOf(body: Record<string, unknown>): number | undefined {
   const cap = body["max_tokens"] ?? body["max_completion_tokens"];
   if (cap === undefined || cap === null) return undefined;
@@ -188,6 +223,21 @@ function capOf(body: Record<string, unknown>): number | undefined {
   return cap;
 }
 
+/** An optional positive integer field, `fallback` when absent. */
+function countOf(body: Record<string, unknown>, field: string, fallback: number): number {
+  const value = body[field];
+  if (value === undefined || value === null) return fallback;
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 1) {
+    throw new BadRequest(
+      400,
+      "invalid_request_error",
+      "invalid_value",
+      `${field} must be a positive integer`,
+    );
+  }
+  return value;
+}
+
 function parseRequest(route: Route, body: unknown): ParsedRequest {
   if (!body || typeof body !== "object" || Array.isArray(body)) {
     throw new BadRequest(400, "invalid_request_error", null, "the request body must be a JSON object");
@@ -198,7 +248,7 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
     throw new BadRequest(400, "invalid_request_error", "missing_required_parameter", "model is required");
   }
   const seeds: string[] = [];
-  let promptTokens = 0;
+  const promptTokens: number[] = [];
   if (route === "chat") {
     const messages = b["messages"];
     if (!Array.isArray(messages) || messages.length === 0) {
@@ -210,12 +260,14 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
       );
     }
     let all = model;
+    let tokens = 0;
     for (const m of messages) {
       const text = contentText(m && typeof m === "object" ? (m as { content?: unknown }).content : undefined);
-      promptTokens += tokensOf(text);
+      tokens += tokensOf(text);
       all += "\n" + text;
     }
     seeds.push(all);
+    promptTokens.push(tokens);
   } else {
     const prompt = b["prompt"];
     const prompts = typeof prompt === "string" ? [prompt] : prompt;
@@ -228,42 +280,87 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
       );
     }
     for (const p of prompts as string[]) {
-      promptTokens += tokensOf(p);
+      promptTokens.push(tokensOf(p));
       seeds.push(model + "\n" + p);
     }
   }
+  const n = countOf(b, "n", 1);
+  // best_of exists on /v1/completions only; vLLM refuses one below n.
+  const generated = route === "completions" ? countOf(b, "best_of", n) : n;
+  if (generated < n) {
+    throw new BadRequest(
+      400,
+      "invalid_request_error",
+      "invalid_value",
+      "best_of must be greater than or equal to n",
+    );
+  }
+  if (seeds.length * generated > MAX_SEQUENCES) {
+    throw new BadRequest(
+      400,
+      "invalid_request_error",
+      "invalid_value",
+      `the fake upstream generates at most ${MAX_SEQUENCES} sequences per request`,
+    );
+  }
   const streamOptions = b["stream_options"];
+  const option = (name: string) =>
+    !!streamOptions &&
+    typeof streamOptions === "object" &&
+    (streamOptions as Record<string, unknown>)[name] === true;
+  const includeUsage = option("include_usage");
   return {
     model,
     seeds,
     promptTokens,
     cap: capOf(b),
+    n,
+    generated,
     stream: b["stream"] === true,
-    includeUsage:
-      !!streamOptions &&
-      typeof streamOptions === "object" &&
-      (streamOptions as { include_usage?: unknown }).include_usage === true,
+    includeUsage,
+    continuousUsage: includeUsage && option("continuous_usage_stats"),
   };
 }
 
+/** The seed of choice `j` of a prompt: choice 0 keeps the prompt's own, as before `n` existed. */
+function choiceSeed(seed: string, j: number): string {
+  return j === 0 ? seed : `${seed}\u0000${j}`;
+}
+
+/**
+ * The answer to a parsed request. Each choice produces min(cap, outputTokens) tokens of its own
+ * words (reasoning models first think REASONING_TOKENS more on chat). Usage is vLLM's:
+ * prompt_tokens counts each prompt once whatever `n`; completion_tokens counts every sequence
+ * generated, which with best_of > n includes the best_of − n sequences generated and not
+ * returned (the conservative reading of what an upstream bills).
+ */
 function outputOf(route: Route, req: ParsedRequest, outputTokens: number, reasoning: boolean): FakeOutput {
-  const n = Math.min(req.cap ?? outputTokens, outputTokens);
+  const perChoice = Math.min(req.cap ?? outputTokens, outputTokens);
   const withReasoning = reasoning && route === "chat";
-  const texts = req.seeds.map((seed) => textOf(words(hash(seed), n)));
-  const reasoningTokens = withReasoning ? REASONING_TOKENS : 0;
-  const completionTokens = n * req.seeds.length + reasoningTokens;
+  const texts: string[] = [];
+  const reasonings: string[] = [];
+  for (const seed of req.seeds) {
+    for (let j = 0; j < req.n; j++) {
+      const s = choiceSeed(seed, j);
+      texts.push(textOf(words(hash(s), perChoice)));
+      if (withReasoning) reasonings.push(textOf(words(hash("reasoning\n" + s), REASONING_TOKENS)));
+    }
+  }
+  const sequences = req.seeds.length * req.generated;
+  const reasoningTokens = withReasoning ? REASONING_TOKENS * sequences : 0;
+  const completionTokens = perChoice * sequences + reasoningTokens;
+  const promptTokens = req.promptTokens.reduce((sum, t) => sum + t, 0);
   const usage: FakeUsage = {
-    prompt_tokens: req.promptTokens,
+    prompt_tokens: promptTokens,
     completion_tokens: completionTokens,
-    total_tokens: req.promptTokens + completionTokens,
+    total_tokens: promptTokens + completionTokens,
   };
   if (withReasoning) usage.completion_tokens_details = { reasoning_tokens: reasoningTokens };
   return {
     texts,
-    reasoning: withReasoning
-      ? textOf(words(hash("reasoning\n" + req.seeds[0]), REASONING_TOKENS))
-      : undefined,
-    finishReason: n < outputTokens ? "length" : "stop",
+    reasoning: reasonings[0],
+    reasonings,
+    finishReason: perChoice < outputTokens ? "length" : "stop",
     usage,
   };
 }
@@ -383,7 +480,8 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
   const idPrefix = randomBytes(4).toString("hex");
   let nextId = 0;
 
-  function record(req: IncomingMessage, path: string, body: unknown): RecordedRequest {
+  function record(req: IncomingMessage, path: string, body: unknown): RecordedRequest | undefined {
+    if (!options.record) return undefined;
     const entry: RecordedRequest = { method: req.method ?? "", path, headers: req.headers, body };
     requests.push(entry);
     if (requests.length > MAX_RECORDED) requests.shift();
@@ -541,10 +639,17 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
   return {
     url: `http://${host.includes(":") ? `[${host}]` : host}:${port}/v1`,
     port,
-    requests,
+    get requests(): RecordedRequest[] {
+      if (!options.record) {
+        throw new Error("this fake upstream records no requests: start it with { record: true }");
+      }
+      return requests;
+    },
     configure(next) {
       options = { ...options, ...next };
       state = stateOf(options);
+      // Turning recording off lets go of what was kept.
+      if (!options.record) requests.length = 0;
     },
     failNext(count, failure) {
       for (let i = 0; i < count; i++) failures.push(failure);
@@ -560,14 +665,17 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
 
 function bufferedBody(route: Route, id: string, created: number, model: string, output: FakeOutput): string {
   if (route === "chat") {
-    const message: Record<string, string> = { role: "assistant", content: output.texts[0] ?? "" };
-    if (output.reasoning !== undefined) message["reasoning_content"] = output.reasoning;
     return JSON.stringify({
       id,
       object: "chat.completion",
       created,
       model,
-      choices: [{ index: 0, message, logprobs: null, finish_reason: output.finishReason }],
+      choices: output.texts.map((content, index) => {
+        const message: Record<string, string> = { role: "assistant", content };
+        const reasoning = output.reasonings[index];
+        if (reasoning !== undefined) message["reasoning_content"] = reasoning;
+        return { index, message, logprobs: null, finish_reason: output.finishReason };
+      }),
       usage: output.usage,
     });
   }
@@ -586,6 +694,19 @@ function bufferedBody(route: Route, id: string, created: number, model: string, 
   });
 }
 
+/**
+ * Streams the answer as vLLM does: on chat a role chunk per choice first; then one chunk per
+ * token, each carrying one choice, the choices interleaved (every choice's k-th token before
+ * any choice's k+1-th, reasoning before content); a finish chunk per choice; with
+ * include_usage a last chunk with empty choices and the totals; then [DONE].
+ *
+ * With continuous_usage_stats every chunk carries a usage object as vLLM fills it: the
+ * tokens of that chunk's own choice so far and the prompt tokens of its prompt (on chat all
+ * messages), not request totals; only the last chunk has the totals.
+ *
+ * Pacing (tokensPerSecond) is per generation step, all choices advancing together; an injected
+ * cut counts token chunks across all choices.
+ */
 async function stream(
   res: ServerResponse,
   route: Route,
@@ -609,34 +730,74 @@ async function stream(
 
   const object = route === "chat" ? "chat.completion.chunk" : "text_completion";
   const head = `{"id":"${id}","object":"${object}","created":${created},"model":${JSON.stringify(req.model)},"choices":`;
-  const event = (choices: string) => `data: ${head}${choices}}\n\n`;
-  const chat = (delta: Record<string, string>, finish: string | null) =>
+  /** Prompt tokens of choice `index`'s prompt, as continuous usage reports them. */
+  const promptOf = (index: number) => req.promptTokens[Math.floor(index / req.n)] ?? 0;
+  const event = (index: number, choice: string, completionSoFar: number) => {
+    let usage = "";
+    if (req.continuousUsage) {
+      const prompt = promptOf(index);
+      usage = `,"usage":{"prompt_tokens":${prompt},"completion_tokens":${completionSoFar},"total_tokens":${prompt + completionSoFar}}`;
+    }
+    return `data: ${head}[${choice}]${usage}}\n\n`;
+  };
+  const chat = (index: number, delta: Record<string, string>, finish: string | null, soFar: number) =>
     event(
-      `[{"index":0,"delta":${JSON.stringify(delta)},"logprobs":null,"finish_reason":${JSON.stringify(finish)}}]`,
+      index,
+      `{"index":${index},"delta":${JSON.stringify(delta)},"logprobs":null,"finish_reason":${JSON.stringify(finish)}}`,
+      soFar,
     );
-  const text = (index: number, t: string, finish: string | null) =>
+  const text = (index: number, t: string, finish: string | null, soFar: number) =>
     event(
-      `[{"index":${index},"text":${JSON.stringify(t)},"logprobs":null,"finish_reason":${JSON.stringify(finish)}}]`,
+      index,
+      `{"index":${index},"text":${JSON.stringify(t)},"logprobs":null,"finish_reason":${JSON.stringify(finish)}}`,
+      soFar,
     );
 
-  const first = route === "chat" ? chat({ role: "assistant", content: "" }, null) : "";
-  // One chunk per token, reasoning first; pacing applies between them.
-  const tokens: string[] = [];
+  const choices = output.texts.length;
+  let first = "";
   if (route === "chat") {
-    for (const w of splitWords(output.reasoning)) tokens.push(chat({ reasoning_content: w }, null));
-    for (const w of splitWords(output.texts[0])) tokens.push(chat({ content: w }, null));
-  } else {
-    output.texts.forEach((t, index) => {
-      for (const w of splitWords(t)) tokens.push(text(index, w, null));
-    });
+    for (let index = 0; index < choices; index++)
+      first += chat(index, { role: "assistant", content: "" }, null, 0);
+  }
+  // Each choice's token chunks in order, reasoning first.
+  const perChoice: string[][] = [];
+  for (let index = 0; index < choices; index++) {
+    const chunks: string[] = [];
+    if (route === "chat") {
+      for (const w of splitWords(output.reasonings[index])) {
+        chunks.push(chat(index, { reasoning_content: w }, null, chunks.length + 1));
+      }
+      for (const w of splitWords(output.texts[index])) {
+        chunks.push(chat(index, { content: w }, null, chunks.length + 1));
+      }
+    } else {
+      for (const w of splitWords(output.texts[index])) chunks.push(text(index, w, null, chunks.length + 1));
+    }
+    perChoice.push(chunks);
+  }
+  // Interleaved by generation step; `steps[i]` is the step of tokens[i].
+  const tokens: string[] = [];
+  const steps: number[] = [];
+  const longest = Math.max(0, ...perChoice.map((c) => c.length));
+  for (let step = 0; step < longest; step++) {
+    for (const chunks of perChoice) {
+      const chunk = chunks[step];
+      if (chunk === undefined) continue;
+      tokens.push(chunk);
+      steps.push(step);
+    }
   }
   const count = cutAfter === undefined ? tokens.length : Math.min(cutAfter, tokens.length);
 
   let tail = "";
   if (cutAfter === undefined) {
-    if (route === "chat") tail += chat({}, output.finishReason);
-    else
-      for (let index = 0; index < output.texts.length; index++) tail += text(index, "", output.finishReason);
+    for (let index = 0; index < choices; index++) {
+      const soFar = perChoice[index]!.length;
+      tail +=
+        route === "chat"
+          ? chat(index, {}, output.finishReason, soFar)
+          : text(index, "", output.finishReason, soFar);
+    }
     if (req.includeUsage) tail += `data: ${head}[],"usage":${JSON.stringify(output.usage)}}\n\n`;
     tail += "data: [DONE]\n\n";
   }
@@ -653,7 +814,7 @@ async function stream(
   } else {
     await writeFlushed(res, first);
     for (let i = 0; i < count; i++) {
-      if (i > 0) await sleep(s.tokenIntervalMs, res);
+      if (i > 0 && steps[i] !== steps[i - 1]) await sleep(s.tokenIntervalMs, res);
       if (gone(res)) return;
       await writeFlushed(res, tokens[i]!);
       if (recorded) recorded.tokensWritten = i + 1;

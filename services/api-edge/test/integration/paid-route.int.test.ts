@@ -80,7 +80,7 @@ describe("paid route control flow (api-edge)", () => {
   let url: string;
 
   beforeAll(async () => {
-    upstream = await startFakeUpstream();
+    upstream = await startFakeUpstream({ record: true });
     const gateway = parseGatewayConfig({
       // One attempt per request: a test injects one upstream failure and expects to see it.
       resilience: { retry: { maxAttempts: 1 } },

@@ -37,8 +37,8 @@ describe("failover and shared cooldowns across two routers", () => {
   beforeAll(async () => {
     nats = await useNats();
     nc = await connectNats(nats.url, "failover-int-test");
-    good = await startFakeUpstream();
-    bad = await startFakeUpstream({ failure: { status: 503 } });
+    good = await startFakeUpstream({ record: true });
+    bad = await startFakeUpstream({ failure: { status: 503 }, record: true });
     gateway = parseGatewayConfig({
       upstreams: [
         { id: "bad", baseUrl: bad.url },

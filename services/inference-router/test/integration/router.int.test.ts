@@ -125,7 +125,7 @@ function tapped(marker: string): { conn: TappedConnection; exchange: Exchange } 
 beforeAll(async () => {
   nats = await useNats();
   nc = await connectNats(nats.url, "inference-router-int-test");
-  fake = await startFakeUpstream();
+  fake = await startFakeUpstream({ record: true });
   tap = await startTap(fake.port);
   gateway = parseGatewayConfig(
     {

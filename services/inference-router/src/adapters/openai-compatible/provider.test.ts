@@ -18,7 +18,7 @@ let fake: FakeUpstream;
 const providers: Array<{ close(): Promise<void> }> = [];
 
 beforeAll(async () => {
-  fake = await startFakeUpstream();
+  fake = await startFakeUpstream({ record: true });
 });
 
 afterEach(() => {
@@ -297,7 +297,7 @@ describe("OpenAI-compatible provider", () => {
   describe("with an upstream API key", () => {
     let guarded: FakeUpstream;
     beforeAll(async () => {
-      guarded = await startFakeUpstream({ apiKey: "sk-upstream-123" });
+      guarded = await startFakeUpstream({ apiKey: "sk-upstream-123", record: true });
     });
     afterAll(async () => {
       await guarded.close();

@@ -45,7 +45,7 @@ const ms = (s: ReadableSpan) => s.duration[0] * 1e3 + s.duration[1] / 1e6;
 
 describe("upstream client spans", () => {
   beforeAll(async () => {
-    fake = await startFakeUpstream();
+    fake = await startFakeUpstream({ record: true });
     await initTracing(
       { tracesUrl: "http://127.0.0.1:1/v1/traces", serviceName: "router-test" },
       undefined,
