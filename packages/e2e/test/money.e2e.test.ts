@@ -200,7 +200,11 @@ function describeMoney(name: string, setup: () => Promise<MoneyTarget>) {
       let totals: UsageTotals | undefined;
       const deadline = Date.now() + 20_000;
       do {
-        totals = (await metering.getUsage({ accountId: `money-${account}` })).totals;
+        // A metering that was just restarted may not answer at once.
+        totals = await metering.getUsage({ accountId: `money-${account}` }).then(
+          (r) => r.totals,
+          () => totals,
+        );
         if (Number(totals?.requests ?? 0n) >= requests) break;
         await new Promise((r) => setTimeout(r, 100));
       } while (Date.now() < deadline);
