@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/payment/v1/payment.proto.
  */
 export const file_tollgate_payment_v1_payment: GenFile = /*@__PURE__*/
-  fileDesc("CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSKiAQoLUGFpZFJlcXVlc3QSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEhoKEm1vZGVsX29wdGltaXphdGlvbhgEIAEoCBINCgVtb2RlbBgFIAEoCRISCgpvdXRwdXRfY2FwGAYgASgNEhUKDW1lc3NhZ2VfY291bnQYByABKA0SDAoEYm9keRgIIAEoDCJFChBDaGFsbGVuZ2VSZXF1ZXN0EjEKB3JlcXVlc3QYASABKAsyIC50b2xsZ2F0ZS5wYXltZW50LnYxLlBhaWRSZXF1ZXN0InIKEUNoYWxsZW5nZVJlc3BvbnNlEhgKEHd3d19hdXRoZW50aWNhdGUYASABKAkSFAoMY2hhbGxlbmdlX2lkGAIgASgJEi0KB2JpbmRpbmcYAyABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmcicwoNVmVyaWZ5UmVxdWVzdBIVCg1hdXRob3JpemF0aW9uGAEgASgJEhMKC2h0dHBfbWV0aG9kGAIgASgJEgwKBHBhdGgYAyABKAkSDAoEYm9keRgEIAEoDBIaChJyZXNlcnZlX3JlcXVlc3RfaWQYBSABKAki8wEKDlZlcmlmeVJlc3BvbnNlEisKBmFjdGlvbhgBIAEoDjIbLnRvbGxnYXRlLnBheW1lbnQudjEuQWN0aW9uEhIKCmNoYW5uZWxfaWQYAiABKAkSFAoMY2hhbGxlbmdlX2lkGAMgASgJEi0KB2JpbmRpbmcYBCABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmcSGwoTYWNjZXB0ZWRfY3VtdWxhdGl2ZRgFIAEoCRIXCg9wYXltZW50X3JlY2VpcHQYBiABKAkSDQoFcXVvdGUYByABKAkSFgoOcmVzZXJ2YXRpb25faWQYCCABKAkiRwoOUmVzZXJ2ZVJlcXVlc3QSEgoKY2hhbm5lbF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEg0KBXF1b3RlGAMgASgJIikKD1Jlc2VydmVSZXNwb25zZRIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCSJmCg1Db21taXRSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEhIKCmNoYW5uZWxfaWQYAiABKAkSFAoMY2hhbGxlbmdlX2lkGAMgASgJEhMKC2FjdHVhbF9jb3N0GAQgASgJIikKDkNvbW1pdFJlc3BvbnNlEhcKD3BheW1lbnRfcmVjZWlwdBgBIAEoCSI8Cg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpjaGFubmVsX2lkGAIgASgJIhEKD1JlbGVhc2VSZXNwb25zZSJICgxDbG9zZVJlcXVlc3QSFQoNYXV0aG9yaXphdGlvbhgBIAEoCRITCgtodHRwX21ldGhvZBgCIAEoCRIMCgRwYXRoGAMgASgJIigKDUNsb3NlUmVzcG9uc2USFwoPcGF5bWVudF9yZWNlaXB0GAEgASgJKmoKBkFjdGlvbhIWChJBQ1RJT05fVU5TUEVDSUZJRUQQABIPCgtBQ1RJT05fT1BFThABEhEKDUFDVElPTl9UT1BfVVAQAhISCg5BQ1RJT05fVk9VQ0hFUhADEhAKDEFDVElPTl9DTE9TRRAEMo4ECg5QYXltZW50U2VydmljZRJaCglDaGFsbGVuZ2USJS50b2xsZ2F0ZS5wYXltZW50LnYxLkNoYWxsZW5nZVJlcXVlc3QaJi50b2xsZ2F0ZS5wYXltZW50LnYxLkNoYWxsZW5nZVJlc3BvbnNlElEKBlZlcmlmeRIiLnRvbGxnYXRlLnBheW1lbnQudjEuVmVyaWZ5UmVxdWVzdBojLnRvbGxnYXRlLnBheW1lbnQudjEuVmVyaWZ5UmVzcG9uc2USVAoHUmVzZXJ2ZRIjLnRvbGxnYXRlLnBheW1lbnQudjEuUmVzZXJ2ZVJlcXVlc3QaJC50b2xsZ2F0ZS5wYXltZW50LnYxLlJlc2VydmVSZXNwb25zZRJRCgZDb21taXQSIi50b2xsZ2F0ZS5wYXltZW50LnYxLkNvbW1pdFJlcXVlc3QaIy50b2xsZ2F0ZS5wYXltZW50LnYxLkNvbW1pdFJlc3BvbnNlElQKB1JlbGVhc2USIy50b2xsZ2F0ZS5wYXltZW50LnYxLlJlbGVhc2VSZXF1ZXN0GiQudG9sbGdhdGUucGF5bWVudC52MS5SZWxlYXNlUmVzcG9uc2USTgoFQ2xvc2USIS50b2xsZ2F0ZS5wYXltZW50LnYxLkNsb3NlUmVxdWVzdBoiLnRvbGxnYXRlLnBheW1lbnQudjEuQ2xvc2VSZXNwb25zZWIGcHJvdG8z");
+  fileDesc("CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSKiAQoLUGFpZFJlcXVlc3QSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEhoKEm1vZGVsX29wdGltaXphdGlvbhgEIAEoCBINCgVtb2RlbBgFIAEoCRISCgpvdXRwdXRfY2FwGAYgASgNEhUKDW1lc3NhZ2VfY291bnQYByABKA0SDAoEYm9keRgIIAEoDCJFChBDaGFsbGVuZ2VSZXF1ZXN0EjEKB3JlcXVlc3QYASABKAsyIC50b2xsZ2F0ZS5wYXltZW50LnYxLlBhaWRSZXF1ZXN0InIKEUNoYWxsZW5nZVJlc3BvbnNlEhgKEHd3d19hdXRoZW50aWNhdGUYASABKAkSFAoMY2hhbGxlbmdlX2lkGAIgASgJEi0KB2JpbmRpbmcYAyABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmcicwoNVmVyaWZ5UmVxdWVzdBIVCg1hdXRob3JpemF0aW9uGAEgASgJEhMKC2h0dHBfbWV0aG9kGAIgASgJEgwKBHBhdGgYAyABKAkSDAoEYm9keRgEIAEoDBIaChJyZXNlcnZlX3JlcXVlc3RfaWQYBSABKAkijQIKDlZlcmlmeVJlc3BvbnNlEisKBmFjdGlvbhgBIAEoDjIbLnRvbGxnYXRlLnBheW1lbnQudjEuQWN0aW9uEhIKCmNoYW5uZWxfaWQYAiABKAkSFAoMY2hhbGxlbmdlX2lkGAMgASgJEi0KB2JpbmRpbmcYBCABKAsyHC50b2xsZ2F0ZS5wYXltZW50LnYxLkJpbmRpbmcSGwoTYWNjZXB0ZWRfY3VtdWxhdGl2ZRgFIAEoCRIXCg9wYXltZW50X3JlY2VpcHQYBiABKAkSDQoFcXVvdGUYByABKAkSFgoOcmVzZXJ2YXRpb25faWQYCCABKAkSGAoQYWNjZXB0ZWRfcmVjZWlwdBgJIAEoCSJHCg5SZXNlcnZlUmVxdWVzdBISCgpjaGFubmVsX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFcXVvdGUYAyABKAkiKQoPUmVzZXJ2ZVJlc3BvbnNlEhYKDnJlc2VydmF0aW9uX2lkGAEgASgJImYKDUNvbW1pdFJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKY2hhbm5lbF9pZBgCIAEoCRIUCgxjaGFsbGVuZ2VfaWQYAyABKAkSEwoLYWN0dWFsX2Nvc3QYBCABKAkiKQoOQ29tbWl0UmVzcG9uc2USFwoPcGF5bWVudF9yZWNlaXB0GAEgASgJIjwKDlJlbGVhc2VSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEhIKCmNoYW5uZWxfaWQYAiABKAkiEQoPUmVsZWFzZVJlc3BvbnNlIkgKDENsb3NlUmVxdWVzdBIVCg1hdXRob3JpemF0aW9uGAEgASgJEhMKC2h0dHBfbWV0aG9kGAIgASgJEgwKBHBhdGgYAyABKAkiKAoNQ2xvc2VSZXNwb25zZRIXCg9wYXltZW50X3JlY2VpcHQYASABKAkqagoGQWN0aW9uEhYKEkFDVElPTl9VTlNQRUNJRklFRBAAEg8KC0FDVElPTl9PUEVOEAESEQoNQUNUSU9OX1RPUF9VUBACEhIKDkFDVElPTl9WT1VDSEVSEAMSEAoMQUNUSU9OX0NMT1NFEAQyjgQKDlBheW1lbnRTZXJ2aWNlEloKCUNoYWxsZW5nZRIlLnRvbGxnYXRlLnBheW1lbnQudjEuQ2hhbGxlbmdlUmVxdWVzdBomLnRvbGxnYXRlLnBheW1lbnQudjEuQ2hhbGxlbmdlUmVzcG9uc2USUQoGVmVyaWZ5EiIudG9sbGdhdGUucGF5bWVudC52MS5WZXJpZnlSZXF1ZXN0GiMudG9sbGdhdGUucGF5bWVudC52MS5WZXJpZnlSZXNwb25zZRJUCgdSZXNlcnZlEiMudG9sbGdhdGUucGF5bWVudC52MS5SZXNlcnZlUmVxdWVzdBokLnRvbGxnYXRlLnBheW1lbnQudjEuUmVzZXJ2ZVJlc3BvbnNlElEKBkNvbW1pdBIiLnRvbGxnYXRlLnBheW1lbnQudjEuQ29tbWl0UmVxdWVzdBojLnRvbGxnYXRlLnBheW1lbnQudjEuQ29tbWl0UmVzcG9uc2USVAoHUmVsZWFzZRIjLnRvbGxnYXRlLnBheW1lbnQudjEuUmVsZWFzZVJlcXVlc3QaJC50b2xsZ2F0ZS5wYXltZW50LnYxLlJlbGVhc2VSZXNwb25zZRJOCgVDbG9zZRIhLnRvbGxnYXRlLnBheW1lbnQudjEuQ2xvc2VSZXF1ZXN0GiIudG9sbGdhdGUucGF5bWVudC52MS5DbG9zZVJlc3BvbnNlYgZwcm90bzM");
 
 /**
  * Binding is what a challenge binds besides the body digest; it is HMAC-protected.
@@ -206,8 +206,10 @@ export type VerifyRequest = Message<"tollgate.payment.v1.VerifyRequest"> & {
 
   /**
    * When set, a credential that pays for content (open or voucher, with a body) also reserves
-   * the request's quote under this request id, as Reserve would, in the same call: one round
-   * trip fewer per paid request. The reservation comes back in VerifyResponse.reservation_id.
+   * the request's quote, as Reserve would with this id as its request_id, in the same call: one
+   * round trip fewer per paid request. The reservation comes back in
+   * VerifyResponse.reservation_id. Same rules as ReserveRequest.request_id: a fresh id the
+   * gateway makes for each HTTP request, never anything the caller sent (not its X-Request-Id).
    *
    * @generated from field: string reserve_request_id = 5;
    */
@@ -271,11 +273,21 @@ export type VerifyResponse = Message<"tollgate.payment.v1.VerifyResponse"> & {
 
   /**
    * The hold taken when VerifyRequest.reserve_request_id was set and the credential pays for
-   * content; "" otherwise (then call Reserve if content is to be served).
+   * content; "" otherwise, and when the hold could not be taken (then call Reserve if content is
+   * to be served: it takes the hold or answers why not).
    *
    * @generated from field: string reservation_id = 8;
    */
   reservationId: string;
+
+  /**
+   * For a credential that pays for content (open or voucher): the receipt of the accepted
+   * credential itself, charging nothing (the channel's spend before this request). An answer
+   * that fails after Verify carries it, so that the payer keeps the channel it funded.
+   *
+   * @generated from field: string accepted_receipt = 9;
+   */
+  acceptedReceipt: string;
 };
 
 /**
@@ -295,6 +307,12 @@ export type ReserveRequest = Message<"tollgate.payment.v1.ReserveRequest"> & {
   channelId: string;
 
   /**
+   * Names the hold: the reservation id is derived from it and the channel, so a retried Reserve
+   * of one request never holds twice. A fresh random id the gateway makes for each HTTP request
+   * and reuses only for its own retries of that request; never anything the caller sent (its
+   * X-Request-Id or Idempotency-Key), or two requests would share one hold, commit and receipt.
+   * Empty: a random reservation id.
+   *
    * @generated from field: string request_id = 2;
    */
   requestId: string;
