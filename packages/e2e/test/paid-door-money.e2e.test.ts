@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { PaidSession, PaidSessionError } from "@tollgate/agent-client";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { type RedisFixture, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
 import { type Stack, startStack } from "@tollgate/testkit/stack";
@@ -312,6 +313,57 @@ describe("paid door money on the multi-process stack, with the unmodified mppx c
 
     const spent = await expectMoneyAddsUp(channelId, [paid]);
     await closeToExactBalances(p, spent, payeeBefore);
+  });
+
+  it("our agent client keeps the channel of a failed first request too, and closes to the exact balances", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const key = generatePrivateKey();
+    const payer = privateKeyToAccount(key);
+    await fund(stack.tempoRpcUrl, payer.address, FUNDING);
+    const wire = wireRecorder();
+    wires.push(wire.entries);
+    const session = new PaidSession({
+      url: stack.url,
+      privateKey: key,
+      rpcUrl: stack.tempoRpcUrl,
+      maxDeposit: 20_000_000n,
+      fetch: wire.fetch,
+    });
+    upstream.configure({ failure: { status: 500 } });
+    let refused: unknown;
+    try {
+      refused = await session.chat(chatBody("agent client, the model fails")).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    } finally {
+      upstream.configure({ failure: undefined });
+    }
+    expect(refused).toBeInstanceOf(PaidSessionError);
+    expect((refused as PaidSessionError).code).toBe("http_error");
+    expect((refused as PaidSessionError).details).toMatchObject({
+      status: 502,
+      serverCode: "upstream_error",
+    });
+    const channelId = session.channelId!;
+    expect(channelId).toMatch(/^0x[0-9a-f]{64}$/);
+    const { deposit } = await channelState(channelId);
+    expect(await balanceOf(stack.tempoRpcUrl, payer.address)).toBe(FUNDING - deposit);
+
+    const body = chatBody("agent client, second request");
+    const res = await session.chat(body);
+    expect(res.status).toBe(200);
+    expect(res.channelId).toBe(channelId);
+    expect(res.voucher).toBe("reused");
+    expect(wire.entries.map(actionOf).filter((a) => a !== undefined)).toEqual(["open", "voucher"]);
+    const cost = servedCost(body, planDefault("Starter"));
+    expect(BigInt(res.receipt.spent)).toBe(cost);
+    expect(await channelState(channelId)).toMatchObject({ spent: cost, held: 0n, liveHolds: 0 });
+
+    const closed = await session.close();
+    expect(closed?.spent).toBe(cost);
+    expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(cost);
+    expect(await balanceOf(stack.tempoRpcUrl, payer.address)).toBe(FUNDING - cost);
   });
 
   it("logs hold no credential, signature, receipt (error answers' included) or prompt text", async () => {
