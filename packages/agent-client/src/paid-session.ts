@@ -392,7 +392,11 @@ export class PaidSession {
       attempts.push(attempt);
       const next = response.status === 402 ? nextStep(problem) : "stop";
 
-      if (action === "open") {
+      if (action === "open" && this.#acknowledgesOpen(response, channel)) {
+        // The server accepted the open though the request failed (its model, say): the failed
+        // answer carries the open's receipt, so the channel is kept and the next request pays on it.
+        this.#pendingOpen = undefined;
+      } else if (action === "open") {
         // mppx does the same: an open the server did not acknowledge is forgotten. The payer can
         // recover an opened-but-unacknowledged channel on chain (requestClose, then withdraw).
         const channelId = channel.channelId;
@@ -668,6 +672,20 @@ export class PaidSession {
       );
     }
     return this.#checkReceipt(header, channel);
+  }
+
+  /**
+   * Whether a failed answer to the open carries a receipt of that open: this channel, at the
+   * opened voucher (as mppx 0.11 keeps a channel whose non-2xx answer has a receipt).
+   */
+  #acknowledgesOpen(response: Response, channel: ChannelState): boolean {
+    const header = response.headers.get(RECEIPT_HEADER);
+    if (!header) return false;
+    try {
+      return this.#checkReceipt(header, channel).acceptedCumulative === channel.cumulativeAmount.toString();
+    } catch {
+      return false;
+    }
   }
 
   /** spent <= acceptedCumulative <= the local cumulative, on this channel (mppx's client rule). */

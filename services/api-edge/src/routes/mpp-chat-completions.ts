@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
 import { retrying } from "@tollgate/kit/retry";
@@ -40,6 +41,14 @@ const noReplicaAnswered = (err: unknown) =>
   (err.code === undefined || err.code === STORE_UNAVAILABLE);
 
 type Credential = { kind: "none" } | { kind: "payment"; header: string };
+
+/**
+ * The receipt of the credential mpp-payment accepted for a request that pays for content
+ * (spend before the request, nothing charged), kept for the error handler: an error answered
+ * after the credential was accepted carries it, so the payer's client keeps the channel (mppx
+ * 0.11's session manager drops a channel it just opened when a non-2xx answer has no receipt).
+ */
+const acceptedReceipts = new WeakMap<FastifyRequest, string>();
 
 /**
  * The paid door accepts only `Authorization: Payment` (spec, "Authentication" rules 2 and 3):
@@ -134,10 +143,13 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
         path: PATH,
         body: req.rawBody ?? new Uint8Array(),
         // A credential paying for content is reserved in the same call (one round trip fewer).
-        reserveRequestId: req.id,
+        // The hold is named by a fresh id of this HTTP request, never by anything the caller
+        // sent (its X-Request-Id is not unique): requests never share a hold, commit or receipt.
+        reserveRequestId: randomUUID(),
       },
       { timeoutMs: PAYMENT_TIMEOUT_MS },
     );
+    if (verified.acceptedReceipt !== "") acceptedReceipts.set(req, verified.acceptedReceipt);
     // Management credentials (topUp, close, or a bodyless open/voucher) never reach a model.
     if (bodyless || verified.action === Action.TOP_UP || verified.action === Action.CLOSE) {
       let receipt = verified.paymentReceipt;
@@ -155,13 +167,15 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
     }
 
     const binding = verified.binding;
-    // An mpp-payment that predates reserve_request_id (a rolling upgrade) reserved nothing.
+    // No hold from Verify: mpp-payment could not take it (Reserve now says why, or takes it), or
+    // it predates reserve_request_id (a rolling upgrade). A new id: a hold Verify took while its
+    // reply was lost is given back by mpp-payment, and must not be this one.
     const reservationId =
       verified.reservationId !== ""
         ? verified.reservationId
         : (
             await ctx.payment.reserve(
-              { channelId: verified.channelId, requestId: req.id, quote: verified.quote },
+              { channelId: verified.channelId, requestId: randomUUID(), quote: verified.quote },
               { timeoutMs: PAYMENT_TIMEOUT_MS },
             )
           ).reservationId;
@@ -241,11 +255,16 @@ function sendProblem(
 
 /**
  * Errors of the paid route: problem details, and a fresh challenge on every 402 so the
- * client can pay or re-sign (notes 1.10) — when the body is valid enough to bind one.
+ * client can pay or re-sign (notes 1.10) — when the body is valid enough to bind one. Any other
+ * error answered after mpp-payment accepted the request's open or voucher carries that
+ * credential's receipt (nothing charged): the payer keeps the channel it funded. A 402 does not:
+ * it asks the client to pay again, with the fresh challenge.
  */
 function paidErrorHandler(ctx: RouteContext) {
   return async (err: unknown, req: FastifyRequest, reply: FastifyReply) => {
     const e = toHttpError(err, req.log);
+    const accepted = acceptedReceipts.get(req);
+    if (e.status !== 402 && accepted !== undefined) reply.header("payment-receipt", accepted);
     if (e.status !== 402 || STOP_CODES.has(e.code)) return sendProblem(reply, req, e);
     try {
       const body = validate(req, ctx.schemas);

@@ -139,6 +139,20 @@ describe("Challenge", () => {
       binding: issued.binding,
       acceptedCumulative: UNIT,
       quote: issued.quote,
+      acceptedReceipt: expect.any(String),
+    });
+    // The accepted open's own receipt, nothing charged: what a failed answer carries.
+    expect(deserializeSessionReceipt(verified.acceptedReceipt!)).toEqual({
+      method: "tempo",
+      intent: "session",
+      status: "success",
+      timestamp: new Date(T0).toISOString(),
+      reference: channelId,
+      challengeId: issued.id,
+      channelId,
+      acceptedCumulative: "1000000",
+      spent: "0",
+      units: 0,
     });
   });
 
@@ -532,6 +546,31 @@ describe("Reserve, Commit, Release", () => {
     const b = await s.payments.reserve(channelId, "req_same", "300000");
     expect(b).toBe(a);
     expect((await s.store.get(channelId))?.held).toBe(300_000n);
+  });
+
+  it("gives every request id its own hold, and a voucher's accepted receipt reports the spend before it", async () => {
+    const s = setup();
+    const { req, payer, channelId } = await opened(s);
+    const a = await s.payments.reserve(channelId, "req_a", "300000");
+    const b = await s.payments.reserve(channelId, "req_b", "200000");
+    expect(b).not.toBe(a);
+    expect((await s.store.get(channelId))?.held).toBe(500_000n);
+    await s.payments.commit(a, channelId, "ch", "1234");
+    await s.payments.commit(b, channelId, "ch", "766");
+    const issued = s.payments.challenge(req);
+    const verified = await s.payments.verify({
+      authorization: payer.credential(issued.header, await payer.voucher(2n * UNIT)),
+      httpMethod: "POST",
+      path: PATH,
+      body: req.body,
+    });
+    expect(deserializeSessionReceipt(verified.acceptedReceipt!)).toMatchObject({
+      challengeId: issued.id,
+      channelId,
+      acceptedCumulative: String(2n * UNIT),
+      spent: "2000",
+      units: 2,
+    });
   });
 
   it("on a failed inference, Release returns the hold and no receipt can follow", async () => {

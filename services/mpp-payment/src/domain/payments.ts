@@ -56,6 +56,19 @@ export interface Verified {
   quote: bigint;
   /** For topUp only: the receipt of the 204 answer. */
   paymentReceipt?: string;
+  /**
+   * For open and voucher: the receipt of the accepted credential itself, charging nothing (the
+   * channel's spend before this request). An answer that fails after this point carries it, so
+   * that the payer's client keeps the channel it funded.
+   */
+  acceptedReceipt?: string;
+}
+
+/** What an accepted open or voucher leaves the channel at. */
+interface Accepted {
+  cumulative: bigint;
+  spent: bigint;
+  units: number;
 }
 
 /** The paid door's payment operations (spec "Accountless route", ARCHITECTURE "The paid door, one request"). */
@@ -64,7 +77,11 @@ export interface Payments {
   challenge(req: PaidRequest): IssuedChallenge;
   /** Verifies a credential; open and topUp are broadcast and confirmed on chain before this returns. */
   verify(req: CredentialedRequest): Promise<Verified>;
-  /** Holds `quote` inside the channel's accepted cumulative; returns the reservation id. */
+  /**
+   * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
+   * from the channel and `requestId` (a retry with the same id gets the same hold). `requestId`
+   * must be the gateway's own per-request id, never one a caller chose.
+   */
   reserve(channelId: string, requestId: string, quote: string): Promise<string>;
   /** Records the actual cost and returns the Payment-Receipt; only after the store update succeeded. */
   commit(reservationId: string, channelId: string, challengeId: string, actualCost: string): Promise<string>;
@@ -213,7 +230,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
     p: Extract<SessionPayload, { action: "open" | "voucher" }>,
     record: ChannelRecord,
     source: string | undefined,
-  ): Promise<bigint> {
+  ): Promise<Accepted> {
     if (record.status !== "open") throw failed("channel is closing or closed");
     checkAllowed(record.descriptor.payer);
     checkSource(source, record);
@@ -247,7 +264,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
     switch (outcome.kind) {
       case "accepted":
       case "same":
-        return outcome.highest;
+        return { cumulative: outcome.highest, spent: record.spent, units: record.units };
       case "stale":
         throw failed("voucher is below the accepted cumulative");
       case "not_open":
@@ -258,7 +275,10 @@ export function createPayments(deps: PaymentsDeps): Payments {
   }
 
   /** notes 3.2 "open": validate completely, then broadcast at once, confirm, record. */
-  async function verifyOpen(p: Extract<SessionPayload, { action: "open" }>, source: string | undefined) {
+  async function verifyOpen(
+    p: Extract<SessionPayload, { action: "open" }>,
+    source: string | undefined,
+  ): Promise<Accepted> {
     const existing = await store.get(p.channelId);
     // A replayed open (the client retried after a lost answer) is its voucher again.
     if (existing) return acceptVoucher(p, existing, source);
@@ -305,7 +325,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
       settled: opened.settled,
       voucher: { cumulative: p.cumulativeAmount, signature: p.signature },
     });
-    if (created) return p.cumulativeAmount;
+    if (created) return { cumulative: p.cumulativeAmount, spent: 0n, units: 0 };
     const raced = await store.get(p.channelId);
     if (!raced) throw failed("channel could not be recorded");
     return acceptVoucher(p, raced, source);
@@ -413,13 +433,23 @@ export function createPayments(deps: PaymentsDeps): Payments {
         binding: verified.binding,
         quote: verified.quote,
       };
+      const acceptedAs = (a: Accepted) => ({
+        ...base,
+        acceptedCumulative: a.cumulative,
+        acceptedReceipt: sessionReceipt({
+          challengeId: verified.challenge.id,
+          channelId: p.channelId,
+          acceptedCumulative: a.cumulative,
+          spent: a.spent,
+          units: a.units,
+          at: now(),
+        }),
+      });
       switch (p.action) {
         case "open":
-          return { ...base, acceptedCumulative: await verifyOpen(p, source) };
-        case "voucher": {
-          const record = await loadOrAdopt(p, source);
-          return { ...base, acceptedCumulative: await acceptVoucher(p, record, source) };
-        }
+          return acceptedAs(await verifyOpen(p, source));
+        case "voucher":
+          return acceptedAs(await acceptVoucher(p, await loadOrAdopt(p, source), source));
         case "topUp": {
           const { accepted, receipt } = await verifyTopUp(p, source, verified.challenge.id);
           return { ...base, acceptedCumulative: accepted, paymentReceipt: receipt };
@@ -445,7 +475,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
         throw new PaymentError("mpp_request_exceeds_voucher_bucket", "the quote exceeds the voucher bucket");
       }
       const channelId = channelIdOf(channelIdText, "mpp_reservation_failed");
-      // A retried Reserve of one request gets the same id, so it never holds twice.
+      // A retried Reserve of one request gets the same id, so it never holds twice. The request
+      // id is api-edge's own fresh id per HTTP request (proto ReserveRequest.request_id): were
+      // it a caller's, two requests naming it would share one hold, one commit and one receipt.
       const reservationId =
         requestId === ""
           ? `rsv_${randomBytes(16).toString("hex")}`

@@ -69,13 +69,17 @@ export function paymentHandlers(payments: Payments): Handlers<typeof PaymentServ
           body: req.body,
         });
         // Verify and Reserve in one call when asked: only a credential that pays for content.
+        // A hold that cannot be taken does not fail the Verify: the credential was accepted (an
+        // open broadcast), and api-edge must get its receipt to answer with. It calls Reserve
+        // on its own then, which takes the hold (same id) or answers why not.
         const paysForContent = (v.action === "open" || v.action === "voucher") && req.body.length > 0;
         const reservationId =
           req.reserveRequestId !== "" && paysForContent
-            ? await payments.reserve(v.channelId, req.reserveRequestId, v.quote.toString())
+            ? await payments.reserve(v.channelId, req.reserveRequestId, v.quote.toString()).catch(() => "")
             : "";
         return {
           reservationId,
+          acceptedReceipt: v.acceptedReceipt ?? "",
           action: ACTIONS[v.action],
           channelId: v.channelId,
           challengeId: v.challengeId,

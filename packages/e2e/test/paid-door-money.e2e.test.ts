@@ -1,0 +1,380 @@
+import { randomBytes } from "node:crypto";
+import { PaidSession, PaidSessionError } from "@tollgate/agent-client";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { type RedisFixture, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
+import { type Stack, startStack } from "@tollgate/testkit/stack";
+import { DEMO_PAYEE_ADDRESS } from "@tollgate/testkit/tempo-devnet";
+import { Redis } from "ioredis";
+import { Challenge, Credential } from "mppx";
+import { tempo as tempoClient } from "mppx/client";
+import { Session } from "mppx/tempo";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  balanceOf,
+  fund,
+  PAID_PATH,
+  PAID_PROMPT_MARKER,
+  payerClient,
+  planDefault,
+  servedCost,
+  type WireEntry,
+  wireRecorder,
+  wireSecrets,
+} from "./paid-door-kit.js";
+
+type SessionReceipt = ReturnType<typeof Session.Precompile.Receipt.deserializeSessionReceipt>;
+type Plan = "Starter" | "Plus" | "Premium";
+
+/**
+ * The paid door's money, driven by the unmodified mppx client on the multi-process stack (real
+ * Redis, so the channel's committed spend and holds are read where mpp-payment keeps them):
+ * - a hold, a commit and a receipt belong to one HTTP request, whatever `X-Request-Id` callers
+ *   send: parallel requests sharing one, parallel requests naming none, and one id reused
+ *   request after request all pay exactly their own cost;
+ * - a first paid request whose model fails after the open was broadcast leaves the payer with
+ *   its channel: the same client pays on it, opens nothing else, and closes to the exact balances.
+ * After each: what callers were told (x-tollgate-cost) == the channel's committed spend == what
+ * the receipts add up to, and no hold is left.
+ */
+
+const FUNDING = 50_000_000n;
+/** Parallel requests per batch. */
+const N = 5;
+
+let stack: Stack;
+let redis: RedisFixture;
+let nats: Awaited<ReturnType<typeof useNats>>;
+let upstream: FakeUpstream;
+let db: Redis;
+let prefix: string;
+const lines: string[] = [];
+const wires: WireEntry[][] = [];
+
+beforeAll(async () => {
+  const namespace = uniqueNamespace("paidmoney");
+  prefix = `tollgate:${namespace}:mpp:`;
+  [redis, nats, upstream] = await Promise.all([useRedis(), useNats(), startFakeUpstream()]);
+  stack = await startStack({
+    natsUrl: nats.url,
+    redisUrl: redis.url,
+    namespace,
+    routers: 1,
+    upstreamPort: upstream.port,
+    externalUpstream: true,
+    // No settlement pass moves money while a test reads balances.
+    paymentEnv: { MPP_SETTLE_INTERVAL_SECONDS: "0" },
+    onLine: (service, line) => {
+      if (service !== "tempo-devnet") lines.push(`${service}: ${line}`);
+    },
+  });
+  db = new Redis(redis.url);
+}, 60_000);
+
+afterAll(async () => {
+  db?.disconnect();
+  await stack?.stop();
+  await upstream?.close();
+  await Promise.all([redis?.stop(), nats?.stop()]);
+});
+
+const chatBody = (content: string, plan: Plan = "Starter") => ({
+  plan,
+  model_optimization: true,
+  max_tokens: 8,
+  messages: [{ role: "user", content: `${PAID_PROMPT_MARKER} ${content}` }],
+});
+
+/** Completions the upstream received: one per model run. */
+const modelRuns = () =>
+  upstream.requests.filter((r) => r.method === "POST" && r.path === "/v1/chat/completions").length;
+
+/** The channel as mpp-payment's Redis store holds it. */
+async function channelState(channelId: string) {
+  const key = `${prefix}ch:{${channelId.toLowerCase()}}`;
+  const [ch, holds, expiries] = await Promise.all([
+    db.hgetall(key),
+    db.hlen(`${key}:holds`),
+    db.zcard(`${key}:exp`),
+  ]);
+  return {
+    spent: BigInt(ch["spent"] ?? "-1"),
+    held: BigInt(ch["held"] ?? "-1"),
+    deposit: BigInt(ch["deposit"] ?? "-1"),
+    liveHolds: holds + expiries,
+  };
+}
+
+/** A fresh funded payer with an unmodified mppx session manager. */
+async function newPayer() {
+  const payer = privateKeyToAccount(generatePrivateKey());
+  await fund(stack.tempoRpcUrl, payer.address, FUNDING);
+  const wire = wireRecorder();
+  wires.push(wire.entries);
+  const manager = tempoClient.session.manager({
+    account: payer,
+    client: payerClient(stack.tempoRpcUrl, payer),
+    maxDeposit: "20",
+    fetch: wire.fetch,
+  });
+  const pay = (body: ReturnType<typeof chatBody>, headers: Record<string, string> = {}) =>
+    manager.fetch(`${stack.url}${PAID_PATH}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body: JSON.stringify(body),
+    });
+  return { payer, manager, wire, pay };
+}
+
+/** The session action of a credential the wire carried. */
+function actionOf(e: WireEntry): string | undefined {
+  if (!e.authorization) return undefined;
+  return (Credential.deserialize(e.authorization).payload as { action?: string }).action;
+}
+
+/** A paid answer as its caller saw it. */
+interface Served {
+  cost: bigint;
+  receipt: SessionReceipt;
+}
+
+/** Checks a 200 and returns what it told the caller: the cost it names and its receipt. */
+async function served(res: Response, body: ReturnType<typeof chatBody>): Promise<Served> {
+  expect(res.status).toBe(200);
+  await res.text();
+  const header = res.headers.get("payment-receipt");
+  expect(header, "a 200 without Payment-Receipt").toBeTruthy();
+  const cost = BigInt(res.headers.get("x-tollgate-cost") ?? "-1");
+  // The commit records exactly the served usage at the plan model's price.
+  expect(cost).toBe(servedCost(body, planDefault(body.plan)));
+  return { cost, receipt: Session.Precompile.Receipt.deserializeSessionReceipt(header!) };
+}
+
+/**
+ * Every receipt moves the committed spend by exactly its own request's cost: ordered by the
+ * spend they report, each step from the one before is that answer's x-tollgate-cost. So what
+ * callers were told == the receipts' increments == the channel's committed spend, and no hold
+ * is left.
+ */
+async function expectMoneyAddsUp(channelId: string, answers: readonly Served[]) {
+  for (const a of answers) expect(a.receipt.channelId).toBe(channelId);
+  const ordered = [...answers].sort((a, b) => (BigInt(a.receipt.spent) < BigInt(b.receipt.spent) ? -1 : 1));
+  let before = 0n;
+  const steps = ordered.map((a) => {
+    const step = { increment: BigInt(a.receipt.spent) - before, cost: a.cost };
+    before = BigInt(a.receipt.spent);
+    return step;
+  });
+  expect(steps).toEqual(ordered.map((a) => ({ increment: a.cost, cost: a.cost })));
+  const told = answers.reduce((sum, a) => sum + a.cost, 0n);
+  expect(told).toBeGreaterThan(0n);
+  expect(before).toBe(told);
+  const state = await channelState(channelId);
+  expect({ spent: state.spent, held: state.held, liveHolds: state.liveHolds }).toEqual({
+    spent: told,
+    held: 0n,
+    liveHolds: 0,
+  });
+  return told;
+}
+
+/** Close through the gateway: the payee gets exactly `spent`, the payer every other base unit back. */
+async function closeToExactBalances(
+  p: Awaited<ReturnType<typeof newPayer>>,
+  spent: bigint,
+  payeeBefore: bigint,
+) {
+  const closed = await p.manager.close();
+  expect(closed?.txHash).toMatch(/^0x[0-9a-f]{64}$/);
+  expect(BigInt(closed!.spent)).toBe(spent);
+  expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(spent);
+  expect(await balanceOf(stack.tempoRpcUrl, p.payer.address)).toBe(FUNDING - spent);
+}
+
+describe("paid door money on the multi-process stack, with the unmodified mppx client", () => {
+  it("parallel paid requests sharing one X-Request-Id, or naming none, each take their own hold, commit and receipt; one id reused request after request pays each time", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer();
+    const answers: Served[] = [];
+
+    // The session: an open, then a voucher one bucket higher (mppx signs one more per request).
+    for (const i of [1, 2]) {
+      const body = chatBody(`session ${i}`);
+      answers.push(await served(await p.pay(body), body));
+    }
+    const channelId = p.manager.channelId!;
+    expect(p.wire.entries.filter((e) => e.body.length > 0).map(actionOf)).toEqual([
+      undefined,
+      "open",
+      undefined,
+      "voucher",
+    ]);
+    // mppx's session manager is single-flight, so parallel requests reuse its accepted voucher
+    // (spec, payment rule 4), each wrapped by mppx's own Credential around a fresh challenge of
+    // its own body: what a client sending several requests on one session sends.
+    const accepted = Credential.deserialize(
+      p.wire.entries.filter((e) => actionOf(e) === "voucher").at(-1)!.authorization!,
+    );
+
+    const parallel = async (label: string, headers: Record<string, string>) => {
+      // Plans alternate, so requests of different prices run side by side.
+      const bodies = Array.from({ length: N }, (_, i) =>
+        chatBody(`${label} ${i}`, i % 2 === 0 ? "Starter" : "Premium"),
+      );
+      const credentials = await Promise.all(
+        bodies.map(async (body) => {
+          const unpaid = await p.wire.fetch(`${stack.url}${PAID_PATH}`, {
+            method: "POST",
+            headers: { "content-type": "application/json", ...headers },
+            body: JSON.stringify(body),
+          });
+          expect(unpaid.status).toBe(402);
+          await unpaid.body?.cancel();
+          return Credential.serialize(
+            Credential.from({
+              challenge: Challenge.fromResponse(unpaid),
+              payload: accepted.payload,
+              ...(accepted.source ? { source: accepted.source } : {}),
+            }),
+          );
+        }),
+      );
+      const runs = modelRuns();
+      const responses = await Promise.all(
+        bodies.map((body, i) =>
+          p.wire.fetch(`${stack.url}${PAID_PATH}`, {
+            method: "POST",
+            headers: { "content-type": "application/json", authorization: credentials[i]!, ...headers },
+            body: JSON.stringify(body),
+          }),
+        ),
+      );
+      for (const [i, res] of responses.entries()) answers.push(await served(res, bodies[i]!));
+      expect(modelRuns() - runs).toBe(N);
+    };
+
+    await parallel("shared id", { "x-request-id": `shared-${randomBytes(4).toString("hex")}` });
+    await parallel("no id", {});
+
+    // One X-Request-Id on request after request, as a caller retrying keeps it: each is paid.
+    const reused = `reused-${randomBytes(4).toString("hex")}`;
+    for (const i of [1, 2, 3]) {
+      const body = chatBody(`reused id ${i}`, i === 2 ? "Premium" : "Starter");
+      const res = await p.pay(body, { "x-request-id": reused });
+      expect(res.headers.get("x-request-id")).toBe(reused);
+      answers.push(await served(res, body));
+    }
+
+    expect(answers).toHaveLength(2 + 2 * N + 3);
+    const spent = await expectMoneyAddsUp(channelId, answers);
+    await closeToExactBalances(p, spent, payeeBefore);
+  });
+
+  it("a first paid request whose model fails keeps its channel: the same mppx client pays on it with no second open, and close refunds the whole unspent deposit", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer();
+
+    // The upstream answers 500 to the request that carries the open, after the open was broadcast.
+    const first = chatBody("first request, the model fails");
+    const runs = modelRuns();
+    upstream.configure({ failure: { status: 500 } });
+    let failed: Awaited<ReturnType<typeof p.pay>>;
+    try {
+      failed = await p.pay(first);
+    } finally {
+      upstream.configure({ failure: undefined });
+    }
+    expect(modelRuns()).toBeGreaterThan(runs);
+    expect(failed.status).toBe(502);
+    expect(failed.headers.get("content-type")).toMatch(/^application\/problem\+json/);
+    const problem = (await failed.json()) as { code: string; error: { code: string; type: string } };
+    expect(problem.code).toBe("upstream_error");
+    expect(problem.error).toMatchObject({ code: "upstream_error", type: "server_error" });
+    expect(p.wire.entries.filter((e) => e.body.length > 0).map(actionOf)).toEqual([undefined, "open"]);
+    const open = p.wire.entries.find((e) => actionOf(e) === "open")!;
+    const { channelId } = Credential.deserialize(open.authorization!).payload as { channelId: string };
+    // The open was broadcast: the deposit is locked in the channel the gateway recorded.
+    const { deposit } = await channelState(channelId);
+    expect(deposit).toBeGreaterThan(0n);
+    expect(await balanceOf(stack.tempoRpcUrl, p.payer.address)).toBe(FUNDING - deposit);
+
+    // The failed answer carried the accepted open's receipt (nothing charged), and mppx kept
+    // the channel.
+    expect(failed.receipt).toMatchObject({ channelId, spent: "0", status: "success" });
+    expect(p.manager.channelId).toBe(channelId);
+
+    // The next request pays on that channel: a voucher, no second open, no second deposit.
+    const second = chatBody("second request");
+    const paid = await served(await p.pay(second), second);
+    expect(paid.receipt.channelId).toBe(channelId);
+    const credentials = p.wire.entries.map(actionOf).filter((a) => a !== undefined);
+    expect(credentials).toEqual(["open", "voucher"]);
+    expect(await balanceOf(stack.tempoRpcUrl, p.payer.address)).toBe(FUNDING - deposit);
+
+    const spent = await expectMoneyAddsUp(channelId, [paid]);
+    await closeToExactBalances(p, spent, payeeBefore);
+  });
+
+  it("our agent client keeps the channel of a failed first request too, and closes to the exact balances", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const key = generatePrivateKey();
+    const payer = privateKeyToAccount(key);
+    await fund(stack.tempoRpcUrl, payer.address, FUNDING);
+    const wire = wireRecorder();
+    wires.push(wire.entries);
+    const session = new PaidSession({
+      url: stack.url,
+      privateKey: key,
+      rpcUrl: stack.tempoRpcUrl,
+      maxDeposit: 20_000_000n,
+      fetch: wire.fetch,
+    });
+    upstream.configure({ failure: { status: 500 } });
+    let refused: unknown;
+    try {
+      refused = await session.chat(chatBody("agent client, the model fails")).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+    } finally {
+      upstream.configure({ failure: undefined });
+    }
+    expect(refused).toBeInstanceOf(PaidSessionError);
+    expect((refused as PaidSessionError).code).toBe("http_error");
+    expect((refused as PaidSessionError).details).toMatchObject({
+      status: 502,
+      serverCode: "upstream_error",
+    });
+    const channelId = session.channelId!;
+    expect(channelId).toMatch(/^0x[0-9a-f]{64}$/);
+    const { deposit } = await channelState(channelId);
+    expect(await balanceOf(stack.tempoRpcUrl, payer.address)).toBe(FUNDING - deposit);
+
+    const body = chatBody("agent client, second request");
+    const res = await session.chat(body);
+    expect(res.status).toBe(200);
+    expect(res.channelId).toBe(channelId);
+    expect(res.voucher).toBe("reused");
+    expect(wire.entries.map(actionOf).filter((a) => a !== undefined)).toEqual(["open", "voucher"]);
+    const cost = servedCost(body, planDefault("Starter"));
+    expect(BigInt(res.receipt.spent)).toBe(cost);
+    expect(await channelState(channelId)).toMatchObject({ spent: cost, held: 0n, liveHolds: 0 });
+
+    const closed = await session.close();
+    expect(closed?.spent).toBe(cost);
+    expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(cost);
+    expect(await balanceOf(stack.tempoRpcUrl, payer.address)).toBe(FUNDING - cost);
+  });
+
+  it("logs hold no credential, signature, receipt (error answers' included) or prompt text", async () => {
+    await new Promise((r) => setTimeout(r, 300));
+    const logs = lines.join("\n");
+    expect(logs).toContain("request served");
+    const lower = logs.toLowerCase();
+    const secrets = wireSecrets(wires.flat());
+    expect(secrets.length).toBeGreaterThan(10);
+    for (const s of secrets)
+      expect(lower.includes(s.toLowerCase()), "a wire secret is in the logs").toBe(false);
+    expect(logs).not.toContain(PAID_PROMPT_MARKER);
+  });
+});
