@@ -463,10 +463,11 @@ function sendHttp(port: number, c: Case, timeoutMs: number): Promise<Answer> {
 
 /**
  * A large body or a HEAD request goes over its own connection. A large body is written a chunk
- * at a time and no more once the answer is in: the server answers 413 on the Content-Length
- * and closes without reading the body, and a reset could swallow the answer of a caller that
- * wrote on. A HEAD answer has no body, whatever its Content-Length says (and a parser refusal,
- * made before the method is known, carries one).
+ * at a time and no more once the answer is in: the server reads an oversized body before its
+ * 413 only up to four times the limit and answers a larger one on its Content-Length, after
+ * which a reset could swallow the answer of a caller that wrote on. A HEAD answer has no
+ * body, whatever its Content-Length says (and a parser refusal, made before the method is
+ * known, carries one).
  */
 function asRaw(c: Case): { head: Buffer; body: Buffer } {
   const head = [`${c.method} ${c.path} HTTP/1.1`, "Host: 127.0.0.1"];

@@ -23,7 +23,13 @@ import { closeConnectionsWhileDraining } from "./http/drain.js";
 import { errorBody, toHttpError } from "./http/errors.js";
 import { Idempotency } from "./http/idempotency.js";
 import { acceptJsonOnly } from "./http/json-body.js";
-import { DEFAULT_LIMITS, type EdgeLimits, requireHost, serverOptions } from "./http/limits.js";
+import {
+  DEFAULT_LIMITS,
+  drainOversizedBodies,
+  type EdgeLimits,
+  requireHost,
+  serverOptions,
+} from "./http/limits.js";
 
 export type { EdgeLimits } from "./http/limits.js";
 
@@ -119,6 +125,8 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   if (limits.maxConnections > 0) app.server.maxConnections = limits.maxConnections;
   traceRequests(app);
   acceptJsonOnly(app, limits.maxJsonDepth, (code, message) => new EdgeError(code, message));
+  // Before the routes: their contexts take the onError hooks registered so far.
+  drainOversizedBodies(app, limits);
 
   const drain = closeConnectionsWhileDraining(app);
   app.addHook("onRequest", async (req, reply) => {

@@ -1,4 +1,4 @@
-import { type Server, STATUS_CODES } from "node:http";
+import { type IncomingMessage, type Server, STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import { newRequestId } from "@tollgate/kit/ids";
 import type { FastifyBaseLogger, FastifyHttpOptions, FastifyInstance } from "fastify";
@@ -105,6 +105,67 @@ export function requireHost(app: FastifyInstance): void {
     if (req.raw.httpVersion === "1.1" && req.headers.host === undefined) {
       throw new EdgeError("invalid_request", "an HTTP/1.1 request needs a Host header");
     }
+  });
+}
+
+/**
+ * The largest oversized body api-edge reads to its end (and discards) before it answers 413:
+ * four times the body limit, 16 MiB by default. Beyond it the 413 is sent at once and the
+ * connection closed, which a caller still writing may see as a reset instead of the answer.
+ */
+export function bodyDrainBytes(limits: EdgeLimits): number {
+  return 4 * limits.bodyLimitBytes;
+}
+
+/**
+ * Reads and discards what is left of `raw`'s body, at most `budget` more bytes. Resolves true
+ * when the body was read to its end, false when it went over `budget` (reading stops) or the
+ * caller went away first.
+ */
+export function discardBody(raw: IncomingMessage, budget: number): Promise<boolean> {
+  if (raw.complete) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    let seen = 0;
+    const finish = (whole: boolean) => {
+      raw.off("data", onData);
+      raw.off("end", onEnd);
+      raw.off("close", onClose);
+      raw.off("error", onClose);
+      if (!whole) raw.pause();
+      resolve(whole);
+    };
+    const onData = (chunk: Buffer) => {
+      seen += chunk.length;
+      if (seen > budget) finish(false);
+    };
+    const onEnd = () => finish(true);
+    const onClose = () => finish(raw.complete);
+    raw.on("data", onData);
+    raw.once("end", onEnd);
+    raw.once("close", onClose);
+    raw.once("error", onClose);
+    raw.resume();
+  });
+}
+
+/**
+ * An oversized body gets its 413 after the caller has sent it. fastify refuses a body over
+ * `bodyLimit` on its Content-Length before reading a byte, or stops reading a chunked one at
+ * the limit, and the answer closes the connection; a caller still writing then meets a
+ * closed socket (EPIPE, a reset) and may never read the 413. So, before the error handler
+ * answers, the rest of the body is read and discarded, up to bodyDrainBytes in all; a body
+ * declared larger than that is not read at all. The time it may take is bounded by
+ * requestTimeoutMs, like any body.
+ */
+export function drainOversizedBodies(app: FastifyInstance, limits: EdgeLimits): void {
+  const drainBytes = bodyDrainBytes(limits);
+  app.addHook("onError", async (req, _reply, err) => {
+    if ((err as { code?: string }).code !== "FST_ERR_CTP_BODY_TOO_LARGE") return;
+    const declared = Number(req.headers["content-length"]);
+    // Refused on its Content-Length, nothing read yet; else fastify read up to the limit.
+    const read = declared > limits.bodyLimitBytes ? 0 : limits.bodyLimitBytes;
+    if (declared > drainBytes) return;
+    await discardBody(req.raw, drainBytes - read);
   });
 }
 
