@@ -54,7 +54,7 @@ const wires: WireEntry[][] = [];
 beforeAll(async () => {
   const namespace = uniqueNamespace("paidmoney");
   prefix = `tollgate:${namespace}:mpp:`;
-  [redis, nats, upstream] = await Promise.all([useRedis(), useNats(), startFakeUpstream()]);
+  [redis, nats, upstream] = await Promise.all([useRedis(), useNats(), startFakeUpstream({ record: true })]);
   stack = await startStack({
     natsUrl: nats.url,
     redisUrl: redis.url,
@@ -267,6 +267,24 @@ describe("paid door money on the multi-process stack, with the unmodified mppx c
 
     expect(answers).toHaveLength(2 + 2 * N + 3);
     const spent = await expectMoneyAddsUp(channelId, answers);
+    await closeToExactBalances(p, spent, payeeBefore);
+  });
+
+  it("n choices are priced into the paid quote: the receipt pays every choice, within the hold", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer();
+    const answers: Served[] = [];
+    for (const n of [1, 4]) {
+      const body = { ...chatBody(`fan-out ${n}`), n };
+      const res = await p.pay(body);
+      const json = (await res.clone().json()) as { choices: unknown[]; usage: { completion_tokens: number } };
+      expect(json.choices).toHaveLength(n);
+      expect(json.usage.completion_tokens).toBe(8 * n);
+      answers.push(await served(res, body));
+    }
+    // Four choices cost four times the output of one (same input bound but for the n field).
+    expect(answers[1]!.cost).toBeGreaterThan(answers[0]!.cost * 3n);
+    const spent = await expectMoneyAddsUp(p.manager.channelId!, answers);
     await closeToExactBalances(p, spent, payeeBefore);
   });
 

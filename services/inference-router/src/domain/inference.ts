@@ -98,21 +98,19 @@ export class Inference {
     const route = this.#resolve(input);
     // One event id for the stream, whoever ends up publishing its usage (see StreamEvent).
     const eventId = this.newEventId();
-    let reported: TokenCounts | undefined;
+    const tally = new StreamTally(input.body);
+    const tokens = () => tally.tokens();
     let started = false;
     // The upstream that served the stream (failed attempts before it are not billed).
     let servedBy = route.provider.id;
-    let producedChunks = 0;
     let outcome: UsageEvent["outcome"] | undefined;
-    const tokens = () => reported ?? estimate(input.body, 0, producedChunks);
     try {
       for await (const chunk of route.provider.stream(this.#request(input, route, true), signal)) {
         started = true;
         if (chunk.upstreamId) servedBy = chunk.upstreamId;
-        if (chunk.usage) reported = chunk.usage;
+        tally.see(chunk.json, chunk.usage);
         const choices = chunk.json.choices;
         const usageOnly = Array.isArray(choices) && choices.length === 0;
-        if (!usageOnly && countsAsToken(chunk.json)) producedChunks++;
         // Usage rides on content chunks only when the upstream counts continuously (asked by
         // the router, see #request); the caller gets usage in the usage chunk alone.
         if (!usageOnly) delete chunk.json.usage;
@@ -243,6 +241,53 @@ export class Inference {
 /** What a request is charged: its token cost, never more than its quote (docs/money.md). */
 function chargeOf(billing: Billing, cost: bigint): bigint {
   return billing.quote !== undefined && cost > billing.quote ? billing.quote : cost;
+}
+
+/**
+ * Counts a stream's tokens as it goes: the upstream's own totals once its usage chunk came;
+ * before that, its continuous per-choice counts (vLLM reports each choice's tokens so far on
+ * that choice's chunks), summed over the choices; without any, an estimate.
+ */
+class StreamTally {
+  #final: TokenCounts | undefined;
+  readonly #perChoice = new Map<number, TokenCounts>();
+  #chunks = 0;
+
+  constructor(private readonly body: Record<string, unknown>) {}
+
+  see(json: Record<string, unknown>, usage: TokenCounts | undefined): void {
+    const choices = json.choices;
+    if (Array.isArray(choices) && choices.length === 0) {
+      if (usage) this.#final = usage;
+      return;
+    }
+    if (countsAsToken(json)) this.#chunks++;
+    if (!usage) return;
+    const first = Array.isArray(choices) ? (choices[0] as { index?: unknown } | undefined) : undefined;
+    this.#perChoice.set(typeof first?.index === "number" ? first.index : 0, usage);
+  }
+
+  tokens(): TokenCounts {
+    if (this.#final) return this.#final;
+    const estimated = estimate(this.body, 0, this.#chunks);
+    if (this.#perChoice.size === 0) return estimated;
+    let input = 0;
+    let output = 0;
+    let reasoning = 0;
+    for (const u of this.#perChoice.values()) {
+      // Every choice of one prompt reports that prompt's tokens.
+      input = Math.max(input, u.inputTokens);
+      output += u.outputTokens;
+      reasoning += u.reasoningTokens;
+    }
+    // A prompt list's choices report their own prompt's tokens: the estimate covers them all.
+    const prompts = Array.isArray(this.body.prompt) ? this.body.prompt.length : 1;
+    return {
+      inputTokens: prompts > 1 ? Math.max(input, estimated.inputTokens) : input,
+      outputTokens: Math.max(output, this.#chunks),
+      reasoningTokens: reasoning,
+    };
+  }
 }
 
 /** Whether a chunk carries generated text (one token per such chunk, for the fallback count). */
