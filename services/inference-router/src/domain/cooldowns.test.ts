@@ -234,6 +234,22 @@ describe("Cooldowns, failures a caller's input can cause", () => {
     expect(again.cooldowns.isCooledDown("u")).toBe(true);
   });
 
+  it("keeps its verdict and the process when an observer throws", async () => {
+    const clock = { t: 0 };
+    let resolveProbe: (kind: AttemptFailure | undefined) => void = () => {};
+    const cooldowns = new Cooldowns(new Map([["u", { ...COOLDOWN, failures: 1 }]]), {
+      now: () => clock.t,
+      probe: { probe: () => new Promise((resolve) => (resolveProbe = resolve)) },
+      onCooledDown: () => {
+        throw new Error("the broadcast's connection is closed");
+      },
+    });
+    cooldowns.failure("u", STATUS_500, TARGET);
+    resolveProbe("status_5xx");
+    await settled();
+    expect(cooldowns.isCooledDown("u")).toBe(true);
+  });
+
   it("never counts a 4xx, and still honours a Retry-After at once", () => {
     const { cooldowns, notices, probes, fail } = breaker({ failures: 1 });
     fail(50, { kind: "status_4xx" });

@@ -135,22 +135,27 @@ export class Cooldowns {
     if (s.probe) return;
     const probe = { stale: false };
     s.probe = probe;
-    this.deps.probe.probe(upstreamId, target).then(
-      (kind) =>
-        this.#probed(upstreamId, probe, kind === undefined || COUNTS[kind] === "none" ? undefined : kind),
-      // The port never rejects; if it did, the upstream was not shown to answer.
-      () => this.#probed(upstreamId, probe, "connect_error"),
-    );
+    this.deps.probe
+      .probe(upstreamId, target)
+      .then(
+        (kind) =>
+          this.#probed(upstreamId, probe, kind === undefined || COUNTS[kind] === "none" ? undefined : kind),
+        // The port never rejects; if it did, the upstream was not shown to answer.
+        () => this.#probed(upstreamId, probe, "connect_error"),
+      )
+      // Nobody awaits a probe: an observer that throws (a broadcast on a connection closed at
+      // shutdown) must not end the process. The verdict is in the state before they are called.
+      .catch(() => {});
   }
 
   /** A probe ended: answered, the count starts again; failed, the upstream is cooled down. */
   #probed(upstreamId: string, probe: { stale: boolean }, failure: AttemptFailure | undefined): void {
     const s = this.#refresh(upstreamId);
     s.probe = undefined;
+    const decides = !probe.stale && s.until === 0;
+    if (decides && !failure) this.#settle(s);
     this.deps.onProbed?.({ upstreamId, result: failure ? "failed" : "ok", ...(failure ? { failure } : {}) });
-    if (probe.stale || s.until > 0) return;
-    if (failure) this.#open(upstreamId, s, this.policies.get(upstreamId)!.durationMs, "failures");
-    else this.#settle(s);
+    if (decides && failure) this.#open(upstreamId, s, this.policies.get(upstreamId)!.durationMs, "failures");
   }
 
   #open(upstreamId: string, s: UpstreamState, durationMs: number, reason: CooldownNotice["reason"]): void {
