@@ -50,8 +50,9 @@ const timeoutsSchema = z.strictObject({
 
 /**
  * When a failed upstream is cooled down (skipped by every router replica): `failures` failures
- * within `windowMs` cool it down for `durationMs`; a 429 or 503 with Retry-After cools it down
- * for that long, at most `maxRetryAfterMs`.
+ * within `windowMs` cool it down for `durationMs` (after a failed probe of it, when a caller's
+ * input could have caused them: docs/runbooks/inference-router.md); a 429 or 503 with
+ * Retry-After cools it down for that long, at most `maxRetryAfterMs`.
  */
 const cooldownFields = {
   failures: z.number().int().min(1).max(1_000),

@@ -18,15 +18,19 @@ import { parse, stringify } from "yaml";
 import { adminCreate } from "./gateways.js";
 
 const MODEL = "tollgate-mini";
+/** Served by the "shared" upstream alone, which answers 500 to any prompt containing POISON. */
+const SOLO = "tollgate-solo";
+const POISON = "poison-pill-9e2d";
 const FAILURES = 3;
 const BUDGET = 50_000_000n;
 const MAX_TOKENS = 4;
 
 /**
- * Upstream failover across two inference-router processes (issue 8): a model served by two
- * upstreams, the preferred one answering 500 to everything. Every caller gets an answer billed
- * once to the upstream that served it, and the failing upstream is cooled down on both routers
- * after a bounded number of attempts, not one per request.
+ * Upstream failover across two inference-router processes: a model served by two upstreams, the
+ * preferred one answering 500 to everything. Every caller gets an answer billed once to the
+ * upstream that served it, and the failing upstream is cooled down on both routers after a
+ * bounded number of attempts (and one failed probe), not one per request. An upstream that
+ * answers 500 only to one caller's prompts is never cooled down for the others.
  */
 describe("failover between upstreams on the multi-process stack (two routers)", () => {
   const namespace = uniqueNamespace("failover");
@@ -35,7 +39,9 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
   let stack: Stack;
   let good: FakeUpstream;
   let bad: FakeUpstream;
+  let shared: FakeUpstream;
   let client: OpenAI;
+  let otherTenant: OpenAI;
   let secret: string;
 
   beforeAll(async () => {
@@ -43,6 +49,7 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
     redis = await useRedis();
     good = await startFakeUpstream({ record: true });
     bad = await startFakeUpstream({ failure: { status: 500 }, record: true });
+    shared = await startFakeUpstream({ failWhen: { text: POISON, failure: { status: 500 } }, record: true });
     stack = await startStack({
       natsUrl: nats.url,
       redisUrl: redis.url,
@@ -54,8 +61,13 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
           models: Array<Record<string, unknown>>;
           resilience?: unknown;
         };
-        doc.upstreams.push({ id: "bad", baseUrl: bad.url }, { id: "good", baseUrl: good.url });
+        doc.upstreams.push(
+          { id: "bad", baseUrl: bad.url },
+          { id: "good", baseUrl: good.url },
+          { id: "shared", baseUrl: shared.url },
+        );
         const mini = doc.models.find((m) => m.id === MODEL)!;
+        doc.models.push({ ...mini, id: SOLO, upstream: "shared" });
         delete mini.upstream;
         // "bad" is preferred: every router tries it first until it is cooled down.
         mini.upstreams = [
@@ -72,18 +84,29 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
     await admin("/admin/v1/accounts", { id: "fo" });
     await admin("/admin/v1/accounts/fo/connections", {
       id: "fo-conn",
-      models: [MODEL],
+      models: [MODEL, SOLO],
       budget: { amount: BUDGET.toString() },
     });
     ({ secret } = (await admin("/admin/v1/accounts/fo/connections/fo-conn/keys", {})) as { secret: string });
     // No SDK retries: a request that failed must show as failed.
     client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: secret, maxRetries: 0 });
+    await admin("/admin/v1/accounts", { id: "fo-other" });
+    await admin("/admin/v1/accounts/fo-other/connections", {
+      id: "fo-other-conn",
+      models: [SOLO],
+      budget: { amount: BUDGET.toString() },
+    });
+    const other = (await admin("/admin/v1/accounts/fo-other/connections/fo-other-conn/keys", {})) as {
+      secret: string;
+    };
+    otherTenant = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: other.secret, maxRetries: 0 });
   }, 60_000);
 
   afterAll(async () => {
     await stack?.stop();
     await good?.close();
     await bad?.close();
+    await shared?.close();
     await nats?.stop();
     await redis?.stop();
   });
@@ -208,7 +231,15 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
     expect(failedTotal).toBeGreaterThan(0);
     // At most FAILURES on the router that decided, and fewer on the one that heard of it.
     expect(failedTotal).toBeLessThanOrEqual(2 * FAILURES - 1);
-    expect(failedTotal).toBe(bad.requests.length);
+    // The deciding router probed it once before cooling it down, and the probe failed too.
+    const probes = await onBoth("tollgate_upstream_cooldown_probe_total", { upstream: "bad" });
+    expect(probes[0]! + probes[1]!).toBe(1);
+    const failedProbes = await onBoth("tollgate_upstream_cooldown_probe_total", {
+      upstream: "bad",
+      result: "failed",
+    });
+    expect(failedProbes[0]! + failedProbes[1]!).toBe(1);
+    expect(failedTotal + 1).toBe(bad.requests.length);
     const started = await onBoth("tollgate_upstream_cooldowns_total", { upstream: "bad" });
     expect(started[0]! + started[1]!).toBe(1);
     const fallbacks = await onBoth("tollgate_upstream_fallbacks_total", { from: "bad", to: "good" });
@@ -260,5 +291,50 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
     expect(remaining).toBe((BUDGET - BigInt(totals.cost)).toString());
     const cut = (await usageEvents()).filter((e) => e.outputTokens === written && e.upstreamId === "good");
     expect(cut).toHaveLength(1);
+  }, 30_000);
+
+  it("does not let one caller's prompts that make an upstream answer 500 take it away from another tenant", async () => {
+    for (let i = 0; i < 3; i++) {
+      const err = await client.chat.completions
+        .create({
+          model: SOLO,
+          max_tokens: MAX_TOKENS,
+          messages: [{ role: "user", content: `${POISON} ${i}` }],
+        })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(502);
+    }
+    const poisoned = shared.requests.filter((r) => JSON.stringify(r.body).includes(POISON)).length;
+
+    // Another tenant right after: served by the same upstream, not 502 with Retry-After.
+    const { data, response } = await otherTenant.chat.completions
+      .create({
+        model: SOLO,
+        max_tokens: MAX_TOKENS,
+        messages: [{ role: "user", content: "an ordinary question" }],
+      })
+      .withResponse();
+    expect(response.status).toBe(200);
+    expect(data.choices[0]?.message.content?.length).toBeGreaterThan(0);
+    expect(shared.requests.at(-1)!.body).toMatchObject({
+      messages: [{ role: "user", content: "an ordinary question" }],
+    });
+
+    // Each poisonous request reached the threshold by itself (three attempts, each answered 500).
+    expect(poisoned).toBe(9);
+    expect(await onBoth("tollgate_upstream_cooldown", { upstream: "shared" })).toEqual([0, 0]);
+    const started = await onBoth("tollgate_upstream_cooldowns_total", { upstream: "shared" });
+    expect(started[0]! + started[1]!).toBe(0);
+    const ok = await onBoth("tollgate_upstream_cooldown_probe_total", { upstream: "shared", result: "ok" });
+    expect(ok[0]! + ok[1]!).toBeGreaterThanOrEqual(1);
+    const failed = await onBoth("tollgate_upstream_cooldown_probe_total", {
+      upstream: "shared",
+      result: "failed",
+    });
+    expect(failed[0]! + failed[1]!).toBe(0);
   }, 30_000);
 });

@@ -496,3 +496,17 @@ describe("fake upstream fan-out, as vLLM answers it", () => {
     expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 11, completion_tokens: 8, total_tokens: 19 });
   });
 });
+
+describe("fake upstream, failures one input triggers", () => {
+  it("fails only the requests whose body contains the trigger text, after any failNext() ones", async () => {
+    fake.configure({ failWhen: { text: "poison-pill", failure: { status: 500 } } });
+    const poisoned = { ...hello, messages: [{ role: "user", content: "please eat this poison-pill" }] };
+    for (let i = 0; i < 3; i++) expect((await post("/chat/completions", poisoned)).status).toBe(500);
+    expect((await post("/chat/completions", { ...poisoned, stream: true })).status).toBe(500);
+    expect((await post("/chat/completions", hello)).status).toBe(200);
+    fake.failNext(1, { status: 503 });
+    expect((await post("/chat/completions", poisoned)).status).toBe(503);
+    fake.configure({ failWhen: undefined });
+    expect((await post("/chat/completions", poisoned)).status).toBe(200);
+  });
+});

@@ -35,6 +35,11 @@ export interface FakeUpstreamOptions {
    * `requests` turns it on; the all-in-one demo and the standalone fake never do.
    */
   record?: boolean;
+  /**
+   * While set, completion requests whose body contains `text` fail this way (after any
+   * failNext() ones, before `failure`), as a model server that one input breaks; others are answered.
+   */
+  failWhen?: { text: string; failure: InjectedFailure };
 }
 
 /** One request as the fake received it. */
@@ -540,7 +545,7 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
     }
 
     // An injected failure replaces the answer whatever the body says, as a broken upstream would.
-    const failure = failures.shift() ?? options.failure;
+    const failure = failures.shift() ?? failureFor(options.failWhen, raw) ?? options.failure;
     if (failure?.hang) return;
     const firstByteDelay = (failure?.delayMs ?? 0) + state.firstByteDelayMs;
     if (firstByteDelay > 0) {
@@ -661,6 +666,11 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       });
     },
   };
+}
+
+/** The failure a `failWhen` trigger sets for this raw request body, if it matches. */
+function failureFor(when: FakeUpstreamOptions["failWhen"], raw: string): InjectedFailure | undefined {
+  return when && raw.includes(when.text) ? when.failure : undefined;
 }
 
 function bufferedBody(route: Route, id: string, created: number, model: string, output: FakeOutput): string {

@@ -12,7 +12,7 @@ import { natsNames } from "@tollgate/proto/subjects";
 import { createBusUsagePublisher } from "./adapters/bus-usage-publisher.js";
 import { createMemoryCooldownBroadcast } from "./adapters/memory-cooldown-broadcast.js";
 import { createNatsCooldownBroadcast } from "./adapters/nats-cooldown-broadcast.js";
-import { createProviders } from "./adapters/provider-registry.js";
+import { createProviders, upstreamProbe } from "./adapters/provider-registry.js";
 import { Catalog } from "./domain/catalog.js";
 import { Cooldowns } from "./domain/cooldowns.js";
 import { type FailoverMember, FailoverProvider } from "./domain/failover.js";
@@ -20,6 +20,7 @@ import { Inference } from "./domain/inference.js";
 import type { CooldownBroadcast } from "./domain/ports.js";
 import {
   countCooldown,
+  countProbe,
   failoverObserver,
   instrumentProvider,
   instrumentPublisher,
@@ -109,10 +110,10 @@ export async function start(
     (nc
       ? createNatsCooldownBroadcast(nc, names.upstreamCooldown, randomUUID())
       : createMemoryCooldownBroadcast().replica());
-  const cooldowns = new Cooldowns(
-    new Map([...policies].map(([id, p]) => [id, p.cooldown])),
-    Date.now,
-    (notice) => {
+  const cooldowns = new Cooldowns(new Map([...policies].map(([id, p]) => [id, p.cooldown])), {
+    now: Date.now,
+    probe: upstreamProbe(providers),
+    onCooledDown: (notice) => {
       countCooldown(metrics, notice);
       broadcast.publish(notice);
       log.warn(
@@ -120,7 +121,16 @@ export async function start(
         "upstream cooled down",
       );
     },
-  );
+    onProbed: (notice) => {
+      countProbe(metrics, notice);
+      if (notice.result === "ok")
+        log.info(
+          { upstream: notice.upstreamId },
+          "upstream answered its probe: its failures no longer count",
+        );
+      else log.warn({ upstream: notice.upstreamId, failure: notice.failure }, "upstream failed its probe");
+    },
+  });
   const unsubscribe = broadcast.subscribe((notice) => {
     cooldowns.apply(notice);
     log.info(

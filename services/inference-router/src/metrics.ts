@@ -7,7 +7,7 @@ import {
   SLOW_SECONDS_BUCKETS,
 } from "@tollgate/kit/metrics";
 import type { ClosableProvider } from "./adapters/provider-registry.js";
-import type { Cooldowns } from "./domain/cooldowns.js";
+import type { Cooldowns, ProbeNotice } from "./domain/cooldowns.js";
 import { InferenceError } from "./domain/errors.js";
 import type { FailoverObserver } from "./domain/failover.js";
 import type { CooldownNotice, UsageEvent, UsagePublisher } from "./domain/ports.js";
@@ -28,6 +28,7 @@ export interface RouterMetrics {
   retries: Counter<"model" | "upstream">;
   fallbacks: Counter<"model" | "from" | "to">;
   cooldownsStarted: Counter<"upstream" | "reason">;
+  cooldownProbes: Counter<"upstream" | "result">;
   /** Reports the cooldown state of `cooldowns`' upstreams at every scrape. */
   watchCooldowns(cooldowns: Cooldowns): void;
 }
@@ -72,6 +73,12 @@ export function routerMetrics(registry: Registry): RouterMetrics {
       name: `${METRIC_PREFIX}upstream_cooldowns_total`,
       help: "Cooldowns this replica started, by upstream and reason (failures, retry_after)",
       labelNames: ["upstream", "reason"],
+      registers,
+    }),
+    cooldownProbes: new Counter({
+      name: `${METRIC_PREFIX}upstream_cooldown_probe_total`,
+      help: "Probes this replica sent an upstream before cooling it down, by upstream and result: ok (answered: not cooled down, its failures no longer count), failed",
+      labelNames: ["upstream", "result"],
       registers,
     }),
     upstreamRequests: new Counter({
@@ -148,6 +155,11 @@ export function countCooldown(m: RouterMetrics, notice: CooldownNotice): void {
   m.cooldownsStarted.inc({ upstream: notice.upstreamId, reason: notice.reason });
 }
 
+/** Counts a probe this replica sent. */
+export function countProbe(m: RouterMetrics, notice: ProbeNotice): void {
+  m.cooldownProbes.inc({ upstream: notice.upstreamId, result: notice.result });
+}
+
 const seconds = (since: number) => (performance.now() - since) / 1000;
 
 /**
@@ -167,6 +179,8 @@ export function instrumentProvider(provider: ClosableProvider, m: RouterMetrics)
   };
   return {
     id: provider.id,
+    // Probes are counted by upstream_cooldown_probe_total, not as attempts.
+    probe: (target) => provider.probe(target),
     close: () => provider.close(),
     async complete(req, signal) {
       const started = performance.now();

@@ -1,9 +1,13 @@
 import { type ResilienceConfig, type UpstreamConfig, upstreamPolicy } from "@tollgate/config";
-import type { Provider } from "../domain/ports.js";
+import type { AttemptFailure } from "../domain/errors.js";
+import type { ProbeTarget, Provider, UpstreamProbe } from "../domain/ports.js";
 import { createOpenAICompatibleProvider } from "./openai-compatible/provider.js";
 
-/** A provider with its connections to close at shutdown. */
-export type ClosableProvider = Provider & { close(): Promise<void> };
+/** A provider with its probe (see UpstreamProbe) and its connections to close at shutdown. */
+export type ClosableProvider = Provider & {
+  probe(target: ProbeTarget): Promise<AttemptFailure | undefined>;
+  close(): Promise<void>;
+};
 
 type Factory = (
   upstream: UpstreamConfig,
@@ -29,4 +33,14 @@ export function createProviders(
   keys: Readonly<Record<string, string>>,
 ): Map<string, ClosableProvider> {
   return new Map(upstreams.map((u) => [u.id, FACTORIES[u.kind](u, resilience, keys[u.id])]));
+}
+
+/** The probe port over the providers' own probes; an upstream it does not know never answers. */
+export function upstreamProbe(providers: ReadonlyMap<string, ClosableProvider>): UpstreamProbe {
+  return {
+    probe: async (upstreamId, target) => {
+      const provider = providers.get(upstreamId);
+      return provider ? provider.probe(target) : "connect_error";
+    },
+  };
 }

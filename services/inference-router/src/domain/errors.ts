@@ -10,13 +10,15 @@ export type InferenceErrorCode =
 
 /**
  * How one upstream attempt failed, for the failover policy and the attempt metrics:
- * - `connect_error`: no answer at all (refused, reset, unreachable, connect timeout);
+ * - `connect_error`: no connection could be opened (refused, reset while connecting, unreachable,
+ *   unknown host, connect timeout): the request never went out;
  * - `timeout`: no first byte (buffered) or first chunk (stream) within `firstTokenMs`;
  * - `idle_timeout`, `total_timeout`: an answer under way stalled, or the attempt ran too long;
  * - `status_429`, `status_5xx`: the upstream answered that status;
  * - `status_auth`: it refused the gateway's own credentials (401, 403): its fault, not the caller's;
  * - `status_4xx`: it refused the request itself (context too long, bad parameter);
- * - `interrupted`: the answer started, then broke (cut connection, bad or unfinished stream).
+ * - `interrupted`: the connection broke after the request went out, before or during the answer
+ *   (closed, reset), or the answer was unreadable, an error event or an unfinished stream.
  */
 export type AttemptFailure =
   | "connect_error"

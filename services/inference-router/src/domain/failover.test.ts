@@ -3,7 +3,14 @@ import { describe, expect, it } from "vitest";
 import { Cooldowns } from "./cooldowns.js";
 import { type AttemptFailure, InferenceError } from "./errors.js";
 import { type FailoverMember, FailoverProvider, order } from "./failover.js";
-import type { CooldownNotice, Provider, ProviderChunk, ProviderRequest, ProviderResult } from "./ports.js";
+import type {
+  CooldownNotice,
+  ProbeTarget,
+  Provider,
+  ProviderChunk,
+  ProviderRequest,
+  ProviderResult,
+} from "./ports.js";
 
 /** One scripted attempt: an answer, a failure, or (streams) some chunks and then a failure. */
 type Step = "ok" | { fail: AttemptFailure; retryAfterMs?: number; afterChunks?: number; takesMs?: number };
@@ -62,6 +69,8 @@ const COOLDOWN: CooldownConfig = {
 
 interface Setup {
   upstreams: Record<string, Step[]>;
+  /** How each upstream answers a probe (undefined: answered); by default every probe fails with a 5xx. */
+  probes?: Record<string, AttemptFailure | undefined>;
   members?: Array<{ id: string; priority?: number; weight?: number; upstreamModel?: string }>;
   retry?: Partial<RetryConfig>;
   cooldown?: Partial<CooldownConfig>;
@@ -77,10 +86,19 @@ function setup(s: Setup) {
   const providers = new Map(
     Object.entries(s.upstreams).map(([id, steps]) => [id, new ScriptedProvider(id, steps, clock)]),
   );
+  const probes: Array<{ upstreamId: string; target: ProbeTarget }> = [];
   const cooldowns = new Cooldowns(
     new Map([...providers.keys()].map((id) => [id, { ...COOLDOWN, ...s.cooldown }])),
-    () => clock.t,
-    (n) => notices.push(n),
+    {
+      now: () => clock.t,
+      probe: {
+        probe: async (upstreamId, target) => {
+          probes.push({ upstreamId, target });
+          return s.probes && upstreamId in s.probes ? s.probes[upstreamId] : "status_5xx";
+        },
+      },
+      onCooledDown: (n) => notices.push(n),
+    },
   );
   const members: FailoverMember[] = (
     s.members ?? [...providers.keys()].map((id, i) => ({ id, priority: i, weight: 1 }))
@@ -106,7 +124,7 @@ function setup(s: Setup) {
     },
   });
   const attemptsAt = (id: string) => providers.get(id)!.attempts.length;
-  return { clock, sleeps, notices, events, providers, cooldowns, failover, attemptsAt };
+  return { clock, sleeps, notices, events, providers, cooldowns, failover, attemptsAt, probes };
 }
 
 const REQ: ProviderRequest = { operation: "chat", body: { model: "m" } };
@@ -330,65 +348,90 @@ describe("cooldowns in the failover", () => {
   });
 });
 
-describe("Cooldowns", () => {
-  function breaker(policy: Partial<CooldownConfig> = {}) {
-    const clock = { t: 0 };
-    const notices: CooldownNotice[] = [];
-    const cooldowns = new Cooldowns(
-      new Map([["u", { ...COOLDOWN, ...policy }]]),
-      () => clock.t,
-      (n) => notices.push(n),
-    );
-    return { clock, notices, cooldowns };
-  }
+describe("cooldowns and one caller's poisonous requests", () => {
+  /** Lets the breaker take a settled probe's verdict. */
+  const settled = () => new Promise<void>((resolve) => setImmediate(resolve));
+  const poison = (n: number): Step[] => Array.from({ length: n }, () => ({ fail: "status_5xx" as const }));
 
-  it("opens after `failures` failures within the window, and closes after the duration", () => {
-    const { clock, cooldowns, notices } = breaker({ failures: 3, windowMs: 1_000, durationMs: 5_000 });
-    cooldowns.failure("u");
-    clock.t = 1_500; // the first failure left the window
-    cooldowns.failure("u");
-    cooldowns.failure("u");
-    expect(cooldowns.isCooledDown("u")).toBe(false);
-    cooldowns.failure("u");
-    expect(cooldowns.isCooledDown("u")).toBe(true);
-    expect(cooldowns.cooledDownUntil("u")).toBe(6_500);
-    clock.t = 6_499;
-    expect(cooldowns.isCooledDown("u")).toBe(true);
-    clock.t = 6_500;
-    expect(cooldowns.isCooledDown("u")).toBe(false);
-    expect(notices).toHaveLength(1);
-  });
-
-  it("ignores failures of attempts that ran while cooled down, and reopens at the first failure after", () => {
-    const { clock, cooldowns, notices } = breaker({ failures: 2, durationMs: 1_000 });
-    cooldowns.failure("u");
-    cooldowns.failure("u");
-    cooldowns.failure("u");
-    expect(notices).toHaveLength(1);
-    clock.t = 1_000;
-    cooldowns.failure("u");
-    expect(cooldowns.isCooledDown("u")).toBe(true);
-    expect(notices).toHaveLength(2);
-  });
-
-  it("a success after a cooldown ends clears the probation and the count", () => {
-    const { clock, cooldowns } = breaker({ failures: 2, durationMs: 1_000 });
-    cooldowns.failure("u");
-    cooldowns.failure("u");
-    clock.t = 1_000;
-    cooldowns.success("u");
-    cooldowns.failure("u");
-    expect(cooldowns.isCooledDown("u")).toBe(false);
-  });
-
-  it("applies another replica's cooldown without announcing it again, and never shortens one", () => {
-    const { clock, cooldowns, notices } = breaker();
-    cooldowns.apply({ upstreamId: "u", durationMs: 10_000, reason: "failures" });
-    cooldowns.apply({ upstreamId: "u", durationMs: 1_000, reason: "retry_after" });
-    cooldowns.apply({ upstreamId: "unknown", durationMs: 1_000, reason: "failures" });
-    expect(cooldowns.cooledDownUntil("u")).toBe(clock.t + 10_000);
-    expect(cooldowns.isCooledDown("unknown")).toBe(false);
+  it("content that makes the upstream answer 500 does not take it away from the next caller when its probe answers", async () => {
+    // "only" serves the model alone; its scripted answers are the poisonous requests' 500s, then
+    // the next caller's ordinary request.
+    const { failover, cooldowns, notices, probes, attemptsAt } = setup({
+      upstreams: { only: [...poison(6), "ok"] },
+      probes: { only: undefined },
+      cooldown: { failures: 3 },
+    });
+    for (let i = 0; i < 2; i++) {
+      // Three attempts each (maxAttempts 3), every one answered 500.
+      expect((await rejection(failover.complete(REQ, signal()))).upstream?.kind).toBe("status_5xx");
+      await settled();
+    }
+    expect(attemptsAt("only")).toBe(6);
+    expect(probes).toEqual([
+      { upstreamId: "only", target: { operation: "chat", model: "m" } },
+      { upstreamId: "only", target: { operation: "chat", model: "m" } },
+    ]);
+    expect(cooldowns.isCooledDown("only")).toBe(false);
     expect(notices).toEqual([]);
+    const next = await failover.complete(REQ, signal());
+    expect(next.upstreamId).toBe("only");
+    expect(next.json).toEqual({ answer: "only" });
+  });
+
+  it("probes with the model id the failing upstream expects, on the failing route", async () => {
+    const { failover, probes } = setup({
+      upstreams: { a: poison(3), b: [] },
+      members: [
+        { id: "a", priority: 0, upstreamModel: "vendor/a" },
+        { id: "b", priority: 1 },
+      ],
+      cooldown: { failures: 3 },
+      retry: { maxAttempts: 1 },
+    });
+    await rejection(failover.complete(REQ, signal()));
+    await rejection(drain(failover.stream({ ...REQ, operation: "text" }, signal())));
+    await rejection(failover.complete(REQ, signal()));
+    expect(probes).toEqual([{ upstreamId: "a", target: { operation: "chat", model: "vendor/a" } }]);
+  });
+
+  it("cools a dead upstream down once its probe fails too, then stops calling it", async () => {
+    const { failover, cooldowns, notices, probes, attemptsAt } = setup({
+      upstreams: { dead: poison(10), good: [] },
+      cooldown: { failures: 3 },
+    });
+    for (let i = 0; i < 10; i++) {
+      expect((await failover.complete(REQ, signal())).upstreamId).toBe("good");
+      await settled();
+    }
+    expect(attemptsAt("dead")).toBe(3);
+    expect(probes.map((p) => p.upstreamId)).toEqual(["dead"]);
+    expect(cooldowns.isCooledDown("dead")).toBe(true);
+    expect(notices).toEqual([{ upstreamId: "dead", durationMs: 30_000, reason: "failures" }]);
+  });
+
+  it("cools an upstream that refuses connections down at once, without a probe", async () => {
+    const { failover, cooldowns, probes, attemptsAt } = setup({
+      upstreams: { down: Array.from({ length: 3 }, () => ({ fail: "connect_error" as const })), good: [] },
+      cooldown: { failures: 3 },
+    });
+    for (let i = 0; i < 5; i++) expect((await failover.complete(REQ, signal())).upstreamId).toBe("good");
+    expect(attemptsAt("down")).toBe(3);
+    expect(cooldowns.isCooledDown("down")).toBe(true);
+    expect(probes).toEqual([]);
+  });
+
+  it("does not cool an upstream down for streams one caller's content breaks mid-way when its probe answers", async () => {
+    const { failover, cooldowns, probes } = setup({
+      upstreams: {
+        a: [...Array.from({ length: 3 }, () => ({ fail: "interrupted" as const, afterChunks: 1 })), "ok"],
+      },
+      probes: { a: undefined },
+    });
+    for (let i = 0; i < 3; i++) await rejection(drain(failover.stream(REQ, signal())));
+    await settled();
+    expect(probes).toHaveLength(1);
+    expect(cooldowns.isCooledDown("a")).toBe(false);
+    expect(await drain(failover.stream(REQ, signal()))).toHaveLength(CHUNKS);
   });
 });
 

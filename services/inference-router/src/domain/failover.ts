@@ -72,12 +72,13 @@ export class FailoverProvider implements Provider {
     const attempts = this.#attempts(signal);
     let last: unknown;
     for (let member = await attempts.next(); member; member = await attempts.next()) {
+      const attempt = attempts.request(req, member);
       try {
-        const result = await member.provider.complete(attempts.request(req, member), signal);
+        const result = await member.provider.complete(attempt, signal);
         this.deps.cooldowns.success(member.provider.id);
         return { ...result, upstreamId: result.upstreamId ?? member.provider.id };
       } catch (err) {
-        if (!this.#failed(member, err, signal)) throw err;
+        if (!this.#failed(member, attempt, err, signal)) throw err;
         last = err;
       }
     }
@@ -89,8 +90,9 @@ export class FailoverProvider implements Provider {
     let last: unknown;
     for (let member = await attempts.next(); member; member = await attempts.next()) {
       let delivered = false;
+      const attempt = attempts.request(req, member);
       try {
-        for await (const chunk of member.provider.stream(attempts.request(req, member), signal)) {
+        for await (const chunk of member.provider.stream(attempt, signal)) {
           delivered = true;
           yield { ...chunk, upstreamId: chunk.upstreamId ?? member.provider.id };
         }
@@ -99,7 +101,7 @@ export class FailoverProvider implements Provider {
         return;
       } catch (err) {
         // Once a chunk went on, the caller has the start of an answer: no second one.
-        if (!this.#failed(member, err, signal) || delivered) throw err;
+        if (!this.#failed(member, attempt, err, signal) || delivered) throw err;
         last = err;
       }
     }
@@ -123,12 +125,16 @@ export class FailoverProvider implements Provider {
     return new InferenceError(err.code, err.message, err.upstream, Math.max(0, soonest - this.deps.now()));
   }
 
-  /** Records a failed attempt with the breaker; true when another attempt may follow. */
-  #failed(member: FailoverMember, err: unknown, signal: AbortSignal): boolean {
+  /**
+   * Records a failed attempt with the breaker (which decides whether it counts, and probes the
+   * upstream with the attempt's route and model id when it must); true when another attempt may
+   * follow.
+   */
+  #failed(member: FailoverMember, attempt: ProviderRequest, err: unknown, signal: AbortSignal): boolean {
     if (signal.aborted || !(err instanceof InferenceError) || !err.upstream) return false;
-    const { kind, retryAfterMs } = err.upstream;
-    if (kind !== "status_4xx") this.deps.cooldowns.failure(member.provider.id, retryAfterMs);
-    return RETRYABLE.has(kind);
+    const model = typeof attempt.body.model === "string" ? attempt.body.model : "";
+    this.deps.cooldowns.failure(member.provider.id, err.upstream, { operation: attempt.operation, model });
+    return RETRYABLE.has(err.upstream.kind);
   }
 
   #attempts(signal: AbortSignal): Attempts {

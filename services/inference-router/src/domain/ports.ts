@@ -1,3 +1,5 @@
+import type { AttemptFailure } from "./errors.js";
+
 /** Token counts reported by an upstream (or counted by the router when it reports none). */
 export interface TokenCounts {
   inputTokens: number;
@@ -71,6 +73,23 @@ export interface CooldownNotice {
   upstreamId: string;
   durationMs: number;
   reason: CooldownReason;
+}
+
+/** What an upstream is probed with: the route and upstream model id of the attempts that failed. */
+export interface ProbeTarget {
+  operation: ProviderRequest["operation"];
+  /** The model id the upstream expects (as the failed attempts named it). */
+  model: string;
+}
+
+/**
+ * Asks an upstream whether it still answers a request of the gateway's own, whose content no
+ * caller chose: a one-token completion of a fixed prompt, under the upstream's connect and
+ * first-token timeouts. Its answer goes to no caller and is billed to nobody.
+ */
+export interface UpstreamProbe {
+  /** Undefined when the upstream answered 2xx; otherwise how the probe failed, as an attempt would. Never rejects. */
+  probe(upstreamId: string, target: ProbeTarget): Promise<AttemptFailure | undefined>;
 }
 
 /** Why an upstream was cooled down: repeated failures, or its own Retry-After. */

@@ -10,6 +10,7 @@ import type { ProviderChunk, ProviderRequest } from "../../domain/ports.js";
 import {
   createOpenAICompatibleProvider,
   normaliseUsage,
+  PROBE_PROMPT,
   parseRetryAfter,
   type UpstreamTimeouts,
 } from "./provider.js";
@@ -262,7 +263,7 @@ describe("OpenAI-compatible provider", () => {
       expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({ kind: "timeout" });
     });
 
-    it("no answer at all is a connect error; an answer that breaks off is interrupted", async () => {
+    it("no connection at all is a connect error; a connection that breaks after the request went out is interrupted", async () => {
       const closed = await startFakeUpstream();
       const url = closed.url;
       await closed.close();
@@ -273,6 +274,55 @@ describe("OpenAI-compatible provider", () => {
       expect((await failure(drain(provider().stream(streamChat(), signal())))).upstream).toEqual({
         kind: "interrupted",
       });
+      // Closed before any answer, but after the request arrived: the request may be what did it.
+      fake.failNext(1, { afterChunks: 0 });
+      expect((await failure(provider().complete(chat(), signal()))).upstream).toEqual({
+        kind: "interrupted",
+      });
+    });
+  });
+
+  describe("probe", () => {
+    it("asks for one token of a fixed prompt, on the route and with the model id it is given", async () => {
+      const p = provider({ apiKey: "sk-probe" });
+      expect(await p.probe({ operation: "chat", model: "fake-small" })).toBeUndefined();
+      expect(lastRequest()).toMatchObject({
+        path: "/v1/chat/completions",
+        body: { model: "fake-small", messages: [{ role: "user", content: PROBE_PROMPT }], max_tokens: 1 },
+      });
+      expect(lastRequest().headers.authorization).toBe("Bearer sk-probe");
+      expect(await p.probe({ operation: "text", model: "fake-large" })).toBeUndefined();
+      expect(lastRequest()).toMatchObject({
+        path: "/v1/completions",
+        body: { model: "fake-large", prompt: PROBE_PROMPT, max_tokens: 1 },
+      });
+    });
+
+    it("says how it failed, as an attempt would", async () => {
+      const target = { operation: "chat", model: "fake-small" } as const;
+      fake.failNext(1, { status: 500 });
+      expect(await provider().probe(target)).toBe("status_5xx");
+      fake.failNext(1, { status: 401 });
+      expect(await provider().probe(target)).toBe("status_auth");
+      expect(await provider().probe({ ...target, model: "no-such-model" })).toBe("status_4xx");
+      fake.failNext(1, { afterChunks: 0 });
+      expect(await provider().probe(target)).toBe("interrupted");
+      const closed = await startFakeUpstream();
+      const url = closed.url;
+      await closed.close();
+      expect(await provider({ url }).probe(target)).toBe("connect_error");
+    });
+
+    it("gives up after the first-token timeout", async () => {
+      fake.failNext(1, { hang: true });
+      const started = Date.now();
+      expect(
+        await provider({ timeouts: { firstTokenMs: 300, totalMs: 60_000 } }).probe({
+          operation: "chat",
+          model: "fake-small",
+        }),
+      ).toBe("timeout");
+      expect(Date.now() - started).toBeLessThan(2_000);
     });
   });
 

@@ -1,6 +1,12 @@
 import { errors, Pool } from "undici";
 import { type AttemptFailure, InferenceError } from "../../domain/errors.js";
-import type { Provider, ProviderChunk, ProviderRequest, TokenCounts } from "../../domain/ports.js";
+import type {
+  ProbeTarget,
+  Provider,
+  ProviderChunk,
+  ProviderRequest,
+  TokenCounts,
+} from "../../domain/ports.js";
 import { parseSse } from "./sse.js";
 import { tracedRequest } from "./traced-request.js";
 
@@ -24,6 +30,9 @@ export interface OpenAICompatibleOptions {
 }
 
 const MAX_ERROR_TEXT = 500;
+
+/** The probe's prompt: fixed, so that no caller's input decides whether an upstream is cooled down. */
+export const PROBE_PROMPT = "Say OK.";
 
 /** Why this adapter aborted an attempt itself. */
 class AttemptTimeout extends Error {
@@ -79,14 +88,23 @@ class AttemptClock {
   }
 }
 
+/** One OpenAI-compatible upstream: its attempts, its probe, and its connections to close. */
+export interface OpenAICompatibleProvider extends Provider {
+  /**
+   * One probe of the upstream (the UpstreamProbe port): a buffered one-token completion of
+   * PROBE_PROMPT for the target's model and route, under the connect and first-token timeouts;
+   * undefined when it was answered 2xx, otherwise how it failed. Outside any request's trace.
+   */
+  probe(target: ProbeTarget): Promise<AttemptFailure | undefined>;
+  close(): Promise<void>;
+}
+
 /**
  * Any upstream speaking OpenAI's /chat/completions and /completions: vLLM, Ollama, llama.cpp
  * server, OpenAI and friends. One keep-alive connection pool per upstream. Each call is one
  * attempt at one upstream; retries and failover are the failover provider's business.
  */
-export function createOpenAICompatibleProvider(
-  opts: OpenAICompatibleOptions,
-): Provider & { close(): Promise<void> } {
+export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): OpenAICompatibleProvider {
   const url = new URL(opts.baseUrl);
   const basePath = url.pathname.replace(/\/+$/, "");
   const { timeouts } = opts;
@@ -186,6 +204,34 @@ export function createOpenAICompatibleProvider(
         body?.destroy();
       }
     },
+    async probe(target) {
+      const body: Record<string, unknown> =
+        target.operation === "chat"
+          ? { model: target.model, messages: [{ role: "user", content: PROBE_PROMPT }], max_tokens: 1 }
+          : { model: target.model, prompt: PROBE_PROMPT, max_tokens: 1 };
+      const caller = new AbortController().signal;
+      const clock = new AttemptClock(caller, timeouts, timeouts.connectMs + timeouts.firstTokenMs);
+      let answered = false;
+      try {
+        const res = await pool.request({
+          path: `${basePath}${target.operation === "chat" ? "/chat/completions" : "/completions"}`,
+          method: "POST",
+          headers,
+          body: JSON.stringify(body),
+          signal: clock.signal,
+        });
+        answered = true;
+        const text = await res.body.text();
+        if (res.statusCode >= 400)
+          throw upstreamStatusError(res.statusCode, text, res.headers["retry-after"]);
+        return undefined;
+      } catch (err) {
+        const failed = translate(err, caller, clock, answered);
+        return failed instanceof InferenceError && failed.upstream ? failed.upstream.kind : "interrupted";
+      } finally {
+        clock.end();
+      }
+    },
     close: () => pool.close(),
   };
 }
@@ -262,7 +308,22 @@ function translate(err: unknown, signal: AbortSignal, clock: AttemptClock, answe
     return failure("upstream_timeout", "the upstream did not answer in time", "timeout");
   if (err instanceof errors.BodyTimeoutError)
     return failure("upstream_timeout", "the upstream did not answer in time", "idle_timeout");
-  return answered
-    ? failure("upstream_error", "the upstream's answer broke off", "interrupted")
-    : failure("upstream_error", "the upstream could not be reached", "connect_error");
+  if (!answered && connectionNotOpened(err))
+    return failure("upstream_error", "the upstream could not be reached", "connect_error");
+  // The request went out, then the connection broke: the request itself may be what broke it.
+  return failure(
+    "upstream_error",
+    answered ? "the upstream's answer broke off" : "the upstream closed the connection without answering",
+    "interrupted",
+  );
+}
+
+/**
+ * Whether the error came before the request went out: the connection could not be opened
+ * (refused, reset while connecting, unreachable, unknown host, connect timeout).
+ */
+function connectionNotOpened(err: unknown): boolean {
+  if (err instanceof errors.ConnectTimeoutError) return true;
+  const syscall = (err as { syscall?: unknown } | null)?.syscall;
+  return syscall === "connect" || syscall === "getaddrinfo";
 }
