@@ -14,7 +14,7 @@ import {
 } from "@tollgate/proto/inference";
 import { natsNames } from "@tollgate/proto/subjects";
 import { Outcome, Door as UsageDoor, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
-import { expectedOutput, type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { expectedOutput, expectedUsage, type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { type NatsFixture, uniqueNamespace, useNats } from "@tollgate/testkit/fixtures";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type InferenceRouter, start } from "../../src/app.js";
@@ -462,8 +462,9 @@ describe("inference-router over gRPC, with real NATS", () => {
       expect(event.streamed).toBe(true);
       expect(event.outputTokens).toBeGreaterThanOrEqual(3);
       expect(event.outputTokens).toBeLessThanOrEqual(39);
-      // No usage came back before the cut: the input is the router's estimate from the body size.
-      expect(event.inputTokens).toBe(Math.ceil(req.bodyBytes / 4));
+      // A vLLM upstream counts continuously when asked: the input is its own count, exactly.
+      expect(event.inputTokens).toBe(expectedUsage({ ...req.body, model: "fake-small" }).prompt_tokens);
+      expect(event.inputTokens).not.toBe(Math.ceil(req.bodyBytes / 4));
       expect(event.cost).toBe(priced("small", event.inputTokens, event.outputTokens));
       served.set(req.requestId, { outcome: Outcome.CLIENT_CANCELLED });
 
