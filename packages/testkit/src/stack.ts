@@ -156,6 +156,8 @@ export interface Stack {
    * port directly; every process of the stack authenticates with per-service tokens.
    */
   internalAuth(name: ServiceIdentity): InternalAuth;
+  /** The stack's directory: its configuration and the token files under internal-auth/. */
+  dir: string;
   /** Everything every process printed so far. */
   output(): string;
   /**
@@ -451,6 +453,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       processes,
       metricsUrls,
       internalAuth: (name) => tokens.as(name),
+      dir,
       output: () => lines.join("\n"),
       stopProcess: async (name, signal = "SIGTERM") => {
         const p = processes.find((q) => q.name === name);
