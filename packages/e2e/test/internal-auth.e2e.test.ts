@@ -28,9 +28,7 @@ describe("internal authentication on the multi-process stack", () => {
   const keyIds = async () => {
     const res = await admin("/admin/v1/accounts/demo/keys");
     expect(res.status).toBe(200);
-    return ((await res.json()) as { keys: Array<{ id?: string; key_id?: string }> }).keys
-      .map((k) => k.id ?? k.key_id)
-      .sort();
+    return ((await res.json()) as { data: Array<{ id: string }> }).data.map((k) => k.id).sort();
   };
 
   beforeAll(async () => {
