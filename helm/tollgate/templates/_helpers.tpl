@@ -88,3 +88,43 @@ app.kubernetes.io/component: {{ .name }}
       optional: true
       {{- end }}
 {{- end -}}
+
+{{/*
+The Secret holding a component's gRPC certificate (tls.crt, tls.key, ca.crt):
+internalAuth.tls.secretNames.<component>, else <fullname>-<component>-grpc-tls.
+*/}}
+{{- define "tollgate.grpcTlsSecret" -}}
+{{- $names := .root.Values.internalAuth.tls.secretNames | default dict -}}
+{{- get $names .name | default (printf "%s-grpc-tls" (include "tollgate.componentName" .)) -}}
+{{- end }}
+
+{{/*
+The env of internal gRPC authentication (README, "Internal authentication"): the files mounted
+at /var/run/secrets/tollgate-internal, or INTERNAL_AUTH=off.
+*/}}
+{{- define "tollgate.internalAuthEnv" -}}
+{{- if eq .auth.mode "off" -}}
+- name: INTERNAL_AUTH
+  value: "off"
+{{- else if eq .auth.mode "tls" -}}
+- name: INTERNAL_AUTH
+  value: tls
+- name: GRPC_TLS_CERT_FILE
+  value: /var/run/secrets/tollgate-internal/tls.crt
+- name: GRPC_TLS_KEY_FILE
+  value: /var/run/secrets/tollgate-internal/tls.key
+- name: GRPC_TLS_CA_FILE
+  value: /var/run/secrets/tollgate-internal/ca.crt
+{{- else -}}
+- name: INTERNAL_AUTH
+  value: token
+{{- if .role.client }}
+- name: INTERNAL_TOKEN_FILE
+  value: /var/run/secrets/tollgate-internal/token
+{{- end }}
+{{- if .role.server }}
+- name: INTERNAL_PEER_TOKENS_FILE
+  value: /var/run/secrets/tollgate-internal/peers
+{{- end }}
+{{- end }}
+{{- end }}

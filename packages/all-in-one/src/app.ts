@@ -5,6 +5,7 @@ import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { start as startInferenceRouter } from "@tollgate/inference-router";
 import { upstreamKeysFrom } from "@tollgate/inference-router/config";
 import { createMemoryBus, type EventBus } from "@tollgate/kit/bus";
+import { type InternalAuth, inProcessAuth, type ServiceIdentity } from "@tollgate/kit/credentials";
 import { createLogger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, mergeMetrics, serveMetrics } from "@tollgate/kit/metrics";
 import { stopInOrder } from "@tollgate/kit/shutdown";
@@ -20,6 +21,8 @@ export interface AllInOne {
   /** Base URL of the public port, e.g. http://127.0.0.1:8080. */
   url: string;
   port: number;
+  /** The in-process credentials of one service, for a test that calls a service directly. */
+  internalAuth(name: ServiceIdentity): InternalAuth;
   gateway: GatewayConfig;
   /** The first clear-text development key of the configuration, if any. */
   demoKey?: string;
@@ -69,14 +72,24 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     router: createMetrics("inference-router", { processMetrics: false }),
     edge: createMetrics("api-edge", { processMetrics: false }),
   };
+  // Every service calls the others with its own throw-away token, known only to this process
+  // (README, "Internal authentication"): the loopback ports refuse anyone else on the machine.
+  const trust = inProcessAuth();
   const auth = await startAuthPolicy(
-    { grpcHost: LOOPBACK, grpcPort: 0, gateway, ...redis, ...nats },
+    { grpcHost: LOOPBACK, grpcPort: 0, internalAuth: trust["auth-policy"], gateway, ...redis, ...nats },
     logger("auth-policy"),
     { metrics: registries.auth },
   );
   // metering settles budget reservations with auth-policy, so auth-policy starts first.
   const metering = await startMetering(
-    { grpcHost: LOOPBACK, grpcPort: 0, ...nats, ...redis, authPolicyAddr: `${LOOPBACK}:${auth.port}` },
+    {
+      grpcHost: LOOPBACK,
+      grpcPort: 0,
+      internalAuth: trust.metering,
+      ...nats,
+      ...redis,
+      authPolicyAddr: `${LOOPBACK}:${auth.port}`,
+    },
     logger("metering"),
     { ...deps, metrics: registries.metering },
   );
@@ -94,6 +107,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
           {
             grpcHost: LOOPBACK,
             grpcPort: 0,
+            internalAuth: trust["mpp-payment"],
             gateway,
             ...redis,
             // One process, one replica: a per-process secret is enough when none is configured.
@@ -106,7 +120,14 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
         )
       : undefined;
   const router = await startInferenceRouter(
-    { grpcHost: LOOPBACK, grpcPort: 0, gateway, upstreamKeys: upstreamKeysFrom(gateway, cfg.env), ...nats },
+    {
+      grpcHost: LOOPBACK,
+      grpcPort: 0,
+      internalAuth: trust["inference-router"],
+      gateway,
+      upstreamKeys: upstreamKeysFrom(gateway, cfg.env),
+      ...nats,
+    },
     logger("inference-router"),
     { ...deps, metrics: registries.router },
   );
@@ -114,6 +135,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     {
       host: cfg.host,
       port: cfg.port,
+      internalAuth: trust["api-edge"],
       authPolicyAddr: `${LOOPBACK}:${auth.port}`,
       inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
       ...(payment ? { mppPaymentAddr: `${LOOPBACK}:${payment.port}` } : {}),
@@ -169,6 +191,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     url: `http://${urlHost(cfg.host)}:${edge.port}`,
     port: edge.port,
     meteringAddr: `${LOOPBACK}:${metering.port}`,
+    internalAuth: (name: ServiceIdentity) => trust[name],
     ...(metricsServer
       ? { metricsUrl: `http://${urlHost(cfg.metricsHost ?? LOOPBACK)}:${metricsServer.port}/metrics` }
       : {}),

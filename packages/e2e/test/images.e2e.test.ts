@@ -1,3 +1,5 @@
+import type { ServiceIdentity } from "@tollgate/kit/credentials";
+import { type StackTokens, writeStackTokens } from "@tollgate/testkit/internal-auth";
 // The service images (issue 6): services/<name>/Dockerfile, checked where no container engine
 // runs. Each Dockerfile passes a Dockerfile linter (dockerfile-utils) and the project's rules
 // (multi-stage, `npm ci` of that workspace only, a distroless nonroot runtime with no shell
@@ -299,6 +301,7 @@ describe("the images, built here and run as a stack", () => {
   const children: ChildProcess[] = [];
   const output: string[] = [];
   let scratch: string;
+  let tokens: StackTokens;
   let nats: NatsFixture;
   let redis: RedisFixture;
   let upstream: FakeUpstream;
@@ -317,7 +320,14 @@ describe("the images, built here and run as a stack", () => {
       args.map((a) => (a.startsWith("/") ? join(image.runtimeRoot, a) : a)),
       {
         // Only what the chart sets: no NODE_OPTIONS (so no tsx loader), no inherited settings.
-        env: { PATH: "/usr/bin:/bin", ...image.env, ...env },
+        env: {
+          PATH: "/usr/bin:/bin",
+          ...image.env,
+          // As the chart's token fallback: each service its own token, the digests of all.
+          INTERNAL_TOKEN_FILE: tokens.tokenFile(service as ServiceIdentity),
+          INTERNAL_PEER_TOKENS_FILE: tokens.peersFile,
+          ...env,
+        },
         cwd: join(image.runtimeRoot, "app"),
         stdio: ["ignore", "pipe", "pipe"],
       },
@@ -339,6 +349,7 @@ describe("the images, built here and run as a stack", () => {
 
   beforeAll(async () => {
     scratch = mkdtempSync(join(tmpdir(), "tollgate-images-"));
+    tokens = writeStackTokens(scratch);
     for (const s of SERVICES) images.set(s, buildImage(s, scratch));
     [nats, redis, upstream] = await Promise.all([useNats(), useRedis(), startFakeUpstream()]);
     const config = join(scratch, "tollgate.yaml");

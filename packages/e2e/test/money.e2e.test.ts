@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { loadGatewayConfig, quoteOf } from "@tollgate/config";
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { MeteringService, type UsageTotals } from "@tollgate/proto/metering";
 import { expectedUsage, type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
@@ -61,6 +62,8 @@ interface MoneyTarget {
   url: string;
   upstream: FakeUpstream;
   meteringAddr: string;
+  /** api-edge's credentials, to read usage from metering as the admin API does. */
+  meteringAuth: InternalAuth;
   /** Stops and restarts metering (multi-process stack only): holds must not wait for it. */
   pauseMetering?: () => Promise<void>;
   resumeMetering?: () => Promise<void>;
@@ -80,6 +83,7 @@ async function allInOne(): Promise<MoneyTarget> {
     url: running.gateway.url,
     upstream: running.upstream,
     meteringAddr: running.gateway.meteringAddr,
+    meteringAuth: running.gateway.internalAuth("api-edge"),
     stop: running.stop,
   };
 }
@@ -100,6 +104,7 @@ async function stack(): Promise<MoneyTarget> {
     url: s.url,
     upstream,
     meteringAddr: `127.0.0.1:${metering.port}`,
+    meteringAuth: s.internalAuth("api-edge"),
     pauseMetering: () => s.stopProcess("metering"),
     resumeMetering: () => s.startProcess("metering"),
     stop: async () => {
@@ -132,7 +137,7 @@ function describeMoney(name: string, setup: () => Promise<MoneyTarget>) {
 
     beforeAll(async () => {
       target = await setup();
-      metering = createClient(MeteringService, target.meteringAddr);
+      metering = createClient(MeteringService, target.meteringAddr, target.meteringAuth);
     }, 90_000);
 
     afterAll(async () => {

@@ -410,7 +410,11 @@ describe("graceful shutdown on SIGTERM (multi-process stack, two routers)", () =
     // The streams it finished while draining are metered once too (asked of metering directly:
     // the admin API went away with the edge).
     const metering = stack.processes.find((p) => p.name === "metering")!;
-    const client = createClient(MeteringService, `127.0.0.1:${metering.port}`);
+    const client = createClient(
+      MeteringService,
+      `127.0.0.1:${metering.port}`,
+      stack.internalAuth("api-edge"),
+    );
     try {
       const totals = await meteredTotals(async () => {
         const t = (await client.getUsage({ accountId: "demo" })).totals;

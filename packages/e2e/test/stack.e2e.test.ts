@@ -110,7 +110,11 @@ describeAccountDoor(
       // Every served request of the whole run (the scenarios above too) is counted once.
       const all = await storedUsageEvents();
       const metering = stack.processes.find((p) => p.name === "metering")!;
-      const client = createClient(MeteringService, `127.0.0.1:${metering.port}`);
+      const client = createClient(
+        MeteringService,
+        `127.0.0.1:${metering.port}`,
+        stack.internalAuth("api-edge"),
+      );
       try {
         const expectedCost = all.reduce((sum, e) => sum + BigInt(e.cost), 0n);
         let totals: { requests: bigint; cost: string } | undefined;

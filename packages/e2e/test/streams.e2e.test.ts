@@ -37,7 +37,7 @@ accounts:
       },
     );
     ({ gateway, upstream } = running);
-    metering = createClient(MeteringService, gateway.meteringAddr);
+    metering = createClient(MeteringService, gateway.meteringAddr, gateway.internalAuth("api-edge"));
   });
 
   afterAll(async () => {

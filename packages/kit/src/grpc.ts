@@ -11,6 +11,7 @@ import {
 import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
+import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
 import { Health, type HealthCheck } from "./health.js";
 import { isRedisUnavailable } from "./redis.js";
 import {
@@ -245,12 +246,44 @@ function drainOrCancel(
   });
 }
 
-/** Adapts promise/async-iterable handlers to grpc-js callbacks and registers them on `server`. */
+/** Who may call a service's methods, and how callers are identified. */
+export interface CallerCheck {
+  auth: InternalAuth;
+  access: Readonly<Record<string, readonly string[]>>;
+}
+
+/**
+ * The refusal of a call its caller may not make, or undefined when it may. Logged without any
+ * credential: only the method and the identity (when one was proved).
+ */
+function refusal(
+  check: CallerCheck | undefined,
+  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+  m: DescMethod,
+  log: Logger,
+): Partial<grpc.StatusObject> | undefined {
+  if (!check || check.auth.mode === "off") return undefined;
+  const caller = check.auth.identify(call);
+  const decision = decide(check.access as Record<string, readonly never[]>, m.localName, caller);
+  if (decision === "allow") return undefined;
+  const metadata = new grpc.Metadata();
+  metadata.set(ERROR_CODE_KEY, decision);
+  log.warn({ method: m.name, caller: caller ?? null, decision }, "internal call refused");
+  return decision === "unauthenticated"
+    ? { code: grpc.status.UNAUTHENTICATED, details: "unauthenticated", metadata }
+    : { code: grpc.status.PERMISSION_DENIED, details: `${caller} may not call ${m.name}`, metadata };
+}
+
+/**
+ * Adapts promise/async-iterable handlers to grpc-js callbacks and registers them on `server`.
+ * With `check`, each call is first checked against the service's access table.
+ */
 export function addService<M extends GenServiceMethods>(
   server: grpc.Server,
   service: GenService<M>,
   handlers: ServiceHandlers<M>,
   log: Logger,
+  check?: CallerCheck,
 ): void {
   const impl: grpc.UntypedServiceImplementation = {};
   for (const m of service.methods as DescMethod[]) {
@@ -269,6 +302,8 @@ export function addService<M extends GenServiceMethods>(
         call: grpc.ServerUnaryCall<unknown, unknown>,
         callback: grpc.sendUnaryData<unknown>,
       ) => {
+        const refused = refusal(check, call, m, log);
+        if (refused) return callback(refused);
         const ctx = contextOf(call);
         const span = serverSpan(call.metadata);
         runInSpan(span, () => handler(call.request, ctx) as Promise<unknown>).then(
@@ -289,6 +324,11 @@ export function addService<M extends GenServiceMethods>(
       };
     } else if (m.methodKind === "server_streaming") {
       impl[m.localName] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
+        const refused = refusal(check, call, m, log);
+        if (refused) {
+          call.emit("error", refused);
+          return;
+        }
         const ctx = contextOf(call);
         const span = serverSpan(call.metadata);
         void runInSpan(span, async () => {
@@ -339,11 +379,14 @@ export function createServer(): grpc.Server {
 }
 
 /** Binds `server` to host:port (port 0 picks a free one) and resolves to the bound port. */
-export function bindServer(server: grpc.Server, host: string, port: number): Promise<number> {
+export function bindServer(
+  server: grpc.Server,
+  host: string,
+  port: number,
+  credentials: grpc.ServerCredentials = grpc.ServerCredentials.createInsecure(),
+): Promise<number> {
   return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, bound) =>
-      err ? reject(err) : resolve(bound),
-    );
+    server.bindAsync(`${host}:${port}`, credentials, (err, bound) => (err ? reject(err) : resolve(bound)));
   });
 }
 
@@ -403,13 +446,17 @@ export type Client<M extends GenServiceMethods> = ServiceClient<M> & {
   $ready(timeoutMs: number): Promise<void>;
 };
 
-/** Creates a typed promise/stream client for a generated service descriptor. */
+/**
+ * Creates a typed promise/stream client for a generated service descriptor. `auth` is the
+ * calling process's internal authentication (its certificate or token); absent: none.
+ */
 export function createClient<M extends GenServiceMethods>(
   service: GenService<M>,
   address: string,
+  auth: InternalAuth = authOff(),
 ): Client<M> {
   const Ctor = grpc.makeGenericClientConstructor(grpcDefinition(service), service.typeName);
-  const raw = new Ctor(grpcTarget(address), grpc.credentials.createInsecure(), {
+  const raw = new Ctor(grpcTarget(address), auth.channelCredentials(), {
     ...CHANNEL_OPTIONS,
     "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
   }) as unknown as Record<
@@ -441,6 +488,7 @@ export function createClient<M extends GenServiceMethods>(
         new Promise((resolve, reject) => {
           const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
           const metadata = new grpc.Metadata();
+          auth.addCallCredential(metadata);
           const span = clientSpan(metadata);
           const call = fn(req, metadata, callOpts, (err: unknown, res: unknown) => {
             if (!err) {
@@ -458,6 +506,7 @@ export function createClient<M extends GenServiceMethods>(
         (async function* () {
           const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
           const metadata = new grpc.Metadata();
+          auth.addCallCredential(metadata);
           const span = clientSpan(metadata);
           const call = fn(req, metadata, callOpts) as grpc.ClientReadableStream<unknown>;
           const onAbort = () => call.cancel();
@@ -495,17 +544,24 @@ export function createClient<M extends GenServiceMethods>(
 
 /** One service and its handlers, ready to be served; build it with `implement`. */
 export interface Implementation {
-  register(server: grpc.Server, log: Logger): string;
+  register(server: grpc.Server, log: Logger, auth: InternalAuth): string;
 }
 
-/** Pairs a generated service with its handlers, checked against each other. */
+/**
+ * Pairs a generated service with its handlers and its access table (who may call each method),
+ * checked against each other: a method without handler or table entry does not compile.
+ */
 export function implement<M extends GenServiceMethods>(
   service: GenService<M>,
   handlers: ServiceHandlers<M>,
+  access: AccessTable<M>,
 ): Implementation {
   return {
-    register(server, log) {
-      addService(server, service, handlers, log);
+    register(server, log, auth) {
+      addService(server, service, handlers, log, {
+        auth,
+        access: access as Record<string, readonly string[]>,
+      });
       return service.typeName;
     },
   };
@@ -514,6 +570,8 @@ export function implement<M extends GenServiceMethods>(
 /** A bound gRPC server serving its services and grpc.health.v1. */
 export interface GrpcServer {
   port: number;
+  /** The plaintext health-only port, when one was asked for. */
+  healthPort?: number;
   health: Health;
   /** Not ready → stop accepting → let in-flight calls (streams too) finish for up to `graceMs`. */
   stop(graceMs?: number): Promise<void>;
@@ -529,19 +587,43 @@ export async function serveGrpc(opts: {
   log: Logger;
   services: readonly Implementation[];
   checks?: readonly HealthCheck[];
+  /**
+   * How callers authenticate (every service's main.ts builds it with loadInternalAuth, which
+   * refuses to run open unless told). Absent: no authentication, for tests that start a
+   * service in process. grpc.health.v1 is never checked.
+   */
+  auth?: InternalAuth;
+  /**
+   * A second, plaintext port serving only grpc.health.v1, for probes that cannot present a
+   * client certificate (kubelet's gRPC probes speak no TLS). Absent: health on the main port only.
+   */
+  healthPort?: number;
 }): Promise<GrpcServer> {
+  const auth = opts.auth ?? authOff();
   const server = createServer();
   const health = new Health(opts.checks ?? []);
-  const names = opts.services.map((s) => s.register(server, opts.log));
+  const names = opts.services.map((s) => s.register(server, opts.log, auth));
   health.addToGrpcServer(server, names);
-  const port = await bindServer(server, opts.host, opts.port);
+  const port = await bindServer(server, opts.host, opts.port, auth.serverCredentials());
+  let probe: grpc.Server | undefined;
+  let healthPort: number | undefined;
+  if (opts.healthPort !== undefined) {
+    probe = createServer();
+    health.alsoServeOn(probe);
+    healthPort = await bindServer(probe, opts.host, opts.healthPort).catch(async (err: unknown) => {
+      server.forceShutdown();
+      throw err;
+    });
+  }
   health.setServing(true);
   return {
     port,
+    ...(healthPort !== undefined ? { healthPort } : {}),
     health,
     async stop(graceMs = 10_000) {
       health.setServing(false);
       await shutdownServer(server, graceMs);
+      if (probe) await shutdownServer(probe, 1_000);
       health.stop();
     },
   };

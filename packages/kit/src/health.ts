@@ -73,6 +73,11 @@ export class Health {
     this.#timer.unref();
   }
 
+  /** Serves the same grpc.health.v1 on another server too (a plaintext probe port). */
+  alsoServeOn(server: grpc.Server): void {
+    this.#grpc?.addToServer(server);
+  }
+
   async #publish(): Promise<void> {
     if (!this.#grpc) return;
     const { ready } = await this.report();

@@ -76,7 +76,9 @@ describe("tracing", () => {
       host: "127.0.0.1",
       port: 0,
       log,
-      services: [implement(InferenceService, handlers)],
+      services: [
+        implement(InferenceService, handlers, { complete: ["api-edge"], streamComplete: ["api-edge"] }),
+      ],
     });
     client = createClient(InferenceService, `127.0.0.1:${server.port}`);
     await client.$ready(5_000);

@@ -5,7 +5,9 @@ import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { type InternalAuth, isServiceIdentity, type ServiceIdentity } from "@tollgate/kit/credentials";
 import { freePort } from "./fixtures.js";
+import { writeStackTokens } from "./internal-auth.js";
 import { DEMO_PAYEE_PRIVATE_KEY } from "./tempo-devnet/demo-accounts.js";
 
 /** The repository root (this file is packages/testkit/src/stack.ts). */
@@ -80,6 +82,9 @@ export interface StackOptions {
   onLine?: (service: string, line: string) => void;
 }
 
+/** The service identity of a service's main script (services/<name>/src/main.ts). */
+const SERVICE_MAIN = /^services\/([^/]+)\/src\/main\.ts$/;
+
 const MAIN = /^((?:services|packages)\/[^/]+)\/src\/main\.ts$/;
 
 /**
@@ -146,6 +151,13 @@ export interface Stack {
   processes: StackProcess[];
   /** The Prometheus /metrics URL of every service process, by process name. */
   metricsUrls: Record<string, string>;
+  /**
+   * Credentials acting as one service (its own token), for a test that calls a service's gRPC
+   * port directly; every process of the stack authenticates with per-service tokens.
+   */
+  internalAuth(name: ServiceIdentity): InternalAuth;
+  /** The stack's directory: its configuration and the token files under internal-auth/. */
+  dir: string;
   /** Everything every process printed so far. */
   output(): string;
   /**
@@ -222,6 +234,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
 
   // Every api-edge replica of one stack shares the admin token; a new stack gets a new one.
   const adminToken = randomBytes(24).toString("base64url");
+  // Every service authenticates its internal calls with its own random token (README,
+  // "Internal authentication"): files in the stack's directory, named by env.
+  const tokens = writeStackTokens(dir);
   const lines: string[] = [];
   const processes: StackProcess[] = [];
   const metricsUrls: Record<string, string> = {};
@@ -235,6 +250,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     REDIS_PREFIX: opts.namespace ? `tollgate:${opts.namespace}:` : "tollgate:",
     LOG_LEVEL: opts.logLevel ?? "info",
     GRPC_HOST: "127.0.0.1",
+    INTERNAL_PEER_TOKENS_FILE: tokens.peersFile,
   };
   const launch = (
     name: string,
@@ -244,11 +260,15 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     metricsPort?: number,
   ) => {
     if (metricsPort !== undefined) metricsUrls[name] = `http://127.0.0.1:${metricsPort}/metrics`;
+    const identity = SERVICE_MAIN.exec(script)?.[1];
     const logFile = opts.logDir ? openSync(join(opts.logDir, `${name}.log`), "a") : undefined;
     const child = spawn(process.execPath, commandOf(script, opts.runtime ?? "tsx"), {
       cwd: REPO_ROOT,
       env: {
         ...common,
+        ...(identity && isServiceIdentity(identity)
+          ? { INTERNAL_TOKEN_FILE: tokens.tokenFile(identity) }
+          : {}),
         ...(script.startsWith("services/") ? opts.serviceEnv : {}),
         ...env,
         ...(metricsPort !== undefined
@@ -432,6 +452,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       demoKey,
       processes,
       metricsUrls,
+      internalAuth: (name) => tokens.as(name),
+      dir,
       output: () => lines.join("\n"),
       stopProcess: async (name, signal = "SIGTERM") => {
         const p = processes.find((q) => q.name === name);

@@ -1,3 +1,4 @@
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
@@ -58,6 +59,11 @@ export interface ApiEdgeOptions {
   port: number;
   authPolicyAddr: string;
   inferenceRouterAddr: string;
+  /**
+   * This process's credential when it calls the internal services (loadConfig builds it and
+   * refuses to run without one unless INTERNAL_AUTH=off). Absent: none, for tests.
+   */
+  internalAuth?: InternalAuth;
   /** Absent: the paid door is off and its route does not exist. */
   mppPaymentAddr?: string;
   /** metering, where a stream's usage is recorded when its router is lost mid-stream. */
@@ -71,7 +77,7 @@ export interface ApiEdgeOptions {
   redisPrefix?: string;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
-  /** Default 0.0.0.0. */
+  /** Default 127.0.0.1. */
   metricsHost?: string;
 }
 
@@ -101,13 +107,15 @@ function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply) {
 
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
 export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps = {}): Promise<ApiEdge> {
-  const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr);
+  const who = opts.internalAuth;
+  const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr, who);
   const inference: Client<MethodsOf<typeof InferenceService>> = createClient(
     InferenceService,
     opts.inferenceRouterAddr,
+    who,
   );
-  const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr) : undefined;
-  const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr) : undefined;
+  const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr, who) : undefined;
+  const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined;
 
   const limits: EdgeLimits = { ...DEFAULT_LIMITS, ...opts.limits };
   const app = Fastify({
@@ -185,7 +193,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   let admin: AdminServer | undefined;
   if (opts.admin) {
     try {
-      admin = await startAdminServer({ ...opts.admin, auth, log });
+      admin = await startAdminServer({ ...opts.admin, auth, log, ...(who ? { internalAuth: who } : {}) });
     } catch (err) {
       await app.close();
       throw err;
@@ -194,7 +202,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   let metricsServer: MetricsServer | undefined;
   if (opts.metricsPort !== undefined) {
     try {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
     } catch (err) {
       await stopInOrder([() => app.close(), () => admin?.stop()]);
       throw err;

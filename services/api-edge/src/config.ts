@@ -1,4 +1,5 @@
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { AdminServerOptions } from "./admin/server.js";
@@ -42,7 +43,7 @@ export function limitsOf(e: z.output<typeof limitsEnvSchema>): EdgeLimits {
 }
 
 const envSchema = z.object({
-  HOST: z.string().default("0.0.0.0"),
+  HOST: z.string().default("127.0.0.1"),
   PORT: port(8080),
   AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
   /** One address, a comma list (round-robin) or a dns:/// target. */
@@ -61,7 +62,7 @@ const envSchema = z.object({
   /** metering's gRPC address: the admin API's usage reports, and recording the usage of a stream whose router was lost. */
   METERING_ADDR: z.string().default("127.0.0.1:50054"),
   /** Prometheus /metrics on its own port, never the public one; 0 picks a free port. */
-  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9080),
   ...otelEnv,
 });
@@ -72,6 +73,8 @@ export interface ApiEdgeConfig {
   port: number;
   authPolicyAddr: string;
   inferenceRouterAddr: string;
+  /** This process's credential toward the internal services. */
+  internalAuth: InternalAuth;
   mppPaymentAddr?: string;
   meteringAddr: string;
   limits: EdgeLimits;
@@ -94,6 +97,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     port: e.PORT,
     authPolicyAddr: e.AUTH_POLICY_ADDR,
     inferenceRouterAddr: e.INFERENCE_ROUTER_ADDR,
+    internalAuth: loadInternalAuth(env, { server: false, client: true }),
     ...(e.MPP_PAYMENT_ADDR !== "off" ? { mppPaymentAddr: e.MPP_PAYMENT_ADDR } : {}),
     meteringAddr: e.METERING_ADDR,
     limits: limitsOf(e),

@@ -1,4 +1,5 @@
 import type { GatewayConfig } from "@tollgate/config";
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
@@ -18,6 +19,7 @@ import { broadcastDueDeadlines } from "./domain/deadlines.js";
 import { importConfig } from "./domain/import-config.js";
 import type { RevocationPublisher } from "./domain/ports.js";
 import { authMetrics, countAuthCalls } from "./metrics.js";
+import { authAccess } from "./transport/grpc/access.js";
 import { authHandlers } from "./transport/grpc/handlers.js";
 import { subscribeRevocations } from "./transport/nats/revocations.js";
 
@@ -28,6 +30,13 @@ export type { KeyRevocation, RevocationPublisher } from "./domain/ports.js";
 export interface AuthPolicyOptions {
   grpcHost: string;
   grpcPort: number;
+  /**
+   * How internal callers authenticate (loadConfig builds it from the environment and refuses
+   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
+   */
+  internalAuth?: InternalAuth;
+  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
+  grpcHealthPort?: number;
   gateway: GatewayConfig;
   /** Redis holding accounts, keys and rate-limit counters for every replica; memory when unset. */
   redisUrl?: string;
@@ -52,7 +61,7 @@ export interface AuthPolicyOptions {
   keyCacheTtlMs?: number;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
-  /** Default 0.0.0.0. */
+  /** Default 127.0.0.1. */
   metricsHost?: string;
 }
 
@@ -162,6 +171,8 @@ export async function start(
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,
+      ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
+      ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
       log,
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
       services: [
@@ -178,11 +189,12 @@ export async function start(
             }),
             metrics,
           ),
+          authAccess,
         ),
       ],
     });
     if (opts.metricsPort !== undefined) {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
     }
     log.info(
       {

@@ -1,7 +1,10 @@
 import { fileURLToPath } from "node:url";
 import { ConfigError } from "@tollgate/kit/config";
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "./config.js";
+import { loadConfig as load } from "./config.js";
+
+/** Internal authentication has its own tests (packages/kit/src/credentials.test.ts); off here. */
+const loadConfig = (env: NodeJS.ProcessEnv) => load({ INTERNAL_AUTH: "off", ...env });
 
 const DEMO = fileURLToPath(new URL("../../../deploy/config/tollgate.yaml", import.meta.url));
 

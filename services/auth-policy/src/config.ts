@@ -1,5 +1,6 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import { DEFAULT_KEY_CACHE_TTL_MS } from "./adapters/cached-key-store.js";
@@ -12,7 +13,9 @@ const DAY_SECONDS = 86_400;
 const envSchema = z
   .object({
     TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
-    GRPC_HOST: z.string().default("0.0.0.0"),
+    GRPC_HOST: z.string().default("127.0.0.1"),
+    /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
+    GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
     GRPC_PORT: port(50051),
     LOG_LEVEL: logLevel,
     /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
@@ -30,7 +33,7 @@ const envSchema = z
     /** With Redis: how long a key and its policy are reused; at most 1 000 (the revocation bound). */
     KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).max(1_000).default(DEFAULT_KEY_CACHE_TTL_MS),
     /** Prometheus /metrics; 0 picks a free port. */
-    METRICS_HOST: z.string().default("0.0.0.0"),
+    METRICS_HOST: z.string().default("127.0.0.1"),
     METRICS_PORT: port(9051),
     /** How long a budget hold counts without usage; keep it above the longest request. */
     RESERVATION_TTL_SECONDS: z.coerce
@@ -67,6 +70,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
   return {
     grpcHost: e.GRPC_HOST,
     grpcPort: e.GRPC_PORT,
+    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
     gateway: loadGatewayConfig(e.TOLLGATE_CONFIG),
     ...(e.REDIS_URL ? { redisUrl: e.REDIS_URL } : {}),

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { type GatewayConfig, pricingSnapshotId, upstreamPolicy } from "@tollgate/config";
 import { createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { HealthCheck } from "@tollgate/kit/health";
 import type { Logger } from "@tollgate/kit/log";
@@ -26,12 +27,20 @@ import {
   instrumentPublisher,
   routerMetrics,
 } from "./metrics.js";
+import { inferenceAccess } from "./transport/grpc/access.js";
 import { inferenceHandlers } from "./transport/grpc/handlers.js";
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
 export interface InferenceRouterOptions {
   grpcHost: string;
   grpcPort: number;
+  /**
+   * How internal callers authenticate (loadConfig builds it from the environment and refuses
+   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
+   */
+  internalAuth?: InternalAuth;
+  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
+  grpcHealthPort?: number;
   gateway: GatewayConfig;
   upstreamKeys: Readonly<Record<string, string>>;
   /** Required unless a bus is passed in. */
@@ -39,7 +48,7 @@ export interface InferenceRouterOptions {
   natsNamespace?: string;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
-  /** Default 0.0.0.0. */
+  /** Default 127.0.0.1. */
   metricsHost?: string;
 }
 
@@ -179,9 +188,11 @@ export async function start(
   const grpc = await serveGrpc({
     host: opts.grpcHost,
     port: opts.grpcPort,
+    ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
+    ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
     log,
     checks,
-    services: [implement(InferenceService, inferenceHandlers(inference))],
+    services: [implement(InferenceService, inferenceHandlers(inference), inferenceAccess)],
   });
   let metricsServer: MetricsServer | undefined;
   const stop = () =>
@@ -195,7 +206,7 @@ export async function start(
     ]);
   if (opts.metricsPort !== undefined) {
     try {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
     } catch (err) {
       await stop().catch(() => {});
       throw err;

@@ -1,17 +1,20 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 
 const envSchema = z.object({
   TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
-  GRPC_HOST: z.string().default("0.0.0.0"),
+  GRPC_HOST: z.string().default("127.0.0.1"),
+  /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
+  GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   GRPC_PORT: port(50053),
   NATS_URL: z.string().min(1, "NATS URL for usage events"),
   NATS_NAMESPACE: z.string().default(""),
   LOG_LEVEL: logLevel,
   /** Prometheus /metrics; 0 picks a free port. */
-  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9053),
   ...otelEnv,
 });
@@ -20,6 +23,9 @@ const envSchema = z.object({
 export interface InferenceRouterConfig {
   grpcHost: string;
   grpcPort: number;
+  grpcHealthPort?: number;
+  /** How internal callers authenticate. */
+  internalAuth: InternalAuth;
   natsUrl: string;
   natsNamespace: string;
   logLevel: string;
@@ -39,6 +45,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): InferenceRoute
   return {
     grpcHost: e.GRPC_HOST,
     grpcPort: e.GRPC_PORT,
+    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    internalAuth: loadInternalAuth(env, { server: true, client: false }),
     natsUrl: e.NATS_URL,
     natsNamespace: e.NATS_NAMESPACE,
     logLevel: e.LOG_LEVEL,

@@ -1,5 +1,6 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
@@ -14,12 +15,20 @@ import { createMemoryUsageStore } from "./adapters/memory-usage-store.js";
 import { createRedisUsageStore } from "./adapters/redis-usage-store.js";
 import { meteringMetrics } from "./metrics.js";
 import { consumeUsage } from "./transport/bus/usage-consumer.js";
+import { meteringAccess } from "./transport/grpc/access.js";
 import { meteringHandlers } from "./transport/grpc/handlers.js";
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
 export interface MeteringOptions {
   grpcHost: string;
   grpcPort: number;
+  /**
+   * How internal callers authenticate (loadConfig builds it from the environment and refuses
+   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
+   */
+  internalAuth?: InternalAuth;
+  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
+  grpcHealthPort?: number;
   /** JetStream carrying usage events; required unless a bus is passed in. */
   natsUrl?: string;
   /** Namespace of the NATS stream, subjects and durable (tests); "" in deployments. */
@@ -30,7 +39,7 @@ export interface MeteringOptions {
   redisPrefix?: string;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
-  /** Default 0.0.0.0. */
+  /** Default 127.0.0.1. */
   metricsHost?: string;
   /**
    * auth-policy, which settles account-door budget reservations (SettleReservation); connected
@@ -68,7 +77,9 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
   let grpc: GrpcServer | undefined;
   let subscription: BusSubscription | undefined;
   let metricsServer: MetricsServer | undefined;
-  const settler = opts.authPolicyAddr ? createGrpcReservationSettler(opts.authPolicyAddr) : undefined;
+  const settler = opts.authPolicyAddr
+    ? createGrpcReservationSettler(opts.authPolicyAddr, opts.internalAuth)
+    : undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
@@ -102,6 +113,8 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,
+      ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
+      ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
       log,
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
       services: [
@@ -111,11 +124,12 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
             // Published like the router's own event: a second one under the same id is not stored.
             bus.publish(names.usageRecorded, toBinary(UsageRecordedSchema, usage), usage.eventId),
           ),
+          meteringAccess,
         ),
       ],
     });
     if (opts.metricsPort !== undefined) {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
     }
     log.info(
       { port: grpc.port, store: redis ? "redis" : "memory", metricsPort: metricsServer?.port },

@@ -1,6 +1,9 @@
 import { ConfigError } from "@tollgate/kit/config";
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "./config.js";
+import { loadConfig as load } from "./config.js";
+
+/** Internal authentication has its own tests (packages/kit/src/credentials.test.ts); off here. */
+const loadConfig = (env: NodeJS.ProcessEnv) => load({ INTERNAL_AUTH: "off", ...env });
 
 describe("loadConfig", () => {
   it("names every missing required variable at once", () => {
@@ -21,14 +24,15 @@ describe("loadConfig", () => {
     expect(
       loadConfig({ NATS_URL: "nats://n:4222", REDIS_URL: "redis://r:6379", NATS_NAMESPACE: "" }),
     ).toEqual({
-      grpcHost: "0.0.0.0",
+      grpcHost: "127.0.0.1",
+      internalAuth: expect.objectContaining({ mode: "off" }),
       grpcPort: 50054,
       logLevel: "info",
       natsUrl: "nats://n:4222",
       natsNamespace: "",
       redisUrl: "redis://r:6379",
       redisPrefix: "tollgate:",
-      metricsHost: "0.0.0.0",
+      metricsHost: "127.0.0.1",
       metricsPort: 9054,
       authPolicyAddr: "127.0.0.1:50051",
     });

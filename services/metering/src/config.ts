@@ -1,10 +1,13 @@
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { MeteringOptions } from "./app.js";
 
 const envSchema = z.object({
-  GRPC_HOST: z.string().default("0.0.0.0"),
+  GRPC_HOST: z.string().default("127.0.0.1"),
+  /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
+  GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   GRPC_PORT: port(50054),
   LOG_LEVEL: logLevel,
   NATS_URL: z.string({ error: "required: URL of the NATS server(s) carrying usage events" }),
@@ -12,7 +15,7 @@ const envSchema = z.object({
   REDIS_URL: z.string({ error: "required: URL of the Redis holding usage rollups" }),
   REDIS_PREFIX: z.string().default("tollgate:"),
   /** Prometheus /metrics; 0 picks a free port. */
-  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9054),
   /** auth-policy's gRPC address, for SettleReservation. */
   AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
@@ -32,6 +35,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig
   return {
     grpcHost: e.GRPC_HOST,
     grpcPort: e.GRPC_PORT,
+    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    internalAuth: loadInternalAuth(env, { server: true, client: true }),
     logLevel: e.LOG_LEVEL,
     natsUrl: e.NATS_URL,
     natsNamespace: e.NATS_NAMESPACE,

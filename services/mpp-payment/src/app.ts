@@ -1,6 +1,7 @@
 import { hostname } from "node:os";
 import type { GatewayConfig } from "@tollgate/config";
 import { ConfigError } from "@tollgate/kit/config";
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
@@ -20,6 +21,7 @@ import type { Chain } from "./domain/ports.js";
 import type { PaymentSettings } from "./domain/settings.js";
 import { createSettlementWorker, type SettlementWorker } from "./domain/settlement.js";
 import { countPaymentCalls, instrumentChain, paymentMetrics } from "./metrics.js";
+import { paymentAccess } from "./transport/grpc/access.js";
 import { paymentHandlers } from "./transport/grpc/handlers.js";
 
 export { DEFAULTS };
@@ -28,6 +30,13 @@ export { DEFAULTS };
 export interface MppPaymentOptions {
   grpcHost: string;
   grpcPort: number;
+  /**
+   * How internal callers authenticate (loadConfig builds it from the environment and refuses
+   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
+   */
+  internalAuth?: InternalAuth;
+  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
+  grpcHealthPort?: number;
   /** Plans, models and prices (TOLLGATE_CONFIG); it must define plans. */
   gateway: GatewayConfig;
   /** Redis holding channel state; the in-memory store when unset (the all-in-one process). */
@@ -70,7 +79,7 @@ export interface MppPaymentOptions {
   rpcPollingIntervalMs?: number;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
-  /** Default 0.0.0.0. */
+  /** Default 127.0.0.1. */
   metricsHost?: string;
 }
 
@@ -186,12 +195,16 @@ export async function start(
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,
+      ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
+      ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
       log,
       checks: redis ? [redisHealth(redis)] : [],
-      services: [implement(PaymentService, countPaymentCalls(paymentHandlers(payments), metrics))],
+      services: [
+        implement(PaymentService, countPaymentCalls(paymentHandlers(payments), metrics), paymentAccess),
+      ],
     });
     if (opts.metricsPort !== undefined) {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "0.0.0.0", opts.metricsPort);
+      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
     }
     log.info(
       {

@@ -4,7 +4,10 @@ import { join } from "node:path";
 import { ConfigError } from "@tollgate/kit/config";
 import { privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "./config.js";
+import { loadConfig as load } from "./config.js";
+
+/** Internal authentication has its own tests (packages/kit/src/credentials.test.ts); off here. */
+const loadConfig = (env: NodeJS.ProcessEnv) => load({ INTERNAL_AUTH: "off", ...env });
 
 const dir = mkdtempSync(join(tmpdir(), "mpp-payment-config-"));
 const KEY = "0x0e83644898daf21f4eced55d6afa70f290a3630935d73f3f41611fae3eb0f099";
@@ -118,7 +121,8 @@ describe("loadConfig", () => {
     const { gateway, ...rest } = config;
     expect(gateway.plans?.Starter.default).toBe("m");
     expect(rest).toEqual({
-      grpcHost: "0.0.0.0",
+      grpcHost: "127.0.0.1",
+      internalAuth: expect.objectContaining({ mode: "off" }),
       grpcPort: 50052,
       logLevel: "info",
       redisPrefix: "tollgate:",
@@ -141,7 +145,7 @@ describe("loadConfig", () => {
       maxCredentialBytes: 8_192,
       settleIntervalSeconds: 60,
       reservationTtlSeconds: 300,
-      metricsHost: "0.0.0.0",
+      metricsHost: "127.0.0.1",
       metricsPort: 9052,
     });
   });

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { ConfigError, logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import type { Address, Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
@@ -24,7 +25,9 @@ const envSchema = z.object({
   TOLLGATE_CONFIG: z.string({
     error: "required: path of the Tollgate configuration file (plans, models, prices)",
   }),
-  GRPC_HOST: z.string().default("0.0.0.0"),
+  GRPC_HOST: z.string().default("127.0.0.1"),
+  /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
+  GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   GRPC_PORT: port(50052),
   LOG_LEVEL: logLevel,
   REDIS_URL: z.string().optional(),
@@ -53,7 +56,7 @@ const envSchema = z.object({
   MPP_SETTLE_INTERVAL_SECONDS: z.coerce.number().int().min(0).default(DEFAULTS.settleIntervalSeconds),
   MPP_RESERVATION_TTL_SECONDS: positiveInt(DEFAULTS.reservationTtlSeconds),
   /** Prometheus /metrics; 0 picks a free port. */
-  METRICS_HOST: z.string().default("0.0.0.0"),
+  METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9052),
   ...otelEnv,
 });
@@ -139,6 +142,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MppPaymentConf
   return {
     grpcHost: e.GRPC_HOST,
     grpcPort: e.GRPC_PORT,
+    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
     gateway,
     ...(e.REDIS_URL ? { redisUrl: e.REDIS_URL } : {}),

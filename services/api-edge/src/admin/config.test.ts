@@ -1,6 +1,9 @@
 import { ConfigError } from "@tollgate/kit/config";
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "../config.js";
+import { loadConfig as load } from "../config.js";
+
+/** Internal authentication has its own tests (packages/kit/src/credentials.test.ts); off here. */
+const loadConfig = (env: NodeJS.ProcessEnv) => load({ INTERNAL_AUTH: "off", ...env });
 
 describe("api-edge config: the admin API", () => {
   it("stays off without ADMIN_TOKEN, and with an empty one", () => {

@@ -1,3 +1,4 @@
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
@@ -171,9 +172,9 @@ export function buildAdminApp(deps: {
  * that no public listener ever routes an admin path.
  */
 export async function startAdminServer(
-  opts: AdminServerOptions & { auth: AdminAuthClient; log: Logger },
+  opts: AdminServerOptions & { auth: AdminAuthClient; log: Logger; internalAuth?: InternalAuth },
 ): Promise<AdminServer> {
-  const metering = createClient(MeteringService, opts.meteringAddr);
+  const metering = createClient(MeteringService, opts.meteringAddr, opts.internalAuth);
   const log = opts.log.child({ server: "admin" });
   const app = buildAdminApp({ token: opts.token, auth: opts.auth, metering, log });
   const drain = closeConnectionsWhileDraining(app);

@@ -56,6 +56,20 @@ describe("toHttpError: the spec's error table, in one place", () => {
     expect(plain.headers).toBeUndefined();
   });
 
+  it.each([
+    [GrpcStatus.UNAUTHENTICATED, "unauthenticated", "unauthenticated"],
+    [GrpcStatus.PERMISSION_DENIED, "permission_denied", "api-edge may not call CreateKey"],
+  ])(
+    "maps an internal service refusing the gateway's own credential (%s) to a bare 500",
+    (status, code, msg) => {
+      const log = fakeLog();
+      const e = toHttpError(new RemoteError(status, code, msg), log);
+      expect(e).toMatchObject({ status: 500, type: "server_error", code: "internal_error" });
+      expect(e.message).not.toContain(msg);
+      expect(log.error).toHaveBeenCalledOnce();
+    },
+  );
+
   it("maps an unreachable service to 503 and anything unknown to 500", () => {
     expect(
       toHttpError(new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "No connection established"), fakeLog()),

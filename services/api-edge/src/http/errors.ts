@@ -165,6 +165,18 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
       message: "the caller closed the request",
     };
   }
+  if (
+    err instanceof RemoteError &&
+    (err.status === GrpcStatus.UNAUTHENTICATED || err.status === GrpcStatus.PERMISSION_DENIED)
+  ) {
+    // An internal service refused this process's credential: a deployment fault, never the
+    // caller's, and nothing about it is sent (docs/runbooks/internal-auth.md).
+    log.error(
+      { grpcStatus: err.status, code: err.code },
+      "internal service refused the gateway's credential",
+    );
+    return serverError(500, "internal_error");
+  }
   if (err instanceof RemoteError) {
     log.error({ err, grpcStatus: err.status }, "service call failed");
     if (err.status === GrpcStatus.UNAVAILABLE) return serverError(503, "service_unavailable");

@@ -102,7 +102,16 @@ describe("paid route control flow (api-edge)", () => {
       host: "127.0.0.1",
       port: 0,
       log,
-      services: [implement(PaymentService, payment)],
+      services: [
+        implement(PaymentService, payment, {
+          challenge: ["api-edge"],
+          verify: ["api-edge"],
+          reserve: ["api-edge"],
+          commit: ["api-edge"],
+          release: ["api-edge"],
+          close: ["api-edge"],
+        }),
+      ],
     });
     edge = await start(
       {

@@ -1,3 +1,4 @@
+import type { InternalAuth } from "@tollgate/kit/credentials";
 import { createClient } from "@tollgate/kit/grpc";
 import { AuthService, SettleOutcome } from "@tollgate/proto/auth";
 import type { ReservationSettler, SettlementOutcome } from "../domain/ports.js";
@@ -16,8 +17,11 @@ const OUTCOMES: Partial<Record<SettleOutcome, SettlementOutcome>> = {
  * Settles reservations through auth-policy's SettleReservation over gRPC. The channel connects
  * on first use, so metering may start before auth-policy; an unreachable auth-policy rejects.
  */
-export function createGrpcReservationSettler(address: string): ReservationSettler & { close(): void } {
-  const auth = createClient(AuthService, address);
+export function createGrpcReservationSettler(
+  address: string,
+  internalAuth?: InternalAuth,
+): ReservationSettler & { close(): void } {
+  const auth = createClient(AuthService, address, internalAuth);
   return {
     async settle(reservationId, cost, eventId) {
       const res = await auth.settleReservation(

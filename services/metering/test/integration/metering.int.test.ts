@@ -357,7 +357,18 @@ function authStub() {
         host: "127.0.0.1",
         port,
         log,
-        services: [implement(AuthService, handlers)],
+        services: [
+          implement(AuthService, handlers, {
+            authorize: [],
+            settleReservation: ["metering"],
+            createAccount: [],
+            createConnection: [],
+            createKey: [],
+            listKeys: [],
+            revokeKey: [],
+            rotateKey: [],
+          }),
+        ],
       });
       return server.port;
     },

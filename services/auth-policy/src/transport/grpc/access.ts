@@ -1,0 +1,19 @@
+import type { AccessTable } from "@tollgate/kit/credentials";
+import type { MethodsOf } from "@tollgate/kit/grpc";
+import type { AuthService } from "@tollgate/proto/auth";
+
+/**
+ * Who may call each AuthService method (README, "Internal authentication"). api-edge authorizes
+ * public requests and runs the admin API (keys, accounts, connections); metering settles the
+ * budget reservations of the usage it applies.
+ */
+export const authAccess: AccessTable<MethodsOf<typeof AuthService>> = {
+  authorize: ["api-edge"],
+  settleReservation: ["api-edge", "metering"],
+  createAccount: ["api-edge"],
+  createConnection: ["api-edge"],
+  createKey: ["api-edge"],
+  listKeys: ["api-edge"],
+  revokeKey: ["api-edge"],
+  rotateKey: ["api-edge"],
+};
