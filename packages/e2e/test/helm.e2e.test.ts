@@ -224,7 +224,9 @@ describe("the production example, rendered", () => {
       ["ADMIN_TOKEN", "MPP_PAYEE_KEY_FILE", "MPP_SECRET_FILE", "OPENAI_API_KEY", "REDIS_URL"].sort(),
     );
     // The configuration carries neither a clear-text Virtual Key nor a provider key.
-    const config = objects.find((o) => o.kind === "ConfigMap")?.data["config.yaml"] as string;
+    const config = objects.find((o) => o.kind === "ConfigMap" && o.data?.["config.yaml"] !== undefined)?.data[
+      "config.yaml"
+    ] as string;
     expect(config).not.toMatch(/^\s*-?\s*secret:/m);
     expect(config).not.toMatch(/apiKey:/);
     // Nothing shaped like a private key, a bearer token or a provider key anywhere in the output.
@@ -245,7 +247,8 @@ describe("every example and CI values file", () => {
             if (SECRET_ENV.test(e.name))
               expect(e.value, `${rel}: ${componentOf(w)} ${e.name}`).toBeUndefined();
       }
-      const config = objects.find((o) => o.kind === "ConfigMap")?.data["config.yaml"];
+      const config = objects.find((o) => o.kind === "ConfigMap" && o.data?.["config.yaml"] !== undefined)
+        ?.data["config.yaml"];
       if (config !== undefined) {
         const path = join(work, `config-${Math.random().toString(36).slice(2)}.yaml`);
         writeFileSync(path, config);

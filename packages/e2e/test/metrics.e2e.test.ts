@@ -11,6 +11,7 @@ import { type Stack, startStack } from "@tollgate/testkit/stack";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
+import { chartQueries, exportedNames, metricNames, unknownNames } from "./metric-names.js";
 
 /** One sample of the text exposition: `name{labels} value`. */
 interface Sample {
@@ -152,6 +153,17 @@ describe("Prometheus /metrics on every service of the multi-process stack", () =
       expect(sum(s, "tollgate_service_info", { service: name.replace(/-\d+$/, "") })).toBe(1);
       expect(s.text).toMatch(/^tollgate_process_cpu_user_seconds_total \S+$/m);
     }
+  });
+
+  it("exports every tollgate_* metric the chart's alerts and dashboard query", () => {
+    const exported = new Set(Object.values(scrapes).flatMap((s) => [...exportedNames(s.text)]));
+    const queries = chartQueries();
+    const used = new Set(queries.flatMap((q) => metricNames(q.expr)));
+    // The dashboard and the alerts cover every service (helm/tollgate/alerts/tollgate.yaml).
+    expect(used.size).toBeGreaterThan(20);
+    for (const name of ["tollgate_usage_over_quote_total", "tollgate_consumer_lag_messages"])
+      expect(used, name).toContain(name);
+    expect(unknownNames(queries, exported)).toEqual([]);
   });
 
   it("answers 404 for anything but GET /metrics", async () => {
@@ -328,5 +340,43 @@ accounts:
     expect(produced).toBeLessThan(40);
     expect(m.text.includes(key)).toBe(false);
     expect(m.text.includes(MARKER)).toBe(false);
+  });
+});
+
+describe("the metric names of the chart's queries", () => {
+  const exposition = [
+    "# HELP tollgate_http_requests_total Requests",
+    "# TYPE tollgate_http_requests_total counter",
+    'tollgate_http_requests_total{route="/v1/models",method="GET",status="200"} 1',
+    "# HELP tollgate_upstream_latency_seconds Latency",
+    "# TYPE tollgate_upstream_latency_seconds histogram",
+  ].join("\n");
+
+  it("finds the names a query selects, not label values", () => {
+    expect(
+      metricNames(
+        'sum(rate(tollgate_http_requests_total{job="tollgate_fake_total"}[5m])) / histogram_quantile(0.9, tollgate_upstream_latency_seconds_bucket) and up',
+      ),
+    ).toEqual(["tollgate_http_requests_total", "tollgate_upstream_latency_seconds_bucket"]);
+  });
+
+  it("accepts histogram series of a registered histogram and reports a misspelt name", () => {
+    const exported = exportedNames(exposition);
+    const queries = [
+      {
+        where: "alert ok",
+        expr: "histogram_quantile(0.99, rate(tollgate_upstream_latency_seconds_bucket[5m]))",
+      },
+      {
+        where: "alert ok2",
+        expr: "tollgate_upstream_latency_seconds_sum / tollgate_upstream_latency_seconds_count",
+      },
+      { where: "panel typo", expr: 'sum(rate(tollgate_http_request_totl{status=~"5.."}[5m]))' },
+      { where: "panel wrong suffix", expr: "tollgate_http_requests_total_bucket" },
+    ];
+    expect(unknownNames(queries, exported)).toEqual([
+      "panel typo: tollgate_http_request_totl",
+      "panel wrong suffix: tollgate_http_requests_total_bucket",
+    ]);
   });
 });
