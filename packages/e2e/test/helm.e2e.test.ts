@@ -111,6 +111,8 @@ describe("the production example, rendered", () => {
       const name = componentOf(w);
       for (const c of podSpecOf(w).containers) {
         const grpcPort = c.ports?.find((p: K8sObject) => p.name === "grpc")?.containerPort;
+        // Kubelet probes cannot present a client certificate: they ask the plaintext health port.
+        const healthPort = c.ports?.find((p: K8sObject) => p.name === "health")?.containerPort;
         for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
           const p = c[probe];
           expect(p, `${name}: ${probe}`).toBeDefined();
@@ -122,7 +124,8 @@ describe("the production example, rendered", () => {
           } else {
             expect(grpcPort, `${name} has a grpc port`).toBeTypeOf("number");
             expect(p.grpc, `${name}: ${probe} is a native gRPC probe`).toBeDefined();
-            expect(p.grpc.port).toBe(grpcPort);
+            expect(healthPort, `${name} has a health port`).toBeTypeOf("number");
+            expect(p.grpc.port).toBe(healthPort);
             // Liveness never follows Redis/NATS readiness: an outage must not restart pods.
             if (probe === "livenessProbe") expect(p.grpc.service).toBe("liveness");
           }
@@ -221,7 +224,15 @@ describe("the production example, rendered", () => {
     }
     // Each kind of secret of the example is there, by reference.
     expect([...referenced].sort()).toEqual(
-      ["ADMIN_TOKEN", "MPP_PAYEE_KEY_FILE", "MPP_SECRET_FILE", "OPENAI_API_KEY", "REDIS_URL"].sort(),
+      [
+        "ADMIN_TOKEN",
+        "INTERNAL_PEER_TOKENS_FILE",
+        "INTERNAL_TOKEN_FILE",
+        "MPP_PAYEE_KEY_FILE",
+        "MPP_SECRET_FILE",
+        "OPENAI_API_KEY",
+        "REDIS_URL",
+      ].sort(),
     );
     // The configuration carries neither a clear-text Virtual Key nor a provider key.
     const config = objects.find((o) => o.kind === "ConfigMap" && o.data?.["config.yaml"] !== undefined)?.data[
