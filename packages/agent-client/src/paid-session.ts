@@ -25,10 +25,13 @@ const { deserializeSessionReceipt } = Session.Precompile.Receipt;
 
 /** A session receipt as mppx parses it from `Payment-Receipt`. */
 export type SessionReceipt = Session.Precompile.Types.SessionReceipt;
-/** The TIP-1034 channel descriptor (payer, payee, operator, token, salt, authorizedSigner, expiringNonceHash). */
+/**
+ * The TIP-1034 channel descriptor (payer, payee, operator, token, salt, authorizedSigner,
+ * expiringNonceHash).
+ */
 export type ChannelDescriptor = Session.Precompile.Types.ChannelDescriptor;
 
-/** The gateway's paid route, relative to its base URL (spec, "Accountless route"). */
+/** The gateway's paid route, relative to its base URL (docs/contract.md, "The paid door"). */
 export const MPP_CHAT_PATH = "/v1/mpp/chat/completions";
 /** Paid attempts per request (the unpaid challenge request is not counted); mppx uses 3 too. */
 export const DEFAULT_MAX_ATTEMPTS = 3;
@@ -50,7 +53,7 @@ export type PaidSessionErrorCode =
   | "unexpected_status"
   /** No usable `tempo/session` v2 challenge (missing, malformed, expired, untrusted escrow, other chain). */
   | "challenge_invalid"
-  /** A 2xx without `Payment-Receipt`: a failed payment path (spec, MPP route rule 5). */
+  /** A 2xx without `Payment-Receipt`: a failed payment path (docs/contract.md, "The paid door", rule 5). */
   | "receipt_missing"
   /** A receipt that does not parse or does not match the local voucher state. */
   | "receipt_invalid"
@@ -117,7 +120,10 @@ export interface PaidResponse {
   body: unknown;
   text: string;
   receipt: SessionReceipt;
-  /** `opened` on the request that opened the channel, `raised` when a higher voucher was signed, else `reused`. */
+  /**
+   * `opened` on the request that opened the channel, `raised` when a higher voucher was signed,
+   * else `reused`.
+   */
   voucher: "opened" | "reused" | "raised";
   /** The cumulative voucher amount after the request (raw base units). */
   cumulativeAmount: bigint;
@@ -217,7 +223,7 @@ type NextStep = "raise" | "top-up" | "new-challenge" | "stop";
 /**
  * A paying agent's session with the gateway's MPP route: one TIP-1034 channel, one cumulative
  * voucher that is reused across requests until the server asks for a higher one
- * (spec, "States and transitions", rule 4), and a cooperative close (rule 5).
+ * (docs/contract.md, "Payment sessions", rule 4), and a cooperative close (rule 5).
  *
  * Requests on one session are serialized: a channel has one voucher sequence.
  */
@@ -302,7 +308,7 @@ export class PaidSession {
 
   /**
    * Sends one chat request on the paid route: unpaid request → 402 challenge → paid retry of the
-   * identical body (spec, MPP route rules 1, 2, 4). Opens the channel on first use.
+   * identical body (docs/contract.md, "The paid door", rules 1, 2, 4). Opens the channel on first use.
    */
   chat(body: Record<string, unknown>): Promise<PaidResponse> {
     return this.#serialize(() => this.#request(JSON.stringify(body)));
@@ -310,9 +316,10 @@ export class PaidSession {
 
   /**
    * Closes the channel with the final cumulative voucher (a bodyless close credential): the service
-   * settles the spend and refunds the rest of the deposit (spec rule 5). Returns undefined when no
-   * channel was opened. `probeBody` is sent unpaid to get a fresh challenge when the session has none
-   * (a resumed session) or the last one expired; it never runs a model.
+   * settles the spend and refunds the rest of the deposit (docs/contract.md, "Payment sessions",
+   * rule 5). Returns undefined when no channel was opened. `probeBody` is sent unpaid to get a
+   * fresh challenge when the session has none (a resumed session) or the last one expired; it never
+   * runs a model.
    */
   close(options: { probeBody?: Record<string, unknown> } = {}): Promise<CloseResult | undefined> {
     return this.#serialize(() => this.#close(options.probeBody));
@@ -503,7 +510,10 @@ export class PaidSession {
     this.#emit({ type: "open", channelId, deposit, cumulativeAmount, chainId: terms.chainId });
   }
 
-  /** Signs the next voucher (cumulative + amount), topping the channel up first when it would exceed the deposit. */
+  /**
+   * Signs the next voucher (cumulative + amount), topping the channel up first when it would exceed
+   * the deposit.
+   */
   async #raise(terms: SessionTerms): Promise<void> {
     const channel = this.#channel!;
     const next = channel.cumulativeAmount + terms.amount;
@@ -911,7 +921,7 @@ export function openingDeposit(
 
 /**
  * What to do after a 402 on a paid retry. The gateway names its case in problem+json `code`
- * (spec, "Errors: MPP route"); a plain mppx server only in the problem `type`.
+ * (docs/contract.md, "Errors"); a plain mppx server only in the problem `type`.
  */
 function nextStep(problem: Problem): NextStep {
   switch (problem.code) {

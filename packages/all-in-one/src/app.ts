@@ -42,7 +42,7 @@ export interface AllInOne {
 const LOOPBACK = "127.0.0.1";
 
 /**
- * Starts all five services in this process (ARCHITECTURE.md, "Three ways to run it"): the same
+ * Starts all five services in this process (docs/architecture.md, "Three ways to run it"): the same
  * start() functions the standalone processes call, wired over loopback gRPC. Without NATS_URL
  * the usage bus is in memory; without REDIS_URL the stores are; without TOLLGATE_CONFIG the
  * demo configuration runs against the bundled fake upstream.

@@ -16,7 +16,7 @@ export const SECRET_PROMPT = `Tell me about the saffron-${randomBytes(6).toStrin
 
 /**
  * The account door's spine, driven by the official openai SDK exactly as a user would, pointed
- * at {url}/v1 with the printed key (issue: "What must be true").
+ * at {url}/v1 with the printed key (docs/contract.md, "The two doors").
  */
 export function describeAccountDoor(
   name: string,

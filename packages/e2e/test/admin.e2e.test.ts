@@ -1,6 +1,6 @@
-// Virtual key lifecycle end to end (issue 4, item 3): tollgatectl, run as its own process against
-// the admin port of api-edge #1, drives accounts, connections and keys; two api-edge replicas
-// serve the public door over real NATS and Redis.
+// Virtual key lifecycle end to end (README, "Keys and the admin API"): tollgatectl, run as its own
+// process against the admin port of api-edge #1, drives accounts, connections and keys; two
+// api-edge replicas serve the public door over real NATS and Redis.
 
 import { spawn } from "node:child_process";
 import { join } from "node:path";

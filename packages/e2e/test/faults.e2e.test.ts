@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminCreate } from "./gateways.js";
 
 /**
- * Faults survived with nothing lost (issue 8): one multi-process stack with two routers on a
+ * Faults survived with nothing lost (docs/money.md, "Records"): one multi-process stack with two routers on a
  * private NATS (file-backed JetStream) and a private append-only Redis, both restartable.
  * Each fault is injected under a few concurrent clients; afterwards the money adds up: what
  * callers were told they spent == budget spent == metering's analytics, token and request

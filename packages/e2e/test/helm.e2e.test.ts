@@ -1,4 +1,4 @@
-// The Helm chart (issue 6): what the rendered examples promise, checked on the manifests Helm
+// The Helm chart (helm/tollgate): what the rendered examples promise, checked on the manifests Helm
 // itself renders. For every workload of the production example: probes (gRPC for the gRPC
 // services, HTTP for api-edge), requests and limits, a non-root read-only security context, and
 // no secret value anywhere; a typo'd key in a values file fails `make helm-lint`.

@@ -1,6 +1,6 @@
 import type { ServiceIdentity } from "@tollgate/kit/credentials";
 import { type StackTokens, writeStackTokens } from "@tollgate/testkit/internal-auth";
-// The service images (issue 6): services/<name>/Dockerfile, checked where no container engine
+// The service images: services/<name>/Dockerfile, checked where no container engine
 // runs. Each Dockerfile passes a Dockerfile linter (dockerfile-utils) and the project's rules
 // (multi-stage, `npm ci` of that workspace only, a distroless nonroot runtime with no shell
 // steps, pinned base images, no secrets in ENV or ARG, the chart's ports exposed). Then each one

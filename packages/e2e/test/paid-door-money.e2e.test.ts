@@ -210,8 +210,9 @@ describe("paid door money on the multi-process stack, with the unmodified mppx c
       "voucher",
     ]);
     // mppx's session manager is single-flight, so parallel requests reuse its accepted voucher
-    // (spec, payment rule 4), each wrapped by mppx's own Credential around a fresh challenge of
-    // its own body: what a client sending several requests on one session sends.
+    // (docs/contract.md, "Payment sessions", rule 4), each wrapped by mppx's own Credential around
+    // a fresh challenge of its own body: what a client sending several requests on one session
+    // sends.
     const accepted = Credential.deserialize(
       p.wire.entries.filter((e) => actionOf(e) === "voucher").at(-1)!.authorization!,
     );

@@ -55,9 +55,10 @@ function randomHex(bytes: number): Hex {
 }
 
 /**
- * The paid door (issue 3, "What must be true") against one running gateway: the unmodified mppx
- * client pays, a tampered body is refused, the close settles exactly; our agent client refreshes
- * its voucher only when asked; every provokable error code of the spec's MPP table; clean logs.
+ * The paid door (docs/contract.md, "The paid door") against one running gateway: the unmodified
+ * mppx client pays, a tampered body is refused, the close settles exactly; our agent client
+ * refreshes its voucher only when asked; every provokable error code of the paid door's table
+ * (docs/contract.md, "Errors"); clean logs.
  */
 export function describePaidDoor(name: string, setup: () => Promise<PaidTarget>) {
   describe(name, () => {
@@ -227,11 +228,11 @@ export function describePaidDoor(name: string, setup: () => Promise<PaidTarget>)
     });
 
     it("our agent client reuses the cumulative voucher until mpp_voucher_bucket_refresh_required, raises it once and continues", async () => {
-      // The unmodified mppx client signs one bucket higher on every request, so it never runs
-      // into a refresh; PaidSession reuses its voucher (spec rule 4), so it does. A hold is the
-      // request's quote inside the accepted cumulative: with a large prompt on Plus (priced per
-      // input byte) each quote is ~3/4 of a bucket while the served cost is ~1/4 of it, so the
-      // first voucher pays two requests and the third needs a higher one.
+      // The unmodified mppx client signs one bucket higher on every request, so it never runs into
+      // a refresh; PaidSession reuses its voucher (docs/contract.md, "Payment sessions", rule 4),
+      // so it does. A hold is the request's quote inside the accepted cumulative: with a large
+      // prompt on Plus (priced per input byte) each quote is ~3/4 of a bucket while the served cost
+      // is ~1/4 of it, so the first voucher pays two requests and the third needs a higher one.
       const { url, rpcUrl } = target;
       const pro = planDefault("Plus");
       const filler = "lorem ipsum ".repeat(24_500);

@@ -10,8 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminCreate } from "./gateways.js";
 
 /**
- * Limits that hold across replicas (issue 4): two api-edge and two inference-router processes
- * sharing Redis and NATS, driven concurrently through both edges.
+ * Limits that hold across replicas (docs/contract.md, "Limits"): two api-edge and two
+ * inference-router processes sharing Redis and NATS, driven concurrently through both edges.
  */
 describe("limits across two api-edge and two inference-router replicas", () => {
   const namespace = uniqueNamespace("replicas");

@@ -11,11 +11,12 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 /**
- * The account door's other routes (issue 4, "Routes"), on the multi-process stack: the official
- * openai SDK for /v1/completions, /v1/responses and /v1/models, plain HTTP for /v1/think. The
- * demo configuration serves tollgate-mini (fake-small), tollgate-pro and tollgate-reasoner
- * (fake-reasoner, `reasoning: true`); the fake upstream's answers are deterministic, so each
- * route's text is checked against what the upstream produces for the request it was sent.
+ * The account door's other routes (docs/contract.md, "The two doors"), on the multi-process stack:
+ * the official openai SDK for /v1/completions, /v1/responses and /v1/models, plain HTTP for
+ * /v1/think. The demo configuration serves tollgate-mini (fake-small), tollgate-pro and
+ * tollgate-reasoner (fake-reasoner, `reasoning: true`); the fake upstream's answers are
+ * deterministic, so each route's text is checked against what the upstream produces for the request
+ * it was sent.
  */
 const namespace = uniqueNamespace("routes");
 const PROMPT = "Name three birds that winter near the coast";

@@ -19,7 +19,7 @@ import { type Stack, startStack } from "@tollgate/testkit/stack";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 /**
- * Graceful shutdown (issue 6, "Operating it"): a process receiving SIGTERM, as Kubernetes sends
+ * Graceful shutdown (docs/runbooks/README.md, "Shutdown"): a process receiving SIGTERM, as Kubernetes sends
  * it, finishes the streams it is serving before it exits. The fake upstream is slow (100 ms to
  * the first chunk, then 10 tokens a second), so every stream below is mid-way when the signal
  * arrives and needs about three more seconds to finish.

@@ -11,7 +11,7 @@ const KEY = "tg_test_streams_0123456789abcdef";
 const PRICES = { inputPerMillion: 1_000_000n, outputPerMillion: 3_000_000n };
 
 /**
- * Streams are billed for what the upstream produced (issue 5, "Streams"): with or without
+ * Streams are billed for what the upstream produced (docs/contract.md, "Streaming"): with or without
  * include_usage, and when the caller walks away mid-stream.
  */
 describe("stream billing (all-in-one, in process)", () => {
@@ -21,7 +21,8 @@ describe("stream billing (all-in-one, in process)", () => {
   let metering: Client<MethodsOf<typeof MeteringService>>;
 
   beforeAll(async () => {
-    // 4 tokens a second: the caller's abort reaches the upstream long before the next token, even on a busy machine.
+    // 4 tokens a second: the caller's abort reaches the upstream long before the next token, even
+    // on a busy machine.
     running = await startConfiguredGateway(
       (url) => `
 upstreams: [{ id: fake, baseUrl: "${url}" }]

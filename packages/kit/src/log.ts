@@ -4,7 +4,7 @@ export type { Logger } from "pino";
 
 /**
  * Paths that must never reach a log line: Virtual Keys, payment credentials, signatures,
- * wallet addresses, receipts, idempotency keys and prompt text (spec, "Authentication" rule 4).
+ * wallet addresses, receipts, idempotency keys and prompt text (docs/contract.md, "Authentication", rule 4).
  * Code logs fixed messages with structured ids; this list is the second line of defence.
  */
 export const REDACT_PATHS: readonly string[] = [

@@ -1,4 +1,4 @@
-// NATS names, defined once (ARCHITECTURE.md, "State").
+// NATS names, defined once (docs/architecture.md, "The bus").
 
 /** Base JetStream stream holding every usage event. */
 export const USAGE_STREAM = "TOLLGATE_USAGE";
@@ -6,7 +6,10 @@ export const USAGE_STREAM = "TOLLGATE_USAGE";
 export const USAGE_RECORDED_SUBJECT = "tollgate.usage.v1.recorded";
 /** Durable consumer name of the metering service. */
 export const METERING_DURABLE = "metering";
-/** Core NATS subject on which key revocations are broadcast to every api-edge replica. */
+/**
+ * Core NATS subject on which key revocations are broadcast to every auth-policy replica, so
+ * each drops the key from its cache at once.
+ */
 export const KEY_REVOKED_SUBJECT = "tollgate.auth.v1.key-revoked";
 /** Core NATS subject on which an inference-router replica tells the others it cooled an upstream down. */
 export const UPSTREAM_COOLDOWN_SUBJECT = "tollgate.inference.v1.upstream-cooldown";

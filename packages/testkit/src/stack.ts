@@ -219,7 +219,7 @@ function stopChild(
 }
 
 /**
- * Starts every service as its own process (ARCHITECTURE.md, "Local stack"): the fake upstream,
+ * Starts every service as its own process (docs/architecture.md, "Three ways to run it"): the fake upstream,
  * metering, auth-policy, N inference-router replicas and api-edge, against real NATS and Redis.
  */
 export async function startStack(opts: StackOptions): Promise<Stack> {

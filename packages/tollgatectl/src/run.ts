@@ -9,7 +9,7 @@ export interface Io {
   err(text: string): void;
 }
 
-/** The admin API when neither --url nor TOLLGATE_ADMIN_URL names one (ARCHITECTURE.md: 8081). */
+/** The admin API when neither --url nor TOLLGATE_ADMIN_URL names one (api-edge's ADMIN_PORT default). */
 export const DEFAULT_ADMIN_URL = "http://127.0.0.1:8081";
 
 function readToken(tokenFile: string | undefined, env: NodeJS.ProcessEnv): string {

@@ -1,6 +1,9 @@
 import type { Address } from "viem";
 
-/** Defaults of the first production rollout (spec "Limits"; notes 3.4 for the Tempo mainnet constants). */
+/**
+ * Defaults of the first production rollout (README, "The paid door": chain 4217, USDC.e, the
+ * TIP-1034 escrow).
+ */
 export const DEFAULTS = {
   realm: "tollgate",
   chainId: 4217,

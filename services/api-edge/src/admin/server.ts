@@ -168,8 +168,8 @@ export function buildAdminApp(deps: {
 }
 
 /**
- * Starts the admin API on its own port (ARCHITECTURE.md: 8081), apart from the public door, so
- * that no public listener ever routes an admin path.
+ * Starts the admin API on its own port (8081 by default, docs/architecture.md), apart from the
+ * public door, so that no public listener ever routes an admin path.
  */
 export async function startAdminServer(
   opts: AdminServerOptions & { auth: AdminAuthClient; log: Logger; internalAuth?: InternalAuth },

@@ -29,7 +29,7 @@ export interface IdempotencyStore {
   abandon(id: string, fingerprint: string): Promise<void>;
 }
 
-/** How long a stored response is replayed (issue 4: "within 24 h"). */
+/** How long a stored response is replayed (docs/contract.md, "Idempotency": within 24 h). */
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
 /** How long a running request holds its key; longer than the slowest buffered completion. */
 export const IDEMPOTENCY_LEASE_MS = 5 * 60 * 1000;

@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import { EdgeError } from "../domain/errors.js";
 
 /**
- * The Virtual Key of an account-door request (spec, "Authentication"): only
+ * The Virtual Key of an account-door request (docs/contract.md, "Authentication"): only
  * `Authorization: Bearer`; a Payment credential or a key in another field is a 401.
  */
 export function bearerKey(headers: IncomingHttpHeaders): string {

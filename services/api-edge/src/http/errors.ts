@@ -74,7 +74,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   connection_exists: 409,
   key_not_active: 409,
   broadcast_failed: 503,
-  // the paid door (spec, "Errors: MPP route"); 402 wherever the client should pay or re-sign
+  // the paid door (docs/contract.md, "Errors"); 402 wherever the client should pay or re-sign
   payment_required: 402,
   mpp_session_deposit_below_request_cost: 402,
   mpp_voucher_bucket_refresh_required: 402,
@@ -103,8 +103,8 @@ const STATUS_BY_CODE: Record<string, number> = {
 };
 
 /**
- * Paid-door codes whose caller action the spec gives as a 5xx-like "stop and surface": their
- * message is kept, since it names no internal cause.
+ * Paid-door codes whose caller action is a 5xx-like "stop and surface" (docs/contract.md,
+ * "Errors"): their message is kept, since it names no internal cause.
  */
 const SURFACED = new Set([
   "mpp_commit_failed",
@@ -257,7 +257,10 @@ export function errorBody(e: HttpError, requestId: string) {
   return { error: { message: e.message, type: e.type, code: e.code, request_id: requestId } };
 }
 
-/** Problem type URIs an mppx client knows (notes 1.10), by our code; others get our own URI. */
+/**
+ * Problem type URIs the mppx client recognizes (its own problem catalogue), by our code; others get
+ * our own URI.
+ */
 const PROBLEM_TYPES: Record<string, string> = {
   payment_required: "payment-required",
   mpp_malformed_credential: "malformed-credential",
@@ -271,7 +274,8 @@ const PROBLEM_TYPES: Record<string, string> = {
 
 /**
  * The paid door's error body: RFC 9457 problem details as an mppx client reads them, with the
- * spec's code, and the OpenAI-style `error` object for OpenAI-minded callers.
+ * contract's code (docs/contract.md, "Errors"), and the OpenAI-style `error` object for
+ * OpenAI-minded callers.
  */
 export function problemBody(e: HttpError, requestId: string, challengeId?: string) {
   const suffix = PROBLEM_TYPES[e.code];

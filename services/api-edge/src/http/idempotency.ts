@@ -22,10 +22,10 @@ const POLL_MS = 50;
 const sha256 = (data: string | Buffer) => createHash("sha256").update(data).digest("hex");
 
 /**
- * Idempotency-Key on account-door POSTs (issue 4): the same key and body within 24 h replays
- * the stored response without running the model again; the same key with another body is a
- * 422; a duplicate arriving while the first runs waits for it. Scoped per Virtual Key and
- * route, so keys never meet across callers. Streams cannot be replayed and are refused.
+ * Idempotency-Key on account-door POSTs (docs/contract.md, "Idempotency"): the same key and body
+ * within 24 h replays the stored response without running the model again; the same key with
+ * another body is a 422; a duplicate arriving while the first runs waits for it. Scoped per Virtual
+ * Key and route, so keys never meet across callers. Streams cannot be replayed and are refused.
  */
 export class Idempotency {
   constructor(

@@ -10,7 +10,7 @@ import {
 } from "@tollgate/kit/tracing";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 
-/** The paid door's routes; every other /v1 route is the account door (spec, "Endpoints"). */
+/** The paid door's routes; every other /v1 route is the account door (docs/contract.md, "The two doors"). */
 const PAID_PREFIX = "/v1/mpp/";
 
 /**

@@ -66,7 +66,7 @@ export async function authorizeRequest(
 }
 
 /**
- * The money a buffered success carries (issue 5, "The caller sees money"): its cost, and the
+ * The money a buffered success carries (docs/contract.md, "Money"): its cost, and the
  * connection's budget left once it settles: what was left after the hold, plus the hold, minus
  * the actual cost.
  */

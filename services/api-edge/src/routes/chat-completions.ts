@@ -6,7 +6,7 @@ import { completionInput, guardIdempotency, parseAccountBody, serveCompletion } 
 import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
-/** POST /v1/chat/completions: the account door's chat route, buffered or streamed (spec, "Endpoints"). */
+/** POST /v1/chat/completions: the account door's chat route, buffered or streamed (docs/contract.md). */
 export function chatCompletionsRoute(app: FastifyInstance, ctx: AccountRouteContext): void {
   app.post("/v1/chat/completions", async (req, reply) => {
     const body = await parseAccountBody(ctx, req, reply, Route.CHAT_COMPLETIONS, ctx.schemas.chat);

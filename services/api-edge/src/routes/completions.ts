@@ -8,7 +8,7 @@ import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 
 /**
- * POST /v1/completions: OpenAI's legacy text completion (spec, "Account-owned routes"),
+ * POST /v1/completions: OpenAI's legacy text completion (docs/contract.md, "The two doors"),
  * buffered or streamed. The caller's body is forwarded as received; the router sends it to the
  * upstream's /v1/completions with the model and output cap rewritten.
  */

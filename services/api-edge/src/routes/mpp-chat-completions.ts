@@ -15,8 +15,9 @@ import type { RouteContext } from "./context.js";
 
 const PATH = "/v1/mpp/chat/completions";
 /**
- * 402s whose caller action the spec gives as "Stop": no fresh challenge rides along, so a
- * client does not retry (or top up) for a request that can never be paid as sent.
+ * 402s whose caller action the contract gives as "Stop" (docs/contract.md, "Errors"): no fresh
+ * challenge rides along, so a client does not retry (or top up) for a request that can never be
+ * paid as sent (docs/decisions/0003-digest-mismatch-402.md).
  */
 const STOP_CODES = new Set(["mpp_body_digest_mismatch"]);
 const PAYMENT_TIMEOUT_MS = 30_000;
@@ -51,7 +52,8 @@ type Credential = { kind: "none" } | { kind: "payment"; header: string };
 const acceptedReceipts = new WeakMap<FastifyRequest, string>();
 
 /**
- * The paid door accepts only `Authorization: Payment` (spec, "Authentication" rules 2 and 3):
+ * The paid door accepts only `Authorization: Payment` (docs/contract.md, "Authentication",
+ * rules 2 and 3):
  * a Virtual Key or any other scheme here is a 401.
  */
 function paymentCredential(req: FastifyRequest): Credential {
@@ -65,9 +67,9 @@ function paymentCredential(req: FastifyRequest): Credential {
     }
     return { kind: "none" };
   }
-  // The Payment scheme may stand among other schemes in one header (notes 1.8). With or without
-  // a credential after it, mpp-payment judges it: a bare scheme is the spec's "credential
-  // missing" (mpp_malformed_credential), not a wrong scheme.
+  // The Payment scheme may stand among other schemes in one header (MPP lets a client send it
+  // alongside others). With or without a credential after it, mpp-payment judges it: a bare
+  // scheme is a missing credential (mpp_malformed_credential), not a wrong scheme.
   if (/(^|,)\s*payment(\s|,|$)/i.test(auth)) return { kind: "payment", header: auth };
   if (/^\s*bearer(\s|$)/i.test(auth)) {
     throw new EdgeError(
@@ -115,7 +117,7 @@ function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest
  * commit.
  */
 export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
-  // HEAD is reserved for later rollouts and never runs a model (spec, "Accountless route").
+  // HEAD is reserved for later rollouts and never runs a model (docs/contract.md, "The paid door").
   app.head(PATH, async (_req, reply) => reply.code(405).header("allow", "POST").send());
 
   app.post(PATH, { errorHandler: paidErrorHandler(ctx) }, async (req, reply) => {
@@ -222,7 +224,8 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
       req.log.error({ err }, "paid usage commit failed");
       return { paymentReceipt: "" };
     });
-    // A 200 without Payment-Receipt never happens (spec, MPP rule 5): no commit, no content.
+    // A 200 without Payment-Receipt never happens (docs/contract.md, "The paid door", rule 5):
+    // no commit, no content.
     if (commit.paymentReceipt === "") {
       throw new EdgeError(
         "mpp_commit_failed",
@@ -255,7 +258,8 @@ function sendProblem(
 
 /**
  * Errors of the paid route: problem details, and a fresh challenge on every 402 so the
- * client can pay or re-sign (notes 1.10) — when the body is valid enough to bind one. Any other
+ * client can pay or re-sign (a 402 without one leaves the mppx client nothing to pay or sign),
+ * when the body is valid enough to bind one and the code is not a STOP_CODES one. Any other
  * error answered after mpp-payment accepted the request's open or voucher carries that
  * credential's receipt (nothing charged): the payer keeps the channel it funded. A 402 does not:
  * it asks the client to pay again, with the fresh challenge.

@@ -62,7 +62,7 @@ export function refineFanOut(
   }
 }
 
-/** POST /v1/chat/completions (spec, "Chat request"), with at most `maxMessages` messages. */
+/** POST /v1/chat/completions (OpenAI's chat request), with at most `maxMessages` messages. */
 export function chatSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
   return z.looseObject({
     model: z.string().min(1).max(256).optional(),
@@ -96,11 +96,11 @@ export function outputCapOf(req: {
   return caps.length > 0 ? Math.min(...caps) : undefined;
 }
 
-/** The paid door's plans (spec, "MPP-only request fields"). */
+/** The paid door's plans (docs/contract.md, "The paid door"). */
 export const PLANS = ["Starter", "Plus", "Premium"] as const;
 
 /**
- * POST /v1/mpp/chat/completions (spec, "Rules for POST /v1/mpp/chat/completions"): plan,
+ * POST /v1/mpp/chat/completions (docs/contract.md, "The paid door"): plan,
  * model_optimization and messages are required; model only when model_optimization is false;
  * an explicit output cap is required. `stream: true` is refused separately with its own code.
  */

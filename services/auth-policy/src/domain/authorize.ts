@@ -15,7 +15,10 @@ import { assertFitsAtAll, type RateLimitStatus, settle, windowsFor } from "./rat
 /** What the caller asks for. */
 export interface AuthorizeInput {
   key: string;
-  /** The route called; undefined when the caller did not say (then only an unrestricted connection admits it). */
+  /**
+   * The route called; undefined when the caller did not say (then only an unrestricted connection
+   * admits it).
+   */
   route?: RouteName;
   /** Empty means the connection's default model. */
   model: string;
@@ -85,8 +88,8 @@ const KEY_ENDED = {
 } as const;
 
 /**
- * Resolves a Virtual Key and applies its connection's policy, in the order the spec's error
- * table implies (spec, "Authentication" and "Errors"): 401 for a missing, invalid, expired,
+ * Resolves a Virtual Key and applies its connection's policy, in the order the error table
+ * implies (docs/contract.md, "Authentication" and "Errors"): 401 for a missing, invalid, expired,
  * revoked or rotated-out key; 403 for a route, model or output cap outside policy; 429 when a
  * rate limit is reached; 402 when the request's quote does not fit a budget. Everything is
  * decided before any model runs; the rate-limit units and the budget hold of an admitted

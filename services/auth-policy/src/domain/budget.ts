@@ -1,5 +1,5 @@
 // Budgets (spend caps) per connection and per key, and the reservations that hold a request's
-// quote against them (ARCHITECTURE.md, "The account door, one request", step 2).
+// quote against them (docs/architecture.md, "The account door, one request", step 2).
 //
 // A budget counts, per period, `spent` (settled actual costs) and `held` (the quotes of live
 // reservations). A request is admitted when `spent + held + quote <= amount` for every budget

@@ -1,4 +1,4 @@
-// Rate limits (spec, "Errors" and "Limits": 429 per key, account or route).
+// Rate limits (docs/contract.md, "Limits": 429 per key, connection, account or route).
 //
 // Algorithm: a sliding window over one-second buckets. Each window (one scope × one unit) keeps
 // a count per second; a request at second `s` sees the units counted in seconds s-60 … s

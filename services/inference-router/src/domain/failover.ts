@@ -36,7 +36,10 @@ export interface FailoverDeps {
   observer?: FailoverObserver;
 }
 
-/** Failures worth another attempt, when the caller has seen nothing yet (issue 8). */
+/**
+ * Failures worth another attempt, when the caller has seen nothing yet (README, "Upstream
+ * failover": a failed attempt costs the caller nothing).
+ */
 const RETRYABLE = new Set<AttemptFailure>([
   "connect_error",
   "timeout",

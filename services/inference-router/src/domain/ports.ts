@@ -36,7 +36,10 @@ export interface ProviderChunk {
   upstreamId?: string;
 }
 
-/** An upstream that runs completions (STYLE.md, "Providers"). */
+/**
+ * An upstream that runs completions (an adapter under src/adapters/ speaks its wire protocol; the
+ * domain sees only this).
+ */
 export interface Provider {
   id: string;
   complete(req: ProviderRequest, signal: AbortSignal): Promise<ProviderResult>;
@@ -88,7 +91,10 @@ export interface ProbeTarget {
  * first-token timeouts. Its answer goes to no caller and is billed to nobody.
  */
 export interface UpstreamProbe {
-  /** Undefined when the upstream answered 2xx; otherwise how the probe failed, as an attempt would. Never rejects. */
+  /**
+   * Undefined when the upstream answered 2xx; otherwise how the probe failed, as an attempt would.
+   * Never rejects.
+   */
   probe(upstreamId: string, target: ProbeTarget): Promise<AttemptFailure | undefined>;
 }
 

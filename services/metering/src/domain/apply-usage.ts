@@ -9,11 +9,12 @@ export interface Applied {
 }
 
 /**
- * Applies one usage event exactly once in effect (ARCHITECTURE.md, "The account door", step 4):
- * records it in the rollups (deduplicated by event id), then settles its budget reservation
- * (idempotent by reservation id). The settlement runs for duplicates too, because a delivery
- * that recorded the event may have failed before settling it. Either failure rejects, and the
- * caller must not acknowledge the event: it is delivered again and both steps repeat harmlessly.
+ * Applies one usage event exactly once in effect (docs/architecture.md, "The account door, one
+ * request", step 5): records it in the rollups (deduplicated by event id), then settles its budget
+ * reservation (idempotent by reservation id). The settlement runs for duplicates too, because a
+ * delivery that recorded the event may have failed before settling it. Either failure rejects, and
+ * the caller must not acknowledge the event: it is delivered again and both steps repeat
+ * harmlessly.
  */
 export async function applyUsage(
   event: UsageEvent,

@@ -55,11 +55,12 @@ export class ChainCheckError extends Error {
 }
 
 /**
- * The one place that speaks JSON-RPC to Tempo: viem clients on the `tempo` chain definition
- * (0x76 transactions, expiring nonces, fee tokens), retried on transient transport errors
- * (viem's http transport: 3 retries with backoff on 429/5xx and JSON-RPC limit errors), reads
- * after a write pinned to the receipt block and retried while a lagging node catches up
- * (notes 6, mppx#617). The transaction checks are mppx's own (Session.Precompile.Chain).
+ * The one place that speaks JSON-RPC to Tempo: viem clients on the `tempo` chain definition (0x76
+ * transactions, expiring nonces, fee tokens), retried on transient transport errors (viem's http
+ * transport: 3 retries with backoff on 429/5xx and JSON-RPC limit errors), reads after a write
+ * pinned to the receipt block and retried while a lagging node catches up (a load-balanced RPC may
+ * read from a node behind the one that took the write; mppx#617). The transaction checks are mppx's
+ * own (Session.Precompile.Chain).
  */
 export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
   const account: Account | undefined = opts.payeeKey ? privateKeyToAccount(opts.payeeKey) : undefined;
@@ -125,7 +126,8 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
    * Broadcasts a signed transaction and waits for it. Its hash is known before it is sent, so
    * when the send fails (a lost answer, a timeout, a retried send the node calls a duplicate)
    * the node is asked whether it has the transaction anyway: if so it is waited for like any
-   * other, so a transaction that went on chain is never reported as failed (notes 6).
+   * other, so a transaction that went on chain is never reported as failed (and its deposit
+   * never stranded: README, "Resilience of the paid door").
    */
   async function broadcast(serializedTransaction: Hex): Promise<TransactionReceipt> {
     const hash = keccak256(serializedTransaction);

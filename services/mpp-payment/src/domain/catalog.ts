@@ -43,7 +43,10 @@ export interface PricedRequest {
 export interface Catalog {
   /** Changes whenever any model's prices change. */
   readonly pricingSnapshotId: string;
-  /** Resolves the model (spec "MPP-only request fields") and prices the request. */
+  /**
+   * Resolves the model (docs/contract.md, "The paid door": plan, model_optimization, model) and
+   * prices the request.
+   */
   price(req: PaidRequest): PricedRequest;
   /** True when `model` is still offered by `plan`. */
   offers(plan: string, model: string): boolean;

@@ -52,7 +52,10 @@ export function bodyDigest(body: Uint8Array): string {
   return `sha-256=${createHash("sha256").update(body).digest("base64")}`;
 }
 
-/** The session `request` of every challenge (notes 1.3); mppx serializes it JCS-canonical. */
+/**
+ * The session `request` of every challenge (the payment terms the client signs against); mppx
+ * serializes it JCS-canonical.
+ */
 export function sessionRequest(s: PaymentSettings): Record<string, unknown> {
   return {
     amount: s.bucket.toString(),
@@ -64,7 +67,7 @@ export function sessionRequest(s: PaymentSettings): Record<string, unknown> {
   };
 }
 
-/** Builds the 402 challenge of a priced request (spec "Payment challenge (MPP)"). */
+/** Builds the 402 challenge of a priced request (docs/contract.md, "The paid door", rule 1). */
 export function issueChallenge(
   s: PaymentSettings,
   req: PaidRequest,
@@ -164,7 +167,10 @@ function sameAddress(a: unknown, b: Address): boolean {
   return typeof a === "string" && a.toLowerCase() === b.toLowerCase();
 }
 
-/** Why the echoed request differs from what this service issues now (notes 1.4 pinning); undefined when it matches. */
+/**
+ * Why the echoed request differs from what this service issues now (a credential answering a
+ * challenge made under other prices, caps or chain settings is refused); undefined when it matches.
+ */
 function requestMismatch(request: Record<string, unknown>, s: PaymentSettings): string | undefined {
   const details = isRecord(request["methodDetails"]) ? request["methodDetails"] : {};
   if (request["amount"] !== s.bucket.toString()) return "amount";
@@ -215,11 +221,11 @@ function bindingOf(meta: Record<string, unknown>): { binding: Binding; quote: bi
 }
 
 /**
- * Checks that this service issued the echoed challenge (HMAC over realm, method, intent,
- * request, expires, digest and opaque), that it has not expired, that its request still matches
- * the current config and that it was issued for this route. Every failure is
- * mpp_invalid_challenge. Challenge ids may be used several times (notes 1.1): replay is bounded
- * by expiry, the HMAC and cumulative voucher monotonicity.
+ * Checks that this service issued the echoed challenge (HMAC over realm, method, intent, request,
+ * expires, digest and opaque), that it has not expired, that its request still matches the current
+ * config and that it was issued for this route. Every failure is mpp_invalid_challenge. Challenge
+ * ids may be used several times (MPP lets a session reuse one): replay is bounded by expiry, the
+ * HMAC and cumulative voucher monotonicity.
  */
 export function verifyChallenge(
   presented: PresentedCredential,
@@ -254,7 +260,8 @@ export function verifyChallenge(
   return { challenge, binding: bound.binding, quote: bound.quote };
 }
 
-/** mpp_body_digest_mismatch unless `body` is byte-identical to the body the challenge bound (spec rule 4). */
+/** mpp_body_digest_mismatch unless `body` is byte-identical to the body the challenge bound
+ * (docs/contract.md, "The paid door", rule 2; docs/decisions/0003-digest-mismatch-402.md). */
 export function checkBodyDigest(challenge: Challenge.Challenge, body: Uint8Array): void {
   const expected = Buffer.from(challenge.digest ?? "", "utf8");
   const actual = Buffer.from(bodyDigest(body), "utf8");

@@ -1,7 +1,8 @@
 /**
  * Every way the paid door can refuse a request inside mpp-payment. The mpp_* codes are the
- * spec's MPP error table ("Errors" → "MPP route"); `mpp_invalid_request` covers plan and model
- * problems of an unpaid request, which the spec leaves without a code (api-edge answers 400).
+ * paid door's error table (docs/contract.md, "Errors"); `mpp_invalid_request` covers plan and
+ * model problems of an unpaid request, which that table leaves without a code (api-edge answers
+ * 400).
  * `payment_required` and `mpp_streaming_unavailable` are decided by api-edge before it calls us.
  */
 export type PaymentErrorCode =

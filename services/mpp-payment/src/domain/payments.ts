@@ -29,7 +29,10 @@ export interface PaymentsDeps {
   log: Log;
   /** Milliseconds since the epoch. */
   now?: () => number;
-  /** How long an on-chain state read is reused when checking vouchers. Default 5 s (mppx's channelStateTtl). */
+  /**
+   * How long an on-chain state read is reused when checking vouchers. Default 5 s (mppx's
+   * channelStateTtl).
+   */
   chainStateTtlMs?: number;
   /** A closing mark older than this is taken to be a crashed close and may be taken over. Default 120 s. */
   staleCloseMs?: number;
@@ -71,7 +74,7 @@ interface Accepted {
   units: number;
 }
 
-/** The paid door's payment operations (spec "Accountless route", ARCHITECTURE "The paid door, one request"). */
+/** The paid door's payment operations (docs/architecture.md, "The paid door, one request"). */
 export interface Payments {
   /** Prices an unpaid request and builds its 402 challenge. */
   challenge(req: PaidRequest): IssuedChallenge;
@@ -121,7 +124,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
     const verified = verifyChallenge(presented, s, { httpMethod: req.httpMethod, path: req.path }, now());
     const payload = parseSessionPayload(presented.payload);
     // Content requests carry the challenge-time body; bodyless management requests (topUp,
-    // close) reuse the current challenge, so their digest is not checked (notes 1.6).
+    // close) reuse the current challenge, so their digest is not checked: they have no body
+    // of their own to bind.
     if (payload.action === "open" || payload.action === "voucher") {
       checkBodyDigest(verified.challenge, req.body);
       const { binding } = verified;
@@ -149,7 +153,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
     return { verified, payload, source: presented.source };
   }
 
-  /** mppx requires the source DID to be the payer or the authorized signer (notes 1.8). */
+  /** mppx requires the source DID to be the payer or the authorized signer: a
+   * credential from anyone else could spend a channel it does not control. */
   function checkSource(source: string | undefined, record: Pick<ChannelRecord, "descriptor">): void {
     const prefix = `did:pkh:eip155:${s.chainId}:`;
     if (!source?.startsWith(prefix)) throw failed("credential source does not name a payer on this chain");
@@ -225,7 +230,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
     return adopted;
   }
 
-  /** Raises (or re-accepts) the cumulative voucher of a known channel: notes 2, "Cumulative semantics". */
+  /** Raises (or re-accepts) the cumulative voucher of a known channel. Vouchers are
+   * cumulative: each one authorizes the total spend so far, so a lower or equal one adds nothing. */
   async function acceptVoucher(
     p: Extract<SessionPayload, { action: "open" | "voucher" }>,
     record: ChannelRecord,
@@ -235,8 +241,9 @@ export function createPayments(deps: PaymentsDeps): Payments {
     checkAllowed(record.descriptor.payer);
     checkSource(source, record);
     const cumulative = p.cumulativeAmount;
-    // The voucher reused across requests (spec, payment rule 4) is byte for byte the one already
-    // verified and stored: recovering its signer again would only burn CPU on every request.
+    // The voucher reused across requests (docs/contract.md, "Payment sessions", rule 4) is byte for
+    // byte the one already verified and stored: recovering its signer again would only burn CPU on
+    // every request.
     const reused =
       cumulative === record.highest.cumulative &&
       p.signature.toLowerCase() === record.highest.signature.toLowerCase();
@@ -274,7 +281,10 @@ export function createPayments(deps: PaymentsDeps): Payments {
     }
   }
 
-  /** notes 3.2 "open": validate completely, then broadcast at once, confirm, record. */
+  /**
+   * "open": validate completely, then broadcast at once, confirm, record: nothing reaches the
+   * chain that the gateway would then refuse.
+   */
   async function verifyOpen(
     p: Extract<SessionPayload, { action: "open" }>,
     source: string | undefined,
@@ -331,7 +341,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
     return acceptVoucher(p, raced, source);
   }
 
-  /** notes 3.2 "topUp": the channel must be known; broadcast, confirm TopUp, raise the deposit. */
+  /** "topUp": the channel must be known; broadcast, confirm TopUp, raise the deposit. */
   async function verifyTopUp(
     p: Extract<SessionPayload, { action: "topUp" }>,
     source: string | undefined,
@@ -376,7 +386,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
     return { accepted: after.highest.cumulative, receipt };
   }
 
-  /** notes 3.2 "close" pre-checks: signer from the stored descriptor, amount not below the spend. */
+  /** "close" pre-checks: signer from the stored descriptor, amount not below the spend. */
   async function checkClose(p: Extract<SessionPayload, { action: "close" }>, source: string | undefined) {
     const record = await loadOrAdopt(p, source);
     if (record.status === "closed") return record;

@@ -1,7 +1,7 @@
 import { Session } from "mppx/tempo";
 import type { Hex } from "viem";
 
-/** The figures a session receipt reports (notes 1.9). */
+/** The figures a session receipt reports (the MPP session receipt fields the mppx client reads). */
 export interface ReceiptFigures {
   challengeId: string;
   channelId: Hex;

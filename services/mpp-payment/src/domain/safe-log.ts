@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 
 /**
  * A short, stable, non-reversible tag of a channel id for log lines: enough to correlate lines
- * of one channel, never the id itself (spec "Authentication" rule 4 keeps payment material out
+ * of one channel, never the id itself (docs/contract.md, "Authentication", rule 4 keeps payment material out
  * of logs; the id reveals the payer's channel on chain).
  */
 export function channelTag(channelId: string): string {

@@ -33,7 +33,8 @@ const descriptor = z.object({
   expiringNonceHash: hex32,
 });
 
-// notes 1.8: descriptor is REQUIRED in v2 for every action.
+// Session protocol v2 requires the channel descriptor in every action: the gateway learns the
+// channel's payer, signer and deposit from it, never from its own guess.
 const payloadSchema = z.discriminatedUnion("action", [
   z.object({
     action: z.literal("open"),

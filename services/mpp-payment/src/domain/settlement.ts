@@ -30,7 +30,7 @@ const LOCK = "settlement";
  * The voucher to settle with: the largest accepted voucher whose cumulative is within the
  * committed spend and above what is settled. escrow.settle pays the payee the voucher amount,
  * so settling the highest voucher would capture authorization that was never spent; the
- * unused rest of the deposit goes back to the payer at close (spec "States" rule 5).
+ * unused rest of the deposit goes back to the payer at close (docs/contract.md, "Payment sessions", rule 5).
  */
 export function settleableVoucher(vouchers: readonly SignedVoucher[], spent: bigint, settled: bigint) {
   let best: SignedVoucher | undefined;

@@ -6,7 +6,8 @@ import type { ChannelDescriptor } from "./ports.js";
 const SECP256K1_HALF_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n / 2n;
 const P256_HALF_N = 0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551n / 2n;
 
-/** The voucher signer a descriptor names: authorizedSigner, or the payer when that is zero (notes 2). */
+/** The voucher signer a descriptor names: authorizedSigner, or the payer when that is zero
+ * (the escrow's own rule, so a voucher we accept is one the escrow would settle). */
 export function expectedSigner(descriptor: ChannelDescriptor): Address {
   return Session.Precompile.Channel.resolveAuthorizedSigner(descriptor);
 }

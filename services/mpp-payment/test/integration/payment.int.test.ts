@@ -152,7 +152,8 @@ describe("mpp-payment against the Tempo devnet, real Redis and the unmodified mp
     expect(channelId).toMatch(/^0x[0-9a-f]{64}$/);
     expect(devnet.channel(channelId)).toMatchObject({ deposit: 5n * UNIT, settled: 0n, finalized: false });
 
-    // Spec rule 4: the same cumulative voucher is accepted again for the next request.
+    // docs/contract.md, "Payment sessions", rule 4: the same cumulative voucher is accepted again
+    // for the next request.
     const last = route.log.paid.at(-1)!;
     const reused = await client.verify({
       authorization: last.authorization,

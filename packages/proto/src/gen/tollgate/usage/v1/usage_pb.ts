@@ -17,8 +17,10 @@ export const file_tollgate_usage_v1_usage: GenFile = /*@__PURE__*/
   fileDesc("Ch10b2xsZ2F0ZS91c2FnZS92MS91c2FnZS5wcm90bxIRdG9sbGdhdGUudXNhZ2UudjEixgMKDVVzYWdlUmVjb3JkZWQSEAoIZXZlbnRfaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAyABKAkSJQoEZG9vchgEIAEoDjIXLnRvbGxnYXRlLnVzYWdlLnYxLkRvb3ISEgoKYWNjb3VudF9pZBgFIAEoCRIVCg1jb25uZWN0aW9uX2lkGAYgASgJEg4KBmtleV9pZBgHIAEoCRINCgVtb2RlbBgIIAEoCRIPCgdydW50aW1lGAkgASgJEhMKC3Vwc3RyZWFtX2lkGAogASgJEhQKDGlucHV0X3Rva2VucxgLIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAwgASgNEhgKEHJlYXNvbmluZ190b2tlbnMYDSABKA0SDAoEY29zdBgOIAEoCRIbChNwcmljaW5nX3NuYXBzaG90X2lkGA8gASgJEhYKDnJlc2VydmF0aW9uX2lkGBAgASgJEisKB291dGNvbWUYESABKA4yGi50b2xsZ2F0ZS51c2FnZS52MS5PdXRjb21lEhAKCHN0cmVhbWVkGBIgASgIKj0KBERvb3ISFAoQRE9PUl9VTlNQRUNJRklFRBAAEhAKDERPT1JfQUNDT1VOVBABEg0KCURPT1JfUEFJRBACKnQKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhUKEU9VVENPTUVfQ09NUExFVEVEEAESHAoYT1VUQ09NRV9DTElFTlRfQ0FOQ0VMTEVEEAISGwoXT1VUQ09NRV9VUFNUUkVBTV9GQUlMRUQQA2IGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
- * UsageRecorded is published once per served request. Its JetStream message id is the
- * request id, so a retried publish is never counted twice.
+ * UsageRecorded is published once per served request. Its JetStream message id is
+ * event_id, an id the gateway makes for this event, so a retried publish is stored once and a
+ * caller reusing a request id cannot make two requests' events collide
+ * (docs/decisions/0001-usage-event-id.md). request_id is for correlation only.
  *
  * @generated from message tollgate.usage.v1.UsageRecorded
  */
