@@ -191,4 +191,8 @@ describe("scanRepo and deploy/tools/check-boundaries.ts", () => {
     expect(failed.status).toBe(1);
     expect(failed.stderr).toContain("import cycle among 2 files");
   });
+
+  it("passes on this checkout", () => {
+    expect(scanRepo(REPO)).toEqual([]);
+  });
 });
