@@ -14,7 +14,12 @@ import {
 } from "@tollgate/proto/inference";
 import { natsNames } from "@tollgate/proto/subjects";
 import { Outcome, Door as UsageDoor, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
-import { expectedOutput, expectedUsage, type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import {
+  expectedOutput,
+  expectedUsage,
+  type FakeUpstream,
+  startFakeUpstream,
+} from "@tollgate/testkit/fake-upstream";
 import { type NatsFixture, uniqueNamespace, useNats } from "@tollgate/testkit/fixtures";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type InferenceRouter, start } from "../../src/app.js";
