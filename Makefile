@@ -25,8 +25,9 @@ gen-check: install ## regenerate and fail if the committed generated code differ
 	@git diff --exit-code --stat -- packages/proto/src/gen || { echo "generated code is stale: run 'make gen' and commit packages/proto/src/gen"; exit 1; }
 	@test -z "$$(git status --porcelain -- packages/proto/src/gen)" || { echo "untracked generated files: run 'make gen' and commit them"; git status --porcelain -- packages/proto/src/gen; exit 1; }
 
-lint: install ## biome (lint + format check), buf lint, citations (deploy/tools/check-citations.ts); buf breaking against main when it has proto/
+lint: install ## biome (lint + format check), the domain boundary check (docs/boundaries.md), buf lint, citations (deploy/tools/check-citations.ts); buf breaking against main when it has proto/
 	npx biome check .
+	npx tsx deploy/tools/check-boundaries.ts
 	npx buf lint
 	npx tsx deploy/tools/check-citations.ts
 	@if git rev-parse --verify -q main >/dev/null && git cat-file -e main:buf.yaml 2>/dev/null; then npx buf breaking --against '.git#branch=main'; fi

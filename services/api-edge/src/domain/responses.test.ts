@@ -1,7 +1,17 @@
-import { describe, expect, it } from "vitest";
-import { responseObjectSchema, responsesRequestSchema } from "../schemas/responses.js";
+import { describe, expect, expectTypeOf, it } from "vitest";
+import {
+  responseObjectSchema,
+  responsesRequestSchema,
+  type ResponseObject as WireResponseObject,
+  type ResponsesRequest as WireResponsesRequest,
+} from "../schemas/responses.js";
 import { readChatAnswer } from "./chat-answer.js";
-import { chatBodyFromResponses, responseFromChat } from "./responses.js";
+import {
+  chatBodyFromResponses,
+  type ResponseObject,
+  type ResponsesRequest,
+  responseFromChat,
+} from "./responses.js";
 
 const parse = (body: unknown) => responsesRequestSchema.parse(body);
 
@@ -146,5 +156,12 @@ describe("responsesRequestSchema", () => {
         ],
       }),
     ).toEqual([expect.stringMatching(/^input: 1\.role: /)]);
+  });
+});
+
+describe("the domain's shapes and the wire schemas", () => {
+  it("a parsed request is a ResponsesRequest, a ResponseObject fits the response schema (checked by tsc)", () => {
+    expectTypeOf<WireResponsesRequest>().toExtend<ResponsesRequest>();
+    expectTypeOf<ResponseObject>().toExtend<WireResponseObject>();
   });
 });

@@ -1,5 +1,62 @@
-import type { ResponseObject, ResponsesInputMessage, ResponsesRequest } from "../schemas/responses.js";
 import type { ChatAnswer, TokenUsage } from "./chat-answer.js";
+
+// The shapes below are what the translation reads and writes. schemas/responses.ts validates
+// the wire format; its parsed request fits ResponsesRequest and ResponseObject fits its response
+// schema (both checked by the type checker: the route, and responses.test.ts).
+
+/** One input message of a Responses request: a string, or text parts. */
+export interface ResponsesInputMessage {
+  role: "user" | "assistant" | "system" | "developer";
+  content: string | readonly { text: string }[];
+}
+
+/** The fields of a validated Responses request the translation reads. */
+export interface ResponsesRequest {
+  input: string | readonly ResponsesInputMessage[];
+  instructions?: string | null | undefined;
+  temperature?: number | null | undefined;
+}
+
+/** Usage of a Responses answer, in OpenAI's shape. */
+export interface ResponseUsage {
+  input_tokens: number;
+  input_tokens_details: { cached_tokens: number };
+  output_tokens: number;
+  output_tokens_details: { reasoning_tokens: number };
+  total_tokens: number;
+}
+
+/** The one output item of an answer: the assistant's message. */
+export interface ResponseOutputMessage {
+  type: "message";
+  id: string;
+  status: "completed" | "incomplete";
+  role: "assistant";
+  content: { type: "output_text"; text: string; annotations: never[] }[];
+}
+
+/** The `response` object POST /v1/responses answers with. */
+export interface ResponseObject {
+  id: string;
+  object: "response";
+  created_at: number;
+  status: "completed" | "incomplete";
+  incomplete_details: { reason: "max_output_tokens" | "content_filter" } | null;
+  error: null;
+  model: string;
+  instructions: string | null;
+  max_output_tokens: number | null;
+  temperature: number | null;
+  top_p: null;
+  metadata: Record<string, string>;
+  parallel_tool_calls: boolean;
+  tool_choice: "none";
+  tools: never[];
+  text: { format: { type: "text" } };
+  output: ResponseOutputMessage[];
+  output_text: string;
+  usage: ResponseUsage;
+}
 
 type ChatMessage = {
   role: "system" | "user" | "assistant";

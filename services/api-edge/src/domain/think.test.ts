@@ -1,7 +1,13 @@
-import { describe, expect, it } from "vitest";
-import { thinkOutputCapOf, thinkRequestSchema, thinkResponseSchema } from "../schemas/think.js";
+import { describe, expect, expectTypeOf, it } from "vitest";
+import {
+  thinkOutputCapOf,
+  thinkRequestSchema,
+  thinkResponseSchema,
+  type ThinkRequest as WireThinkRequest,
+  type ThinkResponse as WireThinkResponse,
+} from "../schemas/think.js";
 import { readChatAnswer } from "./chat-answer.js";
-import { chatBodyFromThink, thinkFromChat } from "./think.js";
+import { chatBodyFromThink, type ThinkRequest, type ThinkResponse, thinkFromChat } from "./think.js";
 
 const issues = (body: unknown) => {
   const r = thinkRequestSchema.safeParse(body);
@@ -97,5 +103,12 @@ describe("thinkFromChat", () => {
     const res = thinkFromChat(none, usage, labels);
     expect(res.reasoning).toBeNull();
     expect(res.created).toBe(5);
+  });
+});
+
+describe("the domain's shapes and the wire schemas", () => {
+  it("a parsed request is a ThinkRequest, a ThinkResponse fits the response schema (checked by tsc)", () => {
+    expectTypeOf<WireThinkRequest>().toExtend<ThinkRequest>();
+    expectTypeOf<ThinkResponse>().toExtend<WireThinkResponse>();
   });
 });

@@ -1,5 +1,30 @@
-import type { ThinkRequest, ThinkResponse } from "../schemas/think.js";
 import type { ChatAnswer, TokenUsage } from "./chat-answer.js";
+
+// The shapes below are what the translation reads and writes. schemas/think.ts validates the
+// wire format; its parsed request fits ThinkRequest and ThinkResponse fits its response schema
+// (both checked by the type checker: the route, and think.test.ts).
+
+/** The fields of a validated think request the translation reads. */
+export interface ThinkRequest {
+  /** Chat messages, passed on as they are; absent when `prompt` is given. */
+  messages?: readonly unknown[] | null | undefined;
+  prompt?: string | null | undefined;
+  reasoning_effort?: "low" | "medium" | "high" | null | undefined;
+  temperature?: number | null | undefined;
+}
+
+/** The answer of POST /v1/think. */
+export interface ThinkResponse {
+  id: string;
+  object: "think";
+  /** Unix seconds. */
+  created: number;
+  model: string;
+  answer: string;
+  reasoning: string | null;
+  finish_reason: string | null;
+  usage: { input_tokens: number; output_tokens: number; reasoning_tokens: number; total_tokens: number };
+}
 
 /**
  * The chat request a think request stands for: `prompt` becomes one user message and

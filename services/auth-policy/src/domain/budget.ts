@@ -11,15 +11,17 @@
 import { AuthError } from "./errors.js";
 import { randomBase62 } from "./keys.js";
 import type { Ledger } from "./ports.js";
+import type { Budget, BudgetCheck, BudgetCount, BudgetPeriod, BudgetScope, Settlement } from "./types.js";
 
-/** How spend is counted: calendar month, ISO week (Monday) or calendar day in UTC, or N days. */
-export type BudgetPeriod = "month" | "week" | "day" | { days: number };
-
-/** A spend cap per period, in base units. */
-export interface Budget {
-  amount: bigint;
-  period: BudgetPeriod;
-}
+export type {
+  Budget,
+  BudgetCheck,
+  BudgetCount,
+  BudgetPeriod,
+  BudgetScope,
+  Settlement,
+  SettleOutcome,
+} from "./types.js";
 
 /** Largest budget amount: budget arithmetic in Redis Lua (doubles) is exact below 2^53. */
 export const MAX_BUDGET_AMOUNT = BigInt(Number.MAX_SAFE_INTEGER);
@@ -102,23 +104,6 @@ export function decodeBudget(text: string | undefined): Budget | undefined {
   return m && period ? { amount: BigInt(m[1]!), period } : undefined;
 }
 
-/** Whose budget. */
-export type BudgetScope = "connection" | "key";
-
-/** One budget a request must fit, in the period it is made in. */
-export interface BudgetCheck {
-  /**
-   * Stable identity of this budget's period: `{accountId}:connection:<c>:<period tag>` or
-   * `{accountId}:key:<keyId>:<period tag>` (the hash tag keeps one account in one Redis slot).
-   */
-  id: string;
-  scope: BudgetScope;
-  /** The budget's amount. */
-  limit: bigint;
-  /** When the period ends (ms since the epoch): its spend is kept a settlement window longer. */
-  periodEndMs: number;
-}
-
 /** The budgets of one request, connection first. */
 export function budgetChecks(args: {
   accountId: string;
@@ -138,14 +123,6 @@ export function budgetChecks(args: {
   add("connection", args.connectionId, args.connectionBudget);
   add("key", args.keyId, args.keyBudget);
   return out;
-}
-
-/** What a budget looked like when a request was checked against it (live holds only). */
-export interface BudgetCount {
-  /** Settled spend of the period. */
-  spent: bigint;
-  /** Quotes of the live holds of the period, before this request's. */
-  held: bigint;
 }
 
 /** Left of a budget once `extra` is held too: never below zero (late usage may overshoot). */
@@ -172,24 +149,6 @@ export function newReservationId(accountId: string): string {
 /** Whether `id` has the shape newReservationId gives. */
 export function isReservationId(id: string): boolean {
   return RESERVATION_ID.test(id);
-}
-
-/** How a settlement went. */
-export type SettleOutcome =
-  /** The hold was removed and the cost added to the period's spend. */
-  | "settled"
-  /** The hold had expired already; the cost was still added to the period's spend. */
-  | "settled_after_expiry"
-  /** Settled before: nothing changed. */
-  | "already_settled"
-  /** Not a reservation of ours, or older than the settlement window: nothing changed. */
-  | "unknown";
-
-/** The result of one settlement. */
-export interface Settlement {
-  outcome: SettleOutcome;
-  /** The cost the reservation was settled with (the first settlement's); undefined if unknown. */
-  cost?: bigint;
 }
 
 /**

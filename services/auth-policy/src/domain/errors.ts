@@ -1,5 +1,4 @@
-import type { BudgetScope } from "./budget.js";
-import type { RateScope, RateUnit } from "./ports.js";
+import type { BudgetScope, RateScope, RateUnit } from "./types.js";
 
 /** Every way auth-policy can refuse: an account-door request, or an admin call. */
 export type AuthErrorCode =

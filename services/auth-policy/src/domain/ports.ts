@@ -1,4 +1,6 @@
-import type { Budget, BudgetCheck, BudgetCount, Settlement } from "./budget.js";
+import type { Budget, BudgetCheck, BudgetCount, RateScope, RateUnit, Settlement } from "./types.js";
+
+export type { RateScope, RateUnit } from "./types.js";
 
 /** The account-door routes, as policy and per-route limits name them. */
 export type RouteName = "models" | "chat" | "completions" | "responses" | "think";
@@ -136,11 +138,6 @@ export interface KeyStore {
   /** Replaces the ids of the keys the configuration file declares. */
   setConfigKeyIds(ids: readonly string[]): Promise<void>;
 }
-
-/** Whose window: the whole account, one connection, one key, or one route of a connection. */
-export type RateScope = "account" | "connection" | "key" | "route";
-/** What a window counts. */
-export type RateUnit = "requests" | "tokens";
 
 /** One rate-limit window a request must fit. */
 export interface RateWindow {

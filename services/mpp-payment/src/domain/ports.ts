@@ -1,8 +1,21 @@
-import type { Logger } from "@tollgate/kit/log";
 import type { Address, Hex } from "viem";
 
-/** The logger the domain writes to: fixed messages, structured ids, never payment material. */
-export type Log = Pick<Logger, "debug" | "info" | "warn" | "error">;
+/** One level of the log: structured ids first, then a fixed message (pino's call shape). */
+export interface LogFn {
+  (fields: object, message?: string): void;
+  (message: string): void;
+}
+
+/**
+ * The logger the domain writes to: fixed messages, structured ids, never payment material.
+ * The service's pino logger (@tollgate/kit/log) is one.
+ */
+export interface Log {
+  debug: LogFn;
+  info: LogFn;
+  warn: LogFn;
+  error: LogFn;
+}
 
 /** A TIP-1034 channel descriptor; its keccak hash (with escrow and chain id) is the channel id. */
 export interface ChannelDescriptor {
