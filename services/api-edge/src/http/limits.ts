@@ -4,7 +4,7 @@ import { newRequestId } from "@tollgate/kit/ids";
 import type { FastifyBaseLogger, FastifyHttpOptions, FastifyInstance } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { CHAT_LIMITS } from "../schemas/chat.js";
-import { errorBody, type HttpError } from "./errors.js";
+import { errorBody, type HttpError, httpErrorOf } from "./errors.js";
 
 /** The public port's limits on hostile or careless input (README, "Limits"). */
 export interface EdgeLimits {
@@ -48,28 +48,12 @@ function checkingIntervalMs(l: EdgeLimits): number {
 
 /** A refusal the HTTP parser makes before fastify sees a request, by Node's error code. */
 function clientErrorOf(code: string | undefined): HttpError {
-  if (code === "HPE_HEADER_OVERFLOW") {
-    return {
-      status: 431,
-      type: "invalid_request_error",
-      code: "headers_too_large",
-      message: "the request headers are too large",
-    };
-  }
+  if (code === "HPE_HEADER_OVERFLOW")
+    return httpErrorOf("headers_too_large", "the request headers are too large");
   if (code === "ERR_HTTP_REQUEST_TIMEOUT") {
-    return {
-      status: 408,
-      type: "invalid_request_error",
-      code: "request_timeout",
-      message: "the request was not received in time",
-    };
+    return httpErrorOf("request_timeout", "the request was not received in time");
   }
-  return {
-    status: 400,
-    type: "invalid_request_error",
-    code: "invalid_request",
-    message: "the request is not valid HTTP",
-  };
+  return httpErrorOf("invalid_request", "the request is not valid HTTP");
 }
 
 /**

@@ -2,12 +2,13 @@ import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
 import { retrying } from "@tollgate/kit/retry";
+import type { ErrorCode } from "@tollgate/proto/errors";
 import { Door, Operation } from "@tollgate/proto/inference";
 import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
-import { type HttpError, problemBody, toHttpError } from "../http/errors.js";
+import { type HttpError, httpErrorOf, problemBody, toHttpError } from "../http/errors.js";
 import { outputCapOf, outputSequencesOf, type PaidChatRequest } from "../schemas/chat.js";
 import type { RequestSchemas } from "../schemas/requests.js";
 import { describeInvalid } from "./account-inference.js";
@@ -19,7 +20,7 @@ const PATH = "/v1/mpp/chat/completions";
  * challenge rides along, so a client does not retry (or top up) for a request that can never be
  * paid as sent (docs/decisions/0003-digest-mismatch-402.md).
  */
-const STOP_CODES = new Set(["mpp_body_digest_mismatch"]);
+const STOP_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["mpp_body_digest_mismatch"]);
 const PAYMENT_TIMEOUT_MS = 30_000;
 /** How long Commit and Release are retried when no mpp-payment replica or its Redis answered (ms). */
 const SETTLE_RETRY_MS = 5_000;
@@ -129,12 +130,10 @@ export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext)
         { request: paidRequestOf(req, body) },
         { timeoutMs: PAYMENT_TIMEOUT_MS },
       );
-      const e: HttpError = {
-        status: 402,
-        type: "payment_required",
-        code: "payment_required",
-        message: "this route is paid per request: retry the identical body with Authorization: Payment",
-      };
+      const e = httpErrorOf(
+        "payment_required",
+        "this route is paid per request: retry the identical body with Authorization: Payment",
+      );
       return sendProblem(reply, req, e, challenge.wwwAuthenticate, challenge.challengeId);
     }
 

@@ -1,33 +1,8 @@
+import type { ErrorCodeOf } from "@tollgate/proto/errors";
 import type { BudgetScope, RateScope, RateUnit } from "./types.js";
 
-/** Every way auth-policy can refuse: an account-door request, or an admin call. */
-export type AuthErrorCode =
-  // Authorize: 401
-  | "missing_api_key"
-  | "invalid_api_key"
-  | "expired_api_key"
-  | "revoked_api_key"
-  | "rotated_api_key"
-  // Authorize: 403
-  | "model_not_allowed"
-  | "output_cap_above_policy"
-  | "route_not_allowed"
-  | "tokens_above_rate_limit"
-  // Authorize: 429
-  | "rate_limited"
-  // Authorize: 402
-  | "budget_exceeded"
-  // Authorize: 400
-  | "model_cannot_reason"
-  // Admin
-  | "invalid_argument"
-  | "account_not_found"
-  | "connection_not_found"
-  | "key_not_found"
-  | "account_exists"
-  | "connection_exists"
-  | "key_not_active"
-  | "broadcast_failed";
+/** Every way auth-policy can refuse: an account-door request, or an admin call (packages/proto/src/errors.ts). */
+export type AuthErrorCode = ErrorCodeOf<"auth-policy">;
 
 /** The numbers of a rate-limit refusal: enough for Retry-After and RateLimit-* headers. */
 export interface RateLimitInfo {

@@ -1,12 +1,7 @@
-/** Every way a completion can fail in the router. */
-export type InferenceErrorCode =
-  | "invalid_request"
-  | "model_not_found"
-  | "model_cannot_reason"
-  | "upstream_rejected"
-  | "upstream_error"
-  | "upstream_timeout"
-  | "usage_not_recorded";
+import type { ErrorCodeOf } from "@tollgate/proto/errors";
+
+/** Every way a completion can fail in the router (packages/proto/src/errors.ts). */
+export type InferenceErrorCode = ErrorCodeOf<"inference-router">;
 
 /**
  * How one upstream attempt failed, for the failover policy and the attempt metrics:

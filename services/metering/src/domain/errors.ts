@@ -1,9 +1,7 @@
-/** Every way metering can refuse a query or an event. */
-export type MeteringErrorCode =
-  | "invalid_time_range"
-  | "time_range_too_large"
-  | "invalid_granularity"
-  | "invalid_usage_event";
+import type { ErrorCodeOf } from "@tollgate/proto/errors";
+
+/** Every way metering can refuse a query or an event (packages/proto/src/errors.ts). */
+export type MeteringErrorCode = ErrorCodeOf<"metering">;
 
 /** The one error class of the metering domain. */
 export class MeteringError extends Error {
