@@ -23,6 +23,8 @@ async function startEdge(env: NodeJS.ProcessEnv) {
     MPP_PAYMENT_ADDR: "off",
     METERING_ADDR: "127.0.0.1:1",
     METRICS_PORT: "0",
+    // Nothing behind this edge answers: no internal credentials to present.
+    INTERNAL_AUTH: "off",
     ...env,
   });
   edge = await start(config, log);
