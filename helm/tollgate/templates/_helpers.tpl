@@ -99,7 +99,7 @@ internalAuth.tls.secretNames.<component>, else <fullname>-<component>-grpc-tls.
 {{- end }}
 
 {{/*
-The env of internal gRPC authentication (README, "Internal authentication"): the files mounted
+The env of internal gRPC authentication (docs/kubernetes.md, "Internal authentication"): the files mounted
 at /var/run/secrets/tollgate-internal, or INTERNAL_AUTH=off.
 */}}
 {{- define "tollgate.internalAuthEnv" -}}

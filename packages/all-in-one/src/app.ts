@@ -73,7 +73,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     edge: createMetrics("api-edge", { processMetrics: false }),
   };
   // Every service calls the others with its own throw-away token, known only to this process
-  // (README, "Internal authentication"): the loopback ports refuse anyone else on the machine.
+  // (docs/kubernetes.md, "Internal authentication"): the loopback ports refuse anyone else on the machine.
   const trust = inProcessAuth();
   const auth = await startAuthPolicy(
     { grpcHost: LOOPBACK, grpcPort: 0, internalAuth: trust["auth-policy"], gateway, ...redis, ...nats },

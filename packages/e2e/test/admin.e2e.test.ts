@@ -1,4 +1,4 @@
-// Virtual key lifecycle end to end (README, "Keys and the admin API"): tollgatectl, run as its own
+// Virtual key lifecycle end to end (docs/account-door.md, "Keys and the admin API"): tollgatectl, run as its own
 // process against the admin port of api-edge #1, drives accounts, connections and keys; two
 // api-edge replicas serve the public door over real NATS and Redis.
 

@@ -30,7 +30,7 @@ import {
 type SessionReceipt = ReturnType<typeof Session.Precompile.Receipt.deserializeSessionReceipt>;
 
 /**
- * Payment faults on the multi-process stack (README, "Resilience of the paid door"), driven by the
+ * Payment faults on the multi-process stack (docs/paid-door.md, "Resilience of the paid door"), driven by the
  * unmodified mppx client: an mpp-payment replica SIGKILLed between Reserve and Commit (two
  * replicas on one Redis), the chain RPC failing or slow during open, topUp and close (a
  * fault-injecting proxy between mpp-payment and the devnet; the client reaches the devnet

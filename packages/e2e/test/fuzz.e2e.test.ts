@@ -9,7 +9,7 @@ import { DEMO_CONFIG, REPO_ROOT } from "@tollgate/testkit/stack";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type SpawnedGateway, spawnAllInOne } from "./gateways.js";
 
-// Hostile input on the public port (README, "Limits"): a seeded, bounded fuzz run against the
+// Hostile input on the public port (docs/account-door.md, "Limits"): a seeded, bounded fuzz run against the
 // all-in-one process (the same api-edge code as the stack), spawned as `npm start` runs it.
 // FUZZ_SEED replays a run; FUZZ_SECONDS and FUZZ_MAX_CASES bound it.
 const SEED = Number(process.env.FUZZ_SEED ?? randomInt(2 ** 31));
@@ -21,7 +21,7 @@ const HEADERS_TIMEOUT_MS = 1_500;
 const REQUEST_TIMEOUT_MS = 3_000;
 const BODY_LIMIT = 4 * 1024 * 1024;
 
-/** Every code a refusal may carry on the public port, with its status (README, "Errors" and "Limits"). */
+/** Every code a refusal may carry on the public port, with its status (docs/account-door.md, "Errors" and "Limits"). */
 const STATUS_BY_CODE: Record<string, number> = {
   invalid_json: 400,
   json_too_deep: 400,

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 /**
  * The multi-process stack with internal authentication on (per-service tokens, as `make up`
  * runs it): the gateway works end to end, and a caller on the machine with no credential
- * cannot mint a key on auth-policy's port (README, "Internal authentication").
+ * cannot mint a key on auth-policy's port (docs/kubernetes.md, "Internal authentication").
  */
 describe("internal authentication on the multi-process stack", () => {
   let nats: NatsFixture;

@@ -5,7 +5,7 @@ import * as grpc from "@grpc/grpc-js";
 import { ConfigError } from "./config.js";
 
 /**
- * Who may call an internal gRPC method, and how a caller proves who it is (README, "Internal
+ * Who may call an internal gRPC method, and how a caller proves who it is (docs/kubernetes.md, "Internal
  * authentication"). Every server and client of the gateway gets its credentials here.
  *
  * - tls: mutual TLS with certificates from files; the caller's identity is its certificate's

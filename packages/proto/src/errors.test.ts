@@ -2,13 +2,14 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { ERRORS, type ErrorCode, type ErrorDoor } from "./errors.js";
 
-const README = readFileSync(new URL("../../../README.md", import.meta.url), "utf8");
+/** A page of docs/, where each door's error table is documented. */
+const page = (name: string) => readFileSync(new URL(`../../../docs/${name}`, import.meta.url), "utf8");
 
 /** The first Markdown table after the line starting with `lead`: each code with its row's statuses. */
-function readmeTable(lead: string): Map<string, number[]> {
-  const lines = README.split("\n");
+function docsTable(name: string, lead: string): Map<string, number[]> {
+  const lines = page(name).split("\n");
   const start = lines.findIndex((line) => line.startsWith(lead));
-  expect(start, `README.md has no line starting with "${lead}"`).toBeGreaterThanOrEqual(0);
+  expect(start, `docs/${name} has no line starting with "${lead}"`).toBeGreaterThanOrEqual(0);
   const first = lines.findIndex((line, i) => i > start && line.startsWith("|"));
   const rows: string[] = [];
   for (let i = first; i < lines.length && lines[i]!.startsWith("|"); i++) rows.push(lines[i]!);
@@ -22,14 +23,14 @@ function readmeTable(lead: string): Map<string, number[]> {
   return codes;
 }
 
-const TABLES: [ErrorDoor, string][] = [
-  ["account", "Errors are OpenAI-shaped"],
-  ["paid", "Paid-door errors are"],
+const TABLES: [ErrorDoor, string, string][] = [
+  ["account", "account-door.md", "Errors are OpenAI-shaped"],
+  ["paid", "paid-door.md", "Paid-door errors are"],
 ];
 
-describe("README.md's error tables and the error table agree", () => {
-  for (const [door, lead] of TABLES) {
-    const documented = readmeTable(lead);
+describe("the error tables of docs/account-door.md and docs/paid-door.md and the error table agree", () => {
+  for (const [door, name, lead] of TABLES) {
+    const documented = docsTable(name, lead);
     const ours = (Object.keys(ERRORS) as ErrorCode[]).filter((code) =>
       (ERRORS[code].doors as readonly ErrorDoor[]).includes(door),
     );

@@ -11,7 +11,7 @@ export type ErrorOwner = "api-edge" | "auth-policy" | "mpp-payment" | "inference
 
 /**
  * Where api-edge answers a code: `account` and `paid` are the doors whose error tables in
- * README.md list it (checked by errors.test.ts), `admin` the admin API, which answers only
+ * docs/account-door.md and docs/paid-door.md list it (checked by errors.test.ts), `admin` the admin API, which answers only
  * these codes.
  */
 export type ErrorDoor = "account" | "paid" | "admin";

@@ -234,7 +234,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
 
   // Every api-edge replica of one stack shares the admin token; a new stack gets a new one.
   const adminToken = randomBytes(24).toString("base64url");
-  // Every service authenticates its internal calls with its own random token (README,
+  // Every service authenticates its internal calls with its own random token (docs/kubernetes.md,
   // "Internal authentication"): files in the stack's directory, named by env.
   const tokens = writeStackTokens(dir);
   const lines: string[] = [];

@@ -68,7 +68,7 @@ export interface ApiEdgeOptions {
   mppPaymentAddr?: string;
   /** metering, where a stream's usage is recorded when its router is lost mid-stream. */
   meteringAddr?: string;
-  /** The public port's limits; each one absent takes its default (README, "Limits"). */
+  /** The public port's limits; each one absent takes its default (docs/account-door.md, "Limits"). */
   limits?: Partial<EdgeLimits>;
   /** Absent: the admin API does not start, and no port serves it. */
   admin?: AdminServerOptions;

@@ -8,7 +8,7 @@ import { DEFAULT_LIMITS, type EdgeLimits } from "./http/limits.js";
 const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
 
 /**
- * The public port's limits (README, "Limits"), read by api-edge and by the all-in-one process,
+ * The public port's limits (docs/account-door.md, "Limits"), read by api-edge and by the all-in-one process,
  * which runs the same public port.
  */
 export const limitsEnvSchema = z

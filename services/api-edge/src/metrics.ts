@@ -14,7 +14,7 @@ import type { FastifyInstance } from "fastify";
 type InferenceClient = Client<MethodsOf<typeof InferenceService>>;
 
 /**
- * api-edge's Prometheus instruments (the README's "Metrics" table). Labels are route templates, methods and
+ * api-edge's Prometheus instruments (docs/operations.md, "Metrics"). Labels are route templates, methods and
  * status codes only: never paths as sent, keys, request ids or bodies.
  */
 export interface EdgeMetrics {

@@ -24,7 +24,7 @@ const ROUTE_LABEL: Readonly<Partial<Record<Route, string>>> = {
 const BUDGET_REFUSAL = "budget_exceeded";
 
 /**
- * auth-policy's Prometheus instruments (the README's "Metrics" table). Labels are route names, error codes
+ * auth-policy's Prometheus instruments (docs/operations.md, "Metrics"). Labels are route names, error codes
  * and rate-limit scopes only: never keys, key ids, accounts or connections.
  */
 export interface AuthMetrics {

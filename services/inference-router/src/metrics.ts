@@ -13,7 +13,7 @@ import type { FailoverObserver } from "./domain/failover.js";
 import type { CooldownNotice, UsageEvent, UsagePublisher } from "./domain/ports.js";
 
 /**
- * inference-router's Prometheus instruments (the README's "Metrics" table). Labels are configuration values
+ * inference-router's Prometheus instruments (docs/operations.md, "Metrics"). Labels are configuration values
  * (upstream ids, model ids) and closed sets only: never keys, prompts, accounts or request ids.
  */
 export interface RouterMetrics {

@@ -8,7 +8,7 @@ const DOOR_LABEL: Readonly<Record<Door, string>> = {
   [Door.PAID]: "paid",
 };
 
-/** metering's Prometheus instruments (the README's "Metrics" table); labels are closed sets only. */
+/** metering's Prometheus instruments (docs/operations.md, "Metrics"); labels are closed sets only. */
 export interface MeteringMetrics {
   /** Feeds the event counters from the usage consumer. */
   observe: UsageObserver;

@@ -1,7 +1,7 @@
 import type { Address } from "viem";
 
 /**
- * Defaults of the first production rollout (README, "The paid door": chain 4217, USDC.e, the
+ * Defaults of the first production rollout (docs/paid-door.md: chain 4217, USDC.e, the
  * TIP-1034 escrow).
  */
 export const DEFAULTS = {

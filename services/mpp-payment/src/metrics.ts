@@ -17,7 +17,7 @@ const OPERATIONS = ["challenge", "verify", "reserve", "commit", "release", "clos
 const CHAIN_CALLS = ["submitOpen", "submitTopUp", "state", "settle", "close"] as const;
 
 /**
- * mpp-payment's Prometheus instruments (the README's "Metrics" table). Labels are operation names and error
+ * mpp-payment's Prometheus instruments (docs/operations.md, "Metrics"). Labels are operation names and error
  * codes only: never credentials, channel ids, payer addresses or receipts.
  */
 export interface PaymentMetrics {

@@ -6,7 +6,7 @@ import { EdgeError } from "../domain/errors.js";
 import { CHAT_LIMITS } from "../schemas/chat.js";
 import { errorBody, type HttpError, httpErrorOf } from "./errors.js";
 
-/** The public port's limits on hostile or careless input (README, "Limits"). */
+/** The public port's limits on hostile or careless input (docs/account-door.md, "Limits"). */
 export interface EdgeLimits {
   /** Request body; above it 413 payload_too_large. */
   bodyLimitBytes: number;

@@ -16,7 +16,7 @@ import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.j
 import type { AccountRouteContext } from "./context.js";
 
 /**
- * POST /v1/think: Tollgate's reasoning route (README, "POST /v1/think"). Translated to a chat
+ * POST /v1/think: Tollgate's reasoning route (docs/account-door.md, "Routes"). Translated to a chat
  * request that requires reasoning: the router, which holds the model configuration, refuses a
  * model configured with `reasoning: false` before any upstream call. The upstream's
  * `reasoning_content` and content come back as `reasoning` and `answer`.

@@ -2,7 +2,7 @@ import { MAX_OUTPUT_SEQUENCES } from "@tollgate/config";
 import { z } from "zod";
 
 /**
- * Limits on an account-door chat request (documented in the README); the message count is a
+ * Limits on an account-door chat request (documented in docs/account-door.md, "Limits"); the message count is a
  * default, configurable (MAX_MESSAGES).
  */
 export const CHAT_LIMITS = { maxMessages: 2048, maxOutputTokens: 1_000_000 } as const;

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { CHAT_LIMITS, fanOutFields, outputCapFields, refineFanOut } from "./chat.js";
 
-/** Limits on a legacy text-completion request (documented in the README). */
+/** Limits on a legacy text-completion request (documented in docs/account-door.md, "Routes"). */
 export const COMPLETION_LIMITS = { maxPrompts: CHAT_LIMITS.maxMessages, maxStops: 4 } as const;
 
 /**

@@ -96,7 +96,7 @@ const outputMessage = z.object({
   ),
 });
 
-/** The `response` object POST /v1/responses answers with (documented in the README). */
+/** The `response` object POST /v1/responses answers with (documented in docs/account-door.md, "Routes"). */
 export const responseObjectSchema = z.object({
   id: z.string().startsWith("resp_"),
   object: z.literal("response"),

@@ -7,7 +7,7 @@ export const REASONING_EFFORTS = ["low", "medium", "high"] as const;
 const outputCap = z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens);
 
 /**
- * POST /v1/think: Tollgate's reasoning route (README, "POST /v1/think"). Give `messages` (chat
+ * POST /v1/think: Tollgate's reasoning route (docs/account-door.md, "Routes"). Give `messages` (chat
  * messages) or `prompt` (one user message), not both. The output cap is `max_output_tokens`
  * (or `max_tokens`) and counts reasoning and answer tokens together. Buffered only. Unknown
  * fields are refused, so a misspelt field is never silently ignored.
@@ -46,7 +46,7 @@ export function thinkOutputCapOf(req: ThinkRequest): number | undefined {
   return outputCapOf(req);
 }
 
-/** The answer of POST /v1/think (documented in the README). */
+/** The answer of POST /v1/think (documented in docs/account-door.md). */
 export const thinkResponseSchema = z.object({
   id: z.string().startsWith("think_"),
   object: z.literal("think"),

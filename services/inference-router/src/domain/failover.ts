@@ -37,7 +37,7 @@ export interface FailoverDeps {
 }
 
 /**
- * Failures worth another attempt, when the caller has seen nothing yet (README, "Upstream
+ * Failures worth another attempt, when the caller has seen nothing yet (docs/configuration.md, "Upstream
  * failover": a failed attempt costs the caller nothing).
  */
 const RETRYABLE = new Set<AttemptFailure>([

@@ -127,7 +127,7 @@ export function createTempoRpcChain(opts: TempoRpcChainOptions): Chain {
    * when the send fails (a lost answer, a timeout, a retried send the node calls a duplicate)
    * the node is asked whether it has the transaction anyway: if so it is waited for like any
    * other, so a transaction that went on chain is never reported as failed (and its deposit
-   * never stranded: README, "Resilience of the paid door").
+   * never stranded: docs/paid-door.md, "Resilience of the paid door").
    */
   async function broadcast(serializedTransaction: Hex): Promise<TransactionReceipt> {
     const hash = keccak256(serializedTransaction);

@@ -3,7 +3,7 @@ import type { MethodsOf } from "@tollgate/kit/grpc";
 import type { AuthService } from "@tollgate/proto/auth";
 
 /**
- * Who may call each AuthService method (README, "Internal authentication"). api-edge authorizes
+ * Who may call each AuthService method (docs/kubernetes.md, "Internal authentication"). api-edge authorizes
  * public requests and runs the admin API (keys, accounts, connections); metering settles the
  * budget reservations of the usage it applies.
  */

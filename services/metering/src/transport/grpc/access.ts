@@ -3,7 +3,7 @@ import type { MethodsOf } from "@tollgate/kit/grpc";
 import type { MeteringService } from "@tollgate/proto/metering";
 
 /**
- * Who may call each MeteringService method (README, "Internal authentication"): api-edge's
+ * Who may call each MeteringService method (docs/kubernetes.md, "Internal authentication"): api-edge's
  * admin API reads usage, and api-edge records a stream's usage when its router was lost.
  */
 export const meteringAccess: AccessTable<MethodsOf<typeof MeteringService>> = {
