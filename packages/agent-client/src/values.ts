@@ -1,7 +1,5 @@
 import { type Address, isAddress } from "viem";
 
-/** Parsing of the loosely typed values a challenge, a receipt or a body carries. */
-
 /** An address in any checksum case, or undefined. */
 export function address(value: unknown): Address | undefined {
   return typeof value === "string" && isAddress(value, { strict: false }) ? value : undefined;
