@@ -1,0 +1,136 @@
+import { createHash, randomBytes } from "node:crypto";
+import type { Hex } from "viem";
+import { parseAmount } from "./amounts.js";
+import type { PaymentContext } from "./context.js";
+import { PaymentError } from "./errors.js";
+import type { ChannelStore } from "./ports.js";
+import { sessionReceipt } from "./receipts.js";
+import { channelTag } from "./safe-log.js";
+
+const CHANNEL_ID = /^0x[0-9a-fA-F]{64}$/;
+/** Reservation ids this service hands out (they become part of a store key). */
+const RESERVATION_ID = /^rsv_[0-9a-f]{32}$/;
+
+function channelIdOf(value: string, code: "mpp_reservation_failed" | "mpp_commit_failed"): Hex {
+  if (!CHANNEL_ID.test(value)) throw new PaymentError(code, "channel id is malformed");
+  return value.toLowerCase() as Hex;
+}
+
+/**
+ * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
+ * from the channel and `requestId` (a retry with the same id gets the same hold).
+ */
+export async function reserve(
+  ctx: PaymentContext,
+  channelIdText: string,
+  requestId: string,
+  quoteText: string,
+): Promise<string> {
+  const { s, store, log } = ctx;
+  const quote = parseAmount(quoteText);
+  if (quote === undefined || quote <= 0n) {
+    throw new PaymentError("mpp_request_quote_invalid", "quote must be a positive amount of base units");
+  }
+  if (quote > s.bucket) {
+    throw new PaymentError("mpp_request_exceeds_voucher_bucket", "the quote exceeds the voucher bucket");
+  }
+  const channelId = channelIdOf(channelIdText, "mpp_reservation_failed");
+  // A retried Reserve of one request gets the same id, so it never holds twice. The request
+  // id is api-edge's own fresh id per HTTP request (proto ReserveRequest.request_id): were
+  // it a caller's, two requests naming it would share one hold, one commit and one receipt.
+  const reservationId =
+    requestId === ""
+      ? `rsv_${randomBytes(16).toString("hex")}`
+      : `rsv_${createHash("sha256").update(`${channelId}|${requestId}`).digest("hex").slice(0, 32)}`;
+  const at = ctx.now();
+  let outcome: Awaited<ReturnType<ChannelStore["reserve"]>>;
+  try {
+    outcome = await store.reserve(channelId, reservationId, quote, at, at + s.reservationTtlSeconds * 1000);
+  } catch (err) {
+    log.error({ channel: channelTag(channelId), err }, "reserve failed");
+    throw new PaymentError("mpp_reservation_failed", "the voucher authorization could not be reserved", {
+      cause: err,
+    });
+  }
+  switch (outcome) {
+    case "reserved":
+      return reservationId;
+    case "insufficient":
+      throw new PaymentError(
+        "mpp_voucher_bucket_refresh_required",
+        "the accepted voucher bucket cannot hold this request; sign a higher cumulative voucher",
+      );
+    case "not_open":
+      throw new PaymentError("mpp_reservation_failed", "the session is closing or closed");
+    case "unknown":
+      throw new PaymentError("mpp_reservation_failed", "the session is unknown");
+    case "conflict":
+      throw new PaymentError("mpp_reservation_failed", "the request was already reserved and finished");
+  }
+}
+
+/** Records the actual cost and returns the Payment-Receipt; only after the store update succeeded. */
+export async function commit(
+  ctx: PaymentContext,
+  reservationId: string,
+  channelIdText: string,
+  challengeId: string,
+  actualCost: string,
+): Promise<string> {
+  const { store, log } = ctx;
+  const channelId = channelIdOf(channelIdText, "mpp_commit_failed");
+  if (!RESERVATION_ID.test(reservationId))
+    throw new PaymentError("mpp_commit_failed", "the reservation is unknown");
+  const actual = parseAmount(actualCost);
+  if (actual === undefined)
+    throw new PaymentError("mpp_commit_failed", "actual cost must be an amount of base units");
+  let outcome: Awaited<ReturnType<ChannelStore["commit"]>>;
+  try {
+    outcome = await store.commit(channelId, reservationId, actual, ctx.now());
+  } catch (err) {
+    log.error({ channel: channelTag(channelId), err }, "commit failed");
+    throw new PaymentError("mpp_commit_failed", "paid usage could not be committed", { cause: err });
+  }
+  if (outcome.kind !== "committed") {
+    const why = { unknown: "is unknown", released: "was released", expired: "has expired" }[outcome.kind];
+    throw new PaymentError("mpp_commit_failed", `the reservation ${why}`);
+  }
+  await store.markDirty(channelId).catch((err: unknown) => {
+    log.warn({ channel: channelTag(channelId), err }, "settlement mark failed");
+  });
+  return sessionReceipt({
+    challengeId,
+    channelId,
+    acceptedCumulative: outcome.accepted,
+    spent: outcome.spent,
+    units: outcome.units,
+    at: outcome.committedAt,
+  });
+}
+
+/** Returns a hold that will not be committed. */
+export async function release(
+  ctx: PaymentContext,
+  reservationId: string,
+  channelIdText: string,
+): Promise<void> {
+  const { store, log } = ctx;
+  const channelId = channelIdOf(channelIdText, "mpp_reservation_failed");
+  // An id this service never handed out holds nothing: releasing it changes nothing.
+  if (!RESERVATION_ID.test(reservationId)) return;
+  try {
+    const outcome = await store.release(channelId, reservationId, ctx.now());
+    if (outcome === "committed") {
+      log.warn({ channel: channelTag(channelId) }, "release of a committed reservation ignored");
+    }
+  } catch (err) {
+    log.error({ channel: channelTag(channelId), err }, "release failed");
+    throw new PaymentError(
+      "mpp_reservation_failed",
+      "the hold could not be released; it expires on its own",
+      {
+        cause: err,
+      },
+    );
+  }
+}
