@@ -39,8 +39,8 @@ typecheck: install ## TypeScript, strict, every workspace and the benchmark
 	npx tsc -b
 	npx tsc -p bench/tsconfig.json --noEmit
 
-test-unit: install ## unit tests (no network)
-	npx vitest run --project unit
+test-unit: install ## unit tests (no network): the unit and unit-isolated projects
+	npx vitest run --project 'unit*'
 
 test-int: install ## integration and end-to-end tests on real NATS and Redis
 	npx vitest run --project integration
