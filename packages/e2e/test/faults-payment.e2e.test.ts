@@ -76,7 +76,7 @@ beforeAll(async () => {
     privateRedis({ appendOnly: true }),
     useNats(),
     // In process, so a test can change how long the model takes (configure).
-    startFakeUpstream({ latencyMs: MODEL_LATENCY_MS }),
+    startFakeUpstream({ latencyMs: MODEL_LATENCY_MS, record: true }),
   ]);
   const devnetPort = await freePort();
   proxy = await startRpcProxy({ target: `http://127.0.0.1:${devnetPort}` });
@@ -341,6 +341,10 @@ describe("payment faults on the multi-process stack", () => {
     const pending = p.pay("fault 2");
     await until("a live hold", async () =>
       (await channelState(channelId)).liveHolds > 0 ? true : undefined,
+    );
+    // The model is running: api-edge has the hold's id (the reply that carried it arrived).
+    await until("the model running", async () =>
+      upstream.requests.some((r) => JSON.stringify(r.body ?? "").includes("fault 2")) ? true : undefined,
     );
     const after = await reservesByReplica();
     const reserver = Object.keys(after).find((n) => after[n]! > before[n]!);
