@@ -23,8 +23,8 @@ const OUTSIDE: ReadonlyArray<{ pattern: RegExp; what: string }> = [
   { pattern: /\bissues?\s*#?\s*\d+/i, what: "an issue number" },
   { pattern: /\bissue:\s*"/i, what: "an issue" },
   { pattern: /\bnotes\s+\d+(\.\d+)*/i, what: "numbered notes" },
-  { pattern: /\bSTYLE\.md\b/, what: "STYLE.md" },
-  { pattern: /\bARCHITECTURE(\.md)?\b/, what: "ARCHITECTURE.md" },
+  { pattern: /\bSTYLE\.md\b/, what: "a style guide outside the tree" },
+  { pattern: /\bARCHITECTURE(\.md)?\b/, what: "an architecture document outside the tree" },
   {
     pattern: /\(spec\b|\bspec,?\s+"|\bspec,?\s+(payment\s+|MPP\s+(route\s+)?)?rules?\s+\d/i,
     what: "a spec section",
