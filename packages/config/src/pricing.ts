@@ -35,6 +35,21 @@ export function inputBoundOf(bodyBytes: number, messageCount: number): number {
   return bodyBytes + 8 * messageCount + 16;
 }
 
+/** Every output-cap alias of the OpenAI wire formats; the upstream gets exactly one, the gateway's. */
+export const OUTPUT_CAP_FIELDS = ["max_tokens", "max_completion_tokens", "max_output_tokens"] as const;
+export type OutputCapField = (typeof OUTPUT_CAP_FIELDS)[number];
+
+/**
+ * The smallest output cap a body names in any alias (positive integers only), so no alias can ask
+ * for more than the cap the quote and the policy saw; undefined when it names none.
+ */
+export function smallestOutputCap(body: Partial<Record<OutputCapField, unknown>>): number | undefined {
+  const caps = OUTPUT_CAP_FIELDS.map((f) => body[f]).filter(
+    (v): v is number => typeof v === "number" && Number.isInteger(v) && v > 0,
+  );
+  return caps.length > 0 ? Math.min(...caps) : undefined;
+}
+
 /** Most output sequences one request may ask for (`n` × prompts, or `best_of` × prompts). */
 export const MAX_OUTPUT_SEQUENCES = 4_096;
 

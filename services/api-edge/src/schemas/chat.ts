@@ -1,4 +1,4 @@
-import { MAX_OUTPUT_SEQUENCES } from "@tollgate/config";
+import { MAX_OUTPUT_SEQUENCES, type OutputCapField, smallestOutputCap } from "@tollgate/config";
 import { z } from "zod";
 
 /**
@@ -37,7 +37,7 @@ export const outputCapFields = {
   max_tokens: outputCap.nullish(),
   max_completion_tokens: outputCap.nullish(),
   max_output_tokens: outputCap.nullish(),
-};
+} satisfies Record<OutputCapField, z.ZodType>;
 
 /** Output sequences a request asks for: the larger of `n` and `best_of`, for each prompt. */
 export function outputSequencesOf(
@@ -85,15 +85,10 @@ export type ChatRequest = z.output<typeof chatRequestSchema>;
  * `max_completion_tokens`, `max_output_tokens`), so no alias can ask the upstream for more
  * than the cap the quote and the policy saw; undefined when it carries none.
  */
-export function outputCapOf(req: {
-  max_tokens?: number | null | undefined;
-  max_completion_tokens?: number | null | undefined;
-  max_output_tokens?: number | null | undefined;
-}): number | undefined {
-  const caps = [req.max_tokens, req.max_completion_tokens, req.max_output_tokens].filter(
-    (c): c is number => typeof c === "number",
-  );
-  return caps.length > 0 ? Math.min(...caps) : undefined;
+export function outputCapOf(
+  req: Partial<Record<OutputCapField, number | null | undefined>>,
+): number | undefined {
+  return smallestOutputCap(req);
 }
 
 /** The paid door's plans (docs/contract.md, "The paid door"). */

@@ -1,4 +1,4 @@
-import { costOf } from "@tollgate/config";
+import { costOf, OUTPUT_CAP_FIELDS, smallestOutputCap } from "@tollgate/config";
 import type { Catalog, ModelRoute } from "./catalog.js";
 import { InferenceError } from "./errors.js";
 import type { ProviderRequest, TokenCounts, UsageEvent, UsagePublisher } from "./ports.js";
@@ -46,9 +46,6 @@ export interface OverQuote {
   /** What was charged: the quote. */
   quote: bigint;
 }
-
-/** Every output-cap alias of the OpenAI wire formats; the upstream gets exactly one, the gateway's. */
-const CAP_FIELDS = ["max_tokens", "max_completion_tokens", "max_output_tokens"] as const;
 
 /**
  * What a stream yields: chunk JSON for the caller, each with the usage event the stream is
@@ -155,11 +152,8 @@ export class Inference {
    */
   #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {
     const body: Record<string, unknown> = { ...input.body, model: route.upstreamModel };
-    const caps = CAP_FIELDS.map((f) => body[f]).filter(
-      (v): v is number => typeof v === "number" && Number.isInteger(v) && v > 0,
-    );
-    if (input.maxOutputTokens !== undefined) caps.push(input.maxOutputTokens);
-    for (const f of CAP_FIELDS) delete body[f];
+    const caps = [smallestOutputCap(body), input.maxOutputTokens].filter((c): c is number => c !== undefined);
+    for (const f of OUTPUT_CAP_FIELDS) delete body[f];
     if (caps.length > 0) {
       const onlyNewName = "max_completion_tokens" in input.body && !("max_tokens" in input.body);
       body[input.operation === "chat" && onlyNewName ? "max_completion_tokens" : "max_tokens"] = Math.min(
