@@ -10,6 +10,7 @@ import {
   serveGrpc,
 } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
+import { paymentAccess } from "@tollgate/mpp-payment/access";
 import { Action, PaymentService } from "@tollgate/proto/payment";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
@@ -102,16 +103,7 @@ describe("paid route control flow (api-edge)", () => {
       host: "127.0.0.1",
       port: 0,
       log,
-      services: [
-        implement(PaymentService, payment, {
-          challenge: ["api-edge"],
-          verify: ["api-edge"],
-          reserve: ["api-edge"],
-          commit: ["api-edge"],
-          release: ["api-edge"],
-          close: ["api-edge"],
-        }),
-      ],
+      services: [implement(PaymentService, payment, paymentAccess)],
     });
     edge = await start(
       {
