@@ -77,23 +77,7 @@ export function makeTestPki(
     [caKey, caFile, "tollgate test CA"],
     [rogueKey, rogueCa, "someone else's CA"],
   ] as const) {
-    openssl([
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:P-256",
-      "-nodes",
-      "-keyout",
-      key,
-      "-out",
-      crt,
-      "-days",
-      "2",
-      "-subj",
-      `/CN=${cn}`,
-    ]);
+    openssl(["req", "-x509", ...newEcKey(key), "-out", crt, "-days", "2", "-subj", `/CN=${cn}`]);
   }
   for (const c of certs) {
     const key = join(dir, `${c.name}.key`);
@@ -102,21 +86,7 @@ export function makeTestPki(
     const ext = join(dir, `${c.name}.ext`);
     const sans = [c.uri ? `URI:${c.uri}` : "", "DNS:localhost", "IP:127.0.0.1"].filter(Boolean).join(",");
     writeFileSync(ext, `subjectAltName=${sans}\nextendedKeyUsage=serverAuth,clientAuth\n`);
-    openssl([
-      "req",
-      "-new",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:P-256",
-      "-nodes",
-      "-keyout",
-      key,
-      "-out",
-      csr,
-      "-subj",
-      `/CN=${c.cn ?? "unnamed"}`,
-    ]);
+    openssl(["req", "-new", ...newEcKey(key), "-out", csr, "-subj", `/CN=${c.cn ?? "unnamed"}`]);
     openssl([
       "x509",
       "-req",
@@ -147,4 +117,9 @@ export function makeTestPki(
         ca,
       }),
   };
+}
+
+/** `openssl req` arguments for a fresh unencrypted P-256 key written to `keyFile`. */
+function newEcKey(keyFile: string): string[] {
+  return ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", keyFile];
 }
