@@ -1,3 +1,4 @@
+import { OPERATION_NAMES, type OperationName } from "@tollgate/proto/routes";
 import { z } from "zod";
 
 /** The shape of every id: accounts, connections, keys, models, upstreams. */
@@ -170,8 +171,8 @@ const keySchema = z
   });
 
 /** The account-door routes, as named in configuration (policy and per-route limits). */
-export const routeNames = ["models", "chat", "completions", "responses", "think"] as const;
-export type RouteName = (typeof routeNames)[number];
+export const routeNames = OPERATION_NAMES;
+export type RouteName = OperationName;
 
 const perMinute = z.number().int().positive().max(4_294_967_295).optional();
 

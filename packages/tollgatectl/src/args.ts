@@ -2,6 +2,7 @@
 // Pure (no network, no process state), so every rule here is unit-tested.
 
 import { parseArgs } from "node:util";
+import { OPERATION_NAMES } from "@tollgate/proto/routes";
 
 /** A command line that cannot be run as given (exit code 2). */
 export class UsageError extends Error {
@@ -128,7 +129,8 @@ const COMMAND_OPTIONS: Record<string, readonly OptionName[]> = {
   usage: ["account", "connection", "key", "model", "from", "to", "by"],
 };
 
-const ROUTES = ["models", "chat", "completions", "responses", "think"];
+/** The account-door routes a connection's policy and limits name. */
+const ROUTES: readonly string[] = OPERATION_NAMES;
 const ISO = /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2}))?$/;
 const DURATION_UNIT: Record<string, number> = { s: 1, m: 60, h: 3_600, d: 86_400 };
 

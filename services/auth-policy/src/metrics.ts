@@ -4,21 +4,12 @@ import {
   type AuthorizeResponse,
   type AuthService,
   RATE_LIMIT_DETAILS,
-  Route,
   SettleOutcome,
 } from "@tollgate/proto/auth";
+import { operationOf } from "@tollgate/proto/routes";
 
 /** What became of a budget reservation. */
 export type ReservationOutcome = "reserved" | "refused" | "settled" | "expired";
-
-/** The route label of each Authorize route; anything else is "unspecified". */
-const ROUTE_LABEL: Readonly<Partial<Record<Route, string>>> = {
-  [Route.MODELS]: "models",
-  [Route.CHAT_COMPLETIONS]: "chat",
-  [Route.COMPLETIONS]: "completions",
-  [Route.RESPONSES]: "responses",
-  [Route.THINK]: "think",
-};
 
 /** The refusal of a quote that does not fit the budget (auth.proto, message Budget). */
 const BUDGET_REFUSAL = "budget_exceeded";
@@ -77,7 +68,7 @@ export function countAuthCalls(
   const counted: Handlers<typeof AuthService> = {
     ...handlers,
     authorize: async (req, ctx) => {
-      const route = ROUTE_LABEL[req.route] ?? "unspecified";
+      const route = operationOf(req.route) ?? "unspecified";
       try {
         const res = await authorize(req, ctx);
         m.authorize.inc({ route, outcome: "ok" });

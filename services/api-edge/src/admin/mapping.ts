@@ -18,7 +18,6 @@ import {
   type RateLimits as RateLimitsMsg,
   type RateLimitsSchema,
   type RotateKeyRequestSchema,
-  Route,
 } from "@tollgate/proto/auth";
 import {
   type GetUsageRequestSchema,
@@ -26,6 +25,7 @@ import {
   Granularity,
   type UsageTotals,
 } from "@tollgate/proto/metering";
+import { OPERATION_NAMES, OPERATIONS, type OperationName, operationOf } from "@tollgate/proto/routes";
 import { z } from "zod";
 import { AdminError } from "./errors.js";
 
@@ -34,16 +34,9 @@ const UINT32_MAX = 4_294_967_295;
 const MAX_GRACE_SECONDS = 30 * 24 * 3_600;
 
 /** Route names as the configuration file spells them. */
-const ROUTE_BY_NAME = {
-  models: Route.MODELS,
-  chat: Route.CHAT_COMPLETIONS,
-  completions: Route.COMPLETIONS,
-  responses: Route.RESPONSES,
-  think: Route.THINK,
-} as const satisfies Record<string, Route>;
-type RouteName = keyof typeof ROUTE_BY_NAME;
-const ROUTE_NAMES = Object.keys(ROUTE_BY_NAME) as [RouteName, ...RouteName[]];
-const NAME_BY_ROUTE = new Map<Route, RouteName>(ROUTE_NAMES.map((n) => [ROUTE_BY_NAME[n], n]));
+const ROUTE_BY_NAME = OPERATIONS;
+type RouteName = OperationName;
+const ROUTE_NAMES = OPERATION_NAMES;
 
 const STATE_NAME = {
   [KeyState.UNSPECIFIED]: "unknown",
@@ -289,10 +282,10 @@ export function accountJson(a: Account | undefined) {
 export function connectionJson(c: Connection | undefined) {
   const routes: Partial<Record<RouteName, ReturnType<typeof limitsOut>>> = {};
   for (const r of c?.limits?.routes ?? []) {
-    const name = NAME_BY_ROUTE.get(r.route);
+    const name = operationOf(r.route);
     if (name) routes[name] = limitsOut(r.limits);
   }
-  const names = (c?.routes ?? []).map((r) => NAME_BY_ROUTE.get(r)).filter((n) => n !== undefined);
+  const names = (c?.routes ?? []).map((r) => operationOf(r)).filter((n) => n !== undefined);
   return {
     id: c?.connectionId ?? "",
     object: "connection",

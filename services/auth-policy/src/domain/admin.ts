@@ -1,6 +1,7 @@
 // Key lifecycle behind the admin API: accounts, connections, keys (shown once, stored hashed),
 // listing, revocation broadcast to every replica, rotation with a grace window.
 
+import { routeNames } from "@tollgate/config";
 import { type Budget, MAX_BUDGET_AMOUNT, MAX_PERIOD_DAYS } from "./budget.js";
 import { AuthError } from "./errors.js";
 import { generateKeyId, generateSecret, hashKey } from "./keys.js";
@@ -26,7 +27,7 @@ export const DEFAULT_GRACE_SECONDS = 24 * 3_600;
 /** Output caps of a connection that names none (the configuration file's defaults). */
 const DEFAULT_CAP = 1_024;
 const DEFAULT_MAX_CAP = 4_096;
-const ROUTES: readonly RouteName[] = ["models", "chat", "completions", "responses", "think"];
+const ROUTES: readonly RouteName[] = routeNames;
 
 /** What the admin operations need. */
 export interface AdminDeps {

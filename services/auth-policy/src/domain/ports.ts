@@ -1,9 +1,10 @@
+import type { OperationName } from "@tollgate/proto/routes";
 import type { Budget, BudgetCheck, BudgetCount, RateScope, RateUnit, Settlement } from "./types.js";
 
 export type { RateScope, RateUnit } from "./types.js";
 
 /** The account-door routes, as policy and per-route limits name them. */
-export type RouteName = "models" | "chat" | "completions" | "responses" | "think";
+export type RouteName = OperationName;
 
 /** Per-minute caps of one scope; an absent field means unlimited. */
 export interface RateLimits {

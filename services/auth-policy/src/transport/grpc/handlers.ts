@@ -16,6 +16,7 @@ import {
   Route,
   SettleOutcome,
 } from "@tollgate/proto/auth";
+import { OPERATIONS, operationOf } from "@tollgate/proto/routes";
 import type { Admin } from "../../domain/admin.js";
 import { type AuthorizeDeps, authorize } from "../../domain/authorize.js";
 import {
@@ -35,21 +36,7 @@ import type {
 } from "../../domain/ports.js";
 import { toStatusError } from "./errors.js";
 
-const ROUTE_NAME: Partial<Record<Route, RouteName>> = {
-  [Route.MODELS]: "models",
-  [Route.CHAT_COMPLETIONS]: "chat",
-  [Route.COMPLETIONS]: "completions",
-  [Route.RESPONSES]: "responses",
-  [Route.THINK]: "think",
-};
-
-const ROUTE_ENUM = {
-  models: Route.MODELS,
-  chat: Route.CHAT_COMPLETIONS,
-  completions: Route.COMPLETIONS,
-  responses: Route.RESPONSES,
-  think: Route.THINK,
-} satisfies Record<RouteName, Route>;
+const ROUTE_ENUM: Readonly<Record<RouteName, Route>> = OPERATIONS;
 
 const KEY_STATE = {
   active: KeyState.ACTIVE,
@@ -60,7 +47,7 @@ const KEY_STATE = {
 } satisfies Record<ReturnType<typeof keyState>, KeyState>;
 
 function routeName(route: Route): RouteName {
-  const name = ROUTE_NAME[route];
+  const name = operationOf(route);
   if (!name) throw new AuthError("invalid_argument", `unknown route ${route}`);
   return name;
 }
@@ -204,7 +191,7 @@ export function authHandlers(
         const a = await authorize(deps, {
           key: req.key,
           model: req.model,
-          ...(ROUTE_NAME[req.route] ? { route: ROUTE_NAME[req.route] } : {}),
+          ...(operationOf(req.route) ? { route: operationOf(req.route) } : {}),
           ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
           ...(req.estimatedInputTokens !== undefined
             ? { estimatedInputTokens: req.estimatedInputTokens }
