@@ -1,5 +1,5 @@
 import type { InternalAuth } from "@tollgate/kit/credentials";
-import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
+import { createClient } from "@tollgate/kit/grpc";
 import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
@@ -34,14 +34,23 @@ import {
 
 export type { EdgeLimits } from "./http/limits.js";
 
+import type { IdempotencyStore } from "./domain/idempotency.js";
+import type { Drain } from "./http/drain.js";
 import { logResponses } from "./http/response-log.js";
 import { traceRequests } from "./http/tracing.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
-import type { AccountRouteContext } from "./routes/context.js";
-import { modelsRoute } from "./routes/models.js";
+import type {
+  AccountRouteContext,
+  AuthClient,
+  InferenceClient,
+  MeteringClient,
+  PaymentClient,
+} from "./routes/context.js";
+import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
+import { type AccountRoutes, registerRoutes } from "./routes/register.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
 import { requestSchemas } from "./schemas/requests.js";
@@ -105,19 +114,47 @@ function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply) {
   return reply.code(e.status).send(errorBody(e, req.id));
 }
 
-/** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
-export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps = {}): Promise<ApiEdge> {
-  const who = opts.internalAuth;
-  const auth: Client<MethodsOf<typeof AuthService>> = createClient(AuthService, opts.authPolicyAddr, who);
-  const inference: Client<MethodsOf<typeof InferenceService>> = createClient(
-    InferenceService,
-    opts.inferenceRouterAddr,
-    who,
-  );
-  const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr, who) : undefined;
-  const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined;
+/**
+ * What the public port's app is built from: the clients of the services behind it, the
+ * idempotency store, the logger and the metrics registry. start() passes the gRPC clients and
+ * the Redis or memory store; a test passes in-memory fakes and calls `app.inject()`.
+ */
+export interface ApiEdgePorts {
+  auth: AuthClient;
+  inference: InferenceClient;
+  /** Absent: the paid door is off and its route does not exist. */
+  payment?: PaymentClient;
+  /** Where a stream's usage is recorded when its router is lost mid-stream. */
+  metering?: MeteringClient;
+  idempotencyStore: IdempotencyStore;
+  log: Logger;
+  metrics: Registry;
+  /** Whether the services behind the edge answer (readiness); absent: always. */
+  ready?: () => Promise<boolean>;
+}
 
-  const limits: EdgeLimits = { ...DEFAULT_LIMITS, ...opts.limits };
+/** The public port's app, not yet listening, and its draining switch. */
+export interface EdgeApp {
+  app: FastifyInstance;
+  drain: Drain;
+}
+
+/** Every account-door route's implementation, by its id in the route table. */
+function accountRoutes(ctx: AccountRouteContext): AccountRoutes {
+  return {
+    models: modelsRoute(ctx),
+    model: modelRoute(ctx),
+    chat: chatCompletionsRoute(ctx),
+    completions: completionsRoute(ctx),
+    responses: responsesRoute(ctx),
+    think: thinkRoute(ctx),
+  };
+}
+
+/** Builds the public port's app (hooks, error mapping, the routes of the route table) from its ports. */
+export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}): EdgeApp {
+  const { log } = ports;
+  const limits: EdgeLimits = { ...DEFAULT_LIMITS, ...limitsIn };
   const app = Fastify({
     ...serverOptions(limits, log as FastifyBaseLogger),
     // A URL fastify cannot decode gets the same error body as every other refusal.
@@ -141,8 +178,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     reply.header("x-request-id", req.id);
   });
   requireHost(app);
-  const registry = deps.metrics ?? createMetrics("api-edge");
-  const metrics = edgeMetrics(registry);
+  const metrics = edgeMetrics(ports.metrics);
   countRequests(app, metrics);
   logResponses(app, "request served");
   app.setErrorHandler(sendError);
@@ -154,37 +190,59 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     return reply.code(e.status).send(errorBody(e, req.id));
   });
 
-  app.get("/livez", async () => ({ status: "ok" }));
-  app.get("/readyz", async (_req, reply) => {
-    const ready = await Promise.all([auth.$ready(500), inference.$ready(500), redis?.ping()]).then(
-      () => true,
-      () => false,
-    );
-    return reply
-      .code(ready && !drain.draining ? 200 : 503)
-      .send({ status: ready && !drain.draining ? "ready" : "not ready" });
-  });
-  const redis = opts.redisUrl ? connectRedis(opts.redisUrl) : undefined;
-  const idempotency = new Idempotency(
-    redis
-      ? createRedisIdempotencyStore(redis, opts.redisPrefix ?? "tollgate:")
-      : createMemoryIdempotencyStore(),
-  );
+  const idempotency = new Idempotency(ports.idempotencyStore);
   idempotency.register(app);
   const ctx: AccountRouteContext = {
-    auth,
-    inference: timeInference(inference, metrics),
-    ...(metering ? { metering } : {}),
+    auth: ports.auth,
+    inference: timeInference(ports.inference, metrics),
+    ...(ports.metering ? { metering: ports.metering } : {}),
     idempotency,
     schemas: requestSchemas(limits.maxMessages),
     log,
   };
-  modelsRoute(app, ctx);
-  chatCompletionsRoute(app, ctx);
-  completionsRoute(app, ctx);
-  responsesRoute(app, ctx);
-  thinkRoute(app, ctx);
-  if (payment) mppChatCompletionsRoute(app, { ...ctx, payment });
+  const ready = ports.ready ?? (async () => true);
+  registerRoutes(app, {
+    livez: { handler: async () => ({ status: "ok" }) },
+    readyz: {
+      handler: async (_req, reply) => {
+        const up = (await ready().catch(() => false)) && !drain.draining;
+        return reply.code(up ? 200 : 503).send({ status: up ? "ready" : "not ready" });
+      },
+    },
+    ...accountRoutes(ctx),
+    ...(ports.payment ? { mppChat: mppChatCompletionsRoute({ ...ctx, payment: ports.payment }) } : {}),
+  });
+  return { app, drain };
+}
+
+/** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
+export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps = {}): Promise<ApiEdge> {
+  const who = opts.internalAuth;
+  const auth = createClient(AuthService, opts.authPolicyAddr, who);
+  const inference = createClient(InferenceService, opts.inferenceRouterAddr, who);
+  const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr, who) : undefined;
+  const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined;
+  const redis = opts.redisUrl ? connectRedis(opts.redisUrl) : undefined;
+  const registry = deps.metrics ?? createMetrics("api-edge");
+  const { app, drain } = buildApp(
+    {
+      auth,
+      inference,
+      ...(payment ? { payment } : {}),
+      ...(metering ? { metering } : {}),
+      idempotencyStore: redis
+        ? createRedisIdempotencyStore(redis, opts.redisPrefix ?? "tollgate:")
+        : createMemoryIdempotencyStore(),
+      log,
+      metrics: registry,
+      ready: () =>
+        Promise.all([auth.$ready(500), inference.$ready(500), redis?.ping()]).then(
+          () => true,
+          () => false,
+        ),
+    },
+    opts.limits,
+  );
 
   await app.listen({ host: opts.host, port: opts.port });
   const address = app.server.address();

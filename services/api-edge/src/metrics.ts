@@ -1,4 +1,3 @@
-import type { Client, MethodsOf } from "@tollgate/kit/grpc";
 import {
   Counter,
   FAST_SECONDS_BUCKETS,
@@ -8,10 +7,8 @@ import {
   type Registry,
   SLOW_SECONDS_BUCKETS,
 } from "@tollgate/kit/metrics";
-import type { InferenceService } from "@tollgate/proto/inference";
 import type { FastifyInstance } from "fastify";
-
-type InferenceClient = Client<MethodsOf<typeof InferenceService>>;
+import type { InferenceClient } from "./routes/context.js";
 
 /**
  * api-edge's Prometheus instruments (docs/operations.md, "Metrics"). Labels are route templates, methods and

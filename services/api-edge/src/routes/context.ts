@@ -7,12 +7,21 @@ import type { PaymentService } from "@tollgate/proto/payment";
 import type { Idempotency } from "../http/idempotency.js";
 import type { RequestSchemas } from "../schemas/requests.js";
 
+/** The calls of each service the routes make: a gRPC client fits, and so does an in-memory fake. */
+export type AuthClient = Pick<Client<MethodsOf<typeof AuthService>>, "authorize" | "settleReservation">;
+export type InferenceClient = Pick<Client<MethodsOf<typeof InferenceService>>, "complete" | "streamComplete">;
+export type MeteringClient = Pick<Client<MethodsOf<typeof MeteringService>>, "recordUsage">;
+export type PaymentClient = Pick<
+  Client<MethodsOf<typeof PaymentService>>,
+  "challenge" | "verify" | "reserve" | "commit" | "release" | "close"
+>;
+
 /** What the account routes need: the clients of the services behind the edge. */
 export interface AccountRouteContext {
-  auth: Client<MethodsOf<typeof AuthService>>;
-  inference: Client<MethodsOf<typeof InferenceService>>;
+  auth: AuthClient;
+  inference: InferenceClient;
   /** Where a stream's usage is recorded when its router is lost mid-stream; absent: left to the hold's TTL. */
-  metering?: Client<MethodsOf<typeof MeteringService>>;
+  metering?: MeteringClient;
   /** Idempotency-Key handling for POST routes. */
   idempotency: Idempotency;
   /** Request schemas built for the configured limits. */
@@ -22,7 +31,7 @@ export interface AccountRouteContext {
 
 /** What the paid route needs besides. */
 export interface RouteContext extends AccountRouteContext {
-  payment: Client<MethodsOf<typeof PaymentService>>;
+  payment: PaymentClient;
 }
 
 /** Deadline for recording a lost stream's usage with metering. */

@@ -5,7 +5,8 @@ import { retrying } from "@tollgate/kit/retry";
 import type { ErrorCode } from "@tollgate/proto/errors";
 import { Door, Operation } from "@tollgate/proto/inference";
 import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { ROUTES } from "@tollgate/proto/routes";
+import type { FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
 import { type HttpError, httpErrorOf, problemBody, toHttpError } from "../http/errors.js";
@@ -13,8 +14,9 @@ import { outputCapOf, outputSequencesOf, type PaidChatRequest } from "../schemas
 import type { RequestSchemas } from "../schemas/requests.js";
 import { describeInvalid } from "./account-inference.js";
 import type { RouteContext } from "./context.js";
+import type { RouteImpl } from "./register.js";
 
-const PATH = "/v1/mpp/chat/completions";
+const PATH = ROUTES.mppChat.path;
 /**
  * 402s whose caller action the contract gives as "Stop" (docs/contract.md, "Errors"): no fresh
  * challenge rides along, so a client does not retry (or top up) for a request that can never be
@@ -107,7 +109,7 @@ function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest
       "streaming is not available on the paid route; send stream: false",
     );
   }
-  const parsed = schemas.paidChat.safeParse(req.body);
+  const parsed = schemas[ROUTES.mppChat.schema].safeParse(req.body);
   if (!parsed.success) throw new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
   return parsed.data;
 }
@@ -117,127 +119,127 @@ function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest
  * verify and reserve (one call) → buffered inference → commit, and the receipt only after the
  * commit.
  */
-export function mppChatCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
-  // HEAD is reserved for later rollouts and never runs a model (docs/contract.md, "The paid door").
-  app.head(PATH, async (_req, reply) => reply.code(405).header("allow", "POST").send());
+export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
+  return {
+    errorHandler: paidErrorHandler(ctx),
+    handler: async (req, reply) => {
+      const credential = paymentCredential(req);
+      const bodyless = (req.rawBody?.length ?? 0) === 0;
+      if (credential.kind === "none") {
+        const body = validate(req, ctx.schemas);
+        const challenge = await ctx.payment.challenge(
+          { request: paidRequestOf(req, body) },
+          { timeoutMs: PAYMENT_TIMEOUT_MS },
+        );
+        const e = httpErrorOf(
+          "payment_required",
+          "this route is paid per request: retry the identical body with Authorization: Payment",
+        );
+        return sendProblem(reply, req, e, challenge.wwwAuthenticate, challenge.challengeId);
+      }
 
-  app.post(PATH, { errorHandler: paidErrorHandler(ctx) }, async (req, reply) => {
-    const credential = paymentCredential(req);
-    const bodyless = (req.rawBody?.length ?? 0) === 0;
-    if (credential.kind === "none") {
-      const body = validate(req, ctx.schemas);
-      const challenge = await ctx.payment.challenge(
-        { request: paidRequestOf(req, body) },
+      const verified = await ctx.payment.verify(
+        {
+          authorization: credential.header,
+          httpMethod: "POST",
+          path: PATH,
+          body: req.rawBody ?? new Uint8Array(),
+          // A credential paying for content is reserved in the same call (one round trip fewer).
+          // The hold is named by a fresh id of this HTTP request, never by anything the caller
+          // sent (its X-Request-Id is not unique): requests never share a hold, commit or receipt.
+          reserveRequestId: randomUUID(),
+        },
         { timeoutMs: PAYMENT_TIMEOUT_MS },
       );
-      const e = httpErrorOf(
-        "payment_required",
-        "this route is paid per request: retry the identical body with Authorization: Payment",
-      );
-      return sendProblem(reply, req, e, challenge.wwwAuthenticate, challenge.challengeId);
-    }
-
-    const verified = await ctx.payment.verify(
-      {
-        authorization: credential.header,
-        httpMethod: "POST",
-        path: PATH,
-        body: req.rawBody ?? new Uint8Array(),
-        // A credential paying for content is reserved in the same call (one round trip fewer).
-        // The hold is named by a fresh id of this HTTP request, never by anything the caller
-        // sent (its X-Request-Id is not unique): requests never share a hold, commit or receipt.
-        reserveRequestId: randomUUID(),
-      },
-      { timeoutMs: PAYMENT_TIMEOUT_MS },
-    );
-    if (verified.acceptedReceipt !== "") acceptedReceipts.set(req, verified.acceptedReceipt);
-    // Management credentials (topUp, close, or a bodyless open/voucher) never reach a model.
-    if (bodyless || verified.action === Action.TOP_UP || verified.action === Action.CLOSE) {
-      let receipt = verified.paymentReceipt;
-      if (verified.action === Action.CLOSE && receipt === "") {
-        receipt = (
-          await ctx.payment.close(
-            { authorization: credential.header, httpMethod: "POST", path: PATH },
-            { timeoutMs: PAYMENT_TIMEOUT_MS },
-          )
-        ).paymentReceipt;
-      }
-      if (receipt === "")
-        throw new EdgeError("invalid_request", "a management credential needs no body; content needs one");
-      return reply.code(204).header("payment-receipt", receipt).header("cache-control", "private").send();
-    }
-
-    const binding = verified.binding;
-    // No hold from Verify: mpp-payment could not take it (Reserve now says why, or takes it), or
-    // it predates reserve_request_id (a rolling upgrade). A new id: a hold Verify took while its
-    // reply was lost is given back by mpp-payment, and must not be this one.
-    const reservationId =
-      verified.reservationId !== ""
-        ? verified.reservationId
-        : (
-            await ctx.payment.reserve(
-              { channelId: verified.channelId, requestId: randomUUID(), quote: verified.quote },
+      if (verified.acceptedReceipt !== "") acceptedReceipts.set(req, verified.acceptedReceipt);
+      // Management credentials (topUp, close, or a bodyless open/voucher) never reach a model.
+      if (bodyless || verified.action === Action.TOP_UP || verified.action === Action.CLOSE) {
+        let receipt = verified.paymentReceipt;
+        if (verified.action === Action.CLOSE && receipt === "") {
+          receipt = (
+            await ctx.payment.close(
+              { authorization: credential.header, httpMethod: "POST", path: PATH },
               { timeoutMs: PAYMENT_TIMEOUT_MS },
             )
-          ).reservationId;
-    let result: Awaited<ReturnType<RouteContext["inference"]["complete"]>>;
-    try {
-      const body = validate(req, ctx.schemas);
-      result = await ctx.inference.complete(
-        {
-          input: {
-            requestId: req.id,
-            operation: Operation.CHAT,
-            model: binding?.model ?? body.model ?? "",
-            ...(binding?.outputCap ? { maxOutputTokens: binding.outputCap } : {}),
-            body: req.rawBody!,
-            billing: { door: Door.PAID, reservationId, quote: verified.quote },
+          ).paymentReceipt;
+        }
+        if (receipt === "")
+          throw new EdgeError("invalid_request", "a management credential needs no body; content needs one");
+        return reply.code(204).header("payment-receipt", receipt).header("cache-control", "private").send();
+      }
+
+      const binding = verified.binding;
+      // No hold from Verify: mpp-payment could not take it (Reserve now says why, or takes it), or
+      // it predates reserve_request_id (a rolling upgrade). A new id: a hold Verify took while its
+      // reply was lost is given back by mpp-payment, and must not be this one.
+      const reservationId =
+        verified.reservationId !== ""
+          ? verified.reservationId
+          : (
+              await ctx.payment.reserve(
+                { channelId: verified.channelId, requestId: randomUUID(), quote: verified.quote },
+                { timeoutMs: PAYMENT_TIMEOUT_MS },
+              )
+            ).reservationId;
+      let result: Awaited<ReturnType<RouteContext["inference"]["complete"]>>;
+      try {
+        const body = validate(req, ctx.schemas);
+        result = await ctx.inference.complete(
+          {
+            input: {
+              requestId: req.id,
+              operation: Operation.CHAT,
+              model: binding?.model ?? body.model ?? "",
+              ...(binding?.outputCap ? { maxOutputTokens: binding.outputCap } : {}),
+              body: req.rawBody!,
+              billing: { door: Door.PAID, reservationId, quote: verified.quote },
+            },
           },
-        },
-        { signal: callerGone(reply) },
-      );
-    } catch (err) {
-      // Nothing was served (a body that fails validation included): the hold goes back and no
-      // receipt is sent.
-      await onAnyReplica(() =>
-        ctx.payment.release(
-          { reservationId, channelId: verified.channelId },
+          { signal: callerGone(reply) },
+        );
+      } catch (err) {
+        // Nothing was served (a body that fails validation included): the hold goes back and no
+        // receipt is sent.
+        await onAnyReplica(() =>
+          ctx.payment.release(
+            { reservationId, channelId: verified.channelId },
+            { timeoutMs: PAYMENT_TIMEOUT_MS },
+          ),
+        ).catch((releaseErr: unknown) => req.log.error({ err: releaseErr }, "hold release failed"));
+        throw err;
+      }
+      // A commit whose replica died mid-call may or may not have run: the retry on another
+      // replica commits it, or answers the first commit's figures (idempotent by reservation id).
+      const commit = await onAnyReplica(() =>
+        ctx.payment.commit(
+          {
+            reservationId,
+            channelId: verified.channelId,
+            challengeId: verified.challengeId,
+            actualCost: result.usage?.cost ?? "0",
+          },
           { timeoutMs: PAYMENT_TIMEOUT_MS },
         ),
-      ).catch((releaseErr: unknown) => req.log.error({ err: releaseErr }, "hold release failed"));
-      throw err;
-    }
-    // A commit whose replica died mid-call may or may not have run: the retry on another
-    // replica commits it, or answers the first commit's figures (idempotent by reservation id).
-    const commit = await onAnyReplica(() =>
-      ctx.payment.commit(
-        {
-          reservationId,
-          channelId: verified.channelId,
-          challengeId: verified.challengeId,
-          actualCost: result.usage?.cost ?? "0",
-        },
-        { timeoutMs: PAYMENT_TIMEOUT_MS },
-      ),
-    ).catch((err: unknown) => {
-      req.log.error({ err }, "paid usage commit failed");
-      return { paymentReceipt: "" };
-    });
-    // A 200 without Payment-Receipt never happens (docs/contract.md, "The paid door", rule 5):
-    // no commit, no content.
-    if (commit.paymentReceipt === "") {
-      throw new EdgeError(
-        "mpp_commit_failed",
-        "the paid usage could not be committed; no receipt was issued",
-      );
-    }
-    if (result.usage) reply.header("x-tollgate-cost", result.usage.cost);
-    return reply
-      .header("payment-receipt", commit.paymentReceipt)
-      .header("cache-control", "private")
-      .type("application/json")
-      .send(Buffer.from(result.body));
-  });
+      ).catch((err: unknown) => {
+        req.log.error({ err }, "paid usage commit failed");
+        return { paymentReceipt: "" };
+      });
+      // A 200 without Payment-Receipt never happens (docs/contract.md, "The paid door", rule 5):
+      // no commit, no content.
+      if (commit.paymentReceipt === "") {
+        throw new EdgeError(
+          "mpp_commit_failed",
+          "the paid usage could not be committed; no receipt was issued",
+        );
+      }
+      if (result.usage) reply.header("x-tollgate-cost", result.usage.cost);
+      return reply
+        .header("payment-receipt", commit.paymentReceipt)
+        .header("cache-control", "private")
+        .type("application/json")
+        .send(Buffer.from(result.body));
+    },
+  };
 }
 
 function sendProblem(

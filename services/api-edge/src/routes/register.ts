@@ -1,0 +1,53 @@
+import {
+  allowedMethods,
+  ROUTE_IDS,
+  ROUTES,
+  type RouteId,
+  type RouteIdOn,
+  type RouteSpec,
+} from "@tollgate/proto/routes";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { errorBody, httpErrorOf } from "../http/errors.js";
+
+/** How one route of the table is served: its handler, and an error handler of its own if any. */
+export interface RouteImpl {
+  handler: (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
+  errorHandler?: (err: unknown, req: FastifyRequest, reply: FastifyReply) => unknown;
+}
+
+/** Every account-door route of the table, implemented: a route added to the table and not here does not compile. */
+export type AccountRoutes = Record<RouteIdOn<"account">, RouteImpl>;
+
+/** The methods fastify routes; on a known path, those the table does not give it are refused. */
+const METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
+
+/**
+ * Registers the routes of `impls` at their method and path of the table
+ * (packages/proto/src/routes.ts), and on each of their paths every other method: OPTIONS
+ * answers 204 and the others 405 `method_not_allowed`, both with an `Allow` header naming the
+ * path's methods. The refusal comes before the body is read or the key checked.
+ */
+export function registerRoutes(app: FastifyInstance, impls: Partial<Record<RouteId, RouteImpl>>): void {
+  const ids = ROUTE_IDS.filter((id) => impls[id] !== undefined);
+  for (const id of ids) {
+    const spec: RouteSpec = ROUTES[id];
+    app.route({ method: spec.method, url: spec.path, ...impls[id]! });
+  }
+  for (const path of new Set(ids.map((id) => ROUTES[id].path))) {
+    const allowed = allowedMethods(path, ids);
+    const allow = allowed.join(", ");
+    const others = METHODS.filter((m) => !allowed.includes(m));
+    app.route({
+      method: others,
+      url: path,
+      onRequest: async (req, reply) => {
+        reply.header("allow", allow);
+        if (req.method === "OPTIONS") return reply.code(204).send();
+        const e = httpErrorOf("method_not_allowed", `${req.method} is not allowed here; use ${allow}`);
+        return reply.code(e.status).send(errorBody(e, req.id));
+      },
+      // Never reached: onRequest has answered.
+      handler: async (_req, reply) => reply,
+    });
+  }
+}

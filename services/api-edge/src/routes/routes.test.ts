@@ -1,0 +1,370 @@
+import { create } from "@bufbuild/protobuf";
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { createLogger } from "@tollgate/kit/log";
+import { createMetrics } from "@tollgate/kit/metrics";
+import { AuthorizeResponseSchema, ModelPriceSchema, Route } from "@tollgate/proto/auth";
+import { CompleteResponseSchema } from "@tollgate/proto/inference";
+import { ROUTE_IDS, ROUTES, type RouteId, type RouteSpec } from "@tollgate/proto/routes";
+import type { FastifyInstance, InjectOptions } from "fastify";
+import { afterEach, describe, expect, it } from "vitest";
+import { createMemoryIdempotencyStore } from "../adapters/memory-idempotency-store.js";
+import { type ApiEdgePorts, buildApp } from "../app.js";
+import type { AuthClient, InferenceClient, PaymentClient } from "./context.js";
+
+// The public port built in process from in-memory ports and driven with app.inject(): each
+// route's answers, status, error code and notable headers, as a caller sees them.
+
+const GOOD_KEY = "tg_good_0123456789abcdefghijABCDEFGHIJ";
+const BAD_KEY = "tg_bad_0123456789abcdefghijABCDEFGHIJ";
+const VISIBLE = ["small", "large"];
+
+const CHAT_ANSWER = {
+  id: "chatcmpl-1",
+  object: "chat.completion",
+  created: 1,
+  model: "small",
+  choices: [{ index: 0, message: { role: "assistant", content: "hi" }, finish_reason: "stop" }],
+  usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+};
+const TEXT_ANSWER = {
+  id: "cmpl-1",
+  object: "text_completion",
+  created: 1,
+  model: "small",
+  choices: [{ index: 0, text: "hi", finish_reason: "stop" }],
+  usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
+};
+
+interface Fakes {
+  /** Makes the next inference call fail with this error. */
+  inferenceFails?: Error;
+  /** Makes every authorization fail with this error. */
+  authFails?: Error;
+  authorized: Route[];
+}
+
+function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
+  const auth: AuthClient = {
+    authorize: async (req) => {
+      if (req.key !== GOOD_KEY) {
+        throw new RemoteError(GrpcStatus.UNAUTHENTICATED, "invalid_api_key", "the key is not valid");
+      }
+      if (f.authFails) throw f.authFails;
+      f.authorized.push(req.route ?? Route.UNSPECIFIED);
+      return create(AuthorizeResponseSchema, {
+        model: req.model || "small",
+        allowedModels: VISIBLE,
+        defaultModel: "small",
+        ...(req.route === Route.MODELS
+          ? {
+              modelPrices: [
+                create(ModelPriceSchema, { model: "small", inputPerMillion: "100", outputPerMillion: "200" }),
+              ],
+            }
+          : { quote: "50" }),
+      });
+    },
+    settleReservation: async () => ({ $typeName: "tollgate.auth.v1.SettleReservationResponse" }) as never,
+  };
+  const inference: InferenceClient = {
+    complete: async (req) => {
+      if (f.inferenceFails) throw f.inferenceFails;
+      const text = req.input?.operation === 2 ? TEXT_ANSWER : CHAT_ANSWER;
+      return create(CompleteResponseSchema, {
+        body: Buffer.from(JSON.stringify(text)),
+        usage: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" },
+      });
+    },
+    streamComplete: () => {
+      throw new Error("no streams in this test");
+    },
+  };
+  const payment = {
+    challenge: async () => ({
+      $typeName: "tollgate.payment.v1.ChallengeResponse",
+      wwwAuthenticate: 'Payment id="ch_1", method="tempo", intent="session"',
+      challengeId: "ch_1",
+    }),
+  } as unknown as PaymentClient;
+  return {
+    auth,
+    inference,
+    ...(withPayment ? { payment } : {}),
+    idempotencyStore: createMemoryIdempotencyStore(),
+    log: createLogger({ service: "api-edge", level: "silent" }),
+    metrics: createMetrics("api-edge"),
+  };
+}
+
+const apps: FastifyInstance[] = [];
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((a) => a.close()));
+});
+
+function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number } = {}) {
+  const f: Fakes = { authorized: [] };
+  const { app } = buildApp(
+    fakePorts(f, opts.withPayment ?? true),
+    opts.bodyLimitBytes ? { bodyLimitBytes: opts.bodyLimitBytes } : {},
+  );
+  apps.push(app);
+  return { app, f };
+}
+
+const bearer = (key = GOOD_KEY) => ({ authorization: `Bearer ${key}` });
+const json = { "content-type": "application/json" };
+
+/** A valid body for each route that takes one. */
+const BODIES: Partial<Record<RouteId, unknown>> = {
+  chat: { model: "small", messages: [{ role: "user", content: "hello" }] },
+  completions: { model: "small", prompt: "hello" },
+  responses: { model: "small", input: "hello" },
+  think: { model: "small", prompt: "hello" },
+  mppChat: {
+    model: "small",
+    plan: "Starter",
+    model_optimization: false,
+    max_tokens: 16,
+    messages: [{ role: "user", content: "hello" }],
+  },
+};
+
+/** A request to `id` as the table gives it, with a valid body and the good key. */
+function request(id: RouteId, over: Partial<InjectOptions> = {}): InjectOptions {
+  const spec: RouteSpec = ROUTES[id];
+  const url = spec.path.replace(":model", "small");
+  const body = BODIES[id];
+  return {
+    method: spec.method,
+    url,
+    headers: { ...(spec.door === "account" ? bearer() : {}), ...(body ? json : {}) },
+    ...(body ? { payload: JSON.stringify(body) } : {}),
+    ...over,
+  };
+}
+
+const ACCOUNT = ROUTE_IDS.filter((id) => ROUTES[id].door === "account");
+const WITH_BODY = ACCOUNT.filter((id) => ROUTES[id].schema !== null);
+const code = (res: { json(): unknown }) => (res.json() as { error?: { code?: string } }).error?.code;
+
+describe("each account route, in process", () => {
+  it.each(ACCOUNT)("%s answers 200 with the good key", async (id) => {
+    const { app } = edge();
+    const res = await app.inject(request(id));
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.headers["x-request-id"]).toBeTruthy();
+    if (ROUTES[id].schema !== null) expect(res.headers["x-tollgate-cost"]).toBe("7");
+  });
+
+  it.each(ACCOUNT)("%s answers 401 missing_api_key without a key", async (id) => {
+    const { app } = edge();
+    const { authorization: _, ...headers } = request(id).headers as Record<string, string>;
+    const res = await app.inject(request(id, { headers }));
+    expect(res.statusCode).toBe(401);
+    expect(code(res)).toBe("missing_api_key");
+  });
+
+  it.each(ACCOUNT)("%s answers 401 invalid_api_key with a key auth-policy refuses", async (id) => {
+    const { app } = edge();
+    const req = request(id);
+    const res = await app.inject({ ...req, headers: { ...(req.headers as object), ...bearer(BAD_KEY) } });
+    expect(res.statusCode).toBe(401);
+    expect(code(res)).toBe("invalid_api_key");
+  });
+
+  it.each(WITH_BODY)("%s answers 400 invalid_request for a body its schema refuses", async (id) => {
+    const { app } = edge();
+    const res = await app.inject(request(id, { payload: JSON.stringify({ model: 42 }) }));
+    expect(res.statusCode).toBe(400);
+    expect(code(res)).toBe("invalid_request");
+  });
+
+  it.each(WITH_BODY)("%s answers 400 invalid_json for a body that is not JSON", async (id) => {
+    const { app } = edge();
+    const res = await app.inject(request(id, { payload: "{not json" }));
+    expect(res.statusCode).toBe(400);
+    expect(code(res)).toBe("invalid_json");
+  });
+
+  it.each(WITH_BODY)("%s answers 415 unsupported_media_type for a body not sent as JSON", async (id) => {
+    const { app } = edge();
+    const res = await app.inject(
+      request(id, { headers: { ...bearer(), "content-type": "text/plain" }, payload: "hello" }),
+    );
+    expect(res.statusCode).toBe(415);
+    expect(code(res)).toBe("unsupported_media_type");
+  });
+
+  it.each(WITH_BODY)("%s answers 413 payload_too_large above the body limit", async (id) => {
+    const { app } = edge({ bodyLimitBytes: 1024 });
+    const big = { model: "small", prompt: "x".repeat(4096), messages: [{ role: "user", content: "x" }] };
+    const res = await app.inject(request(id, { payload: JSON.stringify(big) }));
+    expect(res.statusCode).toBe(413);
+    expect(code(res)).toBe("payload_too_large");
+  });
+
+  // What the router's refusals become on each model-running route (the error table).
+  const UPSTREAM: [string, RemoteError, number, string][] = [
+    [
+      "upstream_error",
+      new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "bad gateway"),
+      502,
+      "upstream_error",
+    ],
+    [
+      "upstream_timeout",
+      new RemoteError(GrpcStatus.DEADLINE_EXCEEDED, "upstream_timeout", "slow"),
+      504,
+      "upstream_timeout",
+    ],
+    [
+      "upstream_rejected",
+      new RemoteError(GrpcStatus.INVALID_ARGUMENT, "upstream_rejected", "no"),
+      400,
+      "upstream_rejected",
+    ],
+    [
+      "a code this build lacks",
+      new RemoteError(GrpcStatus.UNAVAILABLE, "newer_code", "x"),
+      503,
+      "service_unavailable",
+    ],
+  ];
+  for (const [what, err, status, expected] of UPSTREAM) {
+    it.each(WITH_BODY)(`%s answers ${status} ${expected} when the router fails with ${what}`, async (id) => {
+      const { app, f } = edge();
+      f.inferenceFails = err;
+      const res = await app.inject(request(id));
+      expect(res.statusCode).toBe(status);
+      expect(code(res)).toBe(expected);
+    });
+  }
+
+  it("answers 429 rate_limited with Retry-After and RateLimit-* from auth-policy's details", async () => {
+    const { app, f } = edge();
+    f.authFails = new RemoteError(GrpcStatus.RESOURCE_EXHAUSTED, "rate_limited", "slow down", {
+      "retry-after": "3",
+      "ratelimit-limit": "10",
+      "ratelimit-remaining": "0",
+      "ratelimit-reset": "3",
+    });
+    const res = await app.inject(request("chat"));
+    expect(res.statusCode).toBe(429);
+    expect(code(res)).toBe("rate_limited");
+    expect(res.headers["retry-after"]).toBe("3");
+    expect(res.headers["ratelimit-limit"]).toBe("10");
+  });
+});
+
+describe("paths and methods", () => {
+  it("answers 404 not_found on an unknown path", async () => {
+    const { app } = edge();
+    const res = await app.inject({ method: "GET", url: "/v1/nothing", headers: bearer() });
+    expect(res.statusCode).toBe(404);
+    expect(code(res)).toBe("not_found");
+  });
+
+  it.each([
+    ["GET", "/v1/chat/completions", "POST"],
+    ["PUT", "/v1/completions", "POST"],
+    ["DELETE", "/v1/responses", "POST"],
+    ["GET", "/v1/think", "POST"],
+    ["POST", "/v1/models", "GET, HEAD"],
+    ["DELETE", "/v1/models/small", "GET, HEAD"],
+    ["GET", "/v1/mpp/chat/completions", "POST"],
+    ["POST", "/livez", "GET, HEAD"],
+  ] as const)("answers %s %s with 405 method_not_allowed and Allow: %s", async (method, url, allow) => {
+    const { app, f } = edge();
+    const res = await app.inject({ method, url, headers: bearer() });
+    expect(res.statusCode).toBe(405);
+    expect(code(res)).toBe("method_not_allowed");
+    expect(res.headers.allow).toBe(allow);
+    // Refused before the key is checked or anything is taken.
+    expect(f.authorized).toEqual([]);
+  });
+
+  it("answers 405 before reading a body the route would refuse", async () => {
+    const { app } = edge();
+    const res = await app.inject({
+      method: "PUT",
+      url: "/v1/chat/completions",
+      headers: { "content-type": "text/plain" },
+      payload: "hello",
+    });
+    expect(res.statusCode).toBe(405);
+    expect(res.headers.allow).toBe("POST");
+  });
+
+  it("answers HEAD on a POST route with 405 and no body, and OPTIONS with 204 and Allow", async () => {
+    const { app } = edge();
+    const head = await app.inject({ method: "HEAD", url: "/v1/chat/completions" });
+    expect(head.statusCode).toBe(405);
+    expect(head.headers.allow).toBe("POST");
+    expect(head.body).toBe("");
+    const options = await app.inject({ method: "OPTIONS", url: "/v1/think" });
+    expect(options.statusCode).toBe(204);
+    expect(options.headers.allow).toBe("POST");
+  });
+
+  it("gives every route of the table its method, and the paid path none when the paid door is off", async () => {
+    const { app } = edge({ withPayment: false });
+    const res = await app.inject(request("mppChat"));
+    expect(res.statusCode).toBe(404);
+    for (const id of ROUTE_IDS.filter((r) => r !== "mppChat")) {
+      const spec: RouteSpec = ROUTES[id];
+      expect(app.hasRoute({ method: spec.method, url: spec.path }), id).toBe(true);
+    }
+  });
+});
+
+describe("GET /v1/models/{model}", () => {
+  it("answers a model the key may use as in the list, pricing included", async () => {
+    const { app } = edge();
+    const list = (await app.inject(request("models"))).json() as { data: unknown[] };
+    const one = await app.inject({ method: "GET", url: "/v1/models/small", headers: bearer() });
+    expect(one.statusCode).toBe(200);
+    expect(one.json()).toEqual(list.data[0]);
+    expect(one.json()).toMatchObject({
+      id: "small",
+      object: "model",
+      pricing: { input_per_million: "100", output_per_million: "200", currency_decimals: 6 },
+    });
+  });
+
+  it("answers a model hidden from the key exactly as one that does not exist", async () => {
+    const { app } = edge();
+    const hidden = await app.inject({ method: "GET", url: "/v1/models/secret-model", headers: bearer() });
+    const none = await app.inject({ method: "GET", url: "/v1/models/no-such-model", headers: bearer() });
+    for (const res of [hidden, none]) {
+      expect(res.statusCode).toBe(404);
+      expect(code(res)).toBe("not_found");
+    }
+    const strip = (b: string) => ({ ...(JSON.parse(b) as { error: object }).error, request_id: "" });
+    expect(strip(hidden.body)).toEqual(strip(none.body));
+  });
+
+  it("asks auth-policy as the models route, so a key limited to other routes is refused alike", async () => {
+    const { app, f } = edge();
+    await app.inject({ method: "GET", url: "/v1/models/small", headers: bearer() });
+    expect(f.authorized).toEqual([Route.MODELS]);
+  });
+});
+
+describe("the paid route", () => {
+  it("answers an unpaid request with 402 payment_required and a challenge", async () => {
+    const { app } = edge();
+    const res = await app.inject(request("mppChat"));
+    expect(res.statusCode).toBe(402);
+    expect(res.headers["www-authenticate"]).toMatch(/^Payment /);
+    expect(res.headers["content-type"]).toMatch(/^application\/problem\+json/);
+    expect(res.json()).toMatchObject({ code: "payment_required", error: { code: "payment_required" } });
+  });
+
+  it("answers a Virtual Key with 401 wrong_auth_scheme", async () => {
+    const { app } = edge();
+    const req = request("mppChat");
+    const res = await app.inject({ ...req, headers: { ...(req.headers as object), ...bearer() } });
+    expect(res.statusCode).toBe(401);
+    expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
+  });
+});
