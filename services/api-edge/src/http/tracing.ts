@@ -8,10 +8,13 @@ import {
   startSpan,
   tracingEnabled,
 } from "@tollgate/kit/tracing";
+import { ROUTE_IDS, ROUTES } from "@tollgate/proto/routes";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 
-/** The paid door's routes; every other /v1 route is the account door (docs/contract.md, "The two doors"). */
-const PAID_PREFIX = "/v1/mpp/";
+/** The door of each route template (packages/proto/src/routes.ts); the probes have none. */
+const DOOR_BY_PATH: ReadonlyMap<string, string> = new Map(
+  ROUTE_IDS.filter((id) => ROUTES[id].door !== "public").map((id) => [ROUTES[id].path, ROUTES[id].door]),
+);
 
 /**
  * One server span per request, named for the route template ("POST /v1/chat/completions"),
@@ -24,15 +27,14 @@ export function traceRequests(app: FastifyInstance): void {
   const spans = new WeakMap<FastifyRequest, Span>();
   app.addHook("onRequest", (req, reply, done) => {
     const route = req.routeOptions.url;
+    const door = route === undefined ? undefined : DOOR_BY_PATH.get(route);
     const span = startSpan(
       route ? `${req.method} ${route}` : req.method,
       SpanKind.SERVER,
       {
         [ATTR.httpMethod]: req.method,
         ...(route ? { [ATTR.httpRoute]: route } : {}),
-        ...(route?.startsWith("/v1/")
-          ? { [ATTR.door]: route.startsWith(PAID_PREFIX) ? "paid" : "account" }
-          : {}),
+        ...(door ? { [ATTR.door]: door } : {}),
       },
       extractHeaders(req.headers),
     );

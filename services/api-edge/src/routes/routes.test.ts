@@ -148,6 +148,10 @@ const WITH_BODY = ACCOUNT.filter((id) => ROUTES[id].schema !== null);
 const code = (res: { json(): unknown }) => (res.json() as { error?: { code?: string } }).error?.code;
 
 describe("each account route, in process", () => {
+  it("has a valid body here for every route of the table that takes one", () => {
+    expect(WITH_BODY.filter((id) => BODIES[id] === undefined)).toEqual([]);
+  });
+
   it.each(ACCOUNT)("%s answers 200 with the good key", async (id) => {
     const { app } = edge();
     const res = await app.inject(request(id));
