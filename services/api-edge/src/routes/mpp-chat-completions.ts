@@ -117,7 +117,8 @@ function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest
 /**
  * POST /v1/mpp/chat/completions: 402 with a challenge when unpaid; with a session credential,
  * verify and reserve (one call) → buffered inference → commit, and the receipt only after the
- * commit.
+ * commit. HEAD is reserved for later rollouts and never runs a model (docs/contract.md, "The paid
+ * door"): like every method the route table does not give this path, registerRoutes answers it 405.
  */
 export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
   return {
