@@ -3,7 +3,7 @@ import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import { createMetrics } from "@tollgate/kit/metrics";
 import { AuthorizeResponseSchema, ModelPriceSchema, Route } from "@tollgate/proto/auth";
-import { CompleteResponseSchema } from "@tollgate/proto/inference";
+import { CompleteResponseSchema, StreamCompleteResponseSchema } from "@tollgate/proto/inference";
 import { ROUTE_IDS, ROUTES, type RouteId, type RouteSpec } from "@tollgate/proto/routes";
 import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
@@ -75,9 +75,17 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
         usage: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" },
       });
     },
-    streamComplete: () => {
-      throw new Error("no streams in this test");
-    },
+    streamComplete: () =>
+      (async function* () {
+        if (f.inferenceFails) throw f.inferenceFails;
+        const chunk = { id: "c-1", object: "chunk", choices: [{ index: 0, delta: { content: "hi" } }] };
+        yield create(StreamCompleteResponseSchema, {
+          event: { case: "chunk", value: Buffer.from(JSON.stringify(chunk)) },
+        });
+        yield create(StreamCompleteResponseSchema, {
+          event: { case: "usage", value: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" } },
+        });
+      })(),
   };
   const payment = {
     challenge: async () => ({
@@ -206,6 +214,41 @@ describe("each account route, in process", () => {
     expect(res.statusCode).toBe(413);
     expect(code(res)).toBe("payload_too_large");
   });
+
+  const STREAMING = WITH_BODY.filter((id) => ROUTES[id].streams);
+  const BUFFERED = WITH_BODY.filter((id) => !ROUTES[id].streams);
+
+  it.each(STREAMING)("%s answers stream: true as SSE ending in [DONE]", async (id) => {
+    const { app } = edge();
+    const res = await app.inject(
+      request(id, { payload: JSON.stringify({ ...(BODIES[id] as object), stream: true }) }),
+    );
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^text\/event-stream/);
+    expect(res.body.endsWith("data: [DONE]\n\n")).toBe(true);
+  });
+
+  it.each(STREAMING)("%s answers a stream the router refuses before its first event as JSON", async (id) => {
+    const { app, f } = edge();
+    f.inferenceFails = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "bad gateway");
+    const res = await app.inject(
+      request(id, { payload: JSON.stringify({ ...(BODIES[id] as object), stream: true }) }),
+    );
+    expect(res.statusCode).toBe(502);
+    expect(code(res)).toBe("upstream_error");
+  });
+
+  it.each(BUFFERED)(
+    "%s, which does not stream, answers stream: true with 400 invalid_request",
+    async (id) => {
+      const { app } = edge();
+      const res = await app.inject(
+        request(id, { payload: JSON.stringify({ ...(BODIES[id] as object), stream: true }) }),
+      );
+      expect(res.statusCode).toBe(400);
+      expect(code(res)).toBe("invalid_request");
+    },
+  );
 
   // What the router's refusals become on each model-running route (the error table).
   const UPSTREAM: [string, RemoteError, number, string][] = [
