@@ -8,6 +8,7 @@ interface ChartComponent {
   connects: Record<string, { component: string; headless?: boolean; ifDisabled?: string }>;
   nats: boolean;
   redis: boolean;
+  configFile: boolean;
 }
 
 const values = parseYaml(
@@ -16,28 +17,37 @@ const values = parseYaml(
 
 describe("the chart's components agree with the topology", () => {
   it("has one component per service, and no other", () => {
-    expect(Object.keys(values.components).sort()).toEqual(SERVICE_NAMES);
+    expect(Object.keys(TOPOLOGY).sort()).toEqual([...SERVICE_NAMES]);
+    expect(Object.keys(values.components).sort()).toEqual([...SERVICE_NAMES]);
   });
 
-  it.each(SERVICE_NAMES)("%s: same ports, peers (with their variables) and NATS/Redis use", (name) => {
-    const chart = values.components[name]!;
-    const topo = TOPOLOGY[name];
-    expect(chart.ports.map(({ name, port, env }) => ({ name, port, env }))).toEqual(
-      topo.ports.map(({ name, port, env }) => ({ name, port, env })),
-    );
-    const connects = Object.fromEntries(
-      (topo.dials as readonly TopologyDial[]).map((d) => [
-        d.env,
-        {
-          component: d.service,
-          ...(d.headless ? { headless: true } : {}),
-          ...(d.optional ? { ifDisabled: "off" } : {}),
-        },
-      ]),
-    );
-    expect(chart.connects).toEqual(connects);
-    expect({ nats: chart.nats, redis: chart.redis }).toEqual({ nats: topo.nats, redis: topo.redis });
-  });
+  it.each(SERVICE_NAMES)(
+    "%s: same ports, peers (with their variables), NATS, Redis and configuration file",
+    (name) => {
+      const chart = values.components[name]!;
+      const topo = TOPOLOGY[name];
+      expect(chart.ports.map(({ name, port, env }) => ({ name, port, env }))).toEqual(
+        topo.ports.map(({ name, port, env }) => ({ name, port, env })),
+      );
+      const connects = Object.fromEntries(
+        (topo.dials as readonly TopologyDial[]).map((d) => [
+          d.env,
+          {
+            component: d.service,
+            ...(d.headless ? { headless: true } : {}),
+            ...(d.optional ? { ifDisabled: "off" } : {}),
+          },
+        ]),
+      );
+      expect(chart.connects).toEqual(connects);
+      const uses = ({ nats, redis, configFile }: { nats: boolean; redis: boolean; configFile: boolean }) => ({
+        nats,
+        redis,
+        configFile,
+      });
+      expect(uses(chart)).toEqual(uses(topo));
+    },
+  );
 });
 
 describe("dialEnv and dialOptions", () => {

@@ -1,5 +1,5 @@
 // Who dials whom: each service's ports, the services it calls and the environment variable that
-// carries each address, and whether it uses NATS and Redis. The all-in-one process, the
+// carries each address, and whether it uses NATS, Redis and the configuration file. The all-in-one process, the
 // multi-process stack (packages/testkit/src/stack.ts, `make up`), the image test and the
 // profiler read it; the chart's `components` (helm/tollgate/values.yaml) must agree with it,
 // which topology.test.ts checks.
@@ -31,9 +31,21 @@ export interface ServiceTopology {
   dials: readonly TopologyDial[];
   nats: boolean;
   redis: boolean;
+  /** Reads the Tollgate configuration file (TOLLGATE_CONFIG). */
+  configFile: boolean;
   /** Node flags between node and the bundle (the image's ENTRYPOINT; the stack's bundle runs). */
   nodeFlags: readonly string[];
 }
+
+/** The services, in a stable order; TOPOLOGY describes each of them and no other. */
+export const SERVICE_NAMES = [
+  "api-edge",
+  "auth-policy",
+  "inference-router",
+  "metering",
+  "mpp-payment",
+] as const;
+export type ServiceName = (typeof SERVICE_NAMES)[number];
 
 const grpc = (n: number): TopologyPort[] => [
   { name: "grpc", port: 50050 + n, env: "GRPC_PORT" },
@@ -62,6 +74,7 @@ export const TOPOLOGY = {
     ],
     nats: false,
     redis: true,
+    configFile: false,
     nodeFlags: [],
   },
   "auth-policy": {
@@ -70,6 +83,7 @@ export const TOPOLOGY = {
     dials: [],
     nats: true,
     redis: true,
+    configFile: true,
     nodeFlags: [],
   },
   "mpp-payment": {
@@ -80,6 +94,7 @@ export const TOPOLOGY = {
     redis: true,
     // A 2 MB young generation: mppx and viem leave startup garbage that would otherwise keep
     // about 30 MB of semi-space resident at idle; payments allocate little per request.
+    configFile: true,
     nodeFlags: ["--max-semi-space-size=2"],
   },
   "inference-router": {
@@ -88,6 +103,7 @@ export const TOPOLOGY = {
     dials: [],
     nats: true,
     redis: false,
+    configFile: true,
     nodeFlags: [],
   },
   metering: {
@@ -97,14 +113,10 @@ export const TOPOLOGY = {
     dials: [{ service: "auth-policy", env: "AUTH_POLICY_ADDR", option: "authPolicyAddr" }],
     nats: true,
     redis: true,
+    configFile: false,
     nodeFlags: [],
   },
-} as const satisfies Record<string, ServiceTopology>;
-
-export type ServiceName = keyof typeof TOPOLOGY;
-
-/** The services, in a stable order. */
-export const SERVICE_NAMES = Object.keys(TOPOLOGY).sort() as ServiceName[];
+} as const satisfies Record<ServiceName, ServiceTopology>;
 
 /** The port a service listens on by default, by name; undefined when it has none of that name. */
 export function portOf(service: ServiceName, name: TopologyPort["name"]): number | undefined {

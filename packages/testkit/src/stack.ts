@@ -1,14 +1,15 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { dialEnv, SERVICE_NAMES, type ServiceName, TOPOLOGY } from "@tollgate/config/topology";
+import { DEMO_PAYEE_PRIVATE_KEY } from "@tollgate/demo/tempo-devnet";
 import { type InternalAuth, isServiceIdentity, type ServiceIdentity } from "@tollgate/kit/credentials";
 import { freePort } from "./fixtures.js";
 import { writeStackTokens } from "./internal-auth.js";
-import { DEMO_PAYEE_PRIVATE_KEY } from "./tempo-devnet/demo-accounts.js";
 
 /** The repository root (this file is packages/testkit/src/stack.ts). */
 export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -89,7 +90,7 @@ const MAIN = /^((?:services|packages)\/[^/]+)\/src\/main\.ts$/;
 
 /**
  * Node's arguments for a script: with runtime "bundle" and a main, its bundle with the node
- * flags of its image's ENTRYPOINT (services/<name>/Dockerfile; none without one); else tsx.
+ * flags its image runs it with (packages/config/src/topology.ts); else tsx.
  */
 export function commandOf(script: string, runtime: "tsx" | "bundle"): string[] {
   const dir = MAIN.exec(script)?.[1];
@@ -97,13 +98,10 @@ export function commandOf(script: string, runtime: "tsx" | "bundle"): string[] {
   return ["--import", "tsx", join(REPO_ROOT, script)];
 }
 
-/** The flags between node and the script in a Dockerfile's `ENTRYPOINT [...]`; [] without one. */
+/** The flags between node and the bundle in a service's image (services/<name>); [] for others. */
 export function imageNodeFlags(dir: string): string[] {
-  const dockerfile = join(REPO_ROOT, dir, "Dockerfile");
-  if (!existsSync(dockerfile)) return [];
-  const entry = /^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(readFileSync(dockerfile, "utf8"))?.[1];
-  const argv = entry ? (JSON.parse(entry) as string[]) : [];
-  return argv.slice(1, -1);
+  const name = /^services\/([^/]+)$/.exec(dir)?.[1];
+  return name !== undefined && name in TOPOLOGY ? [...TOPOLOGY[name as ServiceName].nodeFlags] : [];
 }
 
 /**
@@ -120,13 +118,7 @@ export function buildBundles(dirs: readonly string[]): void {
 }
 
 /** The five services, as buildBundles names them. */
-export const SERVICE_DIRS = [
-  "services/api-edge",
-  "services/auth-policy",
-  "services/inference-router",
-  "services/metering",
-  "services/mpp-payment",
-] as const;
+export const SERVICE_DIRS: readonly string[] = SERVICE_NAMES.map((s) => `services/${s}`);
 
 /** One running service process. */
 export interface StackProcess {
@@ -360,10 +352,19 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     if (opts.externalUpstream && opts.upstreamPort === undefined)
       throw new Error("externalUpstream needs the upstreamPort it listens on");
     const mppSecret = randomBytes(32).toString("hex");
+    // Every replica of a peer, in the variables the topology names (replicas comma-separated).
+    const peerPorts: Record<ServiceName, number[]> = {
+      "api-edge": edgePorts,
+      "auth-policy": [authPort],
+      "inference-router": routerPorts,
+      metering: [meteringPort],
+      "mpp-payment": paymentPorts,
+    };
+    const peers = (peer: ServiceName) => peerPorts[peer].map((p) => `127.0.0.1:${p}`);
     await Promise.all([
       opts.externalUpstream
         ? waitForPort(upstreamPort, 30_000)
-        : launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
+        : launch("fake-upstream", "packages/demo/src/bin/fake-upstream.ts", upstreamPort, {
             ...opts.upstreamEnv,
             PORT: String(upstreamPort),
             HOST: "127.0.0.1",
@@ -372,11 +373,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         "metering",
         "services/metering/src/main.ts",
         meteringPort,
-        // metering settles budget reservations with auth-policy (connected on first use).
-        { GRPC_PORT: String(meteringPort), AUTH_POLICY_ADDR: `127.0.0.1:${authPort}` },
+        { GRPC_PORT: String(meteringPort), ...dialEnv("metering", peers) },
         metricsPorts.metering,
       ),
-      launch("tempo-devnet", "packages/testkit/src/bin/tempo-devnet.ts", devnetPort, {
+      launch("tempo-devnet", "packages/demo/src/bin/tempo-devnet.ts", devnetPort, {
         PORT: String(devnetPort),
         HOST: "127.0.0.1",
       }),
@@ -427,10 +427,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
             ADMIN_HOST: "127.0.0.1",
             ADMIN_PORT: String(adminPorts[i]),
             ADMIN_TOKEN: adminToken,
-            AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
-            INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
-            MPP_PAYMENT_ADDR: paymentPorts.map((p) => `127.0.0.1:${p}`).join(","),
-            METERING_ADDR: `127.0.0.1:${meteringPort}`,
+            ...dialEnv("api-edge", peers),
           },
           metricsPorts.edges[i],
         ),
