@@ -43,6 +43,7 @@ const CPU_PROF = ["--cpu-prof", "--cpu-prof-dir", profDir];
 async function profileInStack(s: RunningStack, name: string): Promise<() => Promise<void>> {
   const proc = s.stack.processes.find((p) => p.name === name);
   if (!proc) throw new Error(`no stack process ${name}`);
+  const script = (name.startsWith("inference-router") ? "inference-router" : name) as ServiceName;
   const common = {
     TOLLGATE_CONFIG: s.configPath,
     NATS_URL: s.natsUrl,
@@ -53,9 +54,11 @@ async function profileInStack(s: RunningStack, name: string): Promise<() => Prom
     GRPC_HOST: "127.0.0.1",
     METRICS_HOST: "127.0.0.1",
     METRICS_PORT: "0",
+    // The stack's per-service internal tokens (packages/testkit/src/internal-auth.ts).
+    INTERNAL_TOKEN_FILE: join(s.stack.dir, "internal-auth", `${script}.token`),
+    INTERNAL_PEER_TOKENS_FILE: join(s.stack.dir, "internal-auth", "peers"),
   };
   // Its peers' addresses in the variables the topology names (every replica the stack runs).
-  const script = (name.startsWith("inference-router") ? "inference-router" : name) as ServiceName;
   const peers = (peer: ServiceName) =>
     s.stack.processes
       .filter((p) => p.name === peer || p.name.startsWith(`${peer}-`))
