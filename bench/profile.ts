@@ -13,15 +13,16 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join, relative } from "node:path";
 import { PaidSession } from "@tollgate/agent-client";
+import { dialEnv, SERVICE_NAMES, type ServiceName } from "@tollgate/config/topology";
+import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/demo/tempo-devnet";
 import { REPO_ROOT } from "@tollgate/testkit/stack";
-import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/testkit/tempo-devnet";
 import autocannon from "autocannon";
 import { timedFetch } from "./lib/http.js";
 import { spawnScript, stopChild, waitForPort, waitForReady } from "./lib/procs.js";
 import { bodies } from "./lib/scenarios.js";
 import { type Running, type RunningStack, startAllInOne, startBenchStack } from "./lib/targets.js";
 
-const TARGETS = ["api-edge", "auth-policy", "inference-router", "metering", "mpp-payment", "all-in-one"];
+const TARGETS: string[] = [...SERVICE_NAMES, "all-in-one"];
 const target = process.env["PROFILE_TARGET"] || "api-edge";
 if (!TARGETS.includes(target)) throw new Error(`PROFILE_TARGET is one of ${TARGETS.join(", ")}`);
 const seconds = Math.min(30, Number(process.env["PROFILE_SECONDS"] || 10));
@@ -42,8 +43,7 @@ const CPU_PROF = ["--cpu-prof", "--cpu-prof-dir", profDir];
 async function profileInStack(s: RunningStack, name: string): Promise<() => Promise<void>> {
   const proc = s.stack.processes.find((p) => p.name === name);
   if (!proc) throw new Error(`no stack process ${name}`);
-  const port = (n: string) => s.stack.processes.find((p) => p.name === n)!.port;
-  const routers = s.stack.processes.filter((p) => p.name.startsWith("inference-router-"));
+  const script = (name.startsWith("inference-router") ? "inference-router" : name) as ServiceName;
   const common = {
     TOLLGATE_CONFIG: s.configPath,
     NATS_URL: s.natsUrl,
@@ -54,7 +54,15 @@ async function profileInStack(s: RunningStack, name: string): Promise<() => Prom
     GRPC_HOST: "127.0.0.1",
     METRICS_HOST: "127.0.0.1",
     METRICS_PORT: "0",
+    // The stack's per-service internal tokens (packages/testkit/src/internal-auth.ts).
+    INTERNAL_TOKEN_FILE: join(s.stack.dir, "internal-auth", `${script}.token`),
+    INTERNAL_PEER_TOKENS_FILE: join(s.stack.dir, "internal-auth", "peers"),
   };
+  // Its peers' addresses in the variables the topology names (every replica the stack runs).
+  const peers = (peer: ServiceName) =>
+    s.stack.processes
+      .filter((p) => p.name === peer || p.name.startsWith(`${peer}-`))
+      .map((p) => `127.0.0.1:${p.port}`);
   const own: Record<string, Record<string, string>> = {
     "api-edge": {
       HOST: "127.0.0.1",
@@ -62,14 +70,7 @@ async function profileInStack(s: RunningStack, name: string): Promise<() => Prom
       ADMIN_HOST: "127.0.0.1",
       ADMIN_PORT: new URL(s.stack.adminUrls[0]!).port,
       ADMIN_TOKEN: s.stack.adminToken,
-      AUTH_POLICY_ADDR: `127.0.0.1:${port("auth-policy")}`,
-      INFERENCE_ROUTER_ADDR: routers.map((r) => `127.0.0.1:${r.port}`).join(","),
-      MPP_PAYMENT_ADDR: `127.0.0.1:${port("mpp-payment")}`,
-      METERING_ADDR: `127.0.0.1:${port("metering")}`,
     },
-    "auth-policy": { GRPC_PORT: String(proc.port) },
-    "inference-router-1": { GRPC_PORT: String(proc.port) },
-    metering: { GRPC_PORT: String(proc.port), AUTH_POLICY_ADDR: `127.0.0.1:${port("auth-policy")}` },
     "mpp-payment": {
       GRPC_PORT: String(proc.port),
       TEMPO_RPC_URL: s.stack.tempoRpcUrl,
@@ -77,11 +78,10 @@ async function profileInStack(s: RunningStack, name: string): Promise<() => Prom
       MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
     },
   };
-  const script = name.startsWith("inference-router") ? "inference-router" : name;
   await s.stack.stopProcess(name);
   const child = spawnScript(
     `services/${script}/src/main.ts`,
-    { ...common, ...own[name] },
+    { ...common, ...(own[name] ?? { GRPC_PORT: String(proc.port) }), ...dialEnv(script, peers) },
     join(logsDir, `${name}-profiled.log`),
     CPU_PROF,
   );

@@ -2,6 +2,9 @@ import { randomBytes } from "node:crypto";
 import { start as startApiEdge } from "@tollgate/api-edge";
 import { start as startAuthPolicy } from "@tollgate/auth-policy";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
+import { dialOptions, type ServiceName } from "@tollgate/config/topology";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/demo/fake-upstream";
+import { createTempoDevnet, DEMO_PAYEE_PRIVATE_KEY, type TempoDevnet } from "@tollgate/demo/tempo-devnet";
 import { start as startInferenceRouter } from "@tollgate/inference-router";
 import { upstreamKeysFrom } from "@tollgate/inference-router/config";
 import { createMemoryBus, type EventBus } from "@tollgate/kit/bus";
@@ -11,8 +14,6 @@ import { createMetrics, type MetricsServer, mergeMetrics, serveMetrics } from "@
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { start as startMetering } from "@tollgate/metering";
 import { start as startMppPayment } from "@tollgate/mpp-payment";
-import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
-import { createTempoDevnet, DEMO_PAYEE_PRIVATE_KEY, type TempoDevnet } from "@tollgate/testkit/tempo-devnet";
 import type { DestinationStream } from "pino";
 import { type AllInOneConfig, DEMO_CONFIG_PATH } from "./config.js";
 
@@ -75,11 +76,19 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
   // Every service calls the others with its own throw-away token, known only to this process
   // (docs/kubernetes.md, "Internal authentication"): the loopback ports refuse anyone else on the machine.
   const trust = inProcessAuth();
+  // Who dials whom is packages/config/src/topology.ts: each service's start() gets the loopback
+  // address of every peer that already runs, in the option the topology names.
+  const running = new Map<ServiceName, { port: number }>();
+  const peer = (name: ServiceName) => {
+    const s = running.get(name);
+    return s ? `${LOOPBACK}:${s.port}` : undefined;
+  };
   const auth = await startAuthPolicy(
     { grpcHost: LOOPBACK, grpcPort: 0, internalAuth: trust["auth-policy"], gateway, ...redis, ...nats },
     logger("auth-policy"),
     { metrics: registries.auth },
   );
+  running.set("auth-policy", auth);
   // metering settles budget reservations with auth-policy, so auth-policy starts first.
   const metering = await startMetering(
     {
@@ -88,11 +97,12 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       internalAuth: trust.metering,
       ...nats,
       ...redis,
-      authPolicyAddr: `${LOOPBACK}:${auth.port}`,
+      ...dialOptions("metering", peer),
     },
     logger("metering"),
     { ...deps, metrics: registries.metering },
   );
+  running.set("metering", metering);
   // The paid door runs when the configuration has plans; without them its route does not exist.
   const paidDoor = gateway.plans !== undefined;
   const devnet =
@@ -119,6 +129,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
           { metrics: registries.payment },
         )
       : undefined;
+  if (payment) running.set("mpp-payment", payment);
   const router = await startInferenceRouter(
     {
       grpcHost: LOOPBACK,
@@ -131,15 +142,13 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     logger("inference-router"),
     { ...deps, metrics: registries.router },
   );
+  running.set("inference-router", router);
   const edge = await startApiEdge(
     {
       host: cfg.host,
       port: cfg.port,
       internalAuth: trust["api-edge"],
-      authPolicyAddr: `${LOOPBACK}:${auth.port}`,
-      inferenceRouterAddr: `${LOOPBACK}:${router.port}`,
-      ...(payment ? { mppPaymentAddr: `${LOOPBACK}:${payment.port}` } : {}),
-      meteringAddr: `${LOOPBACK}:${metering.port}`,
+      ...dialOptions("api-edge", peer),
       ...(cfg.limits ? { limits: cfg.limits } : {}),
       ...redis,
       ...(cfg.adminToken

@@ -32,7 +32,7 @@ export function printBanner(app: AllInOne, cfg: AllInOneConfig): void {
     if (app.devnet) {
       lines.push(
         "  pay with the demo payer (a development key):",
-        `  export TOLLGATE_PAYER_KEY=$(npx tsx -e 'import("@tollgate/testkit/tempo-devnet").then((m) => console.log(m.DEMO_PAYER_PRIVATE_KEY))')`,
+        `  export TOLLGATE_PAYER_KEY=$(npx tsx -e 'import("@tollgate/demo/tempo-devnet").then((m) => console.log(m.DEMO_PAYER_PRIVATE_KEY))')`,
         `  npx tsx packages/agent-client/src/cli.ts chat --url ${app.url} --rpc ${app.tempoRpcUrl} --plan Starter --max-tokens 32 --repeat 3 --close "Say hello"`,
       );
     }

@@ -1,4 +1,4 @@
-import type { FakeUpstream, RecordedRequest } from "@tollgate/testkit/fake-upstream";
+import type { FakeUpstream, RecordedRequest } from "@tollgate/demo/fake-upstream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AllInOne, startAllInOne } from "../src/app.js";
 import { loadConfig } from "../src/config.js";

@@ -315,12 +315,15 @@ describe("values.schema.json refuses typos", () => {
 });
 
 describe("the chart follows the service folders", () => {
-  it("has a values block, a Dockerfile and a README row for every service", () => {
+  it("has a values block, an image stage and a README row for every service", () => {
     const values = readFileSync(join(CHART, "values.yaml"), "utf8");
     const readme = readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+    const dockerfile = readFileSync(join(REPO_ROOT, "deploy/build/Dockerfile"), "utf8");
     for (const s of SERVICES) {
       expect(values, `helm/tollgate/values.yaml: components.${s}`).toMatch(new RegExp(`^  ${s}:$`, "m"));
-      expect(readFileSync(join(REPO_ROOT, "services", s, "Dockerfile"), "utf8")).toContain(`services/${s}`);
+      expect(dockerfile, `deploy/build/Dockerfile: stage ${s}`).toMatch(
+        new RegExp(`^FROM runtime AS ${s}$`, "m"),
+      );
       expect(readme, `README.md row for ${s}`).toContain(`| \`${s}\` |`);
     }
   });

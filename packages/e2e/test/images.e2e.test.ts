@@ -1,14 +1,14 @@
-import type { ServiceIdentity } from "@tollgate/kit/credentials";
-import { type StackTokens, writeStackTokens } from "@tollgate/testkit/internal-auth";
-// The service images: services/<name>/Dockerfile, checked where no container engine
-// runs. Each Dockerfile passes a Dockerfile linter (dockerfile-utils) and the project's rules
-// (multi-stage, `npm ci` of that workspace only, a distroless nonroot runtime with no shell
-// steps, pinned base images, no secrets in ENV or ARG, the chart's ports exposed). Then each one
-// is carried out the way `docker build` would: its build stage's COPY (through .dockerignore),
-// ENV, WORKDIR and RUN steps in a scratch folder, its runtime stage's COPY --from into another,
-// and the five resulting "images" run as a stack with plain node: no tsx, no node_modules, the
-// HMAC secret read from a file as the chart mounts it, gRPC health SERVING as the kubelet's
-// probes ask it, and a chat completion served end to end.
+// The service images: one Dockerfile, deploy/build/Dockerfile, built once per service with
+// --build-arg SERVICE=<name>, checked where no container engine runs. It passes a Dockerfile
+// linter (dockerfile-utils) and, for every service, the project's rules (multi-stage, `npm ci`
+// of that workspace only, no workspace manifest listed by hand, a distroless nonroot runtime
+// with no shell steps, pinned base images, no secrets in ENV or ARG, the chart's ports exposed,
+// the topology's node flags). Then it is carried out the way `docker build` would: ARGs
+// substituted, only the stages the chosen one needs, their COPY (through .dockerignore), ENV,
+// WORKDIR and RUN steps in scratch folders, a stage built FROM another starting from a copy of
+// it, and the five resulting "images" run as a stack with plain node: no tsx, no node_modules,
+// the HMAC secret read from a file as the chart mounts it, gRPC health SERVING as the
+// kubelet's probes ask it, and a chat completion served end to end.
 
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import {
@@ -24,8 +24,10 @@ import {
 import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
+import { dialEnv, portOf, SERVICE_NAMES, type ServiceName, TOPOLOGY } from "@tollgate/config/topology";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/demo/fake-upstream";
+import type { ServiceIdentity } from "@tollgate/kit/credentials";
 import { checkGrpcHealth } from "@tollgate/kit/health";
-import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import {
   freePort,
   type NatsFixture,
@@ -34,16 +36,14 @@ import {
   useNats,
   useRedis,
 } from "@tollgate/testkit/fixtures";
+import { type StackTokens, writeStackTokens } from "@tollgate/testkit/internal-auth";
 import { DEMO_CONFIG, imageNodeFlags, REPO_ROOT } from "@tollgate/testkit/stack";
 import { validate } from "dockerfile-utils";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 
-const SERVICES = readdirSync(join(REPO_ROOT, "services"), { withFileTypes: true })
-  .filter((d) => d.isDirectory())
-  .map((d) => d.name)
-  .sort();
-const RUNTIME_IMAGE = "gcr.io/distroless/nodejs20-debian12:nonroot";
+const SERVICES = SERVICE_NAMES;
+const DOCKERFILE = "deploy/build/Dockerfile";
 const SECRETISH = /(SECRET|TOKEN|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|PAYEE_KEY|CREDENTIALS?)/i;
 
 interface Instruction {
@@ -77,15 +77,88 @@ function parseDockerfile(text: string): Instruction[] {
   return out;
 }
 
-function stagesOf(instructions: Instruction[]): Stage[] {
-  const stages: Stage[] = [];
+/** `NAME=value` pairs of an ARG or ENV instruction (a bare name has no value). */
+function pairs(args: string): [string, string | undefined][] {
+  return args.split(/\s+/).map((pair) => {
+    const [k, ...v] = pair.split("=");
+    return [k!, v.length > 0 ? v.join("=").replace(/^"(.*)"$/, "$1") : undefined];
+  });
+}
+
+/** Replaces $NAME and ${NAME}; a variable with no value is an error, as a blank SERVICE would be. */
+function substitute(text: string, vars: Record<string, string>, where: string): string {
+  return text.replace(/\$\{(\w+)\}|\$(\w+)/g, (_, a: string | undefined, b: string | undefined) => {
+    const name = (a ?? b)!;
+    const value = vars[name];
+    if (value === undefined || value === "") throw new Error(`${where}: ${name} has no value`);
+    return value;
+  });
+}
+
+/** The global ARGs (before the first FROM) with their defaults. */
+function globalArgs(instructions: Instruction[]): Record<string, string> {
+  const out: Record<string, string> = {};
   for (const ins of instructions) {
+    if (ins.keyword === "FROM") break;
+    if (ins.keyword === "ARG") for (const [k, v] of pairs(ins.args)) if (v !== undefined) out[k] = v;
+  }
+  return out;
+}
+
+/**
+ * The stages with `docker build --build-arg` applied: FROM lines see the global ARGs; a stage's
+ * instructions see the ARGs it declares again (and, in exec-form ENTRYPOINT, nothing).
+ */
+function stagesOf(instructions: Instruction[], buildArgs: Record<string, string>): Stage[] {
+  const global = { ...globalArgs(instructions), ...buildArgs };
+  const stages: Stage[] = [];
+  let scope: Record<string, string> = {};
+  for (const ins of instructions) {
+    const where = `${DOCKERFILE}:${ins.line}`;
     if (ins.keyword === "FROM") {
-      const [from, as, name] = ins.args.split(/\s+/);
+      const [from, as, name] = substitute(ins.args, global, where).split(/\s+/);
       stages.push({ from: from!, ...(as?.toUpperCase() === "AS" && name ? { name } : {}), instructions: [] });
-    } else stages.at(-1)?.instructions.push(ins);
+      scope = {};
+    } else if (stages.length > 0) {
+      if (ins.keyword === "ARG")
+        for (const [k, v] of pairs(ins.args)) {
+          const value = buildArgs[k] ?? v ?? global[k];
+          if (value !== undefined) scope[k] = value;
+        }
+      const args = ins.keyword === "ENTRYPOINT" ? ins.args : substitute(ins.args, scope, where);
+      stages.at(-1)!.instructions.push({ ...ins, args });
+    }
   }
   return stages;
+}
+
+/** The stage an image is, with the stages it is built FROM folded in: base image and instructions. */
+function flatten(stages: Stage[], stage: Stage): Stage {
+  const parent = stages.find((s) => s.name === stage.from);
+  if (!parent) return stage;
+  const base = flatten(stages, parent);
+  return { ...stage, from: base.from, instructions: [...base.instructions, ...stage.instructions] };
+}
+
+/** The stages `docker build` runs for the last one: those it is built FROM or COPYs --from. */
+function neededStages(stages: Stage[]): Set<Stage> {
+  const needed = new Set<Stage>();
+  const visit = (stage: Stage) => {
+    if (needed.has(stage)) return;
+    needed.add(stage);
+    const refs = [
+      stage.from,
+      ...stage.instructions
+        .filter((i) => i.keyword === "COPY")
+        .flatMap((i) => /--from=(\S+)/.exec(i.args)?.[1] ?? []),
+    ];
+    for (const ref of refs) {
+      const s = stages.find((x) => x.name === ref);
+      if (s) visit(s);
+    }
+  };
+  visit(stages.at(-1)!);
+  return needed;
 }
 
 /** .dockerignore as Docker applies it: the last pattern matching the path or a parent decides. */
@@ -136,37 +209,48 @@ function contextFiles(base: string, rel: string, ignored: (p: string) => boolean
 /** A folder holding each stage's root file system, as `docker build` would leave it. */
 interface BuiltImage {
   runtimeRoot: string;
-  stages: Stage[];
+  /** The root of each stage that ran, by name. */
+  roots: Map<string, string>;
   entrypoint: string[];
   user: string;
   exposed: number[];
   env: Record<string, string>;
 }
 
-/** Runs a Dockerfile's stages here: COPY, ENV, WORKDIR and RUN, in scratch folders. */
+/** Runs the Dockerfile's stages for one SERVICE here: COPY, ENV, WORKDIR and RUN, in scratch folders. */
 function buildImage(service: string, scratch: string): BuiltImage {
-  const dockerfile = join(REPO_ROOT, "services", service, "Dockerfile");
-  const stages = stagesOf(parseDockerfile(readFileSync(dockerfile, "utf8")));
+  const stages = stagesOf(parseDockerfile(readFileSync(join(REPO_ROOT, DOCKERFILE), "utf8")), {
+    SERVICE: service,
+  });
   const ignored = dockerignore(readFileSync(join(REPO_ROOT, ".dockerignore"), "utf8"));
+  const needed = neededStages(stages);
   const roots = new Map<string, string>();
+  const built = new Map<string, BuiltImage>();
   let last: BuiltImage | undefined;
   stages.forEach((stage, index) => {
+    if (!needed.has(stage)) return;
     const root = join(scratch, `${service}-stage${index}`);
+    const parent = built.get(stage.from);
+    if (parent) cpSync(parent.runtimeRoot, root, { recursive: true });
     mkdirSync(root, { recursive: true });
     if (stage.name) roots.set(stage.name, root);
-    let workdir = "/";
-    const env: Record<string, string> = {};
-    const result: BuiltImage = { runtimeRoot: root, stages, entrypoint: [], user: "", exposed: [], env };
+    let workdir = parent ? ((parent as BuiltImage & { workdir?: string }).workdir ?? "/") : "/";
+    const env: Record<string, string> = { ...parent?.env };
+    const result: BuiltImage & { workdir?: string } = {
+      runtimeRoot: root,
+      roots,
+      entrypoint: [...(parent?.entrypoint ?? [])],
+      user: parent?.user ?? "",
+      exposed: [...(parent?.exposed ?? [])],
+      env,
+    };
     for (const ins of stage.instructions) {
-      const where = `${service}/Dockerfile:${ins.line}`;
+      const where = `${DOCKERFILE}:${ins.line} (SERVICE=${service})`;
       if (ins.keyword === "WORKDIR") {
         workdir = posix.resolve(workdir, ins.args);
         mkdirSync(join(root, workdir), { recursive: true });
       } else if (ins.keyword === "ENV") {
-        for (const pair of ins.args.split(/\s+/)) {
-          const [k, ...v] = pair.split("=");
-          env[k!] = v.join("=");
-        }
+        for (const [k, v] of pairs(ins.args)) env[k] = v ?? "";
       } else if (ins.keyword === "COPY") {
         const words = ins.args.split(/\s+/);
         const from = words.find((w) => w.startsWith("--from="))?.slice("--from=".length);
@@ -217,6 +301,8 @@ function buildImage(service: string, scratch: string): BuiltImage {
         result.exposed = ins.args.split(/\s+/).map(Number);
       }
     }
+    result.workdir = workdir;
+    if (stage.name) built.set(stage.name, result);
     last = result;
   });
   return last!;
@@ -230,19 +316,55 @@ function chartPorts(service: string): number[] {
   return (values.components[service]?.ports ?? []).map((p) => p.port).sort();
 }
 
-describe.each(SERVICES)("services/%s/Dockerfile", (service) => {
-  const text = readFileSync(join(REPO_ROOT, "services", service, "Dockerfile"), "utf8");
-  const stages = stagesOf(parseDockerfile(text));
-  const runtime = stages.at(-1)!;
+const TEXT = readFileSync(join(REPO_ROOT, DOCKERFILE), "utf8");
+const NODE_MAJOR = globalArgs(parseDockerfile(TEXT))["NODE_MAJOR"];
 
+describe(DOCKERFILE, () => {
   it("passes the Dockerfile linter with no finding", () => {
-    const findings = validate(text).map((d) => `line ${d.range.start.line + 1}: ${d.message}`);
+    const findings = validate(TEXT).map((d) => `line ${d.range.start.line + 1}: ${d.message}`);
     expect(findings).toEqual([]);
   });
 
+  it("is the only Dockerfile: one per service folder is gone", () => {
+    for (const s of SERVICES) expect(existsSync(join(REPO_ROOT, "services", s, "Dockerfile")), s).toBe(false);
+  });
+
+  it("builds one image per service folder, the services of the topology", () => {
+    const folders = readdirSync(join(REPO_ROOT, "services"), { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => d.name)
+      .sort();
+    expect(folders).toEqual(SERVICES);
+  });
+
+  it("names the Node major once, in one ARG both stages use", () => {
+    expect(NODE_MAJOR).toMatch(/^\d+$/);
+    expect(TEXT.match(/^ARG NODE_MAJOR\b.*$/gm)).toHaveLength(1);
+    expect(TEXT).not.toMatch(/node:\d|nodejs\d/);
+  });
+
+  it("lists no workspace manifest by hand: a new package needs no edit here", () => {
+    expect(TEXT).not.toMatch(/COPY\s+(packages|services)\/[^\s$]+\/package\.json/);
+  });
+
+  it("refuses a build without SERVICE", () => {
+    expect(() => stagesOf(parseDockerfile(TEXT), {})).toThrow(/SERVICE has no value/);
+  });
+});
+
+describe.each(SERVICES)(`${DOCKERFILE} --build-arg SERVICE=%s`, (service) => {
+  const stages = stagesOf(parseDockerfile(TEXT), { SERVICE: service });
+  const runtime = flatten(stages, stages.at(-1)!);
+  const ports = (stage: Stage) =>
+    stage.instructions
+      .filter((i) => i.keyword === "EXPOSE")
+      .flatMap((i) => i.args.split(/\s+/).map(Number))
+      .sort();
+
   it("builds in one stage with npm ci of this workspace only, and bundles src/main.ts", () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
-    const build = stages[0]!.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args);
+    const buildStage = stages.find((s) => s.name === "build")!;
+    const build = buildStage.instructions.filter((i) => i.keyword === "RUN").map((i) => i.args);
     expect(build).toContainEqual(
       expect.stringMatching(new RegExp(`^npm ci --workspace services/${service} `)),
     );
@@ -252,8 +374,9 @@ describe.each(SERVICES)("services/%s/Dockerfile", (service) => {
     expect(pkg.scripts.build).toBe("node ../../deploy/build/bundle.mjs");
   });
 
-  it("runs on distroless Node 20 as nonroot, with no shell step, no npm and no node_modules", () => {
-    expect(runtime.from).toBe(RUNTIME_IMAGE);
+  it(`runs on distroless Node ${NODE_MAJOR} as nonroot, with no shell step, no npm and no node_modules`, () => {
+    expect(runtime.from).toBe(`gcr.io/distroless/nodejs${NODE_MAJOR}-debian12:nonroot`);
+    expect(stages.find((s) => s.name === "build")?.from).toBe(`node:${NODE_MAJOR}-bookworm-slim`);
     expect(runtime.instructions.filter((i) => i.keyword === "RUN")).toEqual([]);
     expect(runtime.instructions.filter((i) => i.keyword === "USER").map((i) => i.args)).toEqual(["nonroot"]);
     const copies = runtime.instructions.filter((i) => i.keyword === "COPY");
@@ -265,34 +388,32 @@ describe.each(SERVICES)("services/%s/Dockerfile", (service) => {
       for (const src of paths.slice(0, -1))
         expect(src).toMatch(new RegExp(`^/src/services/${service}/dist/`));
     }
-    const entry = runtime.instructions.find((i) => i.keyword === "ENTRYPOINT");
+    const entry = runtime.instructions.filter((i) => i.keyword === "ENTRYPOINT").at(-1);
     const argv = JSON.parse(entry!.args) as string[];
     expect(argv[0]).toBe("/nodejs/bin/node");
     expect(argv.at(-1)).toBe("/app/main.mjs");
     // Source maps in memory would cost 40-50 MB of RSS per process (the idle target is 120 MB).
     expect(argv).not.toContain("--enable-source-maps");
-    // The stack and the benchmark run the bundle with exactly these flags.
+    // The topology's flags, which the stack and the benchmark run the bundle with.
+    expect(argv.slice(1, -1)).toEqual(TOPOLOGY[service].nodeFlags);
     expect(imageNodeFlags(`services/${service}`)).toEqual(argv.slice(1, -1));
   });
 
   it("pins every base image and keeps secrets out of ENV and ARG", () => {
     for (const s of stages) {
+      if (stages.some((x) => x.name === s.from)) continue;
       expect(s.from).toMatch(/^[^:@\s]+(:[\w.-]+|@sha256:[a-f0-9]{64})/);
       expect(s.from).not.toMatch(/:latest$/);
     }
-    for (const ins of stages.flatMap((s) => s.instructions)) {
+    for (const ins of parseDockerfile(TEXT)) {
       if (ins.keyword === "ENV" || ins.keyword === "ARG")
-        for (const pair of ins.args.split(/\s+/))
-          expect(pair.split("=")[0], `line ${ins.line}`).not.toMatch(SECRETISH);
+        for (const [k] of pairs(ins.args)) expect(k, `line ${ins.line}`).not.toMatch(SECRETISH);
     }
   });
 
-  it("exposes exactly the ports the chart gives it", () => {
-    const exposed = runtime.instructions
-      .filter((i) => i.keyword === "EXPOSE")
-      .flatMap((i) => i.args.split(/\s+/).map(Number))
-      .sort();
-    expect(exposed).toEqual(chartPorts(service));
+  it("exposes exactly the ports the chart and the topology give it", () => {
+    expect(ports(runtime)).toEqual(chartPorts(service));
+    expect(ports(runtime)).toEqual(TOPOLOGY[service].ports.map((p) => p.port).sort());
   });
 });
 
@@ -360,48 +481,46 @@ describe("the images, built here and run as a stack", () => {
     // The chart mounts the HMAC key as a file (MPP_SECRET_FILE), never an env value.
     const secretFile = join(scratch, "mpp-secret");
     writeFileSync(secretFile, `${uniqueNamespace("hmac")}-0123456789abcdef0123456789abcdef\n`);
-    for (const s of SERVICES) if (s !== "api-edge") grpcPorts.set(s, await freePort());
-    const common = {
-      LOG_LEVEL: "info",
-      GRPC_HOST: "127.0.0.1",
-      METRICS_HOST: "127.0.0.1",
-      METRICS_PORT: "0",
-      NATS_URL: nats.url,
-      NATS_NAMESPACE: namespace,
-      REDIS_URL: redis.url,
-      REDIS_PREFIX: `tollgate:${namespace}:`,
-      TOLLGATE_CONFIG: config,
+    // Each image gets what the chart gives its pod: its own port, NATS, Redis and the
+    // configuration file only where the topology says it uses them, and its peers' addresses
+    // in the variables the topology names.
+    const addresses = new Map<ServiceName, string>();
+    for (const s of SERVICES) addresses.set(s, `127.0.0.1:${await freePort()}`);
+    const portOfAddr = (s: ServiceName) => addresses.get(s)!.split(":")[1]!;
+    const extra: Partial<Record<ServiceName, Record<string, string>>> = {
+      "mpp-payment": {
+        TEMPO_RPC_URL: "http://127.0.0.1:9/",
+        MPP_SECRET_FILE: secretFile,
+        MPP_RECIPIENT: "0x3E317d4640c59d5c81b4084c3f9EFDdC5C735B8e",
+      },
     };
-    const addr = (s: string) => `127.0.0.1:${grpcPorts.get(s)}`;
-    await run("auth-policy", { ...common, GRPC_PORT: String(grpcPorts.get("auth-policy")) });
-    await run("metering", {
-      ...common,
-      GRPC_PORT: String(grpcPorts.get("metering")),
-      AUTH_POLICY_ADDR: addr("auth-policy"),
-    });
-    await run("inference-router", { ...common, GRPC_PORT: String(grpcPorts.get("inference-router")) });
-    await run("mpp-payment", {
-      ...common,
-      GRPC_PORT: String(grpcPorts.get("mpp-payment")),
-      TEMPO_RPC_URL: "http://127.0.0.1:9/",
-      MPP_SECRET_FILE: secretFile,
-      MPP_RECIPIENT: "0x3E317d4640c59d5c81b4084c3f9EFDdC5C735B8e",
-    });
-    const port = await freePort();
-    edgeUrl = `http://127.0.0.1:${port}`;
-    await run("api-edge", {
-      LOG_LEVEL: "info",
-      HOST: "127.0.0.1",
-      PORT: String(port),
-      METRICS_HOST: "127.0.0.1",
-      METRICS_PORT: "0",
-      REDIS_URL: redis.url,
-      REDIS_PREFIX: `tollgate:${namespace}:`,
-      AUTH_POLICY_ADDR: addr("auth-policy"),
-      INFERENCE_ROUTER_ADDR: addr("inference-router"),
-      MPP_PAYMENT_ADDR: addr("mpp-payment"),
-      METERING_ADDR: addr("metering"),
-    });
+    // Peers first, as a rollout that waits for readiness would.
+    const order: ServiceName[] = [];
+    const visit = (s: ServiceName) => {
+      if (order.includes(s)) return;
+      for (const d of TOPOLOGY[s].dials) visit(d.service);
+      order.push(s);
+    };
+    for (const s of SERVICES) visit(s);
+    for (const s of order) {
+      const t = TOPOLOGY[s];
+      const grpc = portOf(s, "grpc") !== undefined;
+      if (grpc) grpcPorts.set(s, Number(portOfAddr(s)));
+      await run(s, {
+        LOG_LEVEL: "info",
+        ...(grpc
+          ? { GRPC_HOST: "127.0.0.1", GRPC_PORT: portOfAddr(s) }
+          : { HOST: "127.0.0.1", PORT: portOfAddr(s) }),
+        METRICS_HOST: "127.0.0.1",
+        METRICS_PORT: "0",
+        ...(t.nats ? { NATS_URL: nats.url, NATS_NAMESPACE: namespace } : {}),
+        ...(t.redis ? { REDIS_URL: redis.url, REDIS_PREFIX: `tollgate:${namespace}:` } : {}),
+        ...(t.configFile ? { TOLLGATE_CONFIG: config } : {}),
+        ...dialEnv(s, (peer) => [addresses.get(peer)!]),
+        ...extra[s],
+      });
+    }
+    edgeUrl = `http://${addresses.get("api-edge")}`;
   }, 600_000);
 
   // The five scratch images hold each build stage's node_modules: removing them is slow on a
@@ -417,6 +536,24 @@ describe("the images, built here and run as a stack", () => {
     await redis?.stop();
     if (scratch) await rm(scratch, { recursive: true, force: true });
   }, 300_000);
+
+  it("gives npm ci every workspace manifest, though the Dockerfile names none", () => {
+    const workspaces = ["packages", "services"].flatMap((top) =>
+      readdirSync(join(REPO_ROOT, top))
+        .filter((d) => existsSync(join(REPO_ROOT, top, d, "package.json")))
+        .map((d) => `${top}/${d}`),
+    );
+    for (const [service, image] of images) {
+      const build = image.roots.get("build")!;
+      for (const w of workspaces)
+        expect(existsSync(join(build, "src", w, "package.json")), `${service}: ${w}`).toBe(true);
+      expect(
+        existsSync(join(build, "src", "services", service, "node_modules")) ||
+          existsSync(join(build, "src", "node_modules")),
+        service,
+      ).toBe(true);
+    }
+  });
 
   it("leaves only the bundle, its source map, licences and data files in each runtime image", () => {
     for (const [service, image] of images) {

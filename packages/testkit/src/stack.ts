@@ -1,14 +1,15 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { dialEnv, portOf, SERVICE_NAMES, type ServiceName, TOPOLOGY } from "@tollgate/config/topology";
+import { DEMO_PAYEE_PRIVATE_KEY } from "@tollgate/demo/tempo-devnet";
 import { type InternalAuth, isServiceIdentity, type ServiceIdentity } from "@tollgate/kit/credentials";
 import { freePort } from "./fixtures.js";
 import { writeStackTokens } from "./internal-auth.js";
-import { DEMO_PAYEE_PRIVATE_KEY } from "./tempo-devnet/demo-accounts.js";
 
 /** The repository root (this file is packages/testkit/src/stack.ts). */
 export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -89,7 +90,7 @@ const MAIN = /^((?:services|packages)\/[^/]+)\/src\/main\.ts$/;
 
 /**
  * Node's arguments for a script: with runtime "bundle" and a main, its bundle with the node
- * flags of its image's ENTRYPOINT (services/<name>/Dockerfile; none without one); else tsx.
+ * flags its image runs it with (packages/config/src/topology.ts); else tsx.
  */
 export function commandOf(script: string, runtime: "tsx" | "bundle"): string[] {
   const dir = MAIN.exec(script)?.[1];
@@ -97,13 +98,10 @@ export function commandOf(script: string, runtime: "tsx" | "bundle"): string[] {
   return ["--import", "tsx", join(REPO_ROOT, script)];
 }
 
-/** The flags between node and the script in a Dockerfile's `ENTRYPOINT [...]`; [] without one. */
+/** The flags between node and the bundle in a service's image (services/<name>); [] for others. */
 export function imageNodeFlags(dir: string): string[] {
-  const dockerfile = join(REPO_ROOT, dir, "Dockerfile");
-  if (!existsSync(dockerfile)) return [];
-  const entry = /^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(readFileSync(dockerfile, "utf8"))?.[1];
-  const argv = entry ? (JSON.parse(entry) as string[]) : [];
-  return argv.slice(1, -1);
+  const name = /^services\/([^/]+)$/.exec(dir)?.[1];
+  return name !== undefined && name in TOPOLOGY ? [...TOPOLOGY[name as ServiceName].nodeFlags] : [];
 }
 
 /**
@@ -120,13 +118,7 @@ export function buildBundles(dirs: readonly string[]): void {
 }
 
 /** The five services, as buildBundles names them. */
-export const SERVICE_DIRS = [
-  "services/api-edge",
-  "services/auth-policy",
-  "services/inference-router",
-  "services/metering",
-  "services/mpp-payment",
-] as const;
+export const SERVICE_DIRS: readonly string[] = SERVICE_NAMES.map((s) => `services/${s}`);
 
 /** One running service process. */
 export interface StackProcess {
@@ -303,139 +295,122 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   };
 
   try {
-    const meteringPort = opts.grpcPorts?.metering ?? (await freePort());
-    const firstPaymentPort = opts.grpcPorts?.payment ?? (await freePort());
-    const devnetPort = opts.devnetPort ?? (await freePort());
-    const authPort = opts.grpcPorts?.auth ?? (await freePort());
     const edgeCount = opts.edges ?? 1;
     if (!Number.isInteger(edgeCount) || edgeCount < 1)
       throw new Error("edges must be a whole number of at least 1");
-    // Two free ports asked for in a row can be the same one; the edges' ports must all differ.
-    const fixed = [opts.port, opts.adminPort, ...(opts.grpcPorts?.routers ?? [])].filter(
-      (p) => p !== undefined,
-    );
-    const taken = new Set([upstreamPort, meteringPort, firstPaymentPort, devnetPort, authPort, ...fixed]);
+    if (opts.externalUpstream && opts.upstreamPort === undefined)
+      throw new Error("externalUpstream needs the upstreamPort it listens on");
+    // Ports asked for in a row can repeat: every port of the stack is taken once.
+    const given = {
+      "auth-policy": opts.grpcPorts?.auth === undefined ? [] : [opts.grpcPorts.auth],
+      metering: opts.grpcPorts?.metering === undefined ? [] : [opts.grpcPorts.metering],
+      "mpp-payment": opts.grpcPorts?.payment === undefined ? [] : [opts.grpcPorts.payment],
+      "inference-router": opts.grpcPorts?.routers ?? [],
+      "api-edge": opts.port === undefined ? [] : [opts.port],
+    } satisfies Record<ServiceName, number[]>;
+    const taken = new Set<number>([
+      upstreamPort,
+      ...Object.values(given).flat(),
+      ...(opts.devnetPort === undefined ? [] : [opts.devnetPort]),
+      ...(opts.adminPort === undefined ? [] : [opts.adminPort]),
+    ]);
     const anotherPort = async () => {
       for (;;) {
         const p = await freePort();
-        if (!taken.has(p)) return p;
+        if (!taken.has(p)) {
+          taken.add(p);
+          return p;
+        }
       }
     };
-    const edgePorts: number[] = [];
+    const devnetPort = opts.devnetPort ?? (await anotherPort());
+    const replicas: Record<ServiceName, number> = {
+      "api-edge": edgeCount,
+      "auth-policy": 1,
+      "inference-router": opts.routers ?? 2,
+      metering: 1,
+      "mpp-payment": opts.payments ?? 1,
+    };
+    // Each replica of each service of the topology: its name, main port and metrics port. One
+    // replica keeps the service's name ("api-edge", logs/api-edge.log for `make up`), several
+    // are numbered; routers are always numbered.
+    const instances = {} as Record<ServiceName, { name: string; port: number; metricsPort: number }[]>;
+    for (const service of SERVICE_NAMES) {
+      const count = replicas[service];
+      instances[service] = [];
+      for (let i = 0; i < count; i++)
+        instances[service].push({
+          name: count === 1 && service !== "inference-router" ? service : `${service}-${i + 1}`,
+          port: given[service][i] ?? (await anotherPort()),
+          metricsPort: 0,
+        });
+    }
     const adminPorts: number[] = [];
-    for (let i = 0; i < edgeCount; i++) {
-      const edgePort = i === 0 && opts.port !== undefined ? opts.port : await anotherPort();
-      taken.add(edgePort);
-      const adminPort = i === 0 && opts.adminPort !== undefined ? opts.adminPort : await anotherPort();
-      taken.add(adminPort);
-      edgePorts.push(edgePort);
-      adminPorts.push(adminPort);
-    }
-    const paymentPorts = [firstPaymentPort];
-    while (paymentPorts.length < (opts.payments ?? 1)) {
-      const p = await anotherPort();
-      taken.add(p);
-      paymentPorts.push(p);
-    }
-    const routerPorts: number[] = [...(opts.grpcPorts?.routers ?? [])];
-    while (routerPorts.length < (opts.routers ?? 2)) {
-      const p = await anotherPort();
-      taken.add(p);
-      routerPorts.push(p);
-    }
+    for (let i = 0; i < edgeCount; i++)
+      adminPorts.push(i === 0 && opts.adminPort !== undefined ? opts.adminPort : await anotherPort());
     // Every service process gets its own free metrics port (replicas would clash on a default).
-    const metricsPort = async () => {
-      const p = await anotherPort();
-      taken.add(p);
-      return p;
-    };
-    const metricsPorts = {
-      metering: await metricsPort(),
-      payments: await Promise.all(paymentPorts.map(() => metricsPort())),
-      auth: await metricsPort(),
-      routers: await Promise.all(routerPorts.map(() => metricsPort())),
-      edges: [] as number[],
-    };
-    for (let i = 0; i < edgeCount; i++) metricsPorts.edges.push(await metricsPort());
-    if (opts.externalUpstream && opts.upstreamPort === undefined)
-      throw new Error("externalUpstream needs the upstreamPort it listens on");
+    for (const service of SERVICE_NAMES)
+      for (const instance of instances[service]) instance.metricsPort = await anotherPort();
     const mppSecret = randomBytes(32).toString("hex");
+    // Every replica of a peer, in the variables the topology names (replicas comma-separated).
+    const peers = (peer: ServiceName) => instances[peer].map((p) => `127.0.0.1:${p.port}`);
+    // What a service needs besides its port and its peers.
+    const own: Partial<Record<ServiceName, (i: number) => NodeJS.ProcessEnv>> = {
+      "mpp-payment": () => ({
+        TEMPO_RPC_URL: `http://127.0.0.1:${devnetPort}`,
+        // Every replica of one stack shares the secret; a new stack gets a new one.
+        MPP_SECRET: mppSecret,
+        MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
+        ...opts.paymentEnv,
+      }),
+      "api-edge": (i) => ({
+        HOST: "127.0.0.1",
+        ADMIN_HOST: "127.0.0.1",
+        ADMIN_PORT: String(adminPorts[i]),
+        ADMIN_TOKEN: adminToken,
+      }),
+    };
+    const launchService = (service: ServiceName) =>
+      instances[service].map(({ name, port, metricsPort }, i) =>
+        launch(
+          name,
+          `services/${service}/src/main.ts`,
+          port,
+          {
+            [portOf(service, "grpc") !== undefined ? "GRPC_PORT" : "PORT"]: String(port),
+            ...dialEnv(service, peers),
+            ...own[service]?.(i),
+          },
+          metricsPort,
+        ),
+      );
+    // The gRPC services start together (each dials its peers on first use), peers before those
+    // that dial them so that stopping in reverse stops callers first; the door, which needs
+    // them to turn ready, after.
+    const order: ServiceName[] = [];
+    const visit = (s: ServiceName) => {
+      if (order.includes(s)) return;
+      for (const d of TOPOLOGY[s].dials) visit(d.service);
+      order.push(s);
+    };
+    for (const s of SERVICE_NAMES) visit(s);
+    const grpcServices = order.filter((s) => portOf(s, "grpc") !== undefined);
     await Promise.all([
       opts.externalUpstream
         ? waitForPort(upstreamPort, 30_000)
-        : launch("fake-upstream", "packages/testkit/src/bin/fake-upstream.ts", upstreamPort, {
+        : launch("fake-upstream", "packages/demo/src/bin/fake-upstream.ts", upstreamPort, {
             ...opts.upstreamEnv,
             PORT: String(upstreamPort),
             HOST: "127.0.0.1",
           }),
-      launch(
-        "metering",
-        "services/metering/src/main.ts",
-        meteringPort,
-        // metering settles budget reservations with auth-policy (connected on first use).
-        { GRPC_PORT: String(meteringPort), AUTH_POLICY_ADDR: `127.0.0.1:${authPort}` },
-        metricsPorts.metering,
-      ),
-      launch("tempo-devnet", "packages/testkit/src/bin/tempo-devnet.ts", devnetPort, {
+      launch("tempo-devnet", "packages/demo/src/bin/tempo-devnet.ts", devnetPort, {
         PORT: String(devnetPort),
         HOST: "127.0.0.1",
       }),
-      ...paymentPorts.map((p, i) =>
-        launch(
-          paymentPorts.length === 1 ? "mpp-payment" : `mpp-payment-${i + 1}`,
-          "services/mpp-payment/src/main.ts",
-          p,
-          {
-            GRPC_PORT: String(p),
-            TEMPO_RPC_URL: `http://127.0.0.1:${devnetPort}`,
-            // Every replica of one stack shares the secret; a new stack gets a new one.
-            MPP_SECRET: mppSecret,
-            MPP_PAYEE_KEY: DEMO_PAYEE_PRIVATE_KEY,
-            ...opts.paymentEnv,
-          },
-          metricsPorts.payments[i],
-        ),
-      ),
-      launch(
-        "auth-policy",
-        "services/auth-policy/src/main.ts",
-        authPort,
-        { GRPC_PORT: String(authPort) },
-        metricsPorts.auth,
-      ),
-      ...routerPorts.map((p, i) =>
-        launch(
-          `inference-router-${i + 1}`,
-          "services/inference-router/src/main.ts",
-          p,
-          { GRPC_PORT: String(p) },
-          metricsPorts.routers[i],
-        ),
-      ),
+      ...grpcServices.flatMap(launchService),
     ]);
-    // One name when there is one edge (logs/api-edge.log for `make up`), numbered otherwise.
-    const edgeName = (i: number) => (edgeCount === 1 ? "api-edge" : `api-edge-${i + 1}`);
-    await Promise.all(
-      edgePorts.map((edgePort, i) =>
-        launch(
-          edgeName(i),
-          "services/api-edge/src/main.ts",
-          edgePort,
-          {
-            HOST: "127.0.0.1",
-            PORT: String(edgePort),
-            ADMIN_HOST: "127.0.0.1",
-            ADMIN_PORT: String(adminPorts[i]),
-            ADMIN_TOKEN: adminToken,
-            AUTH_POLICY_ADDR: `127.0.0.1:${authPort}`,
-            INFERENCE_ROUTER_ADDR: routerPorts.map((p) => `127.0.0.1:${p}`).join(","),
-            MPP_PAYMENT_ADDR: paymentPorts.map((p) => `127.0.0.1:${p}`).join(","),
-            METERING_ADDR: `127.0.0.1:${meteringPort}`,
-          },
-          metricsPorts.edges[i],
-        ),
-      ),
-    );
+    await Promise.all(order.filter((s) => !grpcServices.includes(s)).flatMap(launchService));
+    const edgePorts = instances["api-edge"].map((e) => e.port);
     const urls = edgePorts.map((p) => `http://127.0.0.1:${p}`);
     const adminUrls = adminPorts.map((p) => `http://127.0.0.1:${p}`);
     await Promise.all([

@@ -1,7 +1,7 @@
 import { createTempoDevnet, DEMO_PAYEE_ADDRESS, DEMO_PAYER_ADDRESS } from "../tempo-devnet/index.js";
 
 // A stand-alone Tempo devnet for the dev stack and manual runs:
-//   PORT=18545 tsx packages/testkit/src/bin/tempo-devnet.ts
+//   PORT=18545 tsx packages/demo/src/bin/tempo-devnet.ts
 // FEE_PER_TRANSACTION (base units, default 0) charges that fixed fee to each transaction's fee payer.
 
 function integerFrom(name: string, fallback: bigint): bigint {
@@ -30,7 +30,7 @@ console.log(`  fee per tx      ${units(devnet.feePerTransaction)} in the tx's fe
 console.log(`  demo payer      ${DEMO_PAYER_ADDRESS} holds ${units(devnet.balanceOf(DEMO_PAYER_ADDRESS))}`);
 console.log(`  demo payee      ${DEMO_PAYEE_ADDRESS} holds ${units(devnet.balanceOf(DEMO_PAYEE_ADDRESS))}`);
 console.log("A payer pays with the demo payer key: DEMO_PAYER_PRIVATE_KEY in");
-console.log("packages/testkit/src/tempo-devnet/demo-accounts.ts (dev only; never use it on a real chain).");
+console.log("packages/demo/src/tempo-devnet/demo-accounts.ts (dev only; never use it on a real chain).");
 
 let stopping = false;
 const stop = () => {
