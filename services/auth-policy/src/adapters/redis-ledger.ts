@@ -5,6 +5,7 @@ import {
   DEFAULT_RESERVATION_TTL_SECONDS,
   DEFAULT_SETTLEMENT_WINDOW_SECONDS,
   isReservationId,
+  type Settlement,
   type SettleOutcome,
 } from "../domain/budget.js";
 import type { Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
@@ -239,6 +240,9 @@ if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
 return { 'settled', cost }
 `;
 
+/** Reservations a replica remembers until settled (the oldest are forgotten first). */
+const MAX_HELD_HERE = 20_000;
+
 /** How often, and how long, a hold whose admission reply was lost is released again. */
 const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 
@@ -263,6 +267,10 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     client.defineCommand("authAdmit", { lua: ADMIT_LUA });
     client.defineCommand("authSettle", { lua: SETTLE_LUA });
   }
+  // The budgets of the reservations this replica took, until they are settled: a settlement
+  // that finds its reservation here runs the settle script at once (one round trip), instead of
+  // reading the record's budgets first. The script still checks them against the record.
+  const heldHere = new Map<string, string>();
   const budgetKey = (id: string) => `${p}budget:${id}`;
   const holdsKey = (id: string) => `${p}budget:${id}:holds`;
   const recordKey = (reservationId: string) => `${p}reservation:${reservationId}`;
@@ -339,6 +347,10 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       );
       const rateAdmitted = reply[0] === 1;
       const budgetsAdmitted = reply[1] === 1;
+      if (hold && rateAdmitted && budgetsAdmitted) {
+        if (heldHere.size >= MAX_HELD_HERE) heldHere.delete(heldHere.keys().next().value as string);
+        heldHere.set(hold.reservationId, checks.map((c) => c.id).join(" "));
+      }
       const expired = Number(reply[3]);
       if (expired > 0) opts.onHoldsExpired?.(expired);
       const counts: WindowCount[] = windows.map((_, i) => ({
@@ -367,27 +379,47 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
 
     async settle(reservationId, cost, eventId, now) {
       if (!isReservationId(reservationId)) return { outcome: "unknown" };
+      const here = heldHere.get(reservationId);
+      heldHere.delete(reservationId);
+      if (here !== undefined) {
+        try {
+          return await settleWith(reservationId, here, cost, eventId, now);
+        } catch (err) {
+          if (isRedisUnavailable(err)) throw err;
+          // The record says otherwise (it cannot, as ids are never reused): read it below.
+        }
+      }
       // The budgets a reservation holds never change once it exists: read them, then let the
       // script check that they are still what it was given (and that nobody settled first).
-      const record = recordKey(reservationId);
-      const budgets = await redis.hget(record, "budgets");
+      const budgets = await redis.hget(recordKey(reservationId), "budgets");
       if (budgets === null) return { outcome: "unknown" };
-      const ids = budgets === "" ? [] : budgets.split(" ");
-      const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
-      const [outcome, settled] = await client.authSettle(
-        keys.length,
-        ...keys,
-        clockArg(now),
-        reservationId,
-        cost.toString(),
-        eventId,
-        budgets,
-      );
-      const known = OUTCOMES.find((o) => o === outcome) ?? "unknown";
-      return known === "unknown" || settled === ""
-        ? { outcome: known }
-        : { outcome: known, cost: BigInt(settled) };
+      return settleWith(reservationId, budgets, cost, eventId, now);
     },
   };
+
+  async function settleWith(
+    reservationId: string,
+    budgets: string,
+    cost: bigint,
+    eventId: string,
+    now: Date,
+  ): Promise<Settlement> {
+    const record = recordKey(reservationId);
+    const ids = budgets === "" ? [] : budgets.split(" ");
+    const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+    const [outcome, settled] = await client.authSettle(
+      keys.length,
+      ...keys,
+      clockArg(now),
+      reservationId,
+      cost.toString(),
+      eventId,
+      budgets,
+    );
+    const known = OUTCOMES.find((o) => o === outcome) ?? "unknown";
+    return known === "unknown" || settled === ""
+      ? { outcome: known }
+      : { outcome: known, cost: BigInt(settled) };
+  }
   return ledger;
 }

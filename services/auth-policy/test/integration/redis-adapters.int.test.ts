@@ -1,7 +1,7 @@
 import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createMemoryLedger } from "../../src/adapters/memory-ledger.js";
 import { createRedisKeyStore } from "../../src/adapters/redis-key-store.js";
 import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
@@ -130,6 +130,52 @@ describe("redis ledger: rate-limit windows with totals", () => {
     const stats = (await redis.info("commandstats")) as string;
     expect(stats).not.toMatch(/cmdstat_hgetall:/);
     expect(stats).toMatch(/cmdstat_hmget:calls=50,/);
+  });
+});
+
+describe("redis ledger: settling a reservation this replica took", () => {
+  const T0 = Date.UTC(2025, 5, 1, 12, 0, 0);
+  const budget = (id: string) => ({
+    scope: "connection" as const,
+    id,
+    limit: 1_000n,
+    periodEndMs: T0 + 86_400_000,
+  });
+
+  it("settles in one round trip, and another replica still settles by reading the record", async () => {
+    const p = prefix();
+    const here = createRedisLedger(redis, { prefix: p, clock: "caller" });
+    const there = createRedisLedger(redis, { prefix: p, clock: "caller" });
+    const b = budget("{acct}:connection:c:day");
+    const hold = (id: string) =>
+      here.admit([], { hold: { reservationId: id, amount: 100n, budgets: [b] } }, new Date(T0));
+    const mine = newReservationId("acct");
+    const theirs = newReservationId("acct");
+    expect((await hold(mine)).admitted).toBe(true);
+    expect((await hold(theirs)).admitted).toBe(true);
+
+    const hget = vi.spyOn(redis, "hget");
+    try {
+      expect(await here.settle(mine, 30n, "evt_1", new Date(T0 + 1_000))).toEqual({
+        outcome: "settled",
+        cost: 30n,
+      });
+      expect(hget).not.toHaveBeenCalled();
+      expect(await there.settle(theirs, 40n, "evt_2", new Date(T0 + 1_000))).toEqual({
+        outcome: "settled",
+        cost: 40n,
+      });
+      expect(hget).toHaveBeenCalledTimes(1);
+      // A repeat is answered from the record, as before.
+      expect(await here.settle(mine, 99n, "evt_3", new Date(T0 + 2_000))).toEqual({
+        outcome: "already_settled",
+        cost: 30n,
+      });
+    } finally {
+      hget.mockRestore();
+    }
+    const d = await there.admit([], { peek: [b] }, new Date(T0 + 3_000));
+    expect(d.budgets).toEqual([{ spent: 70n, held: 0n }]);
   });
 });
 
