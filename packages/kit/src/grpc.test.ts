@@ -163,6 +163,23 @@ describe("grpc bridge", () => {
     expect(res.reservationId).toBe("req_1");
   });
 
+  it("makes no AbortController for a call whose handler never reads its signal", async () => {
+    const Real = globalThis.AbortController;
+    let made = 0;
+    globalThis.AbortController = class extends Real {
+      constructor() {
+        super();
+        made++;
+      }
+    };
+    try {
+      for (let i = 0; i < 5; i++) await authClient.authorize({ key: "tg_abc", model: "" });
+    } finally {
+      globalThis.AbortController = Real;
+    }
+    expect(made).toBe(0);
+  });
+
   it("keeps an absent optional field absent", async () => {
     const res = await authClient.authorize({ key: "tg_abc", route: Route.MODELS, model: "" });
     expect(res.maxOutputTokens).toBeUndefined();

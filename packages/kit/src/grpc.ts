@@ -217,12 +217,37 @@ function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc
   return { code: grpc.status.INTERNAL, details: "internal error", metadata };
 }
 
+/** A call's context plus whether its caller went away, read without making a signal. */
+interface CallState {
+  ctx: CallContext;
+  cancelled(): boolean;
+}
+
+/**
+ * The context of one call. Its AbortSignal is made on the first read of `ctx.signal`: most
+ * handlers (auth-policy's) never read it, and an AbortController per call is measurable on
+ * the request path. A signal made after the caller went away starts aborted.
+ */
 function contextOf(
   call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
-) {
-  const controller = new AbortController();
-  call.on("cancelled", () => controller.abort());
-  return { signal: controller.signal, metadata: call.metadata };
+): CallState {
+  let controller: AbortController | undefined;
+  let cancelled = false;
+  call.once("cancelled", () => {
+    cancelled = true;
+    controller?.abort();
+  });
+  const ctx: CallContext = {
+    get signal() {
+      if (!controller) {
+        controller = new AbortController();
+        if (cancelled) controller.abort();
+      }
+      return controller.signal;
+    },
+    metadata: call.metadata,
+  };
+  return { ctx, cancelled: () => cancelled };
 }
 
 /**
@@ -230,19 +255,16 @@ function contextOf(
  * would park a handler forever when a slow caller goes away, and its cleanup (billing the
  * tokens produced) would never run.
  */
-function drainOrCancel(
-  call: grpc.ServerWritableStream<unknown, unknown>,
-  signal: AbortSignal,
-): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
+function drainOrCancel(call: grpc.ServerWritableStream<unknown, unknown>, state: CallState): Promise<void> {
+  if (state.cancelled()) return Promise.resolve();
   return new Promise((resolve) => {
     const done = () => {
       call.off("drain", done);
-      signal.removeEventListener("abort", done);
+      call.off("cancelled", done);
       resolve();
     };
     call.once("drain", done);
-    signal.addEventListener("abort", done, { once: true });
+    call.once("cancelled", done);
   });
 }
 
@@ -304,19 +326,20 @@ export function addService<M extends GenServiceMethods>(
       ) => {
         const refused = refusal(check, call, m, log);
         if (refused) return callback(refused);
-        const ctx = contextOf(call);
+        const state = contextOf(call);
         const span = serverSpan(call.metadata);
-        runInSpan(span, () => handler(call.request, ctx) as Promise<unknown>).then(
+        runInSpan(span, () => handler(call.request, state.ctx) as Promise<unknown>).then(
           (res) => {
             endRpcSpan(span, SpanKind.SERVER, grpc.status.OK);
             callback(null, res);
           },
           (err: unknown) => {
             // A caller that went away is not a failure of this service: nothing to log.
-            const status = ctx.signal.aborted
+            const gone = state.cancelled();
+            const status = gone
               ? { code: grpc.status.CANCELLED, details: "cancelled by the caller" }
               : toServiceError(err, log, m.name);
-            const errorType = ctx.signal.aborted ? "cancelled" : errorTypeOf(err);
+            const errorType = gone ? "cancelled" : errorTypeOf(err);
             endRpcSpan(span, SpanKind.SERVER, status.code ?? grpc.status.UNKNOWN, errorType);
             callback(status);
           },
@@ -329,26 +352,26 @@ export function addService<M extends GenServiceMethods>(
           call.emit("error", refused);
           return;
         }
-        const ctx = contextOf(call);
+        const state = contextOf(call);
         const span = serverSpan(call.metadata);
         void runInSpan(span, async () => {
           let code = grpc.status.OK;
           let errorType: string | undefined;
           try {
-            for await (const msg of handler(call.request, ctx) as AsyncIterable<unknown>) {
-              if (ctx.signal.aborted) return;
-              if (!call.write(msg)) await drainOrCancel(call, ctx.signal);
+            for await (const msg of handler(call.request, state.ctx) as AsyncIterable<unknown>) {
+              if (state.cancelled()) return;
+              if (!call.write(msg)) await drainOrCancel(call, state);
             }
             call.end();
           } catch (err) {
-            errorType = ctx.signal.aborted ? "cancelled" : errorTypeOf(err);
-            if (!ctx.signal.aborted) {
+            errorType = state.cancelled() ? "cancelled" : errorTypeOf(err);
+            if (!state.cancelled()) {
               const status = toServiceError(err, log, m.name);
               code = status.code ?? grpc.status.UNKNOWN;
               call.emit("error", status);
             }
           } finally {
-            endRpcSpan(span, SpanKind.SERVER, ctx.signal.aborted ? grpc.status.CANCELLED : code, errorType);
+            endRpcSpan(span, SpanKind.SERVER, state.cancelled() ? grpc.status.CANCELLED : code, errorType);
           }
         });
       };

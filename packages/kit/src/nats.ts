@@ -1,17 +1,27 @@
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
-import { connect, type NatsConnection, nanos } from "@nats-io/transport-node";
+import { connect, type NatsConnection, type NodeConnectionOptions, nanos } from "@nats-io/transport-node";
 import type { HealthCheck } from "./health.js";
 
 export type { NatsConnection } from "@nats-io/transport-node";
 
-/** Connects to NATS; reconnects forever so a restart of the server is survived. */
-export function connectNats(url: string, name: string): Promise<NatsConnection> {
-  return connect({
+/**
+ * The options of every NATS connection the services make: reconnect forever so a restart of the
+ * server is survived, and no async stack trace captured per request and publish (nats.js builds
+ * an Error for each one otherwise; a failed call still carries its own stack).
+ */
+export function natsOptions(url: string, name: string): NodeConnectionOptions {
+  return {
     servers: url.split(","),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
-  });
+    noAsyncTraces: true,
+  };
+}
+
+/** Connects to NATS with {@link natsOptions}. */
+export function connectNats(url: string, name: string): Promise<NatsConnection> {
+  return connect(natsOptions(url, name));
 }
 
 /** A readiness check that reports NATS as connected. */

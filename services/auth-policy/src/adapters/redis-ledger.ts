@@ -5,6 +5,7 @@ import {
   DEFAULT_RESERVATION_TTL_SECONDS,
   DEFAULT_SETTLEMENT_WINDOW_SECONDS,
   isReservationId,
+  type Settlement,
   type SettleOutcome,
 } from "../domain/budget.js";
 import type { Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
@@ -23,7 +24,8 @@ export interface RedisLedgerOptions extends LedgerOptions {
 }
 
 // Layout, under <prefix>auth: (every key of one account carries its hash tag {accountId})
-//   rl:{a}:<scope>:<unit>                      HASH bucket second → units (rate-limit window)
+//   rl2:{a}:<scope>:<unit>                     HASH bucket second → units (rate-limit window),
+//                                              plus t (their total), o (oldest), n (newest)
 //   budget:{a}:<connection|key>:<id>:<period>  HASH spent, held, r:<reservation id> → amount held
 //                                              (":1" appended in the reservation's first budget)
 //   budget:{a}:<…>:<period>:holds              ZSET reservation id by hold expiry (ms)
@@ -50,6 +52,11 @@ end
 // domain/budget.ts (fits) for one request, in one atomic step: check every window and every
 // budget (after dropping expired holds), and only if all have room, count the request in each
 // window and hold its quote against each budget, recording the reservation.
+// A window's hash keeps, next to its per-second buckets, their total ('t'), the oldest bucket
+// ('o') and the newest ('n'): while no bucket has left the window the count is those three
+// fields (one HMGET), not the 61 buckets. The buckets are read only when one has left the window
+// (then dropped and the totals recounted: about once a second per busy window) and to work out
+// the retry time of a refusal.
 //   KEYS: n windows, then per budget its hash and its holds zset, then (mode 'hold') the record
 //   ARGV: now ms ('' = Redis TIME), bucket ms, buckets per window, n, m, mode ('', 'peek',
 //         'hold'), reservation id, amount, hold ms, record ms, then limit and cost per window,
@@ -71,28 +78,55 @@ local current = math.floor(now / width)
 local oldest = current - span + 1
 local rateOk = 1
 local out = {}
-for i = 1, n do
-  local limit = tonumber(ARGV[W + 2 * i - 1])
-  local cost = tonumber(ARGV[W + 2 * i])
-  local flat = redis.call('HGETALL', KEYS[i])
+local firsts, newests = {}, {}
+local function buckets(key)
+  local flat = redis.call('HGETALL', key)
   local live, stale = {}, {}
-  local used, newest = 0, -1
   for j = 1, #flat, 2 do
-    local b, units = tonumber(flat[j]), tonumber(flat[j + 1])
-    if b < oldest then
-      stale[#stale + 1] = flat[j]
-    else
-      live[#live + 1] = { b, units }
-      used = used + units
-      if units > 0 and b > newest then newest = b end
+    local b = tonumber(flat[j])
+    if b then
+      if b < oldest then
+        stale[#stale + 1] = flat[j]
+      else
+        live[#live + 1] = { b, tonumber(flat[j + 1]) }
+      end
     end
   end
-  if #stale > 0 then redis.call('HDEL', KEYS[i], unpack(stale)) end
+  return live, stale
+end
+for i = 1, n do
+  local key = KEYS[i]
+  local limit = tonumber(ARGV[W + 2 * i - 1])
+  local cost = tonumber(ARGV[W + 2 * i])
+  local meta = redis.call('HMGET', key, 't', 'o', 'n')
+  local used, first, newest = 0, nil, -1
+  if meta[2] then
+    used, first, newest = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3])
+  end
+  local live = nil
+  if first and first < oldest then
+    local stale
+    live, stale = buckets(key)
+    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    used, first, newest = 0, nil, -1
+    for _, e in ipairs(live) do
+      used = used + e[2]
+      if first == nil or e[1] < first then first = e[1] end
+      if e[1] > newest then newest = e[1] end
+    end
+    if first then
+      redis.call('HSET', key, 't', used, 'o', first, 'n', newest)
+    else
+      redis.call('HDEL', key, 't', 'o', 'n')
+    end
+  end
+  firsts[i], newests[i] = first, newest
   local retry = 0
   if used + cost > limit then
     rateOk = 0
     retry = -1
     if cost <= limit then
+      if live == nil then live = buckets(key) end
       table.sort(live, function(x, y) return x[1] < y[1] end)
       local freed = 0
       for _, e in ipairs(live) do
@@ -128,8 +162,9 @@ for j = 1, m do
     end
     redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
   end
-  local spent = redis.call('HGET', h, 'spent') or '0'
-  local held = redis.call('HGET', h, 'held') or '0'
+  local sh = redis.call('HMGET', h, 'spent', 'held')
+  local spent = sh[1] or '0'
+  local held = sh[2] or '0'
   if mode == 'hold' and tonumber(spent) + tonumber(held) + tonumber(amount) > tonumber(ARGV[B + 3 * j - 2]) then
     budgetOk = 0
   end
@@ -140,8 +175,12 @@ if rateOk == 1 and budgetOk == 1 then
   for i = 1, n do
     local cost = tonumber(ARGV[W + 2 * i])
     if cost > 0 then
-      redis.call('HINCRBY', KEYS[i], current, cost)
-      redis.call('PEXPIRE', KEYS[i], (span + 1) * width)
+      local key = KEYS[i]
+      redis.call('HINCRBY', key, current, cost)
+      redis.call('HINCRBY', key, 't', cost)
+      if firsts[i] == nil or current < firsts[i] then redis.call('HSET', key, 'o', current) end
+      if current > newests[i] then redis.call('HSET', key, 'n', current) end
+      redis.call('PEXPIRE', key, (span + 1) * width)
     end
   end
   if mode == 'hold' then
@@ -201,6 +240,12 @@ if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
 return { 'settled', cost }
 `;
 
+/**
+ * Reservations a replica remembers until settled, the oldest forgotten first: some 40 s of
+ * admissions at 250 a second, while a settlement comes within seconds (about 1 MB).
+ */
+const MAX_HELD_HERE = 10_000;
+
 /** How often, and how long, a hold whose admission reply was lost is released again. */
 const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 
@@ -225,6 +270,10 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     client.defineCommand("authAdmit", { lua: ADMIT_LUA });
     client.defineCommand("authSettle", { lua: SETTLE_LUA });
   }
+  // The budgets of the reservations this replica took, until they are settled: a settlement
+  // that finds its reservation here runs the settle script at once (one round trip), instead of
+  // reading the record's budgets first. The script still checks them against the record.
+  const heldHere = new Map<string, string>();
   const budgetKey = (id: string) => `${p}budget:${id}`;
   const holdsKey = (id: string) => `${p}budget:${id}:holds`;
   const recordKey = (reservationId: string) => `${p}reservation:${reservationId}`;
@@ -270,7 +319,9 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
         };
       }
       const keys = [
-        ...windows.map((w) => `${p}rl:${w.id}`),
+        // "rl2:", not "rl:": a window that keeps its totals; the earlier layout (buckets only)
+        // stays apart, so replicas of both versions can run side by side during an upgrade.
+        ...windows.map((w) => `${p}rl2:${w.id}`),
         ...checks.flatMap((c) => [budgetKey(c.id), holdsKey(c.id)]),
         ...(hold ? [recordKey(hold.reservationId)] : []),
       ];
@@ -299,6 +350,10 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       );
       const rateAdmitted = reply[0] === 1;
       const budgetsAdmitted = reply[1] === 1;
+      if (hold && rateAdmitted && budgetsAdmitted) {
+        if (heldHere.size >= MAX_HELD_HERE) heldHere.delete(heldHere.keys().next().value as string);
+        heldHere.set(hold.reservationId, checks.map((c) => c.id).join(" "));
+      }
       const expired = Number(reply[3]);
       if (expired > 0) opts.onHoldsExpired?.(expired);
       const counts: WindowCount[] = windows.map((_, i) => ({
@@ -327,27 +382,47 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
 
     async settle(reservationId, cost, eventId, now) {
       if (!isReservationId(reservationId)) return { outcome: "unknown" };
+      const here = heldHere.get(reservationId);
+      heldHere.delete(reservationId);
+      if (here !== undefined) {
+        try {
+          return await settleWith(reservationId, here, cost, eventId, now);
+        } catch (err) {
+          if (isRedisUnavailable(err)) throw err;
+          // The record says otherwise (it cannot, as ids are never reused): read it below.
+        }
+      }
       // The budgets a reservation holds never change once it exists: read them, then let the
       // script check that they are still what it was given (and that nobody settled first).
-      const record = recordKey(reservationId);
-      const budgets = await redis.hget(record, "budgets");
+      const budgets = await redis.hget(recordKey(reservationId), "budgets");
       if (budgets === null) return { outcome: "unknown" };
-      const ids = budgets === "" ? [] : budgets.split(" ");
-      const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
-      const [outcome, settled] = await client.authSettle(
-        keys.length,
-        ...keys,
-        clockArg(now),
-        reservationId,
-        cost.toString(),
-        eventId,
-        budgets,
-      );
-      const known = OUTCOMES.find((o) => o === outcome) ?? "unknown";
-      return known === "unknown" || settled === ""
-        ? { outcome: known }
-        : { outcome: known, cost: BigInt(settled) };
+      return settleWith(reservationId, budgets, cost, eventId, now);
     },
   };
+
+  async function settleWith(
+    reservationId: string,
+    budgets: string,
+    cost: bigint,
+    eventId: string,
+    now: Date,
+  ): Promise<Settlement> {
+    const record = recordKey(reservationId);
+    const ids = budgets === "" ? [] : budgets.split(" ");
+    const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+    const [outcome, settled] = await client.authSettle(
+      keys.length,
+      ...keys,
+      clockArg(now),
+      reservationId,
+      cost.toString(),
+      eventId,
+      budgets,
+    );
+    const known = OUTCOMES.find((o) => o === outcome) ?? "unknown";
+    return known === "unknown" || settled === ""
+      ? { outcome: known }
+      : { outcome: known, cost: BigInt(settled) };
+  }
   return ledger;
 }

@@ -8,8 +8,8 @@
 // expires after the reservation TTL without usage. A settlement that arrives after the hold
 // expired still adds the actual cost to the spend of the period the reservation was made in.
 
+import { randomBase62 } from "@tollgate/kit/ids";
 import { AuthError } from "./errors.js";
-import { randomBase62 } from "./keys.js";
 import type { Ledger } from "./ports.js";
 import type { Budget, BudgetCheck, BudgetCount, BudgetPeriod, BudgetScope, Settlement } from "./types.js";
 

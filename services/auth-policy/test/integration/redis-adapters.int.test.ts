@@ -1,7 +1,8 @@
 import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { createMemoryLedger } from "../../src/adapters/memory-ledger.js";
 import { createRedisKeyStore } from "../../src/adapters/redis-key-store.js";
 import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
 import { newReservationId } from "../../src/domain/budget.js";
@@ -76,6 +77,108 @@ describe("redis ledger: rate limits (caller's clock)", () => {
   rateLimiterContract(() => createRedisLedger(redis, { prefix: prefix(), clock: "caller" }));
 });
 
+describe("redis ledger: rate-limit windows with totals", () => {
+  const T0 = Date.UTC(2025, 5, 1, 12, 0, 0);
+  const windows = (cost: number) => [
+    { id: "{acct}:key:k:requests", scope: "key" as const, unit: "requests" as const, limit: 40, cost: 1 },
+    {
+      id: "{acct}:connection:c:tokens",
+      scope: "connection" as const,
+      unit: "tokens" as const,
+      limit: 900,
+      cost,
+    },
+  ];
+
+  it("decides and counts exactly as the domain's sliding window over three minutes of uneven traffic", async () => {
+    const ledger = createRedisLedger(redis, { prefix: prefix(), clock: "caller" });
+    const reference = createMemoryLedger();
+    let t = T0;
+    let seed = 7;
+    const next = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648;
+      return seed / 2_147_483_648;
+    };
+    let admitted = 0;
+    let refused = 0;
+    while (t < T0 + 180_000) {
+      // Bursts and pauses, so buckets leave the window while others stay.
+      t += next() < 0.1 ? Math.floor(next() * 20_000) : Math.floor(next() * 900);
+      const w = windows(1 + Math.floor(next() * 60));
+      const [got, want] = await Promise.all([
+        ledger.consume(w, new Date(t)),
+        reference.consume(w, new Date(t)),
+      ]);
+      expect({ at: t - T0, ...got }).toEqual({ at: t - T0, ...want });
+      if (got.admitted) admitted++;
+      else refused++;
+    }
+    expect(admitted).toBeGreaterThan(50);
+    expect(refused).toBeGreaterThan(20);
+  });
+
+  it("reads a busy window's totals, not its 60 buckets, while none has left the window", async () => {
+    const ledger = createRedisLedger(redis, { prefix: prefix(), clock: "caller" });
+    const w = [{ ...windows(1)[0]!, limit: 10_000 }];
+    // One unit in each of the 60 seconds before, then 50 admissions inside one second.
+    for (let i = 0; i < 60; i++) await ledger.consume(w, new Date(T0 + i * 1_000));
+    await ledger.consume(w, new Date(T0 + 60_000));
+    await redis.config("RESETSTAT");
+    for (let i = 0; i < 50; i++) {
+      expect((await ledger.consume(w, new Date(T0 + 60_000 + i))).counts[0]?.used).toBe(61 + i);
+    }
+    const stats = (await redis.info("commandstats")) as string;
+    expect(stats).not.toMatch(/cmdstat_hgetall:/);
+    expect(stats).toMatch(/cmdstat_hmget:calls=50,/);
+  });
+});
+
+describe("redis ledger: settling a reservation this replica took", () => {
+  const T0 = Date.UTC(2025, 5, 1, 12, 0, 0);
+  const budget = (id: string) => ({
+    scope: "connection" as const,
+    id,
+    limit: 1_000n,
+    periodEndMs: T0 + 86_400_000,
+  });
+
+  it("settles in one round trip, and another replica still settles by reading the record", async () => {
+    const p = prefix();
+    const here = createRedisLedger(redis, { prefix: p, clock: "caller" });
+    const there = createRedisLedger(redis, { prefix: p, clock: "caller" });
+    const b = budget("{acct}:connection:c:day");
+    const hold = (id: string) =>
+      here.admit([], { hold: { reservationId: id, amount: 100n, budgets: [b] } }, new Date(T0));
+    const mine = newReservationId("acct");
+    const theirs = newReservationId("acct");
+    expect((await hold(mine)).admitted).toBe(true);
+    expect((await hold(theirs)).admitted).toBe(true);
+
+    const hget = vi.spyOn(redis, "hget");
+    try {
+      expect(await here.settle(mine, 30n, "evt_1", new Date(T0 + 1_000))).toEqual({
+        outcome: "settled",
+        cost: 30n,
+      });
+      expect(hget).not.toHaveBeenCalled();
+      expect(await there.settle(theirs, 40n, "evt_2", new Date(T0 + 1_000))).toEqual({
+        outcome: "settled",
+        cost: 40n,
+      });
+      expect(hget).toHaveBeenCalledTimes(1);
+      // A repeat is answered from the record, as before.
+      expect(await here.settle(mine, 99n, "evt_3", new Date(T0 + 2_000))).toEqual({
+        outcome: "already_settled",
+        cost: 30n,
+      });
+    } finally {
+      hget.mockRestore();
+    }
+    const d = await there.admit([], { peek: [b] }, new Date(T0 + 3_000));
+    expect(d.budgets).toEqual([{ spent: 70n, held: 0n }]);
+  });
+});
+
 describe("redis ledger: budgets (caller's clock)", () => {
   ledgerContract((opts) => createRedisLedger(redis, { ...opts, prefix: prefix(), clock: "caller" }));
 });
@@ -96,7 +199,7 @@ describe("redis ledger (Redis clock)", () => {
     expect(refused.admitted).toBe(false);
     expect(refused.counts[0]?.retryAfterMs).toBeGreaterThan(59_000);
     expect(refused.counts[0]?.retryAfterMs).toBeLessThanOrEqual(61_000);
-    const ttl = await redis.pttl(`${p}auth:rl:{a}:key:k:requests`);
+    const ttl = await redis.pttl(`${p}auth:rl2:{a}:key:k:requests`);
     expect(ttl).toBeGreaterThan(60_000);
     expect(ttl).toBeLessThanOrEqual(63_000);
   });

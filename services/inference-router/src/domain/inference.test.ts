@@ -531,6 +531,31 @@ describe("Inference.stream", () => {
     expect(new Set([...soFar.map((e) => e.eventId), publisher.events[0]!.eventId]).size).toBe(1);
   });
 
+  it("reads the prompt once per stream, not at every chunk, and reuses the usage so far while it holds", async () => {
+    const chunks = [roleChunk(), ...Array.from({ length: 50 }, () => textChunk("x")), finishChunk()];
+    const { publisher, inference } = setup({ chunks });
+    let reads = 0;
+    const messages = [{ role: "user", content: "Say something long ".repeat(200) }];
+    const body: Record<string, unknown> = { model: "public-small" };
+    Object.defineProperty(body, "messages", {
+      enumerable: true,
+      get: () => {
+        reads++;
+        return messages;
+      },
+    });
+    const events = await drain(inference.stream(input({ body }), false, new AbortController().signal));
+
+    // To build the upstream body and to estimate the prompt: a few reads, none per chunk.
+    expect(reads).toBeLessThanOrEqual(3);
+    const soFar = events.flatMap((e) => ("soFar" in e ? [e.soFar] : []));
+    expect(soFar).toHaveLength(52);
+    // The role chunk and the finish chunk count no token: they carry the previous usage as is.
+    expect(soFar[51]).toBe(soFar[50]);
+    expect(soFar[50]!.tokens).toEqual(usage(Math.ceil(messages[0]!.content.length / 4), 50, 0));
+    expect(publisher.events.map((e) => e.tokens)).toEqual([soFar[50]!.tokens]);
+  });
+
   it("records one client_cancelled event when the consumer stops after two chunks", async () => {
     const chunks = [textChunk("a"), textChunk("b"), textChunk("c"), textChunk("d"), usageChunk(usage(9, 4))];
     const { provider, publisher, inference } = setup({ chunks });

@@ -97,6 +97,8 @@ export class Inference {
     const eventId = this.newEventId();
     const tally = new StreamTally(input.body);
     const tokens = () => tally.tokens();
+    // The usage so far of the last chunk, reused while the count and the upstream stay the same.
+    let soFar: UsageEvent | undefined;
     let started = false;
     // The upstream that served the stream (failed attempts before it are not billed).
     let servedBy = route.provider.id;
@@ -113,10 +115,11 @@ export class Inference {
         if (!usageOnly) delete chunk.json.usage;
         else if (!includeUsage) continue;
         chunk.json.model = route.model;
-        yield {
-          chunk: chunk.json,
-          soFar: this.#event(input, route, servedBy, tokens(), "upstream_failed", true, eventId),
-        };
+        const counted = tokens();
+        if (soFar?.tokens !== counted || soFar.upstreamId !== servedBy) {
+          soFar = this.#event(input, route, servedBy, counted, "upstream_failed", true, eventId);
+        }
+        yield { chunk: chunk.json, soFar };
       }
       outcome = "completed";
     } catch (err) {
@@ -246,24 +249,45 @@ class StreamTally {
   #final: TokenCounts | undefined;
   readonly #perChoice = new Map<number, TokenCounts>();
   #chunks = 0;
+  /** The prompt's estimated input tokens, read from the body once (not at every chunk). */
+  readonly #inputEstimate: number;
+  /** Prompts in the body: each choice of a prompt list reports its own prompt's tokens. */
+  readonly #prompts: number;
+  /** The count last returned, until a chunk changes it: the same object while it holds. */
+  #counted: TokenCounts | undefined;
 
-  constructor(private readonly body: Record<string, unknown>) {}
+  constructor(body: Record<string, unknown>) {
+    this.#inputEstimate = estimate(body, 0).inputTokens;
+    this.#prompts = Array.isArray(body.prompt) ? body.prompt.length : 1;
+  }
 
   see(json: Record<string, unknown>, usage: TokenCounts | undefined): void {
     const choices = json.choices;
     if (Array.isArray(choices) && choices.length === 0) {
-      if (usage) this.#final = usage;
+      if (usage) {
+        this.#final = usage;
+        this.#counted = undefined;
+      }
       return;
     }
-    if (countsAsToken(json)) this.#chunks++;
+    if (countsAsToken(json)) {
+      this.#chunks++;
+      this.#counted = undefined;
+    }
     if (!usage) return;
     const first = Array.isArray(choices) ? (choices[0] as { index?: unknown } | undefined) : undefined;
     this.#perChoice.set(typeof first?.index === "number" ? first.index : 0, usage);
+    this.#counted = undefined;
   }
 
   tokens(): TokenCounts {
+    this.#counted ??= this.#count();
+    return this.#counted;
+  }
+
+  #count(): TokenCounts {
     if (this.#final) return this.#final;
-    const estimated = estimate(this.body, 0, this.#chunks);
+    const estimated = { inputTokens: this.#inputEstimate, outputTokens: this.#chunks, reasoningTokens: 0 };
     if (this.#perChoice.size === 0) return estimated;
     let input = 0;
     let output = 0;
@@ -275,9 +299,8 @@ class StreamTally {
       reasoning += u.reasoningTokens;
     }
     // A prompt list's choices report their own prompt's tokens: the estimate covers them all.
-    const prompts = Array.isArray(this.body.prompt) ? this.body.prompt.length : 1;
     return {
-      inputTokens: prompts > 1 ? Math.max(input, estimated.inputTokens) : input,
+      inputTokens: this.#prompts > 1 ? Math.max(input, estimated.inputTokens) : input,
       outputTokens: Math.max(output, this.#chunks),
       reasoningTokens: reasoning,
     };

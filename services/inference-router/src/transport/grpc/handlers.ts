@@ -7,9 +7,11 @@ import {
   type Usage,
   type CompletionInput as WireInput,
 } from "@tollgate/proto/inference";
+import type { UsageRecorded } from "@tollgate/proto/usage";
 import { usageRecordedOf } from "../../adapters/bus-usage-publisher.js";
 import { InferenceError } from "../../domain/errors.js";
 import type { CompletionInput, Inference, UsageSummary } from "../../domain/inference.js";
+import type { UsageEvent } from "../../domain/ports.js";
 import { toStatusError } from "./errors.js";
 import { requestAttributes, usageAttributes } from "./span-attributes.js";
 
@@ -17,7 +19,9 @@ function toDomain(input: WireInput | undefined): CompletionInput {
   if (!input) throw new InferenceError("invalid_request", "input is required");
   let body: unknown;
   try {
-    body = JSON.parse(Buffer.from(input.body).toString("utf8"));
+    // A view of the message's bytes, not a copy.
+    const bytes = input.body;
+    body = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8"));
   } catch {
     throw new InferenceError("invalid_request", "body is not JSON");
   }
@@ -84,12 +88,19 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
         const span = activeSpan();
         span?.setAttributes(requestAttributes(input));
         let model: unknown;
+        // The wire form of the usage so far, made again only when the domain's changed.
+        let soFar: UsageEvent | undefined;
+        let usageSoFar: UsageRecorded | undefined;
         for await (const event of inference.stream(input, req.includeUsage, ctx.signal)) {
           if ("chunk" in event) {
             model ??= event.chunk.model;
+            if (event.soFar !== soFar || !usageSoFar) {
+              soFar = event.soFar;
+              usageSoFar = usageRecordedOf(soFar);
+            }
             yield {
               event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) },
-              usageSoFar: usageRecordedOf(event.soFar),
+              usageSoFar,
             };
           } else {
             span?.setAttributes(usageAttributes(event.usage, model));
