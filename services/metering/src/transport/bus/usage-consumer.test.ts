@@ -348,7 +348,9 @@ describe("consumeUsage in batches", () => {
       cost: 150n,
     });
     // Recorded on the first delivery (not acknowledged), found already applied on the second.
-    expect(lines.filter((l) => l["msg"] === "reservation not settled; delivered again")).toHaveLength(5);
+    const retried = lines.filter((l) => l["msg"] === "usage events not applied; delivered again");
+    expect(retried).toHaveLength(1);
+    expect(retried[0]).toMatchObject({ notRecorded: 0, notSettled: 5 });
     expect(lines.filter((l) => l["msg"] === "duplicate usage event skipped")).toHaveLength(5);
   });
 

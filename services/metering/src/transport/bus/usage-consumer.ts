@@ -81,18 +81,15 @@ export function consumeUsage(
       for (const v of valid) verdicts[v.at] = "retry";
       return verdicts;
     }
+    const failed = { record: 0, settle: 0 };
+    let firstError: Error | undefined;
     valid.forEach(({ at, message, event }, i) => {
       const a = applied[i]!;
       if ("failed" in a) {
         verdicts[at] = "retry";
+        failed[a.stage]++;
+        firstError ??= a.failed;
         if (a.outcome) observe?.(a.outcome, message);
-        // The reservation id names the account; the request id is enough to correlate.
-        log.warn(
-          { requestId: event.requestId, stage: a.stage, err: a.failed },
-          a.stage === "record"
-            ? "usage event not recorded; delivered again"
-            : "reservation not settled; delivered again",
-        );
         return;
       }
       verdicts[at] = "ack";
@@ -108,6 +105,13 @@ export function consumeUsage(
         log.debug({ requestId: event.requestId, settlement: a.settlement }, "reservation settled");
       }
     });
+    if (firstError) {
+      // One line per batch, not per event: an outage would otherwise log every event every second.
+      log.warn(
+        { notRecorded: failed.record, notSettled: failed.settle, err: firstError },
+        "usage events not applied; delivered again",
+      );
+    }
     return verdicts;
   };
 
