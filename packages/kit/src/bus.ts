@@ -145,8 +145,10 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
       })();
       const handling = (async () => {
         for (;;) {
+          // Stopping: the batch in hand is finished; what is queued is handed back below.
+          if (stopping) return;
           if (queue.length === 0) {
-            if (ended || stopping) return;
+            if (ended) return;
             await new Promise<void>((resolve) => {
               wakeHandler = resolve;
             });
