@@ -360,6 +360,9 @@ export function authHandlers(
 
     settleReservations: (req) =>
       mapped(async () => {
+        if (req.items.length > MAX_SETTLE_BATCH) {
+          throw new AuthError("invalid_argument", `at most ${MAX_SETTLE_BATCH} reservations per call`);
+        }
         // An item with a malformed cost fails alone, as its SettleReservation would.
         const costs = req.items.map((item) => {
           try {
