@@ -21,6 +21,7 @@ import type { Admin } from "../../domain/admin.js";
 import { type AuthorizeDeps, authorize } from "../../domain/authorize.js";
 import {
   type Budget,
+  MAX_SETTLE_BATCH,
   type Settlement,
   type SettleOutcome as SettleOutcomeName,
   settleReservation,
