@@ -49,14 +49,14 @@ export interface MeteringOptions {
   /** Most usage events applied together (one Redis round trip, one SettleReservations). Default 256. */
   batchMaxEvents?: number;
   /**
-   * How long a batch waits for more usage events once one is in hand, in ms. Default 20: usage
-   * is off the request path, and a few ms of analytics lag buy fewer, larger batches.
+   * How long a batch waits for more usage events once one is in hand, in ms. Default 100: usage
+   * is off the request path, and a tenth of a second of analytics lag buys fewer, larger batches.
    */
   batchLingerMs?: number;
 }
 
 const DEFAULT_BATCH_MAX_EVENTS = 256;
-const DEFAULT_BATCH_LINGER_MS = 20;
+const DEFAULT_BATCH_LINGER_MS = 100;
 
 /** Dependencies the caller already owns; the all-in-one process passes its in-memory bus. */
 export interface MeteringDeps {

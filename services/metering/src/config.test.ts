@@ -36,7 +36,7 @@ describe("loadConfig", () => {
       metricsPort: 9054,
       authPolicyAddr: "127.0.0.1:50051",
       batchMaxEvents: 256,
-      batchLingerMs: 20,
+      batchLingerMs: 100,
     });
     expect(
       loadConfig({ NATS_URL: "n", REDIS_URL: "r", AUTH_POLICY_ADDR: "auth-policy:50051" }).authPolicyAddr,

@@ -22,7 +22,7 @@ const envSchema = z.object({
   /** Most usage events applied together. */
   BATCH_MAX_EVENTS: z.coerce.number().int().min(1).max(1000).default(256),
   /** How long a batch waits for more usage events once one is in hand (ms). */
-  BATCH_LINGER_MS: z.coerce.number().int().min(0).max(1000).default(20),
+  BATCH_LINGER_MS: z.coerce.number().int().min(0).max(1000).default(100),
   ...otelEnv,
 });
 
