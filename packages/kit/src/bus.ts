@@ -1,4 +1,4 @@
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, type JsMsg, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { type NatsConnection, nanos } from "@nats-io/transport-node";
 import { ensureStream, type StreamSpec } from "./nats.js";
 
@@ -14,6 +14,28 @@ export interface BusMessage {
 
 /** Handles one event; a rejection means "not recorded, deliver again later". */
 export type BusHandler = (msg: BusMessage) => Promise<void>;
+
+/** What became of one message of a batch: acknowledged, delivered again later, or dropped for good. */
+export type BatchVerdict = "ack" | "retry" | "drop";
+
+/**
+ * Handles a batch of events; answers one verdict per message, in order. A rejection (or a
+ * missing verdict) means "deliver again later" for every message without one.
+ */
+export type BusBatchHandler = (msgs: BusMessage[]) => Promise<BatchVerdict[]>;
+
+/** How a batch subscription groups messages. */
+export interface BatchOptions {
+  /** Most messages per batch. Default 256. */
+  maxMessages?: number;
+  /**
+   * How long to wait, once a message is in hand, for more to join its batch (ms). Default 0:
+   * a batch is whatever arrived while the previous one was being handled.
+   */
+  lingerMs?: number;
+}
+
+const DEFAULT_BATCH = 256;
 
 /** A running durable subscription. */
 export interface BusSubscription {
@@ -31,6 +53,17 @@ export interface BusSubscription {
 export interface EventBus {
   publish(subject: string, data: Uint8Array, msgId: string): Promise<void>;
   subscribe(durable: string, filterSubject: string, handler: BusHandler): Promise<BusSubscription>;
+  /**
+   * A durable subscription handed whole batches: every message that arrived while the previous
+   * batch was handled (up to maxMessages), each acknowledged, redelivered or dropped by its own
+   * verdict once the handler resolves. Optional for buses written for tests.
+   */
+  subscribeBatch?(
+    durable: string,
+    filterSubject: string,
+    handler: BusBatchHandler,
+    opts?: BatchOptions,
+  ): Promise<BusSubscription>;
   close(): Promise<void>;
 }
 
@@ -46,18 +79,7 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
       await js.publish(subject, data, { msgID: msgId, timeout: 5_000 });
     },
     async subscribe(durable, filterSubject, handler) {
-      try {
-        await jsm.consumers.info(stream.name, durable);
-      } catch {
-        await jsm.consumers.add(stream.name, {
-          durable_name: durable,
-          ack_policy: AckPolicy.Explicit,
-          deliver_policy: DeliverPolicy.All,
-          filter_subject: filterSubject,
-          ack_wait: nanos(30_000),
-          max_deliver: -1,
-        });
-      }
+      await ensureConsumer(durable, filterSubject);
       const consumer = await js.consumers.get(stream.name, durable);
       const messages = await consumer.consume({ max_messages: 64 });
       const loop = (async () => {
@@ -86,8 +108,111 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
         },
       };
     },
+    async subscribeBatch(durable, filterSubject, handler, opts = {}) {
+      await ensureConsumer(durable, filterSubject);
+      const max = opts.maxMessages ?? DEFAULT_BATCH;
+      const lingerMs = opts.lingerMs ?? 0;
+      const consumer = await js.consumers.get(stream.name, durable);
+      const messages = await consumer.consume({ max_messages: max });
+      // The pull loop moves delivered messages into `queue` (at most `max` ahead of the
+      // handler); the handling loop takes everything queued as one batch.
+      const queue: JsMsg[] = [];
+      let ended = false;
+      let stopping = false;
+      let wakeHandler: (() => void) | undefined;
+      let wakePuller: (() => void) | undefined;
+      const wake = (which: "handler" | "puller") => {
+        const w = which === "handler" ? wakeHandler : wakePuller;
+        if (which === "handler") wakeHandler = undefined;
+        else wakePuller = undefined;
+        w?.();
+      };
+      const pulling = (async () => {
+        try {
+          for await (const m of messages) {
+            queue.push(m);
+            wake("handler");
+            while (queue.length >= max && !stopping) {
+              await new Promise<void>((resolve) => {
+                wakePuller = resolve;
+              });
+            }
+          }
+        } finally {
+          ended = true;
+          wake("handler");
+        }
+      })();
+      const handling = (async () => {
+        for (;;) {
+          // Stopping: the batch in hand is finished; what is queued is handed back below.
+          if (stopping) return;
+          if (queue.length === 0) {
+            if (ended) return;
+            await new Promise<void>((resolve) => {
+              wakeHandler = resolve;
+            });
+            continue;
+          }
+          if (lingerMs > 0 && queue.length < max && !stopping) {
+            await new Promise((r) => setTimeout(r, lingerMs));
+          }
+          const batch = queue.splice(0, max);
+          wake("puller");
+          let verdicts: BatchVerdict[] = [];
+          try {
+            verdicts = await handler(
+              batch.map((m) => ({
+                subject: m.subject,
+                data: m.data,
+                msgId: m.headers?.get("Nats-Msg-Id") ?? `${m.seq}`,
+                deliveryCount: m.info.deliveryCount,
+              })),
+            );
+          } catch {
+            // Every message of the batch is delivered again.
+          }
+          batch.forEach((m, i) => {
+            const verdict = verdicts[i] ?? "retry";
+            if (verdict === "ack") m.ack();
+            else if (verdict === "drop") m.term();
+            else m.nak(REDELIVERY_DELAY_MS);
+          });
+        }
+      })();
+      return {
+        async stop() {
+          stopping = true;
+          await messages.close();
+          wake("puller");
+          wake("handler");
+          await Promise.all([pulling, handling]);
+          // Taken from the server but never handled: another consumer may have them now.
+          for (const m of queue.splice(0)) m.nak();
+        },
+        async pending() {
+          const info = await jsm.consumers.info(stream.name, durable);
+          return info.num_pending + info.num_ack_pending;
+        },
+      };
+    },
     async close() {},
   };
+
+  async function ensureConsumer(durable: string, filterSubject: string): Promise<void> {
+    try {
+      await jsm.consumers.info(stream.name, durable);
+    } catch {
+      await jsm.consumers.add(stream.name, {
+        durable_name: durable,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: filterSubject,
+        ack_wait: nanos(30_000),
+        max_deliver: -1,
+      });
+    }
+  }
 }
 
 /**
@@ -142,6 +267,64 @@ export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
             }
           }
           cursor++;
+        }
+      })();
+      return {
+        async stop() {
+          running = false;
+          consumers.delete(wakeUp);
+          wake();
+          await loop;
+        },
+        async pending() {
+          return log.length - cursor;
+        },
+      };
+    },
+    async subscribeBatch(_durable, filterSubject, handler, opts = {}) {
+      const prefix = filterSubject.endsWith(">") ? filterSubject.slice(0, -1) : undefined;
+      const matches = (s: string) => (prefix !== undefined ? s.startsWith(prefix) : s === filterSubject);
+      const max = opts.maxMessages ?? DEFAULT_BATCH;
+      const lingerMs = opts.lingerMs ?? 0;
+      let cursor = 0;
+      let running = true;
+      let wake: () => void = () => {};
+      const wakeUp = () => wake();
+      consumers.add(wakeUp);
+      const loop = (async () => {
+        while (running && !closed) {
+          if (cursor >= log.length) {
+            await new Promise<void>((resolve) => {
+              wake = resolve;
+            });
+            continue;
+          }
+          if (lingerMs > 0 && log.length - cursor < max) {
+            await new Promise((r) => setTimeout(r, lingerMs));
+          }
+          let end = cursor;
+          let batch: BusMessage[] = [];
+          while (end < log.length && batch.length < max) {
+            const next = log[end++]!;
+            if (matches(next.subject)) batch.push({ ...next, deliveryCount: 1 });
+          }
+          // Delivers again, after a delay, only the messages whose verdict was "retry".
+          while (batch.length > 0) {
+            let verdicts: BatchVerdict[] = [];
+            try {
+              verdicts = await handler(batch);
+            } catch {
+              // The whole batch again.
+            }
+            batch = batch
+              .filter((_, i) => (verdicts[i] ?? "retry") === "retry")
+              .map((m) => ({ ...m, deliveryCount: m.deliveryCount + 1 }));
+            if (batch.length > 0) {
+              await new Promise((r) => setTimeout(r, REDELIVERY_DELAY_MS));
+              if (!running) return;
+            }
+          }
+          cursor = end;
         }
       })();
       return {

@@ -56,6 +56,7 @@ const auth: Handlers<typeof AuthService> = {
   revokeKey: unimplemented,
   rotateKey: unimplemented,
   settleReservation: unimplemented,
+  settleReservations: unimplemented,
   async authorize(req) {
     if (req.key === "deny") {
       throw new StatusError(

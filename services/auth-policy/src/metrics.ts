@@ -85,11 +85,18 @@ export function countAuthCalls(
       }
     },
   };
-  return countUnaryCalls(counted, (method, outcome, _req, res) => {
-    if (method !== "settleReservation" || outcome !== "ok") return;
-    const settled = (res as { outcome?: SettleOutcome } | undefined)?.outcome;
+  const countSettled = (settled: SettleOutcome | undefined) => {
     if (settled === SettleOutcome.SETTLED || settled === SettleOutcome.SETTLED_AFTER_EXPIRY) {
       m.reservation("settled");
+    }
+  };
+  return countUnaryCalls(counted, (method, outcome, _req, res) => {
+    if (outcome !== "ok") return;
+    if (method === "settleReservation")
+      countSettled((res as { outcome?: SettleOutcome } | undefined)?.outcome);
+    if (method === "settleReservations") {
+      for (const r of (res as { results?: Array<{ outcome?: SettleOutcome }> } | undefined)?.results ?? [])
+        countSettled(r.outcome);
     }
   });
 }

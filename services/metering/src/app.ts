@@ -42,11 +42,21 @@ export interface MeteringOptions {
   /** Default 127.0.0.1. */
   metricsHost?: string;
   /**
-   * auth-policy, which settles account-door budget reservations (SettleReservation); connected
+   * auth-policy, which settles account-door budget reservations (SettleReservations); connected
    * on first use. Unset: reservations are not settled (they expire), which only suits tests.
    */
   authPolicyAddr?: string;
+  /** Most usage events applied together (one Redis round trip, one SettleReservations). Default 256. */
+  batchMaxEvents?: number;
+  /**
+   * How long a batch waits for more usage events once one is in hand, in ms. Default 100: usage
+   * is off the request path, and a tenth of a second of analytics lag buys fewer, larger batches.
+   */
+  batchLingerMs?: number;
 }
+
+const DEFAULT_BATCH_MAX_EVENTS = 256;
+const DEFAULT_BATCH_LINGER_MS = 100;
 
 /** Dependencies the caller already owns; the all-in-one process passes its in-memory bus. */
 export interface MeteringDeps {
@@ -109,7 +119,10 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
     const registry = deps.metrics ?? createMetrics("metering");
     const metrics = meteringMetrics(registry, async () => (subscription ? subscription.pending() : 0));
     if (!settler) log.warn("AUTH_POLICY_ADDR is not set: budget reservations are not settled");
-    subscription = await consumeUsage(bus, names, store, log, metrics.observe, settler);
+    subscription = await consumeUsage(bus, names, store, log, metrics.observe, settler, {
+      maxEvents: opts.batchMaxEvents ?? DEFAULT_BATCH_MAX_EVENTS,
+      lingerMs: opts.batchLingerMs ?? DEFAULT_BATCH_LINGER_MS,
+    });
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,

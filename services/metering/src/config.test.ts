@@ -35,9 +35,19 @@ describe("loadConfig", () => {
       metricsHost: "127.0.0.1",
       metricsPort: 9054,
       authPolicyAddr: "127.0.0.1:50051",
+      batchMaxEvents: 256,
+      batchLingerMs: 100,
     });
     expect(
       loadConfig({ NATS_URL: "n", REDIS_URL: "r", AUTH_POLICY_ADDR: "auth-policy:50051" }).authPolicyAddr,
     ).toBe("auth-policy:50051");
+  });
+
+  it("reads the batch size and linger, within bounds", () => {
+    const c = loadConfig({ NATS_URL: "n", REDIS_URL: "r", BATCH_MAX_EVENTS: "64", BATCH_LINGER_MS: "0" });
+    expect([c.batchMaxEvents, c.batchLingerMs]).toEqual([64, 0]);
+    expect(() => loadConfig({ NATS_URL: "n", REDIS_URL: "r", BATCH_MAX_EVENTS: "1001" })).toThrow(
+      ConfigError,
+    );
   });
 });

@@ -17,8 +17,12 @@ const envSchema = z.object({
   /** Prometheus /metrics; 0 picks a free port. */
   METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9054),
-  /** auth-policy's gRPC address, for SettleReservation. */
+  /** auth-policy's gRPC address, for SettleReservations. */
   AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
+  /** Most usage events applied together. */
+  BATCH_MAX_EVENTS: z.coerce.number().int().min(1).max(1000).default(256),
+  /** How long a batch waits for more usage events once one is in hand (ms). */
+  BATCH_LINGER_MS: z.coerce.number().int().min(0).max(1000).default(100),
   ...otelEnv,
 });
 
@@ -45,6 +49,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     authPolicyAddr: e.AUTH_POLICY_ADDR,
+    batchMaxEvents: e.BATCH_MAX_EVENTS,
+    batchLingerMs: e.BATCH_LINGER_MS,
     tracing: tracingOptions(e, "metering"),
   };
 }

@@ -120,6 +120,46 @@ export function usageStoreContract(makeStore: () => UsageStore | Promise<UsageSt
     expect((await store.query({ accountId: "nobody" }, from, to, "hour")).buckets).toEqual([]);
   });
 
+  it("applies a batch across accounts and buckets, each event once, a repeat within it a duplicate", async () => {
+    const store = await makeStore();
+    const seen = usageEvent({ accountId: "a2", cost: 1n });
+    expect(await store.record(seen)).toBe("recorded");
+    const batch = [
+      usageEvent({ accountId: "a1", cost: 10n }),
+      usageEvent({ accountId: "a2", cost: 100n, occurredAt: at("2025-03-10T11:59:59Z") }),
+      seen,
+      usageEvent({ accountId: "a1", cost: 1_000n, occurredAt: at("2025-03-11T00:00:00Z") }),
+      usageEvent({ accountId: "a3", cost: 2n ** 62n }),
+    ];
+    const repeat = { ...batch[0]!, requestId: "req_again" };
+    expect(await store.recordMany([...batch, repeat])).toEqual([
+      "recorded",
+      "recorded",
+      "duplicate",
+      "recorded",
+      "recorded",
+      "duplicate",
+    ]);
+    // Delivered again as a whole: nothing changes.
+    expect(await store.recordMany(batch)).toEqual(batch.map(() => "duplicate"));
+    const from = at("2025-03-10T00:00:00Z");
+    const to = at("2025-03-12T00:00:00Z");
+    const day = await store.query({}, from, to, "day");
+    expect(day.totals).toEqual({
+      requests: 5n,
+      inputTokens: 500n,
+      outputTokens: 100n,
+      reasoningTokens: 25n,
+      cost: 1n + 10n + 100n + 1_000n + 2n ** 62n,
+    });
+    expect(day.buckets.map((b) => b.totals.cost)).toEqual([1n + 10n + 100n + 2n ** 62n, 1_000n]);
+    expect((await store.query({ accountId: "a1" }, from, to, "hour")).totals.cost).toBe(1_010n);
+    expect(
+      (await store.query({ accountId: "a2" }, from, to, "hour")).buckets.map((b) => b.totals.cost),
+    ).toEqual([1n, 100n]);
+    expect(await store.recordMany([])).toEqual([]);
+  });
+
   it("keeps costs and sums exact beyond 2^53", async () => {
     const store = await makeStore();
     const big = 2n ** 60n + 1n;

@@ -419,10 +419,83 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       eventId,
       budgets,
     );
-    const known = OUTCOMES.find((o) => o === outcome) ?? "unknown";
-    return known === "unknown" || settled === ""
-      ? { outcome: known }
-      : { outcome: known, cost: BigInt(settled) };
+    return settlementOf(outcome, settled);
   }
+  ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg);
   return ledger;
+}
+
+/** The settlement script's reply: its outcome and, once settled, the cost it settled at. */
+function settlementOf(outcome: string, settled: string): Settlement {
+  const known = OUTCOMES.find((o) => o === outcome) ?? "unknown";
+  return known === "unknown" || settled === ""
+    ? { outcome: known }
+    : { outcome: known, cost: BigInt(settled) };
+}
+
+// Batch settlement (SettleReservations): settle()'s two steps for every item at once, so a
+// batch costs two Redis round trips however many reservations it holds: one pipeline reads
+// every record's budgets, one pipeline runs the settlement script per known reservation. Each
+// script is settle()'s own and touches one reservation's keys, which share its account's hash
+// tag. An item whose read or script failed is answered by its error and the others stand.
+
+type SettlePipeline = ReturnType<Redis["pipeline"]> & {
+  authSettle(numKeys: number, ...args: Array<string | number>): SettlePipeline;
+};
+
+function settleManyIn(
+  redis: Redis,
+  recordKey: (reservationId: string) => string,
+  budgetKey: (id: string) => string,
+  holdsKey: (id: string) => string,
+  clockArg: (now: Date) => number | string,
+): NonNullable<Ledger["settleMany"]> {
+  return async (items, now) => {
+    const out: Array<Settlement | Error | undefined> = items.map((i) =>
+      isReservationId(i.reservationId) ? undefined : { outcome: "unknown" },
+    );
+    const reading = items.flatMap((_, k) => (out[k] === undefined ? [k] : []));
+    if (reading.length === 0) return out as Settlement[];
+    const read = await reading
+      .reduce((p, k) => p.hget(recordKey(items[k]!.reservationId), "budgets"), redis.pipeline())
+      .exec();
+    if (!read) throw new Error("redis pipeline aborted");
+    const settling: Array<{ k: number; budgets: string }> = [];
+    reading.forEach((k, n) => {
+      const [err, budgets] = read[n] ?? [new Error("no reply"), null];
+      if (err) out[k] = err;
+      else if (budgets === null) out[k] = { outcome: "unknown" };
+      else settling.push({ k, budgets: budgets as string });
+    });
+    if (settling.length > 0) {
+      const pipe = redis.pipeline() as SettlePipeline;
+      for (const { k, budgets } of settling) {
+        const item = items[k]!;
+        const record = recordKey(item.reservationId);
+        const ids = budgets === "" ? [] : budgets.split(" ");
+        const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+        pipe.authSettle(
+          keys.length,
+          ...keys,
+          clockArg(now),
+          item.reservationId,
+          item.cost.toString(),
+          item.eventId,
+          budgets,
+        );
+      }
+      const replies = await pipe.exec();
+      if (!replies) throw new Error("redis pipeline aborted");
+      settling.forEach(({ k }, n) => {
+        const [err, reply] = replies[n] ?? [new Error("no reply"), null];
+        if (err) {
+          out[k] = err;
+          return;
+        }
+        const [outcome, settled] = reply as [string, string];
+        out[k] = settlementOf(outcome, settled);
+      });
+    }
+    return out.map((r) => r ?? new Error("not settled"));
+  };
 }

@@ -11,7 +11,15 @@
 import { randomBase62 } from "@tollgate/kit/ids";
 import { AuthError } from "./errors.js";
 import type { Ledger } from "./ports.js";
-import type { Budget, BudgetCheck, BudgetCount, BudgetPeriod, BudgetScope, Settlement } from "./types.js";
+import type {
+  Budget,
+  BudgetCheck,
+  BudgetCount,
+  BudgetPeriod,
+  BudgetScope,
+  SettleItem,
+  Settlement,
+} from "./types.js";
 
 export type {
   Budget,
@@ -19,6 +27,7 @@ export type {
   BudgetCount,
   BudgetPeriod,
   BudgetScope,
+  SettleItem,
   Settlement,
   SettleOutcome,
 } from "./types.js";
@@ -163,4 +172,45 @@ export async function settleReservation(
   if (input.reservationId === "") throw new AuthError("invalid_argument", "reservation_id is missing");
   if (input.cost < 0n) throw new AuthError("invalid_argument", "actual_cost must not be negative");
   return ledger.settle(input.reservationId, input.cost, input.eventId, now);
+}
+
+/** Most reservations one settleReservations call takes (SettleReservations). */
+export const MAX_SETTLE_BATCH = 1_000;
+
+/**
+ * Settles many reservations, each exactly as settleReservation would, in the order given: the
+ * batch entry point of metering, which settles the reservations of a whole batch of usage
+ * events at once. An item that cannot be settled is answered by its error in its place (an
+ * AuthError when it is invalid) and leaves the others settled, so the caller retries that item
+ * only. A reservation id given twice is settled once (the second answers already_settled).
+ */
+export async function settleReservations(
+  ledger: Pick<Ledger, "settle" | "settleMany">,
+  items: readonly SettleItem[],
+  now = new Date(),
+): Promise<Array<Settlement | Error>> {
+  if (items.length > MAX_SETTLE_BATCH) {
+    throw new AuthError("invalid_argument", `at most ${MAX_SETTLE_BATCH} reservations per call`);
+  }
+  const results: Array<Settlement | Error | undefined> = items.map((item) => {
+    if (item.reservationId === "") return new AuthError("invalid_argument", "reservation_id is missing");
+    if (item.cost < 0n) return new AuthError("invalid_argument", "actual_cost must not be negative");
+    return undefined;
+  });
+  const valid = items.filter((_, i) => results[i] === undefined);
+  let settled: Array<Settlement | Error>;
+  if (ledger.settleMany) {
+    settled = valid.length > 0 ? await ledger.settleMany(valid, now) : [];
+  } else {
+    settled = [];
+    for (const item of valid) {
+      settled.push(
+        await ledger
+          .settle(item.reservationId, item.cost, item.eventId, now)
+          .catch((err: unknown) => (err instanceof Error ? err : new Error(String(err)))),
+      );
+    }
+  }
+  let next = 0;
+  return results.map((r) => r ?? settled[next++] ?? new Error("ledger answered too few settlements"));
 }

@@ -1,5 +1,13 @@
 import type { OperationName } from "@tollgate/proto/routes";
-import type { Budget, BudgetCheck, BudgetCount, RateScope, RateUnit, Settlement } from "./types.js";
+import type {
+  Budget,
+  BudgetCheck,
+  BudgetCount,
+  RateScope,
+  RateUnit,
+  SettleItem,
+  Settlement,
+} from "./types.js";
 
 export type { RateScope, RateUnit } from "./types.js";
 
@@ -237,6 +245,13 @@ export interface Ledger extends RateLimiter {
    * period it was made in, also when the holds have expired. A repeat changes nothing.
    */
   settle(reservationId: string, cost: bigint, eventId: string, now: Date): Promise<Settlement>;
+  /**
+   * Settles many reservations, each exactly as settle() would, in the order given (one store
+   * round trip or two, however many there are). An item that failed is answered by its Error
+   * in its place and leaves the others settled. Optional: without it, settleReservations calls
+   * settle() once per item.
+   */
+  settleMany?(items: readonly SettleItem[], now: Date): Promise<Array<Settlement | Error>>;
 }
 
 /** A key that stopped working, as broadcast to every cache in front of auth-policy. */

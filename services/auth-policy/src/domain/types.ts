@@ -58,3 +58,12 @@ export interface Settlement {
   /** The cost the reservation was settled with (the first settlement's); undefined if unknown. */
   cost?: bigint;
 }
+
+/** One reservation of a batch settlement (Ledger.settleMany). */
+export interface SettleItem {
+  reservationId: string;
+  /** The actual cost, in base units. */
+  cost: bigint;
+  /** The usage event that settles it, kept for audit. */
+  eventId: string;
+}

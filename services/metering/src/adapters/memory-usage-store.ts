@@ -1,4 +1,4 @@
-import type { UsageStore } from "../domain/ports.js";
+import type { RecordOutcome, UsageStore } from "../domain/ports.js";
 import {
   addTotals,
   bucketStart,
@@ -10,6 +10,7 @@ import {
   parseDimensionsKey,
   toReport,
   totalsOf,
+  type UsageEvent,
   type UsageTotals,
 } from "../domain/usage.js";
 
@@ -40,23 +41,13 @@ export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): Usag
     nextSweep = at + ttlMs;
   };
 
-  return {
+  const store: UsageStore = {
+    async recordMany(events) {
+      return events.map((e) => recordNow(e));
+    },
+
     async record(event) {
-      const at = now();
-      sweep(at);
-      const expires = seen.get(event.eventId);
-      if (expires !== undefined && expires > at) return "duplicate";
-      seen.set(event.eventId, at + ttlMs);
-      const dims = dimensionsKey(event);
-      const add = totalsOf(event);
-      for (const g of GRANULARITIES) {
-        const id = `${g}:${bucketStart(event.occurredAt, g).getTime()}`;
-        const bucket = buckets.get(id) ?? new Map<string, UsageTotals>();
-        buckets.set(id, bucket);
-        const before = bucket.get(dims);
-        bucket.set(dims, before ? addTotals(before, add) : add);
-      }
-      return "recorded";
+      return recordNow(event);
     },
 
     async query(filter, from, to, granularity) {
@@ -71,4 +62,24 @@ export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): Usag
       );
     },
   };
+  return store;
+
+  // Synchronous, so each event's check and update are one atomic step.
+  function recordNow(event: UsageEvent): RecordOutcome {
+    const at = now();
+    sweep(at);
+    const expires = seen.get(event.eventId);
+    if (expires !== undefined && expires > at) return "duplicate";
+    seen.set(event.eventId, at + ttlMs);
+    const dims = dimensionsKey(event);
+    const add = totalsOf(event);
+    for (const g of GRANULARITIES) {
+      const id = `${g}:${bucketStart(event.occurredAt, g).getTime()}`;
+      const bucket = buckets.get(id) ?? new Map<string, UsageTotals>();
+      buckets.set(id, bucket);
+      const before = bucket.get(dims);
+      bucket.set(dims, before ? addTotals(before, add) : add);
+    }
+    return "recorded";
+  }
 }

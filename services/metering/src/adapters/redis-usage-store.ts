@@ -1,5 +1,5 @@
 import type { Redis } from "@tollgate/kit/redis";
-import type { UsageStore } from "../domain/ports.js";
+import type { RecordOutcome, UsageStore } from "../domain/ports.js";
 import {
   addTotals,
   bucketStart,
@@ -10,8 +10,12 @@ import {
   matchesFilter,
   parseDimensionsKey,
   toReport,
+  type UsageDimensions,
+  type UsageEvent,
   type UsageTotals,
 } from "../domain/usage.js";
+
+const GRANULARITIES: readonly Granularity[] = ["hour", "day"];
 
 /** Options of the Redis store. */
 export interface RedisUsageStoreOptions {
@@ -21,27 +25,65 @@ export interface RedisUsageStoreOptions {
   eventTtlSeconds?: number;
 }
 
-// Dedupe and every increment of one event in one script, so a crash or a redelivery can never
-// count an event twice or half. Cost goes through HINCRBY as an integer string: base units fit
-// int64, and no floating point touches money. The dims sets list the dimension combinations
-// present in a bucket, so a query can find the rollup hashes without SCAN.
-//   KEYS: event id, hour dims set, hour rollup, day dims set, day rollup
-//   ARGV: ttl seconds, dims member, input tokens, output tokens, reasoning tokens, cost
-const RECORD_LUA = `
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
-for i = 2, 4, 2 do
-  redis.call('SADD', KEYS[i], ARGV[2])
-  redis.call('HINCRBY', KEYS[i + 1], 'requests', 1)
-  redis.call('HINCRBY', KEYS[i + 1], 'input_tokens', ARGV[3])
-  redis.call('HINCRBY', KEYS[i + 1], 'output_tokens', ARGV[4])
-  redis.call('HINCRBY', KEYS[i + 1], 'reasoning_tokens', ARGV[5])
-  redis.call('HINCRBY', KEYS[i + 1], 'cost', ARGV[6])
+// Layout, under <prefix>metering: (every key one script touches carries its account's hash
+// tag {a:<account>}, so a script never spans Redis Cluster slots)
+//   {a:<account>}:event:<event id>              "1" while the event id is remembered (dedupe)
+//   {a:<account>}:<hour|day>:<start s>:<dims>   HASH requests, input_tokens, output_tokens,
+//                                               reasoning_tokens, cost (one rollup)
+//   <hour|day>:<start s>:dims                   SET of the dims present in the bucket (queries
+//                                               find the rollups through it, without SCAN)
+// Rollups written before the hash tags, <hour|day>:<start s>:<dims>, are still read.
+//
+// One script applies the events of one account in a batch: for each event, in order, the dedupe
+// key is set if absent, and only then does the event count, so a redelivered or repeated event
+// changes nothing and no event counts half. Token and request sums are added once per rollup
+// (each below 2^53 however big the batch: tokens are uint32); cost goes through HINCRBY per
+// event as an integer string, so no floating point touches money.
+//   KEYS: n event keys, then the batch's distinct rollup keys
+//   ARGV: ttl seconds, n, then per event: its hour rollup and day rollup (1-based among the
+//         rollup keys), input tokens, output tokens, reasoning tokens, cost
+//   Returns: per event 1 (recorded) or 0 (duplicate)
+const RECORD_BATCH_LUA = `
+local ttl, n = ARGV[1], tonumber(ARGV[2])
+local sums = {}
+local out = {}
+for i = 1, n do
+  local a = 3 + (i - 1) * 6
+  if redis.call('SET', KEYS[i], '1', 'NX', 'EX', ttl) then
+    out[i] = 1
+    for r = a, a + 1 do
+      local k = tonumber(ARGV[r])
+      local t = sums[k]
+      if not t then
+        t = { 0, 0, 0, 0 }
+        sums[k] = t
+      end
+      t[1] = t[1] + 1
+      t[2] = t[2] + tonumber(ARGV[a + 2])
+      t[3] = t[3] + tonumber(ARGV[a + 3])
+      t[4] = t[4] + tonumber(ARGV[a + 4])
+      if ARGV[a + 5] ~= '0' then redis.call('HINCRBY', KEYS[n + k], 'cost', ARGV[a + 5]) end
+    end
+  else
+    out[i] = 0
+  end
 end
-return 1
+for k, t in pairs(sums) do
+  local key = KEYS[n + k]
+  redis.call('HINCRBY', key, 'requests', string.format('%d', t[1]))
+  redis.call('HINCRBY', key, 'input_tokens', string.format('%d', t[2]))
+  redis.call('HINCRBY', key, 'output_tokens', string.format('%d', t[3]))
+  redis.call('HINCRBY', key, 'reasoning_tokens', string.format('%d', t[4]))
+end
+return out
 `;
 
+type RecordPipeline = ReturnType<Redis["pipeline"]> & {
+  meteringRecordBatch(numKeys: number, ...args: Array<string | number>): RecordPipeline;
+};
+
 type WithRecord = Redis & {
-  meteringRecordUsage(...args: Array<string | number>): Promise<number>;
+  meteringRecordBatch(numKeys: number, ...args: Array<string | number>): Promise<number[]>;
 };
 
 type PipelineResult = Array<[Error | null, unknown]> | null;
@@ -64,38 +106,93 @@ function totalsFromHash(h: Record<string, string>): UsageTotals {
   };
 }
 
-/** The usage store over Redis: keys `<prefix>metering:…`, one Lua script per event. */
+/** The usage store over Redis: keys `<prefix>metering:…`, one Lua script per account and batch. */
 export function createRedisUsageStore(redis: Redis, opts: RedisUsageStoreOptions = {}): UsageStore {
   const prefix = `${opts.prefix ?? "tollgate:"}metering:`;
   const ttl = opts.eventTtlSeconds ?? 7 * 24 * 3_600;
   const client = redis as WithRecord;
-  if (typeof client.meteringRecordUsage !== "function") {
-    client.defineCommand("meteringRecordUsage", { numberOfKeys: 5, lua: RECORD_LUA });
+  if (typeof client.meteringRecordBatch !== "function") {
+    // No fixed key count: the first argument of each call says how many keys follow.
+    client.defineCommand("meteringRecordBatch", { lua: RECORD_BATCH_LUA });
   }
 
-  const bucketId = (g: Granularity, start: Date) => `${prefix}${g}:${start.getTime() / 1000}`;
-  const dimsSet = (g: Granularity, start: Date) => `${bucketId(g, start)}:dims`;
-  const rollup = (g: Granularity, start: Date, dims: string) => `${bucketId(g, start)}:${dims}`;
+  const bucketId = (g: Granularity, start: Date) => `${g}:${start.getTime() / 1000}`;
+  const dimsSet = (g: Granularity, start: Date) => `${prefix}${bucketId(g, start)}:dims`;
+  // encodeURIComponent leaves no brace in the tag, and "a:" keeps it non-empty.
+  const tag = (accountId: string) => `${prefix}{a:${encodeURIComponent(accountId)}}:`;
+  const rollup = (g: Granularity, start: Date, d: UsageDimensions) =>
+    `${tag(d.accountId)}${bucketId(g, start)}:${dimensionsKey(d)}`;
+  const legacyRollup = (g: Granularity, start: Date, dims: string) =>
+    `${prefix}${bucketId(g, start)}:${dims}`;
+
+  /**
+   * The whole batch in one round trip: the bucket dims sets first (idempotent SADDs, sent again
+   * with every delivery, so a rollup is never left unlisted), then one script per account.
+   */
+  async function recordMany(events: readonly UsageEvent[]): Promise<Array<RecordOutcome | Error>> {
+    if (events.length === 0) return [];
+    const members = new Map<string, Set<string>>();
+    const groups = new Map<string, { events: number[]; rollups: Map<string, number>; args: string[] }>();
+    events.forEach((e, i) => {
+      const dims = dimensionsKey(e);
+      const account = tag(e.accountId);
+      const group = groups.get(account) ?? { events: [], rollups: new Map<string, number>(), args: [] };
+      groups.set(account, group);
+      group.events.push(i);
+      const at: number[] = [];
+      for (const g of GRANULARITIES) {
+        const start = bucketStart(e.occurredAt, g);
+        const set = dimsSet(g, start);
+        const m = members.get(set) ?? new Set<string>();
+        members.set(set, m.add(dims));
+        const key = rollup(g, start, e);
+        let k = group.rollups.get(key);
+        if (k === undefined) {
+          k = group.rollups.size + 1;
+          group.rollups.set(key, k);
+        }
+        at.push(k);
+      }
+      group.args.push(
+        String(at[0]),
+        String(at[1]),
+        String(e.inputTokens),
+        String(e.outputTokens),
+        String(e.reasoningTokens),
+        e.cost.toString(),
+      );
+    });
+    const pipe = redis.pipeline() as RecordPipeline;
+    for (const [set, m] of members) pipe.sadd(set, ...m);
+    const ordered = [...groups];
+    for (const [account, group] of ordered) {
+      const keys = [
+        ...group.events.map((i) => `${account}event:${events[i]!.eventId}`),
+        ...group.rollups.keys(),
+      ];
+      pipe.meteringRecordBatch(keys.length, ...keys, ttl, group.events.length, ...group.args);
+    }
+    const replies = await pipe.exec();
+    if (!replies) throw new Error("redis pipeline aborted");
+    // A dims set that was not written leaves its rollups unlisted: the whole batch again.
+    for (const [err] of replies.slice(0, members.size)) if (err) throw err;
+    const out: Array<RecordOutcome | Error> = events.map(() => new Error("not recorded"));
+    ordered.forEach(([, group], n) => {
+      const [err, reply] = replies[members.size + n] ?? [new Error("no reply"), null];
+      group.events.forEach((i, j) => {
+        out[i] = err ?? ((reply as number[])[j] === 1 ? "recorded" : "duplicate");
+      });
+    });
+    return out;
+  }
 
   return {
+    recordMany,
+
     async record(event) {
-      const dims = dimensionsKey(event);
-      const hour = bucketStart(event.occurredAt, "hour");
-      const day = bucketStart(event.occurredAt, "day");
-      const applied = await client.meteringRecordUsage(
-        `${prefix}event:${event.eventId}`,
-        dimsSet("hour", hour),
-        rollup("hour", hour, dims),
-        dimsSet("day", day),
-        rollup("day", day, dims),
-        ttl,
-        dims,
-        event.inputTokens,
-        event.outputTokens,
-        event.reasoningTokens,
-        event.cost.toString(),
-      );
-      return applied === 1 ? "recorded" : "duplicate";
+      const [outcome] = await recordMany([event]);
+      if (outcome instanceof Error || outcome === undefined) throw outcome ?? new Error("not recorded");
+      return outcome;
     },
 
     async query(filter, from, to, granularity) {
@@ -104,9 +201,14 @@ export function createRedisUsageStore(redis: Redis, opts: RedisUsageStoreOptions
         await starts.reduce((p, start) => p.smembers(dimsSet(granularity, start)), redis.pipeline()).exec(),
       );
       const wanted = starts.flatMap((start, i) =>
-        (members[i] ?? [])
-          .filter((dims) => matchesFilter(filter, parseDimensionsKey(dims)))
-          .map((dims) => ({ start, key: rollup(granularity, start, dims) })),
+        (members[i] ?? []).flatMap((dims) => {
+          const d = parseDimensionsKey(dims);
+          if (!matchesFilter(filter, d)) return [];
+          return [
+            { start, key: rollup(granularity, start, d) },
+            { start, key: legacyRollup(granularity, start, dims) },
+          ];
+        }),
       );
       const hashes =
         wanted.length === 0

@@ -251,12 +251,13 @@ describe("metering against real NATS and Redis", () => {
     const inner = createRedisUsageStore(r, { prefix: `${ns}:` });
     const outcomes: string[] = [];
     const flaky: UsageStore = {
-      async record(event) {
-        const outcome = await inner.record(event);
-        outcomes.push(outcome);
+      record: (event) => inner.record(event),
+      async recordMany(events) {
+        const applied = await inner.recordMany(events);
+        outcomes.push(...applied.map(String));
         // Applied, but the handler fails before the ack: JetStream must deliver it again.
         if (outcomes.length === 1) throw new Error("crashed before ack");
-        return outcome;
+        return applied;
       },
       query: (...args) => inner.query(...args),
     };
@@ -325,9 +326,18 @@ describe("metering against real NATS and Redis", () => {
  * An AuthService that settles like auth-policy (idempotent by reservation id) and remembers
  * every call; its state outlives a restart, as auth-policy's Redis does.
  */
-function authStub() {
+function authStub(opts: { batch?: boolean } = {}) {
   const settled = new Map<string, bigint>();
   const calls: string[] = [];
+  const batches: number[] = [];
+  const settleOne = (reservationId: string, actualCost: string) => {
+    calls.push(reservationId);
+    const before = settled.get(reservationId);
+    if (before !== undefined)
+      return { outcome: SettleOutcome.ALREADY_SETTLED, settledCost: before.toString() };
+    settled.set(reservationId, BigInt(actualCost));
+    return { outcome: SettleOutcome.SETTLED, settledCost: actualCost };
+  };
   const unimplemented = async (): Promise<never> => {
     throw new StatusError(GrpcStatus.UNIMPLEMENTED, "unimplemented", "not part of this stub");
   };
@@ -339,19 +349,19 @@ function authStub() {
     listKeys: unimplemented,
     revokeKey: unimplemented,
     rotateKey: unimplemented,
-    async settleReservation(req) {
-      calls.push(req.reservationId);
-      const before = settled.get(req.reservationId);
-      if (before !== undefined)
-        return { outcome: SettleOutcome.ALREADY_SETTLED, settledCost: before.toString() };
-      settled.set(req.reservationId, BigInt(req.actualCost));
-      return { outcome: SettleOutcome.SETTLED, settledCost: req.actualCost };
+    settleReservation: async (req) => settleOne(req.reservationId, req.actualCost),
+    async settleReservations(req) {
+      // An auth-policy from before SettleReservations.
+      if (opts.batch === false) return unimplemented();
+      batches.push(req.items.length);
+      return { results: req.items.map((i) => settleOne(i.reservationId, i.actualCost)) };
     },
   };
   let server: GrpcServer | undefined;
   return {
     settled,
     calls,
+    batches,
     async start(port = 0): Promise<number> {
       server = await serveGrpc({
         host: "127.0.0.1",
@@ -361,6 +371,7 @@ function authStub() {
           implement(AuthService, handlers, {
             authorize: [],
             settleReservation: ["metering"],
+            settleReservations: ["metering"],
             createAccount: [],
             createConnection: [],
             createKey: [],
@@ -467,6 +478,67 @@ describe("metering settles budget reservations", () => {
     expect(auth.calls.length).toBeGreaterThan(callsBefore);
     settledOnce();
     expect(await usage(app)).toEqual(totalsOf(all));
+    await stopMetering(app);
+    await auth.stop();
+  });
+});
+
+describe("metering in batches", () => {
+  const accountEvents = (ns: string, n: number): EventInit[] => {
+    const at = new Date();
+    return Array.from({ length: n }, (_, k) => ({
+      eventId: `evt_${ns}_${k}`,
+      requestId: `req_${ns}_${k}`,
+      occurredAt: timestampFromDate(at),
+      door: Door.ACCOUNT,
+      accountId: `acct_${k % 4}`,
+      connectionId: "main",
+      keyId: "key",
+      model: "small",
+      inputTokens: 10,
+      outputTokens: k,
+      cost: String(1_000 + k),
+      reservationId: `rsv_${ns}_${k}`,
+    }));
+  };
+  const range = () => ({
+    from: timestampFromDate(new Date(Date.now() - HOUR)),
+    to: timestampFromDate(new Date(Date.now() + HOUR)),
+  });
+
+  it("settles a backlog with a few SettleReservations calls, every reservation once, rollups exact", async () => {
+    const { ns, names } = namespace();
+    const auth = authStub();
+    const addr = `127.0.0.1:${await auth.start()}`;
+    const bus = await publisher(names);
+    const events = accountEvents(ns, 60);
+    for (const e of events) await publish(bus, names, e);
+    const app = await startMetering(ns, log, addr);
+    await drained(app);
+    expect(auth.batches.reduce((a, b) => a + b, 0)).toBe(60);
+    expect(auth.batches.length).toBeLessThanOrEqual(3);
+    expect(new Map(auth.settled)).toEqual(new Map(events.map((e) => [e.reservationId!, BigInt(e.cost!)])));
+    expect(plain(await client(app.port).getUsage(range()))).toEqual(totalsOf(events));
+    // Per account too: the rollups of one account live under its own hash tag.
+    expect(plain(await client(app.port).getUsage({ ...range(), accountId: "acct_1" }))).toEqual(
+      totalsOf(events.filter((e) => e.accountId === "acct_1")),
+    );
+    await stopMetering(app);
+    await auth.stop();
+  });
+
+  it("settles one by one with an auth-policy that predates SettleReservations", async () => {
+    const { ns, names } = namespace();
+    const auth = authStub({ batch: false });
+    const addr = `127.0.0.1:${await auth.start()}`;
+    const bus = await publisher(names);
+    const events = accountEvents(ns, 5);
+    for (const e of events) await publish(bus, names, e);
+    const app = await startMetering(ns, log, addr);
+    await drained(app);
+    expect(auth.batches).toEqual([]);
+    expect(new Map(auth.settled)).toEqual(new Map(events.map((e) => [e.reservationId!, BigInt(e.cost!)])));
+    expect(plain(await client(app.port).getUsage(range()))).toEqual(totalsOf(events));
     await stopMetering(app);
     await auth.stop();
   });

@@ -35,8 +35,44 @@ describe("redis usage store", () => {
     const keys = await redis.keys(`${prefix}*`);
     expect(keys.length).toBe(5);
     expect(keys.every((k) => k.startsWith(`${prefix}metering:`))).toBe(true);
-    const ttl = await redis.ttl(`${prefix}metering:event:evt_ttl`);
+    // The event id and the rollups share the account's hash tag; the dims sets are listed apart.
+    const tagged = keys.filter((k) => k.startsWith(`${prefix}metering:{a:acct_a}:`));
+    expect(tagged).toHaveLength(3);
+    expect(keys.filter((k) => k.endsWith(":dims"))).toHaveLength(2);
+    const ttl = await redis.ttl(`${prefix}metering:{a:acct_a}:event:evt_ttl`);
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60);
+  });
+});
+
+describe("redis usage store: hash tags and older rollups", () => {
+  it("gives every key a script touches its account's hash tag, even for awkward account ids", async () => {
+    const prefix = `${ns}:${stores++}:`;
+    const store = createRedisUsageStore(redis, { prefix });
+    await store.recordMany([
+      usageEvent({ accountId: "}{x}", eventId: "e1" }),
+      usageEvent({ accountId: "", eventId: "e2" }),
+    ]);
+    const keys = (await redis.keys(`${prefix}*`)).filter((k) => !k.endsWith(":dims"));
+    const tags = keys.map((k) => /\{([^}]*)\}/.exec(k)?.[1]);
+    expect(new Set(tags)).toEqual(new Set(["a:%7D%7Bx%7D", "a:"]));
+  });
+
+  it("still reads rollups written before the hash tags", async () => {
+    const prefix = `${ns}:${stores++}:`;
+    const store = createRedisUsageStore(redis, { prefix });
+    const e = usageEvent({ cost: 7n });
+    await store.record(e);
+    // A rollup as the store wrote it before: <prefix>metering:hour:<start s>:<dims>.
+    const hour = Date.parse("2025-03-10T10:00:00Z") / 1000;
+    const dims = ["acct_a", "conn_a", "key_a", "small"].join("|");
+    await redis.hset(`${prefix}metering:hour:${hour}:${dims}`, { requests: "2", cost: "100" });
+    const r = await store.query(
+      {},
+      new Date("2025-03-10T00:00:00Z"),
+      new Date("2025-03-11T00:00:00Z"),
+      "hour",
+    );
+    expect(r.totals).toMatchObject({ requests: 3n, cost: 107n });
   });
 });

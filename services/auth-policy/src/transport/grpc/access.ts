@@ -5,11 +5,12 @@ import type { AuthService } from "@tollgate/proto/auth";
 /**
  * Who may call each AuthService method (docs/kubernetes.md, "Internal authentication"). api-edge authorizes
  * public requests and runs the admin API (keys, accounts, connections); metering settles the
- * budget reservations of the usage it applies.
+ * budget reservations of the usage it applies, a batch of usage events at a time.
  */
 export const authAccess: AccessTable<MethodsOf<typeof AuthService>> = {
   authorize: ["api-edge"],
   settleReservation: ["api-edge", "metering"],
+  settleReservations: ["metering"],
   createAccount: ["api-edge"],
   createConnection: ["api-edge"],
   createKey: ["api-edge"],

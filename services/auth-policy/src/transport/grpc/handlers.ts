@@ -1,7 +1,8 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { Handlers } from "@tollgate/kit/grpc";
+import { type Handlers, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
+import { isRedisUnavailable } from "@tollgate/kit/redis";
 import {
   type AccountSchema,
   type AuthService,
@@ -21,8 +22,11 @@ import type { Admin } from "../../domain/admin.js";
 import { type AuthorizeDeps, authorize } from "../../domain/authorize.js";
 import {
   type Budget,
+  MAX_SETTLE_BATCH,
+  type Settlement,
   type SettleOutcome as SettleOutcomeName,
   settleReservation,
+  settleReservations,
 } from "../../domain/budget.js";
 import { AuthError } from "../../domain/errors.js";
 import { keyState } from "../../domain/keys.js";
@@ -340,6 +344,47 @@ export function authHandlers(
           outcome: SETTLE_OUTCOME[settlement.outcome],
           settledCost: settlement.cost?.toString() ?? "",
         };
+      }),
+
+    settleReservations: (req) =>
+      mapped(async () => {
+        if (req.items.length > MAX_SETTLE_BATCH) {
+          throw new AuthError("invalid_argument", `at most ${MAX_SETTLE_BATCH} reservations per call`);
+        }
+        // An item with a malformed cost fails alone, as its SettleReservation would.
+        const costs = req.items.map((item) => {
+          try {
+            return baseUnitsIn("actual_cost", item.actualCost);
+          } catch (err) {
+            return err as AuthError;
+          }
+        });
+        const valid = req.items.flatMap((item, k) => {
+          const cost = costs[k];
+          return typeof cost === "bigint"
+            ? [{ reservationId: item.reservationId, cost, eventId: item.eventId }]
+            : [];
+        });
+        const settled = await settleReservations(deps.ledger, valid);
+        let next = 0;
+        const results = req.items.map((item, k) => {
+          const cost = costs[k];
+          const r: Settlement | Error =
+            typeof cost === "bigint" ? (settled[next++] ?? new Error("not settled")) : cost!;
+          const fields = { reservationId: item.reservationId, eventId: item.eventId };
+          if (r instanceof Error) {
+            const errorCode =
+              r instanceof AuthError ? r.code : isRedisUnavailable(r) ? STORE_UNAVAILABLE : "internal";
+            if (errorCode === "internal") log.error({ ...fields, err: r }, "reservation not settled");
+            else log.warn({ ...fields, errorCode }, "reservation not settled");
+            return { outcome: SettleOutcome.UNSPECIFIED, settledCost: "", errorCode };
+          }
+          if (r.outcome === "unknown")
+            log.warn({ ...fields, outcome: r.outcome }, "unknown reservation not settled");
+          else log.debug({ ...fields, outcome: r.outcome, cost: r.cost?.toString() }, "reservation settled");
+          return { outcome: SETTLE_OUTCOME[r.outcome], settledCost: r.cost?.toString() ?? "", errorCode: "" };
+        });
+        return { results };
       }),
   };
 }

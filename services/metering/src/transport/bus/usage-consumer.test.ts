@@ -6,7 +6,7 @@ import { natsNames } from "@tollgate/proto/subjects";
 import { Door, UsageRecordedSchema } from "@tollgate/proto/usage";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createMemoryUsageStore } from "../../adapters/memory-usage-store.js";
-import type { ReservationSettler, SettlementOutcome, UsageStore } from "../../domain/ports.js";
+import type { ReservationSettler, SettleItem, SettlementOutcome, UsageStore } from "../../domain/ports.js";
 import { consumeUsage } from "./usage-consumer.js";
 
 const names = natsNames("unit");
@@ -59,11 +59,12 @@ describe("consumeUsage", () => {
     const inner = createMemoryUsageStore();
     const outcomes: string[] = [];
     const flaky: UsageStore = {
-      async record(event) {
-        const outcome = await inner.record(event);
-        outcomes.push(outcome);
+      record: (event) => inner.record(event),
+      async recordMany(events) {
+        const applied = await inner.recordMany(events);
+        outcomes.push(...applied.map(String));
         if (outcomes.length === 1) throw new Error("connection lost before the reply");
-        return outcome;
+        return applied;
       },
       query: (...args) => inner.query(...args),
     };
@@ -133,15 +134,16 @@ describe("consumeUsage", () => {
     const calls: Array<[string, bigint, string]> = [];
     let failures = 1;
     const settler: ReservationSettler = {
-      async settle(reservationId, cost, eventId) {
-        calls.push([reservationId, cost, eventId]);
-        // auth-policy unreachable once: the event must come again and be settled then.
-        if (failures-- > 0) throw new Error("auth-policy unavailable");
-        return calls.length === 2 ? "settled" : "already_settled";
+      async settleMany(items) {
+        return items.map(({ reservationId, cost, eventId }) => {
+          calls.push([reservationId, cost, eventId]);
+          // auth-policy unreachable once: the event must come again and be settled then.
+          if (failures-- > 0) return new Error("auth-policy unavailable");
+          return calls.length === 2 ? "settled" : "already_settled";
+        });
       },
     };
     const { log } = capture();
-    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
     const rid = "rsv_AAAAAAAAAAAAAAAAAAAA_{acct}";
     await bus.publish(names.usageRecorded, recorded({ door: Door.ACCOUNT, reservationId: rid }), "req_1");
     // The same event again under another message id (a publisher retry).
@@ -153,10 +155,12 @@ describe("consumeUsage", () => {
       "req_2",
     );
     await bus.publish(names.usageRecorded, recorded({ eventId: "evt_none", door: Door.ACCOUNT }), "req_3");
+    // Everything published before the consumer starts arrives as one batch.
+    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
     await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
     await sub.stop();
+    // Once per batch: the reservation named twice is asked once, and again after the failure.
     expect(calls).toEqual([
-      [rid, 42n, "evt_1"],
       [rid, 42n, "evt_1"],
       [rid, 42n, "evt_1"],
     ]);
@@ -169,7 +173,9 @@ describe("consumeUsage", () => {
   it("keeps going past a reservation auth-policy does not know, without logging the account", async () => {
     const bus = memoryBus();
     const store = createMemoryUsageStore();
-    const settler: ReservationSettler = { settle: async (): Promise<SettlementOutcome> => "unknown" };
+    const settler: ReservationSettler = {
+      settleMany: async (items): Promise<SettlementOutcome[]> => items.map(() => "unknown"),
+    };
     const { log, lines } = capture();
     const sub = await consumeUsage(bus, names, store, log, undefined, settler);
     await bus.publish(
@@ -181,5 +187,192 @@ describe("consumeUsage", () => {
     await sub.stop();
     expect(lines.filter((l) => l["msg"] === "reservation unknown to auth-policy")).toHaveLength(1);
     expect(JSON.stringify(lines)).not.toContain("acct_secretish");
+  });
+});
+
+/**
+ * A settler that settles like auth-policy (idempotent by reservation id) and remembers each
+ * call; `fail` picks items to answer with an error instead, before anything is settled.
+ */
+function idempotentSettler(fail: (item: SettleItem, call: number) => boolean = () => false) {
+  const settled = new Map<string, bigint>();
+  const calls: SettleItem[][] = [];
+  const settler: ReservationSettler = {
+    async settleMany(items) {
+      calls.push([...items]);
+      return items.map((item): SettlementOutcome | Error => {
+        if (fail(item, calls.length)) return new Error("store unavailable");
+        if (settled.has(item.reservationId)) return "already_settled";
+        settled.set(item.reservationId, item.cost);
+        return "settled";
+      });
+    },
+  };
+  return { settler, settled, calls };
+}
+
+/** A memory store that counts its round trips. */
+function countingStore() {
+  const inner = createMemoryUsageStore();
+  const batches: number[] = [];
+  const store: UsageStore = {
+    record: (e) => inner.record(e),
+    recordMany: async (events) => {
+      batches.push(events.length);
+      return inner.recordMany(events);
+    },
+    query: (...args) => inner.query(...args),
+  };
+  return { store, batches };
+}
+
+const rsv = (k: number) => `rsv_${String(k).padStart(20, "A")}_{acct_${k % 3}}`;
+
+describe("consumeUsage in batches", () => {
+  it("applies a whole batch with one store round trip and one settle call, then acknowledges it", async () => {
+    const bus = memoryBus();
+    const { store, batches } = countingStore();
+    const { settler, settled, calls } = idempotentSettler();
+    for (let k = 0; k < 40; k++) {
+      await bus.publish(
+        names.usageRecorded,
+        recorded({
+          eventId: `evt_${k}`,
+          requestId: `req_${k}`,
+          accountId: `acct_${k % 3}`,
+          door: Door.ACCOUNT,
+          reservationId: rsv(k),
+          cost: String(100 + k),
+        }),
+        `req_${k}`,
+      );
+    }
+    const sub = await consumeUsage(bus, names, store, capture().log, undefined, settler);
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(batches).toEqual([40]);
+    expect(calls.map((c) => c.length)).toEqual([40]);
+    // Told == committed == metered: every reservation settled at its event's cost, and the
+    // rollups hold the same sum.
+    const expected = Array.from({ length: 40 }, (_, k) => 100n + BigInt(k));
+    expect([...settled.values()]).toEqual(expected);
+    const metered = (await store.query({}, DAY.from, DAY.to, "day")).totals;
+    expect(metered).toMatchObject({ requests: 40n, cost: expected.reduce((a, b) => a + b, 0n) });
+  });
+
+  it("drops a poison message without holding up the rest of its batch", async () => {
+    const bus = memoryBus();
+    const { store } = countingStore();
+    const { settler, settled } = idempotentSettler();
+    const { log, lines } = capture();
+    await bus.publish(
+      names.usageRecorded,
+      recorded({ eventId: "a", door: Door.ACCOUNT, reservationId: rsv(1) }),
+      "a",
+    );
+    await bus.publish(names.usageRecorded, new Uint8Array([0xff, 0xff, 0xff]), "garbage");
+    await bus.publish(names.usageRecorded, recorded({ eventId: "", requestId: "no_id" }), "no_id");
+    await bus.publish(
+      names.usageRecorded,
+      recorded({ eventId: "b", door: Door.ACCOUNT, reservationId: rsv(2) }),
+      "b",
+    );
+    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect([...settled.keys()]).toEqual([rsv(1), rsv(2)]);
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals).toMatchObject({
+      requests: 2n,
+      cost: 84n,
+    });
+    expect(lines.filter((l) => l["msg"] === "invalid usage event dropped")).toHaveLength(2);
+  });
+
+  it("retries only the event whose settlement failed, and settles it once", async () => {
+    const bus = memoryBus();
+    const { store, batches } = countingStore();
+    // auth-policy fails the second reservation on the first call only.
+    const { settler, settled, calls } = idempotentSettler(
+      (item, call) => item.reservationId === rsv(2) && call === 1,
+    );
+    for (let k = 1; k <= 3; k++) {
+      await bus.publish(
+        names.usageRecorded,
+        recorded({ eventId: `evt_${k}`, door: Door.ACCOUNT, reservationId: rsv(k), cost: String(k) }),
+        `req_${k}`,
+      );
+    }
+    const sub = await consumeUsage(bus, names, store, capture().log, undefined, settler);
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(batches).toEqual([3, 1]);
+    expect(calls.map((c) => c.map((i) => i.reservationId))).toEqual([[rsv(1), rsv(2), rsv(3)], [rsv(2)]]);
+    expect(settled).toEqual(
+      new Map([
+        [rsv(1), 1n],
+        [rsv(3), 3n],
+        [rsv(2), 2n],
+      ]),
+    );
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals).toMatchObject({ requests: 3n, cost: 6n });
+  });
+
+  it("changes nothing when a batch comes again after it was settled but not acknowledged", async () => {
+    const bus = memoryBus();
+    const { store } = countingStore();
+    const auth = idempotentSettler();
+    let crashes = 1;
+    // Settles the whole batch, then dies before the acknowledgement: the batch comes again.
+    const crashing: ReservationSettler = {
+      async settleMany(items) {
+        const results = await auth.settler.settleMany(items);
+        if (crashes-- > 0) throw new Error("process died before the ack");
+        return results;
+      },
+    };
+    for (let k = 1; k <= 5; k++) {
+      await bus.publish(
+        names.usageRecorded,
+        recorded({ eventId: `evt_${k}`, door: Door.ACCOUNT, reservationId: rsv(k), cost: String(10 * k) }),
+        `req_${k}`,
+      );
+    }
+    const { log, lines } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, crashing);
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(auth.calls).toHaveLength(2);
+    expect([...auth.settled.values()]).toEqual([10n, 20n, 30n, 40n, 50n]);
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals).toMatchObject({
+      requests: 5n,
+      cost: 150n,
+    });
+    // Recorded on the first delivery (not acknowledged), found already applied on the second.
+    const retried = lines.filter((l) => l["msg"] === "usage events not applied; delivered again");
+    expect(retried).toHaveLength(1);
+    expect(retried[0]).toMatchObject({ notRecorded: 0, notSettled: 5 });
+    expect(lines.filter((l) => l["msg"] === "duplicate usage event skipped")).toHaveLength(5);
+  });
+
+  it("delivers the batch again when the store fails, acknowledging the poison message", async () => {
+    const bus = memoryBus();
+    const inner = createMemoryUsageStore();
+    let failures = 1;
+    const store: UsageStore = {
+      record: (e) => inner.record(e),
+      async recordMany(events) {
+        if (failures-- > 0) throw new Error("redis unavailable");
+        return inner.recordMany(events);
+      },
+      query: (...args) => inner.query(...args),
+    };
+    await bus.publish(names.usageRecorded, recorded({ eventId: "a" }), "a");
+    await bus.publish(names.usageRecorded, new Uint8Array([0xff]), "garbage");
+    const { log, lines } = capture();
+    const sub = await consumeUsage(bus, names, store, log);
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect((await inner.query({}, DAY.from, DAY.to, "day")).totals.requests).toBe(1n);
+    expect(lines.filter((l) => l["msg"] === "invalid usage event dropped")).toHaveLength(1);
   });
 });

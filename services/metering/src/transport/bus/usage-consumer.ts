@@ -1,10 +1,10 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type { BusSubscription, EventBus } from "@tollgate/kit/bus";
+import type { BatchVerdict, BusMessage, BusSubscription, EventBus } from "@tollgate/kit/bus";
 import type { Logger } from "@tollgate/kit/log";
 import type { NatsNames } from "@tollgate/proto/subjects";
 import { Door, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
-import { applyUsage } from "../../domain/apply-usage.js";
+import { type Applied, applyUsageBatch } from "../../domain/apply-usage.js";
 import type { ReservationSettler, UsageStore } from "../../domain/ports.js";
 import { parseCost, type UsageEvent, validateUsageEvent } from "../../domain/usage.js";
 
@@ -30,11 +30,22 @@ export function toUsageEvent(m: UsageRecorded): UsageEvent {
 /** Told what became of each consumed event (for metrics); `message` is absent when it was invalid. */
 export type UsageObserver = (outcome: "recorded" | "duplicate" | "invalid", message?: UsageRecorded) => void;
 
+/** How the consumer batches; the bus defaults apply to what is left out. */
+export interface UsageBatching {
+  /** Most events applied together. Default 256. */
+  maxEvents?: number;
+  /** How long a batch waits for more events once one is in hand (ms). Default 0. */
+  lingerMs?: number;
+}
+
 /**
- * Applies UsageRecorded events from the durable metering consumer. The handler resolves only
- * after the store has applied the event and, for an account-door event with a reservation, the
- * settler has settled it (the bus acks then); a failure of either rejects, so the bus delivers
- * again, and the store's dedupe and the idempotent settlement keep the count exact.
+ * Applies UsageRecorded events from the durable metering consumer, a batch at a time: every
+ * event the bus has in hand is recorded in one store round trip and every reservation among
+ * them settled in one call (docs/architecture.md, "Metering in batches"). An event is
+ * acknowledged only after the store has applied it and, for an account-door event with a
+ * reservation, the settler has settled it; one whose recording or settlement failed is
+ * delivered again alone, and the store's dedupe and the idempotent settlement keep the count
+ * exact. A malformed event is dropped (redelivery cannot repair it) without holding up the rest.
  */
 export function consumeUsage(
   bus: EventBus,
@@ -43,31 +54,76 @@ export function consumeUsage(
   log: Logger,
   observe?: UsageObserver,
   settler?: ReservationSettler,
+  batching: UsageBatching = {},
 ): Promise<BusSubscription> {
-  return bus.subscribe(names.meteringDurable, names.usageRecorded, async (msg) => {
-    let message: UsageRecorded;
-    let event: UsageEvent;
+  const handle = async (msgs: BusMessage[]): Promise<BatchVerdict[]> => {
+    const verdicts: BatchVerdict[] = msgs.map(() => "drop");
+    const valid: Array<{ at: number; message: UsageRecorded; event: UsageEvent }> = [];
+    msgs.forEach((msg, at) => {
+      try {
+        const message = fromBinary(UsageRecordedSchema, msg.data);
+        valid.push({ at, message, event: toUsageEvent(message) });
+      } catch (err) {
+        log.error({ err, msgId: msg.msgId, deliveryCount: msg.deliveryCount }, "invalid usage event dropped");
+        observe?.("invalid");
+      }
+    });
+    let applied: Applied[];
     try {
-      message = fromBinary(UsageRecordedSchema, msg.data);
-      event = toUsageEvent(message);
+      applied = await applyUsageBatch(
+        valid.map((v) => v.event),
+        store,
+        settler,
+      );
     } catch (err) {
-      // Redelivery cannot repair a malformed event; dropping it keeps the consumer moving.
-      log.error({ err, msgId: msg.msgId, deliveryCount: msg.deliveryCount }, "invalid usage event dropped");
-      observe?.("invalid");
-      return;
+      // The store could say nothing: every valid event comes again, the invalid ones do not.
+      log.warn({ err, events: valid.length }, "usage batch not recorded; delivered again");
+      for (const v of valid) verdicts[v.at] = "retry";
+      return verdicts;
     }
-    const { outcome, settlement } = await applyUsage(event, store, settler);
-    observe?.(outcome, message);
-    log.debug(
-      { requestId: event.requestId, model: event.model },
-      outcome === "recorded" ? "usage recorded" : "duplicate usage event skipped",
-    );
-    if (settlement === "unknown") {
-      // Not a reservation auth-policy knows (or older than its settlement window): nothing to do.
-      // The reservation id names the account; the request id is enough to correlate.
-      log.warn({ requestId: event.requestId }, "reservation unknown to auth-policy");
-    } else if (settlement) {
-      log.debug({ requestId: event.requestId, settlement }, "reservation settled");
+    const failed = { record: 0, settle: 0 };
+    let firstError: Error | undefined;
+    valid.forEach(({ at, message, event }, i) => {
+      const a = applied[i]!;
+      if ("failed" in a) {
+        verdicts[at] = "retry";
+        failed[a.stage]++;
+        firstError ??= a.failed;
+        if (a.outcome) observe?.(a.outcome, message);
+        return;
+      }
+      verdicts[at] = "ack";
+      observe?.(a.outcome, message);
+      log.debug(
+        { requestId: event.requestId, model: event.model },
+        a.outcome === "recorded" ? "usage recorded" : "duplicate usage event skipped",
+      );
+      if (a.settlement === "unknown") {
+        // Not a reservation auth-policy knows (or older than its settlement window): nothing to do.
+        log.warn({ requestId: event.requestId }, "reservation unknown to auth-policy");
+      } else if (a.settlement) {
+        log.debug({ requestId: event.requestId, settlement: a.settlement }, "reservation settled");
+      }
+    });
+    if (firstError) {
+      // One line per batch, not per event: an outage would otherwise log every event every second.
+      log.warn(
+        { notRecorded: failed.record, notSettled: failed.settle, err: firstError },
+        "usage events not applied; delivered again",
+      );
     }
+    return verdicts;
+  };
+
+  if (bus.subscribeBatch) {
+    return bus.subscribeBatch(names.meteringDurable, names.usageRecorded, handle, {
+      ...(batching.maxEvents !== undefined ? { maxMessages: batching.maxEvents } : {}),
+      ...(batching.lingerMs !== undefined ? { lingerMs: batching.lingerMs } : {}),
+    });
+  }
+  // A bus without batches: each event is a batch of one.
+  return bus.subscribe(names.meteringDurable, names.usageRecorded, async (msg) => {
+    const [verdict] = await handle([msg]);
+    if (verdict === "retry") throw new Error("usage event not applied");
   });
 }

@@ -1,0 +1,169 @@
+import { parseGatewayConfig } from "@tollgate/config";
+import { createClient, GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { createLogger } from "@tollgate/kit/log";
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { AuthService, Route, SettleOutcome } from "@tollgate/proto/auth";
+import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
+import { start } from "../../src/app.js";
+import { newReservationId, settleReservations } from "../../src/domain/budget.js";
+import { settleBatchContract } from "../settle-batch-contract.js";
+
+let fixture: RedisFixture;
+let redis: Redis;
+const prefixes: string[] = [];
+
+function prefix(): string {
+  const p = `${uniqueNamespace("auth")}:`;
+  prefixes.push(p);
+  return p;
+}
+
+beforeAll(async () => {
+  fixture = await useRedis();
+  redis = connectRedis(fixture.url);
+});
+
+afterAll(async () => {
+  for (const p of prefixes) {
+    const keys: string[] = [];
+    for await (const batch of redis.scanStream({ match: `${p}*`, count: 500 }))
+      keys.push(...(batch as string[]));
+    if (keys.length > 0) await redis.del(...keys);
+  }
+  await quitRedis(redis);
+  await fixture.stop();
+});
+
+describe("redis ledger: batch settlement", () => {
+  settleBatchContract((opts) => createRedisLedger(redis, { ...opts, prefix: prefix(), clock: "caller" }));
+
+  it("reads every record in one pipeline and settles in another, and one item's failure leaves the others settled", async () => {
+    const p = prefix();
+    const ledger = createRedisLedger(redis, { prefix: p });
+    expect(ledger.settleMany).toBeTypeOf("function");
+    const now = new Date();
+    const b = {
+      id: "{acct}:connection:c:month:x",
+      scope: "connection" as const,
+      limit: 1_000n,
+      periodEndMs: now.getTime() + 86_400_000,
+    };
+    const ids = [newReservationId("acct"), newReservationId("acct")];
+    for (const reservationId of ids) {
+      await ledger.admit([], { hold: { reservationId, amount: 100n, budgets: [b] } }, now);
+    }
+    // A record Redis cannot read as a hash: its item fails, alone.
+    const broken = newReservationId("acct");
+    await redis.set(`${p}auth:reservation:${broken}`, "not a hash");
+    const sent: string[] = [];
+    const monitor = await redis.monitor();
+    monitor.on("monitor", (_time: string, args: string[], source: string) => {
+      // Commands a script runs are shown too; only what the ledger sends counts.
+      if (!source.includes("lua")) sent.push(String(args[0]).toLowerCase());
+    });
+    const results = await settleReservations(ledger, [
+      { reservationId: ids[0]!, cost: 40n, eventId: "e0" },
+      { reservationId: broken, cost: 1n, eventId: "eb" },
+      { reservationId: ids[1]!, cost: 60n, eventId: "e1" },
+    ]);
+    await new Promise((r) => setTimeout(r, 100));
+    monitor.disconnect();
+    expect(results[0]).toEqual({ outcome: "settled", cost: 40n });
+    expect(results[1]).toBeInstanceOf(Error);
+    expect(results[2]).toEqual({ outcome: "settled", cost: 60n });
+    // Three reads, then two settlement scripts (the broken record is not settled).
+    expect(sent.filter((c) => c === "hget")).toHaveLength(3);
+    expect(sent.filter((c) => c === "evalsha" || c === "eval")).toHaveLength(2);
+    const peek = await ledger.admit([], { peek: [b] }, now);
+    expect(peek.budgets[0]).toEqual({ spent: 100n, held: 0n });
+  });
+});
+
+describe("SettleReservations over gRPC", () => {
+  it("settles a batch with a result per item: a bad amount fails alone, a repeat changes nothing", async () => {
+    const p = prefix();
+    const gateway = parseGatewayConfig({
+      upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
+      models: [
+        {
+          id: "priced",
+          upstream: "u",
+          upstreamModel: "c",
+          runtime: "vllm",
+          pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
+        },
+      ],
+    });
+    const log = createLogger({ service: "auth-policy", level: "silent" });
+    const app = await start(
+      { grpcHost: "127.0.0.1", grpcPort: 0, gateway, redisUrl: fixture.url, redisPrefix: p },
+      log,
+    );
+    const auth = createClient(AuthService, `127.0.0.1:${app.port}`);
+    try {
+      const BUDGET = 1_000n;
+      await auth.createAccount({ accountId: "batch" });
+      await auth.createConnection({
+        accountId: "batch",
+        connectionId: "main",
+        models: ["priced"],
+        budget: { amount: BUDGET.toString() },
+      });
+      const { secret } = await auth.createKey({ accountId: "batch", connectionId: "main" });
+      // Quoted 200 each: 100 bytes + 8 × 1 message + 16 + 76 output tokens.
+      const ask = {
+        key: secret,
+        route: Route.CHAT_COMPLETIONS,
+        model: "",
+        maxOutputTokens: 76,
+        bodyBytes: 100,
+        messageCount: 1,
+      };
+      const [a, b, c] = [await auth.authorize(ask), await auth.authorize(ask), await auth.authorize(ask)];
+      expect(BigInt(c!.budgetRemaining)).toBe(BUDGET - 600n);
+      const batch = {
+        items: [
+          { reservationId: a!.reservationId, actualCost: "150", eventId: "evt_a" },
+          { reservationId: b!.reservationId, actualCost: "1.5", eventId: "evt_b" },
+          { reservationId: c!.reservationId, actualCost: "90", eventId: "evt_c" },
+          { reservationId: a!.reservationId, actualCost: "150", eventId: "evt_a" },
+          { reservationId: "rsv_AAAAAAAAAAAAAAAAAAAA_{nobody}", actualCost: "5", eventId: "evt_x" },
+        ],
+      };
+      const first = await auth.settleReservations(batch);
+      expect(first.results.map((r) => [r.outcome, r.settledCost, r.errorCode])).toEqual([
+        [SettleOutcome.SETTLED, "150", ""],
+        [SettleOutcome.UNSPECIFIED, "", "invalid_argument"],
+        [SettleOutcome.SETTLED, "90", ""],
+        [SettleOutcome.ALREADY_SETTLED, "150", ""],
+        [SettleOutcome.UNKNOWN_RESERVATION, "", ""],
+      ]);
+      // The same batch again (a redelivery): nothing moves; b, still held, settles when fixed.
+      const again = await auth.settleReservations({
+        items: batch.items.map((i) => (i.actualCost === "1.5" ? { ...i, actualCost: "20" } : i)),
+      });
+      expect(again.results.map((r) => r.outcome)).toEqual([
+        SettleOutcome.ALREADY_SETTLED,
+        SettleOutcome.SETTLED,
+        SettleOutcome.ALREADY_SETTLED,
+        SettleOutcome.ALREADY_SETTLED,
+        SettleOutcome.UNKNOWN_RESERVATION,
+      ]);
+      // Told == committed: the budget is down by exactly the settled costs, nothing held.
+      const shown = await auth.authorize({ key: secret, route: Route.MODELS });
+      expect(BigInt(shown.budgetRemaining)).toBe(BUDGET - 150n - 20n - 90n);
+      const tooMany = await auth
+        .settleReservations({
+          items: Array.from({ length: 1_001 }, () => ({ reservationId: "r", actualCost: "1", eventId: "e" })),
+        })
+        .catch((e: unknown) => e);
+      expect(tooMany).toBeInstanceOf(RemoteError);
+      expect(tooMany).toMatchObject({ status: GrpcStatus.INVALID_ARGUMENT, code: "invalid_argument" });
+    } finally {
+      auth.$close();
+      await app.stop();
+    }
+  });
+});
