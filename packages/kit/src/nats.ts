@@ -4,10 +4,32 @@ import type { HealthCheck } from "./health.js";
 
 export type { NatsConnection } from "@nats-io/transport-node";
 
-/** Connects to NATS; reconnects forever so a restart of the server is survived. */
+/** The servers of a comma-separated list (`nats://a:4222,nats://b:4222`), blanks dropped. */
+export function natsServers(list: string): string[] {
+  return list
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+/**
+ * The NATS server list a service connects to, from its NATS_SERVERS and NATS_URL (either may
+ * list several servers, comma-separated; NATS_SERVERS wins when both are set). Undefined when
+ * neither is set.
+ */
+export function natsUrlOf(url: string | undefined, servers: string | undefined): string | undefined {
+  const list = natsServers(servers || url || "");
+  return list.length > 0 ? list.join(",") : undefined;
+}
+
+/**
+ * Connects to NATS, given one server or a comma-separated list of the servers of a cluster (the
+ * client also learns the others from the cluster); reconnects forever, to any of them, so a
+ * restart of a server is survived.
+ */
 export function connectNats(url: string, name: string): Promise<NatsConnection> {
   return connect({
-    servers: url.split(","),
+    servers: natsServers(url),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
@@ -36,7 +58,11 @@ export interface StreamSpec {
   duplicateWindowMs?: number;
 }
 
-/** Creates the stream if it is missing, or updates its subjects; safe to call from every replica. */
+/**
+ * Creates the stream if it is missing, with `spec.replicas` (default 1); raises the replica
+ * count of an existing stream that has fewer (never lowers it: an operator may have set more).
+ * Safe to call from every replica.
+ */
 export async function ensureStream(nc: NatsConnection, spec: StreamSpec): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const config = {
@@ -47,18 +73,22 @@ export async function ensureStream(nc: NatsConnection, spec: StreamSpec): Promis
     num_replicas: spec.replicas ?? 1,
     duplicate_window: nanos(spec.duplicateWindowMs ?? 120_000),
   };
+  let existing: Awaited<ReturnType<typeof jsm.streams.info>>;
   try {
-    await jsm.streams.info(spec.name);
+    existing = await jsm.streams.info(spec.name);
   } catch {
     try {
       await jsm.streams.add(config);
+      return;
     } catch (err) {
       // Another replica may have created it between the lookup and the add.
-      await jsm.streams.info(spec.name).catch(() => {
+      existing = await jsm.streams.info(spec.name).catch(() => {
         throw err;
       });
     }
   }
+  if (existing.config.num_replicas < config.num_replicas)
+    await jsm.streams.update(spec.name, { num_replicas: config.num_replicas });
 }
 
 /** Drains a NATS connection: pending publishes and subscriptions finish, then it closes. */

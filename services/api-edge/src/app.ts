@@ -164,7 +164,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
       .code(ready && !drain.draining ? 200 : 503)
       .send({ status: ready && !drain.draining ? "ready" : "not ready" });
   });
-  const redis = opts.redisUrl ? connectRedis(opts.redisUrl) : undefined;
+  const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge") : undefined;
   const idempotency = new Idempotency(
     redis
       ? createRedisIdempotencyStore(redis, opts.redisPrefix ?? "tollgate:")

@@ -1,4 +1,4 @@
-import type { Redis } from "@tollgate/kit/redis";
+import { clusterTag, type Redis } from "@tollgate/kit/redis";
 import type { UsageStore } from "../domain/ports.js";
 import {
   addTotals,
@@ -64,9 +64,13 @@ function totalsFromHash(h: Record<string, string>): UsageTotals {
   };
 }
 
-/** The usage store over Redis: keys `<prefix>metering:…`, one Lua script per event. */
+/**
+ * The usage store over Redis: keys `<prefix>metering:…`, one Lua script per event. On a Redis
+ * Cluster the keys are `<prefix>metering:{usage}:…`, one slot: an event's script and a query's
+ * pipelines touch the rollups of several buckets together.
+ */
 export function createRedisUsageStore(redis: Redis, opts: RedisUsageStoreOptions = {}): UsageStore {
-  const prefix = `${opts.prefix ?? "tollgate:"}metering:`;
+  const prefix = `${opts.prefix ?? "tollgate:"}metering:${clusterTag(redis, "usage")}`;
   const ttl = opts.eventTtlSeconds ?? 7 * 24 * 3_600;
   const client = redis as WithRecord;
   if (typeof client.meteringRecordUsage !== "function") {
