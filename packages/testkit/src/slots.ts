@@ -100,7 +100,11 @@ export function slotRecorder(reply: (name: string, args: unknown[]) => unknown =
         };
       if (prop === "eval" || prop === "evalsha")
         return async (script: string, n: number, ...args: unknown[]) => {
-          calls.push({ kind: "eval", name: script.trim().split("\n")[0] ?? "", keys: args.slice(0, n).map(String) });
+          calls.push({
+            kind: "eval",
+            name: script.trim().split("\n")[0] ?? "",
+            keys: args.slice(0, n).map(String),
+          });
           return reply(prop, args.slice(n));
         };
       if (prop === "pipeline" || prop === "multi") return () => batch(prop);
