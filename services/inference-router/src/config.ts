@@ -27,6 +27,8 @@ const envSchema = z
   .refine((e) => natsUrlOf(e.NATS_URL, e.NATS_SERVERS) !== undefined, {
     path: ["NATS_URL"],
     message: "NATS URL for usage events (or NATS_SERVERS)",
+    // Reported together with every other problem, not only once the rest is valid.
+    when: () => true,
   });
 
 /** Everything inference-router needs to start. */

@@ -33,10 +33,13 @@ const envSchema = z
   .refine((e) => natsUrlOf(e.NATS_URL, e.NATS_SERVERS) !== undefined, {
     path: ["NATS_URL"],
     message: "required: URL of the NATS server(s) carrying usage events (or NATS_SERVERS)",
+    // Reported together with every other problem, not only once the rest is valid.
+    when: () => true,
   })
   .refine((e) => Boolean(e.REDIS_URL || e.REDIS_CLUSTER_NODES), {
     path: ["REDIS_URL"],
     message: "required: URL of the Redis holding usage rollups (or REDIS_CLUSTER_NODES)",
+    when: () => true,
   });
 
 /** Everything metering needs to start on its own. */

@@ -1,0 +1,21 @@
+import { describe, expect, it } from "vitest";
+import { natsServers, natsUrlOf } from "./nats.js";
+
+describe("NATS server lists", () => {
+  it("splits a comma-separated list, dropping blanks", () => {
+    expect(natsServers("nats://a:4222, nats://b:4222,,nats://c:4222 ")).toEqual([
+      "nats://a:4222",
+      "nats://b:4222",
+      "nats://c:4222",
+    ]);
+    expect(natsServers("nats://a:4222")).toEqual(["nats://a:4222"]);
+  });
+
+  it("takes NATS_SERVERS over NATS_URL, and either alone", () => {
+    expect(natsUrlOf("nats://one:4222", "nats://a:4222,nats://b:4222")).toBe("nats://a:4222,nats://b:4222");
+    expect(natsUrlOf("nats://a:4222, nats://b:4222", undefined)).toBe("nats://a:4222,nats://b:4222");
+    expect(natsUrlOf(undefined, "nats://a:4222")).toBe("nats://a:4222");
+    expect(natsUrlOf("", "")).toBeUndefined();
+    expect(natsUrlOf(undefined, undefined)).toBeUndefined();
+  });
+});
