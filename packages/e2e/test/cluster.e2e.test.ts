@@ -1,5 +1,6 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { ensureStream } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
 import { natsNames } from "@tollgate/proto/subjects";
 import {
@@ -249,11 +250,25 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
     );
   }
 
-  it("runs the usage stream with three replicas", async () => {
+  it("runs the usage stream with three replicas, and raises a stream made with fewer", async () => {
     const jsm = await jetstreamManager(nc);
     const info = await jsm.streams.info(natsNames(namespace).usageStream);
     expect(info.config.num_replicas).toBe(3);
     expect(info.cluster?.replicas?.length).toBe(2);
+    // A stream created before with one replica (as the services did before NATS_STREAM_REPLICAS).
+    const name = `${natsNames(namespace).usageStream}_R1`;
+    const spec = { name, subjects: [`${namespace}.r1.>`], storage: "memory" as const };
+    try {
+      await ensureStream(nc, { ...spec, replicas: 1 });
+      expect((await jsm.streams.info(name)).config.num_replicas).toBe(1);
+      await ensureStream(nc, { ...spec, replicas: 3 });
+      expect((await jsm.streams.info(name)).config.num_replicas).toBe(3);
+      // Never lowered.
+      await ensureStream(nc, { ...spec, replicas: 1 });
+      expect((await jsm.streams.info(name)).config.num_replicas).toBe(3);
+    } finally {
+      await jsm.streams.delete(name).catch(() => undefined);
+    }
   });
 
   it("fails over the Redis master of an account's slot under traffic: fast 503s meanwhile, nothing lost or counted twice", async () => {
