@@ -1,7 +1,7 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ensureStream } from "@tollgate/kit/nats";
-import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, isRedisUnavailable, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
 import { natsNames } from "@tollgate/proto/subjects";
 import {
   type NatsClusterFixture,
@@ -12,8 +12,22 @@ import {
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { uniqueNamespace } from "@tollgate/testkit/fixtures";
 import { type Stack, startStack } from "@tollgate/testkit/stack";
+import { DEMO_PAYEE_ADDRESS } from "@tollgate/testkit/tempo-devnet";
+import { tempo as tempoClient } from "mppx/client";
+import type { Session } from "mppx/tempo";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminCreate } from "./gateways.js";
+import {
+  balanceOf,
+  fund,
+  PAID_PATH,
+  PAID_PROMPT_MARKER,
+  payerClient,
+  planDefault,
+  servedCost,
+  wireRecorder,
+} from "./paid-door-kit.js";
 
 /**
  * The multi-process stack on a Redis Cluster (3 masters, 3 replicas) and a three-node NATS
@@ -29,6 +43,7 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
   const namespace = uniqueNamespace("cluster");
   const prefix = `tollgate:${namespace}:`;
   const BUDGET = 10n ** 15n;
+  const RESERVATION_TTL_SECONDS = 6;
   let redisCluster: RedisClusterFixture;
   let natsCluster: NatsClusterFixture;
   let upstream: FakeUpstream;
@@ -46,10 +61,16 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
       natsUrl: natsCluster.url,
       redisUrl: redisCluster.url,
       namespace,
-      routers: 2,
+      routers: 1,
       upstreamPort: upstream.port,
       externalUpstream: true,
       serviceEnv: { NATS_STREAM_REPLICAS: "3" },
+      paymentEnv: {
+        // Short holds, so one whose Reserve answer died with the master lapses within the test.
+        MPP_RESERVATION_TTL_SECONDS: String(RESERVATION_TTL_SECONDS),
+        // No settlement pass moves the balances the paid case checks.
+        MPP_SETTLE_INTERVAL_SECONDS: "0",
+      },
     });
     peek = connectRedis(redisCluster.url, "cluster-e2e");
     peek.on("error", () => {});
@@ -199,7 +220,7 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
     for await (const batch of scanStream(peek, { match: `${prefix}auth:budget:{${accountId}}:connection:*` }))
       keys.push(...batch);
     for (const key of keys.filter((k) => !k.endsWith(":holds"))) {
-      const [s, h] = await peek.hmget(key, "spent", "held");
+      const [s, h] = await read(() => peek.hmget(key, "spent", "held"));
       spent += BigInt(s ?? "0");
       held += BigInt(h ?? "0");
     }
@@ -212,13 +233,36 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
     };
   }
 
-  async function settledBooks(accountId: string, requests: number): Promise<Books> {
-    const deadline = Date.now() + 25_000;
+  /**
+   * Waits until the books show `requests` applied and no hold left (or `timeoutMs` passed), then
+   * returns them with how long that took.
+   */
+  async function settledBooks(
+    accountId: string,
+    requests: number,
+    timeoutMs = 25_000,
+  ): Promise<Books & { waitedMs: number }> {
+    const started = Date.now();
     for (;;) {
       const b = await books(accountId).catch(() => undefined);
-      if (b && ((b.requests >= requests && b.held === 0n) || Date.now() > deadline)) return b;
-      if (!b && Date.now() > deadline) return books(accountId);
+      const late = Date.now() - started > timeoutMs;
+      if (b && ((b.requests >= requests && b.held === 0n) || late))
+        return { ...b, waitedMs: Date.now() - started };
+      if (!b && late) return { ...(await books(accountId)), waitedMs: Date.now() - started };
       await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  /** A read of the test's own connection, retried while its view of the cluster catches up with a failover. */
+  async function read<T>(command: () => Promise<T>): Promise<T> {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        return await command();
+      } catch (err) {
+        if (!isRedisUnavailable(err) || Date.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 100));
+      }
     }
   }
 
@@ -315,6 +359,143 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
     expect(b.cost).toBe(told);
     expect(b.spent).toBe(told);
     expect(b.held).toBe(0n);
+    // The dead master comes back as a replica, so its shard can fail over again.
+    await redisCluster.restart(victim);
+  }, 60_000);
+
+  it("fails over the Redis master of a payment channel's slot under paid traffic: 200 with a receipt or a fast 503, the receipts add up", async () => {
+    type SessionReceipt = ReturnType<typeof Session.Precompile.Receipt.deserializeSessionReceipt>;
+    const model = planDefault("Starter");
+    const body = (content: string) => ({
+      plan: "Starter",
+      model_optimization: true,
+      max_tokens: 8,
+      messages: [{ role: "user", content: `${PAID_PROMPT_MARKER} ${content}` }],
+    });
+    const FUNDING = 50_000_000n;
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const payer = privateKeyToAccount(generatePrivateKey());
+    await fund(stack.tempoRpcUrl, payer.address, FUNDING);
+    const wire = wireRecorder();
+    const manager = tempoClient.session.manager({
+      account: payer,
+      client: payerClient(stack.tempoRpcUrl, payer),
+      maxDeposit: "40",
+      fetch: wire.fetch,
+    });
+    interface Paid {
+      content: string;
+      status: number;
+      at: number;
+      ms: number;
+      receipt?: SessionReceipt;
+      code?: string;
+      thrown?: string;
+    }
+    let t0 = 0;
+    const pay = async (content: string): Promise<Paid> => {
+      const started = performance.now();
+      const at = t0 ? Date.now() - t0 : -1;
+      try {
+        const res = await manager.fetch(`${stack.url}${PAID_PATH}`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(body(content)),
+        });
+        const text = await res.text();
+        const code = res.status === 200 ? undefined : (JSON.parse(text) as { code?: string }).code;
+        return {
+          content,
+          status: res.status,
+          at,
+          ms: performance.now() - started,
+          ...(res.receipt ? { receipt: res.receipt } : {}),
+          ...(code ? { code } : {}),
+        };
+      } catch (err) {
+        return { content, status: -1, at, ms: performance.now() - started, thrown: (err as Error).message };
+      }
+    };
+    // Open the channel (and pay once) before the fault.
+    const first = await pay("before");
+    expect(first.status).toBe(200);
+    const channelId = manager.channelId!;
+    const victim = await redisCluster.masterOf(`{${channelId.toLowerCase()}}`);
+    let failoverMs = Number.POSITIVE_INFINITY;
+    const outcomes: Paid[] = [first];
+    let backoff = 100;
+    const fault = (async () => {
+      t0 = Date.now();
+      await redisCluster.kill(victim);
+      failoverMs = await redisCluster.waitForFailover(victim, t0);
+    })();
+    // One session is single-flight: requests one after another, backing off after a refusal.
+    for (let i = 0; i < 60; i++) {
+      const o = await pay(`paid ${i}`);
+      outcomes.push(o);
+      if (o.status === 200) {
+        backoff = 100;
+        if (o.at > failoverMs + 1_000) break;
+      } else {
+        await new Promise((r) => setTimeout(r, backoff));
+        backoff = Math.min(backoff * 2, 400);
+      }
+    }
+    await fault;
+    const summaryOf = (list: Paid[]) => {
+      const counts: Record<string, number> = {};
+      for (const o of list) {
+        const k = `${o.status} ${o.thrown ? "thrown" : (o.code ?? (o.receipt ? "receipt" : "NO RECEIPT"))} ${o.ms < 1_000 ? "<1s" : ">1s"}`;
+        counts[k] = (counts[k] ?? 0) + 1;
+      }
+      return counts;
+    };
+    console.log(
+      `redis master of a channel killed: ${JSON.stringify({ failoverMs, requests: outcomes.length, outcomes: summaryOf(outcomes) })}`,
+    );
+    // Every answer: a 200 with its receipt, or a fast retryable 503; never a paid 200 without one.
+    for (const o of outcomes) {
+      if (o.status === 200) expect(o.receipt, o.content).toBeDefined();
+      else {
+        expect(o.status, `${o.content} ${o.thrown ?? o.code}`).toBe(503);
+        expect(o.ms).toBeLessThan(3_000);
+      }
+    }
+    expect(outcomes.some((o) => o.status === 200 && o.at > failoverMs)).toBe(true);
+    for (const e of wire.entries)
+      expect(e.status === 200 && e.authorization && e.body.length > 0 && !e.receipt).toBe(false);
+
+    // Each receipt adds exactly its request's cost, one unit each.
+    const served = outcomes.filter((o) => o.status === 200);
+    let spent = 0n;
+    for (const [n, o] of served.entries()) {
+      expect([o.content, BigInt(o.receipt!.spent) - spent]).toEqual([
+        o.content,
+        servedCost(body(o.content), model),
+      ]);
+      expect(o.receipt!.units).toBe(n + 1);
+      spent = BigInt(o.receipt!.spent);
+    }
+    // A hold whose Reserve answer died with the master lapses with its TTL; then none is left,
+    // and the channel's spend is the last receipt's.
+    const channelKey = `${prefix}mpp:ch:{${channelId.toLowerCase()}}`;
+    const deadline = Date.now() + (RESERVATION_TTL_SECONDS + 5) * 1_000;
+    while (
+      (await read(() => peek.zcount(`${channelKey}:exp`, `(${Date.now()}`, "+inf"))) > 0 &&
+      Date.now() < deadline
+    )
+      await new Promise((r) => setTimeout(r, 200));
+    const after = await pay("after");
+    expect(after.status).toBe(200);
+    spent = BigInt(after.receipt!.spent);
+    const [chSpent, chHeld] = await read(() => peek.hmget(channelKey, "spent", "held"));
+    expect([BigInt(chSpent ?? -1), BigInt(chHeld ?? -1)]).toEqual([spent, 0n]);
+    expect(await read(() => peek.hlen(`${channelKey}:holds`))).toBe(0);
+    // Closing pays the payee exactly the committed spend; the payer keeps the rest.
+    const closed = await manager.close();
+    expect(BigInt(closed!.spent)).toBe(spent);
+    expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(spent);
+    expect(FUNDING - (await balanceOf(stack.tempoRpcUrl, payer.address))).toBe(spent);
   }, 60_000);
 
   it("kills the NATS node leading the usage stream under traffic: every served request is billed once", async () => {
@@ -347,11 +528,14 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
       expect(o.cost).toBeGreaterThan(0n);
     }
     const told = outcomes.reduce((sum, o) => sum + o.cost, 0n);
-    const b = await settledBooks(accountId, outcomes.length);
+    // A delivery whose acknowledgement died with the consumer's leader comes again after the
+    // consumer's ack wait (30 s): usage of those requests lands late, once.
+    const b = await settledBooks(accountId, outcomes.length, 45_000);
+    console.log(`nats stream leader killed: books settled ${b.waitedMs} ms after the traffic`);
     expect(b.requests).toBe(outcomes.length);
     expect(b.outputTokens).toBe(outcomes.length * 4);
     expect(b.cost).toBe(told);
     expect(b.spent).toBe(told);
     expect(b.held).toBe(0n);
-  }, 60_000);
+  }, 90_000);
 });

@@ -142,6 +142,11 @@ export interface RedisClusterFixture {
   /** Kills one node (SIGKILL: a crash). */
   kill(port: number): Promise<void>;
   /**
+   * Starts a killed node again with its cluster state; resolves once it has rejoined as a
+   * replica (of the master promoted in its place) and finished its sync.
+   */
+  restart(port: number): Promise<void>;
+  /**
    * Waits until the slots the killed master `port` served are served again (by its promoted
    * replica); returns how long that took since `since` (ms since the epoch).
    */
@@ -323,6 +328,18 @@ export async function startRedisCluster(opts: RedisClusterOptions = {}): Promise
       clients.get(port)?.disconnect();
       clients.delete(port);
       await node.kill("SIGKILL");
+    },
+    async restart(port) {
+      const node = nodes.get(port);
+      if (!node) throw new Error(`no Redis Cluster node on ${port}`);
+      await node.kill("SIGKILL");
+      node.start();
+      await until(`the node on ${port} did not rejoin as a synced replica`, READY_TIMEOUT_MS, async () => {
+        const me = (await liveView()).find((n) => n.port === port);
+        if (!me?.alive || me.role !== "replica") return undefined;
+        const info = (await client(port).info("replication")) as string;
+        return info.includes("master_link_status:up") ? true : undefined;
+      });
     },
     async waitForFailover(port, since, timeoutMs = 20_000) {
       await until(`no replica took over from the master on ${port}`, timeoutMs, async () => {

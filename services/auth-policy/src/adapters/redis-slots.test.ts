@@ -83,6 +83,7 @@ describe("auth-policy's Redis keys on a Redis Cluster: every script, pipeline an
         accountId,
         connectionId,
         name: "k",
+        last4: "abcd",
         createdAt: new Date(),
         expiresAt: new Date(Date.now() + 60_000),
       });
