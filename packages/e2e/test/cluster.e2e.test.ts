@@ -32,14 +32,16 @@ import {
 /**
  * The multi-process stack on a Redis Cluster (3 masters, 3 replicas) and a three-node NATS
  * JetStream cluster (usage stream R3), all private on loopback (docs/kubernetes.md, "Redis
- * Cluster and a NATS cluster"). Under traffic on the account door, one Redis master is killed
- * (its replica takes over after cluster-node-timeout) and then the NATS node leading the usage
- * stream. Afterwards the money adds up as in faults.e2e.test.ts: what callers were told they
- * spent == budget spent == metering's analytics, token and request counts exact, no hold left.
+ * Cluster and a NATS cluster"). Under traffic on the account door one Redis master is killed (its
+ * replica takes over after cluster-node-timeout), then another under a paying session, then the
+ * NATS node leading the usage stream. Afterwards the money adds up as in faults.e2e.test.ts and
+ * faults-payment.e2e.test.ts: what callers were told they spent == budget spent == metering's
+ * analytics, token and request counts exact, no hold left; each receipt adds its request's cost,
+ * and the channel closes to the base unit.
  * What callers saw during each failover is printed (docs/runbooks/README.md, "Redis Cluster or
  * NATS node failover").
  */
-describe("Redis Cluster and NATS cluster: a master and a stream leader fail under traffic", () => {
+describe("Redis Cluster and NATS cluster: masters and a stream leader fail under traffic", () => {
   const namespace = uniqueNamespace("cluster");
   const prefix = `tollgate:${namespace}:`;
   const BUDGET = 10n ** 15n;
@@ -315,14 +317,20 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
     }
   });
 
-  it("fails over the Redis master of an account's slot under traffic: fast 503s meanwhile, nothing lost or counted twice", async () => {
-    const accountId = "redis-failover";
-    const key = await account(accountId);
+  it("fails over the Redis master of an account's slot under traffic: fast 503s for that account only, nothing lost or counted twice", async () => {
+    // The account's master holds neither the key store's slot nor the control account's, so the
+    // failover shows what it costs the accounts of one master, and that the others are not touched.
+    const keysMaster = await redisCluster.masterOf("{keys}");
+    let accountId = "";
+    for (let i = 0; !accountId; i++)
+      if ((await redisCluster.masterOf(`{redis-failover-${i}}`)) !== keysMaster)
+        accountId = `redis-failover-${i}`;
     const victim = await redisCluster.masterOf(`{${accountId}}`);
-    const others = {
-      keyStoreOnVictim: (await redisCluster.masterOf("{keys}")) === victim,
-      usageOnVictim: (await redisCluster.masterOf("{usage}")) === victim,
-    };
+    let controlId = "";
+    for (let i = 0; !controlId; i++)
+      if ((await redisCluster.masterOf(`{control-${i}}`)) !== victim) controlId = `control-${i}`;
+    const [key, controlKey] = [await account(accountId), await account(controlId)];
+    const usageOnVictim = (await redisCluster.masterOf("{usage}")) === victim;
     let t0 = 0;
     let failoverMs = 0;
     const fault = (async () => {
@@ -332,12 +340,17 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
       failoverMs = await redisCluster.waitForFailover(victim, t0);
       await new Promise((r) => setTimeout(r, 2_000));
     })();
-    const outcomes = await load(4, fault, (n) => send(key, n, () => t0 || Date.now(), n % 3 === 0));
-    report("redis master killed", outcomes, { failoverMs, ...others });
+    const [outcomes, control] = await Promise.all([
+      load(3, fault, (n) => send(key, n, () => t0 || Date.now(), n % 3 === 0)),
+      load(2, fault, (n) => send(controlKey, n, () => t0 || Date.now(), n % 3 === 0)),
+    ]);
+    report("redis master killed, its account", outcomes, { failoverMs, usageOnVictim });
+    report("redis master killed, an account on another master", control, {});
 
     const served = outcomes.filter((o) => o.status === 200);
     const failed = outcomes.filter((o) => o.status !== 200);
     expect(outcomes.length).toBeGreaterThan(20);
+    expect(failed.length).toBeGreaterThan(0);
     // Callers of the failed slot got the retryable 503 with the request id, fast.
     for (const o of failed) {
       expect(o.status, o.tail).toBe(503);
@@ -345,20 +358,27 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
       expect(o.requestIdInBody).toBe(true);
       expect(o.ms).toBeLessThan(3_000);
     }
+    // The other master's account was served throughout.
+    expect(summary(control.filter((o) => o.status !== 200))).toEqual({});
     // After the failover the account is served again.
     expect(served.some((o) => o.at > failoverMs)).toBe(true);
-    for (const o of served) {
-      if (o.streamed) expect(o.done).toBe(true);
-      expect(o.tokens).toBe(4);
-      expect(o.cost).toBeGreaterThan(0n);
+    for (const [id, list] of [
+      [accountId, served],
+      [controlId, control],
+    ] as const) {
+      for (const o of list) {
+        if (o.streamed) expect(o.done).toBe(true);
+        expect(o.tokens).toBe(4);
+        expect(o.cost).toBeGreaterThan(0n);
+      }
+      const told = list.reduce((sum, o) => sum + o.cost, 0n);
+      const b = await settledBooks(id, list.length);
+      expect(b.requests, id).toBe(list.length);
+      expect(b.outputTokens).toBe(list.length * 4);
+      expect(b.cost).toBe(told);
+      expect(b.spent).toBe(told);
+      expect(b.held).toBe(0n);
     }
-    const told = served.reduce((sum, o) => sum + o.cost, 0n);
-    const b = await settledBooks(accountId, served.length);
-    expect(b.requests).toBe(served.length);
-    expect(b.outputTokens).toBe(served.length * 4);
-    expect(b.cost).toBe(told);
-    expect(b.spent).toBe(told);
-    expect(b.held).toBe(0n);
     // The dead master comes back as a replica, so its shard can fail over again.
     await redisCluster.restart(victim);
   }, 60_000);
@@ -496,6 +516,7 @@ describe("Redis Cluster and NATS cluster: a master and a stream leader fail unde
     expect(BigInt(closed!.spent)).toBe(spent);
     expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(spent);
     expect(FUNDING - (await balanceOf(stack.tempoRpcUrl, payer.address))).toBe(spent);
+    await redisCluster.restart(victim);
   }, 60_000);
 
   it("kills the NATS node leading the usage stream under traffic: every served request is billed once", async () => {
