@@ -81,7 +81,7 @@ describe("Redis Cluster and NATS cluster: masters and a stream leader fail under
       maxReconnectAttempts: -1,
       reconnectTimeWait: 250,
     });
-  }, 60_000);
+  }, 90_000);
 
   afterAll(async () => {
     if (nc) await nc.close().catch(() => undefined);
@@ -551,7 +551,7 @@ describe("Redis Cluster and NATS cluster: masters and a stream leader fail under
     const told = outcomes.reduce((sum, o) => sum + o.cost, 0n);
     // A delivery whose acknowledgement died with the consumer's leader comes again after the
     // consumer's ack wait (30 s): usage of those requests lands late, once.
-    const b = await settledBooks(accountId, outcomes.length, 45_000);
+    const b = await settledBooks(accountId, outcomes.length, 55_000);
     console.log(`nats stream leader killed: books settled ${b.waitedMs} ms after the traffic`);
     expect(b.requests).toBe(outcomes.length);
     expect(b.outputTokens).toBe(outcomes.length * 4);
