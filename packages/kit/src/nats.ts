@@ -4,14 +4,34 @@ import type { HealthCheck } from "./health.js";
 
 export type { NatsConnection } from "@nats-io/transport-node";
 
+/** The servers of a comma-separated list (`nats://a:4222,nats://b:4222`), blanks dropped. */
+export function natsServers(list: string): string[] {
+  return list
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
 /**
- * The options of every NATS connection the services make: reconnect forever so a restart of the
- * server is survived, and no async stack trace captured per request and publish (nats.js builds
- * an Error for each one otherwise; a failed call still carries its own stack).
+ * The NATS server list a service connects to, from its NATS_SERVERS and NATS_URL (either may
+ * list several servers, comma-separated; NATS_SERVERS wins when both are set). Undefined when
+ * neither is set.
+ */
+export function natsUrlOf(url: string | undefined, servers: string | undefined): string | undefined {
+  const list = natsServers(servers || url || "");
+  return list.length > 0 ? list.join(",") : undefined;
+}
+
+/**
+ * The options of every NATS connection the services make, given one server or a comma-separated
+ * list of the servers of a cluster (the client also learns the others from the cluster):
+ * reconnect forever, to any of them, so a restart of a server is survived, and no async stack
+ * trace captured per request and publish (nats.js builds an Error for each one otherwise; a
+ * failed call still carries its own stack).
  */
 export function natsOptions(url: string, name: string): NodeConnectionOptions {
   return {
-    servers: url.split(","),
+    servers: natsServers(url),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
@@ -46,7 +66,11 @@ export interface StreamSpec {
   duplicateWindowMs?: number;
 }
 
-/** Creates the stream if it is missing, or updates its subjects; safe to call from every replica. */
+/**
+ * Creates the stream if it is missing, with `spec.replicas` (default 1); raises the replica
+ * count of an existing stream that has fewer (never lowers it: an operator may have set more).
+ * Safe to call from every replica.
+ */
 export async function ensureStream(nc: NatsConnection, spec: StreamSpec): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const config = {
@@ -57,18 +81,22 @@ export async function ensureStream(nc: NatsConnection, spec: StreamSpec): Promis
     num_replicas: spec.replicas ?? 1,
     duplicate_window: nanos(spec.duplicateWindowMs ?? 120_000),
   };
+  let existing: Awaited<ReturnType<typeof jsm.streams.info>>;
   try {
-    await jsm.streams.info(spec.name);
+    existing = await jsm.streams.info(spec.name);
   } catch {
     try {
       await jsm.streams.add(config);
+      return;
     } catch (err) {
       // Another replica may have created it between the lookup and the add.
-      await jsm.streams.info(spec.name).catch(() => {
+      existing = await jsm.streams.info(spec.name).catch(() => {
         throw err;
       });
     }
   }
+  if (existing.config.num_replicas < config.num_replicas)
+    await jsm.streams.update(spec.name, { num_replicas: config.num_replicas });
 }
 
 /** Drains a NATS connection: pending publishes and subscriptions finish, then it closes. */

@@ -222,7 +222,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   const inference = createClient(InferenceService, opts.inferenceRouterAddr, who);
   const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr, who) : undefined;
   const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined;
-  const redis = opts.redisUrl ? connectRedis(opts.redisUrl) : undefined;
+  const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge") : undefined;
   const registry = deps.metrics ?? createMetrics("api-edge");
   const { app, drain } = buildApp(
     {

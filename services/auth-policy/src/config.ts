@@ -1,6 +1,8 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
+import { natsUrlOf } from "@tollgate/kit/nats";
+import { REDIS_CLUSTER_NODES, redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import { DEFAULT_KEY_CACHE_TTL_MS } from "./adapters/cached-key-store.js";
@@ -20,9 +22,13 @@ const envSchema = z
     LOG_LEVEL: logLevel,
     /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
     REDIS_URL: z.string().optional(),
+    /** A Redis Cluster's nodes (`host:port,host:port`): REDIS_URL then only gives credentials and TLS. */
+    REDIS_CLUSTER_NODES: z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional(),
     REDIS_PREFIX: z.string().default("tollgate:"),
     /** Unset: revocations are not broadcast (fine for one process with no cache in front). */
     NATS_URL: z.string().optional(),
+    /** The servers of a NATS cluster, comma-separated; wins over NATS_URL (which may list them too). */
+    NATS_SERVERS: z.string().optional(),
     NATS_NAMESPACE: z.string().default(""),
     KEY_ROTATION_GRACE_SECONDS: z.coerce
       .number()
@@ -67,6 +73,8 @@ export interface AuthPolicyConfig extends AuthPolicyOptions {
 /** Reads the environment and the configuration file; throws ConfigError naming every problem. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConfig {
   const e = parseEnv(envSchema, env);
+  const redisUrl = redisUrlOf(e.REDIS_URL, e.REDIS_CLUSTER_NODES);
+  const natsUrl = natsUrlOf(e.NATS_URL, e.NATS_SERVERS);
   return {
     grpcHost: e.GRPC_HOST,
     grpcPort: e.GRPC_PORT,
@@ -74,9 +82,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
     gateway: loadGatewayConfig(e.TOLLGATE_CONFIG),
-    ...(e.REDIS_URL ? { redisUrl: e.REDIS_URL } : {}),
+    ...(redisUrl ? { redisUrl } : {}),
     redisPrefix: e.REDIS_PREFIX,
-    ...(e.NATS_URL ? { natsUrl: e.NATS_URL } : {}),
+    ...(natsUrl ? { natsUrl } : {}),
     natsNamespace: e.NATS_NAMESPACE,
     rotationGraceSeconds: e.KEY_ROTATION_GRACE_SECONDS,
     metricsHost: e.METRICS_HOST,

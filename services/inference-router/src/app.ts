@@ -46,6 +46,8 @@ export interface InferenceRouterOptions {
   /** Required unless a bus is passed in. */
   natsUrl?: string;
   natsNamespace?: string;
+  /** Replicas of the usage stream on a NATS cluster (created so, or raised to it). Default 1. */
+  natsStreamReplicas?: number;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
   /** Default 127.0.0.1. */
@@ -101,7 +103,11 @@ export async function start(
     if (!opts.natsUrl) throw new Error("inference-router needs NATS_URL (or an injected bus)");
     nc = await connectNats(opts.natsUrl, "inference-router");
     checks.push(natsHealth(nc));
-    bus = await createJetStreamBus(nc, { name: names.usageStream, subjects: [names.usageSubjects] });
+    bus = await createJetStreamBus(nc, {
+      name: names.usageStream,
+      subjects: [names.usageSubjects],
+      replicas: opts.natsStreamReplicas ?? 1,
+    });
   }
   const registry = deps.metrics ?? createMetrics("inference-router");
   const metrics = routerMetrics(registry);

@@ -1,23 +1,35 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
+import { natsUrlOf } from "@tollgate/kit/nats";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 
-const envSchema = z.object({
-  TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
-  GRPC_HOST: z.string().default("127.0.0.1"),
-  /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
-  GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
-  GRPC_PORT: port(50053),
-  NATS_URL: z.string().min(1, "NATS URL for usage events"),
-  NATS_NAMESPACE: z.string().default(""),
-  LOG_LEVEL: logLevel,
-  /** Prometheus /metrics; 0 picks a free port. */
-  METRICS_HOST: z.string().default("127.0.0.1"),
-  METRICS_PORT: port(9053),
-  ...otelEnv,
-});
+const envSchema = z
+  .object({
+    TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
+    GRPC_HOST: z.string().default("127.0.0.1"),
+    /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
+    GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+    GRPC_PORT: port(50053),
+    NATS_URL: z.string().optional(),
+    /** The servers of a NATS cluster, comma-separated; wins over NATS_URL (which may list them too). */
+    NATS_SERVERS: z.string().optional(),
+    NATS_NAMESPACE: z.string().default(""),
+    /** Replicas of the usage stream (3 on a three-node JetStream cluster); an existing stream with fewer is raised. */
+    NATS_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+    LOG_LEVEL: logLevel,
+    /** Prometheus /metrics; 0 picks a free port. */
+    METRICS_HOST: z.string().default("127.0.0.1"),
+    METRICS_PORT: port(9053),
+    ...otelEnv,
+  })
+  .refine((e) => natsUrlOf(e.NATS_URL, e.NATS_SERVERS) !== undefined, {
+    path: ["NATS_URL"],
+    message: "NATS URL for usage events (or NATS_SERVERS)",
+    // Reported together with every other problem, not only once the rest is valid.
+    when: () => true,
+  });
 
 /** Everything inference-router needs to start. */
 export interface InferenceRouterConfig {
@@ -28,6 +40,7 @@ export interface InferenceRouterConfig {
   internalAuth: InternalAuth;
   natsUrl: string;
   natsNamespace: string;
+  natsStreamReplicas: number;
   logLevel: string;
   metricsHost: string;
   metricsPort: number;
@@ -47,8 +60,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): InferenceRoute
     grpcPort: e.GRPC_PORT,
     ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
-    natsUrl: e.NATS_URL,
+    natsUrl: natsUrlOf(e.NATS_URL, e.NATS_SERVERS)!,
     natsNamespace: e.NATS_NAMESPACE,
+    natsStreamReplicas: e.NATS_STREAM_REPLICAS,
     logLevel: e.LOG_LEVEL,
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,

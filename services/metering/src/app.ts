@@ -33,6 +33,8 @@ export interface MeteringOptions {
   natsUrl?: string;
   /** Namespace of the NATS stream, subjects and durable (tests); "" in deployments. */
   natsNamespace?: string;
+  /** Replicas of the usage stream on a NATS cluster (created so, or raised to it). Default 1. */
+  natsStreamReplicas?: number;
   /** Redis holding the rollups; the in-memory store when unset. */
   redisUrl?: string;
   /** Prefix of every Redis key. Default "tollgate:". */
@@ -110,9 +112,10 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
         name: names.usageStream,
         subjects: [names.usageSubjects],
         storage: "file",
+        replicas: opts.natsStreamReplicas ?? 1,
       });
     }
-    if (opts.redisUrl) redis = connectRedis(opts.redisUrl);
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, "metering");
     const store = redis
       ? createRedisUsageStore(redis, { prefix: opts.redisPrefix ?? "tollgate:" })
       : createMemoryUsageStore();

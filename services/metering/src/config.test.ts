@@ -30,6 +30,7 @@ describe("loadConfig", () => {
       logLevel: "info",
       natsUrl: "nats://n:4222",
       natsNamespace: "",
+      natsStreamReplicas: 1,
       redisUrl: "redis://r:6379",
       redisPrefix: "tollgate:",
       metricsHost: "127.0.0.1",
@@ -49,5 +50,18 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ NATS_URL: "n", REDIS_URL: "r", BATCH_MAX_EVENTS: "1001" })).toThrow(
       ConfigError,
     );
+  });
+
+  it("takes a NATS server list, the stream's replicas and a Redis Cluster", () => {
+    const c = loadConfig({
+      NATS_SERVERS: "nats://a:4222, nats://b:4222,nats://c:4222",
+      NATS_STREAM_REPLICAS: "3",
+      REDIS_URL: "redis://:pw@redis:6379",
+      REDIS_CLUSTER_NODES: "r0:6379,r1:6379",
+    });
+    expect(c.natsUrl).toBe("nats://a:4222,nats://b:4222,nats://c:4222");
+    expect(c.natsStreamReplicas).toBe(3);
+    expect(c.redisUrl).toBe("redis+cluster://:pw@r0:6379,r1:6379");
+    expect(() => loadConfig({ NATS_URL: "n", REDIS_CLUSTER_NODES: "r0" })).toThrow(/REDIS_CLUSTER_NODES/);
   });
 });

@@ -1,30 +1,50 @@
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
+import { natsUrlOf } from "@tollgate/kit/nats";
+import { REDIS_CLUSTER_NODES, redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { MeteringOptions } from "./app.js";
 
-const envSchema = z.object({
-  GRPC_HOST: z.string().default("127.0.0.1"),
-  /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
-  GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
-  GRPC_PORT: port(50054),
-  LOG_LEVEL: logLevel,
-  NATS_URL: z.string({ error: "required: URL of the NATS server(s) carrying usage events" }),
-  NATS_NAMESPACE: z.string().default(""),
-  REDIS_URL: z.string({ error: "required: URL of the Redis holding usage rollups" }),
-  REDIS_PREFIX: z.string().default("tollgate:"),
-  /** Prometheus /metrics; 0 picks a free port. */
-  METRICS_HOST: z.string().default("127.0.0.1"),
-  METRICS_PORT: port(9054),
-  /** auth-policy's gRPC address, for SettleReservations. */
-  AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
-  /** Most usage events applied together. */
-  BATCH_MAX_EVENTS: z.coerce.number().int().min(1).max(1000).default(256),
-  /** How long a batch waits for more usage events once one is in hand (ms). */
-  BATCH_LINGER_MS: z.coerce.number().int().min(0).max(1000).default(100),
-  ...otelEnv,
-});
+const envSchema = z
+  .object({
+    GRPC_HOST: z.string().default("127.0.0.1"),
+    /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
+    GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+    GRPC_PORT: port(50054),
+    LOG_LEVEL: logLevel,
+    NATS_URL: z.string().optional(),
+    /** The servers of a NATS cluster, comma-separated; wins over NATS_URL (which may list them too). */
+    NATS_SERVERS: z.string().optional(),
+    NATS_NAMESPACE: z.string().default(""),
+    /** Replicas of the usage stream (3 on a three-node JetStream cluster); an existing stream with fewer is raised. */
+    NATS_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+    REDIS_URL: z.string().optional(),
+    /** A Redis Cluster's nodes (`host:port,host:port`): REDIS_URL then only gives credentials and TLS. */
+    REDIS_CLUSTER_NODES: z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional(),
+    REDIS_PREFIX: z.string().default("tollgate:"),
+    /** Prometheus /metrics; 0 picks a free port. */
+    METRICS_HOST: z.string().default("127.0.0.1"),
+    METRICS_PORT: port(9054),
+    /** auth-policy's gRPC address, for SettleReservations. */
+    AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
+    /** Most usage events applied together. */
+    BATCH_MAX_EVENTS: z.coerce.number().int().min(1).max(1000).default(256),
+    /** How long a batch waits for more usage events once one is in hand (ms). */
+    BATCH_LINGER_MS: z.coerce.number().int().min(0).max(1000).default(100),
+    ...otelEnv,
+  })
+  .refine((e) => natsUrlOf(e.NATS_URL, e.NATS_SERVERS) !== undefined, {
+    path: ["NATS_URL"],
+    message: "required: URL of the NATS server(s) carrying usage events (or NATS_SERVERS)",
+    // Reported together with every other problem, not only once the rest is valid.
+    when: () => true,
+  })
+  .refine((e) => Boolean(e.REDIS_URL || e.REDIS_CLUSTER_NODES), {
+    path: ["REDIS_URL"],
+    message: "required: URL of the Redis holding usage rollups (or REDIS_CLUSTER_NODES)",
+    when: () => true,
+  });
 
 /** Everything metering needs to start on its own. */
 export interface MeteringConfig extends MeteringOptions {
@@ -42,9 +62,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig
     ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
     internalAuth: loadInternalAuth(env, { server: true, client: true }),
     logLevel: e.LOG_LEVEL,
-    natsUrl: e.NATS_URL,
+    natsUrl: natsUrlOf(e.NATS_URL, e.NATS_SERVERS)!,
     natsNamespace: e.NATS_NAMESPACE,
-    redisUrl: e.REDIS_URL,
+    natsStreamReplicas: e.NATS_STREAM_REPLICAS,
+    redisUrl: redisUrlOf(e.REDIS_URL, e.REDIS_CLUSTER_NODES)!,
     redisPrefix: e.REDIS_PREFIX,
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import { ConfigError, logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
+import { REDIS_CLUSTER_NODES, redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import type { Address, Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
@@ -31,6 +32,8 @@ const envSchema = z.object({
   GRPC_PORT: port(50052),
   LOG_LEVEL: logLevel,
   REDIS_URL: z.string().optional(),
+  /** A Redis Cluster's nodes (`host:port,host:port`): REDIS_URL then only gives credentials and TLS. */
+  REDIS_CLUSTER_NODES: z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional(),
   REDIS_PREFIX: z.string().default(DEFAULTS.redisPrefix),
   MPP_REALM: z.string().default(DEFAULTS.realm),
   TEMPO_RPC_URL: z.url({ error: "required: URL of the Tempo JSON-RPC endpoint" }),
@@ -139,6 +142,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MppPaymentConf
   }
 
   if (problems.length > 0 || !e || !gateway || secret === undefined) throw new ConfigError(problems);
+  const redisUrl = redisUrlOf(e.REDIS_URL, e.REDIS_CLUSTER_NODES);
   return {
     grpcHost: e.GRPC_HOST,
     grpcPort: e.GRPC_PORT,
@@ -146,7 +150,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MppPaymentConf
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
     gateway,
-    ...(e.REDIS_URL ? { redisUrl: e.REDIS_URL } : {}),
+    ...(redisUrl ? { redisUrl } : {}),
     redisPrefix: e.REDIS_PREFIX,
     secret,
     realm: e.MPP_REALM,

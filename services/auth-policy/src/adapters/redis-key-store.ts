@@ -1,4 +1,4 @@
-import type { Redis } from "@tollgate/kit/redis";
+import { clusterTag, type Redis } from "@tollgate/kit/redis";
 import { type Budget, decodeBudget, encodeBudget } from "../domain/budget.js";
 import type {
   AccountRecord,
@@ -16,7 +16,9 @@ export interface RedisKeyStoreOptions {
   prefix?: string;
 }
 
-// Layout, under <prefix>auth: (ids never contain "/" or "|", so the separators are unambiguous)
+// Layout, under <prefix>auth: (ids never contain "/" or "|", so the separators are unambiguous;
+// on a Redis Cluster under <prefix>auth:{keys}:, one slot, as the scripts and pipelines below
+// touch keys of several accounts and the shared deadlines together)
 //   account:<account>              JSON AccountRecord
 //   connection:<account>/<conn>    JSON ConnectionPolicy (budget amount as a decimal string)
 //   connections:<account>          SET of connection ids
@@ -208,7 +210,7 @@ function results<T>(res: PipelineResult): T[] {
  * only as SHA-256 hashes and looked up by hash; every multi-key change is one Lua script.
  */
 export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {}): KeyStore {
-  const p = `${opts.prefix ?? "tollgate:"}auth:`;
+  const p = `${opts.prefix ?? "tollgate:"}auth:${clusterTag(redis, "keys")}`;
   const client = redis as WithScripts;
   if (typeof client.authCreateKey !== "function") {
     client.defineCommand("authCreateKey", { numberOfKeys: 4, lua: CREATE_KEY_LUA });

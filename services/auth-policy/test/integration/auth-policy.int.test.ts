@@ -5,7 +5,7 @@ import { type Client, createClient, GrpcStatus, type MethodsOf, RemoteError } fr
 import { checkGrpcHealth } from "@tollgate/kit/health";
 import { createLogger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
-import { connectRedis, quitRedis } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, scanStream } from "@tollgate/kit/redis";
 import {
   AuthService,
   BUDGET_DETAILS,
@@ -108,7 +108,8 @@ afterAll(async () => {
   for (const app of replicas) await app.stop();
   const r = connectRedis(redis.url);
   const keys: string[] = [];
-  for await (const batch of r.scanStream({ match: `${ns}:*`, count: 500 })) keys.push(...(batch as string[]));
+  for await (const batch of scanStream(r, { match: `${ns}:*`, count: 500 }))
+    keys.push(...(batch as string[]));
   if (keys.length > 0) await r.del(...keys);
   await quitRedis(r);
   await drainNats(nc);
@@ -420,7 +421,7 @@ describe("budgets on two auth-policy replicas sharing one Redis", () => {
     const r = connectRedis(redis.url);
     try {
       const keys: string[] = [];
-      for await (const batch of r.scanStream({ match: `${ns}:auth:budget:{${accountId}}:*`, count: 500 }))
+      for await (const batch of scanStream(r, { match: `${ns}:auth:budget:{${accountId}}:*`, count: 500 }))
         keys.push(...(batch as string[]));
       const hashes = keys.filter((k) => !k.endsWith(":holds"));
       expect(hashes).toHaveLength(1);

@@ -1,4 +1,4 @@
-import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -30,7 +30,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const p of prefixes) {
     const keys: string[] = [];
-    for await (const batch of redis.scanStream({ match: `${p}*`, count: 500 }))
+    for await (const batch of scanStream(redis, { match: `${p}*`, count: 500 }))
       keys.push(...(batch as string[]));
     if (keys.length > 0) await redis.del(...keys);
   }
@@ -55,7 +55,7 @@ describe("redis key store", () => {
       last4: secret.slice(-4),
     });
     const keys: string[] = [];
-    for await (const batch of redis.scanStream({ match: `${p}*`, count: 100 }))
+    for await (const batch of scanStream(redis, { match: `${p}*`, count: 100 }))
       keys.push(...(batch as string[]));
     expect(keys.sort()).toEqual(
       [`${p}auth:key:${hashKey(secret).toString("hex")}`, `${p}auth:key-id:k1`, `${p}auth:keys:a/c`].sort(),

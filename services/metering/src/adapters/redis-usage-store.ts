@@ -1,4 +1,4 @@
-import type { Redis } from "@tollgate/kit/redis";
+import { clusterTag, type Redis } from "@tollgate/kit/redis";
 import type { RecordOutcome, UsageStore } from "../domain/ports.js";
 import {
   addTotals,
@@ -106,9 +106,14 @@ function totalsFromHash(h: Record<string, string>): UsageTotals {
   };
 }
 
-/** The usage store over Redis: keys `<prefix>metering:…`, one Lua script per account and batch. */
+/**
+ * The usage store over Redis: keys `<prefix>metering:…`, one Lua script per account and batch.
+ * On a Redis Cluster every key is `<prefix>metering:{usage}:…` (the first hash tag of a key is
+ * the one that counts, so the accounts' tags no longer split them): a batch's pipeline and a
+ * query's span several accounts and buckets, and a cluster serves a pipeline from one slot only.
+ */
 export function createRedisUsageStore(redis: Redis, opts: RedisUsageStoreOptions = {}): UsageStore {
-  const prefix = `${opts.prefix ?? "tollgate:"}metering:`;
+  const prefix = `${opts.prefix ?? "tollgate:"}metering:${clusterTag(redis, "usage")}`;
   const ttl = opts.eventTtlSeconds ?? 7 * 24 * 3_600;
   const client = redis as WithRecord;
   if (typeof client.meteringRecordBatch !== "function") {

@@ -12,7 +12,7 @@ import {
 } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
-import { connectRedis, quitRedis } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, scanStream } from "@tollgate/kit/redis";
 import { AuthService, SettleOutcome } from "@tollgate/proto/auth";
 import {
   type GetUsageRequestSchema,
@@ -60,7 +60,7 @@ afterAll(async () => {
   const r = connectRedis(redis.url);
   for (const ns of namespaces) {
     const keys: string[] = [];
-    for await (const batch of r.scanStream({ match: `${ns}:*`, count: 500 }))
+    for await (const batch of scanStream(r, { match: `${ns}:*`, count: 500 }))
       keys.push(...(batch as string[]));
     if (keys.length > 0) await r.del(...keys);
     await nc.request(`$JS.API.STREAM.DELETE.${natsNames(ns).usageStream}`).catch(() => undefined);

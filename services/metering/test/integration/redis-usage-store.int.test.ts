@@ -1,4 +1,4 @@
-import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisUsageStore } from "../../src/adapters/redis-usage-store.js";
@@ -17,7 +17,7 @@ beforeAll(async () => {
 afterAll(async () => {
   // Only this run's keys; the server may be shared.
   const keys: string[] = [];
-  for await (const batch of redis.scanStream({ match: `${ns}:*`, count: 500 }))
+  for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
     keys.push(...(batch as string[]));
   if (keys.length > 0) await redis.del(...keys);
   await quitRedis(redis);

@@ -1,4 +1,4 @@
-import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -17,7 +17,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const ns of namespaces) {
     const keys: string[] = [];
-    for await (const batch of redis.scanStream({ match: `${ns}:*`, count: 500 }))
+    for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
       keys.push(...(batch as string[]));
     if (keys.length > 0) await redis.del(...keys);
   }
@@ -42,7 +42,7 @@ describe("redis channel store", () => {
     await s.reserve(c.channelId, "r1", 5n, now, now + 1_000);
     await s.commit(c.channelId, "r1", 5n, now);
     const keys: string[] = [];
-    for await (const batch of redis.scanStream({ match: `${ns}:*`, count: 500 }))
+    for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
       keys.push(...(batch as string[]));
     expect(keys.every((k) => k.includes(`{${c.channelId}}`))).toBe(true);
     const res = keys.find((k) => k.includes(":res:"))!;

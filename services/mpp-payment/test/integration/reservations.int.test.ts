@@ -1,6 +1,6 @@
 import { RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
-import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
 import { Action } from "@tollgate/proto/payment";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import {
@@ -62,7 +62,7 @@ afterAll(async () => {
   for (const c of clients) c.$close();
   for (const app of apps) await app.stop();
   const keys: string[] = [];
-  for await (const batch of redis.scanStream({ match: `${ns}:*`, count: 500 }))
+  for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
     keys.push(...(batch as string[]));
   if (keys.length > 0) await redis.del(...keys);
   await quitRedis(redis);

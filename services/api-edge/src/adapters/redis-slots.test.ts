@@ -1,0 +1,19 @@
+import { randomBytes } from "node:crypto";
+import { crossSlot, slotRecorder } from "@tollgate/testkit/slots";
+import { describe, expect, it } from "vitest";
+import { createRedisIdempotencyStore } from "./redis-idempotency-store.js";
+
+describe("api-edge's Redis keys on a Redis Cluster: every script stays in one slot", () => {
+  it("begins, completes and abandons idempotency records of random keys", async () => {
+    for (let i = 0; i < 200; i++) {
+      const { redis, calls } = slotRecorder(() => ["run"]);
+      const store = createRedisIdempotencyStore(redis, `tollgate:t_${randomBytes(4).toString("hex")}:`);
+      const id = randomBytes(16).toString("base64url");
+      await store.begin(id, "fp", 1_000);
+      await store.complete(id, "fp", { status: 200, headers: {}, body: Buffer.from("{}") }, 1_000);
+      await store.abandon(id, "fp");
+      expect(calls.filter((c) => c.kind === "eval")).toHaveLength(3);
+      expect(crossSlot(calls)).toEqual([]);
+    }
+  });
+});
