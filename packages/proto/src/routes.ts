@@ -93,7 +93,7 @@ export const ROUTES = {
     path: "/v1/responses",
     door: "account",
     operation: "responses",
-    streams: false,
+    streams: true,
     schema: "responses",
   },
   think: {

@@ -41,6 +41,16 @@ interface Fakes {
   /** Makes every authorization fail with this error. */
   authFails?: Error;
   authorized: Route[];
+  /** The text of each chunk of the next stream; default one chunk "hi". */
+  streamTexts?: string[];
+  /** The finish reason of the stream's last chunk; default "stop". */
+  streamFinish?: string;
+  /** Makes the next stream fail with this error after its chunks. */
+  streamCut?: Error;
+  /** Every settlement asked of auth-policy: the hold's actual cost. */
+  settled: string[];
+  /** The chat bodies the router was asked to run. */
+  forwarded: unknown[];
 }
 
 function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
@@ -55,16 +65,20 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
         model: req.model || "small",
         allowedModels: VISIBLE,
         defaultModel: "small",
+        ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
         ...(req.route === Route.MODELS
           ? {
               modelPrices: [
                 create(ModelPriceSchema, { model: "small", inputPerMillion: "100", outputPerMillion: "200" }),
               ],
             }
-          : { quote: "50" }),
+          : { quote: "50", reservationId: "res_1", budgetRemaining: "950" }),
       });
     },
-    settleReservation: async () => ({ $typeName: "tollgate.auth.v1.SettleReservationResponse" }) as never,
+    settleReservation: async (req) => {
+      f.settled.push(req.actualCost ?? "");
+      return { $typeName: "tollgate.auth.v1.SettleReservationResponse" } as never;
+    },
   };
   const inference: InferenceClient = {
     complete: async (req) => {
@@ -75,15 +89,31 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
         usage: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" },
       });
     },
-    streamComplete: () =>
+    streamComplete: (req) =>
       (async function* () {
+        f.forwarded.push(JSON.parse(Buffer.from(req.input?.body ?? []).toString("utf8")));
         if (f.inferenceFails) throw f.inferenceFails;
-        const chunk = { id: "c-1", object: "chunk", choices: [{ index: 0, delta: { content: "hi" } }] };
+        const texts = f.streamTexts ?? ["hi"];
+        for (const [i, text] of texts.entries()) {
+          const last = i === texts.length - 1 && !f.streamCut;
+          const chunk = {
+            id: "c-1",
+            object: "chat.completion.chunk",
+            choices: [
+              { index: 0, delta: { content: text }, finish_reason: last ? (f.streamFinish ?? "stop") : null },
+            ],
+          };
+          yield create(StreamCompleteResponseSchema, {
+            event: { case: "chunk", value: Buffer.from(JSON.stringify(chunk)) },
+            usageSoFar: { eventId: "ev_1", cost: String(i + 1) },
+          });
+        }
+        if (f.streamCut) throw f.streamCut;
         yield create(StreamCompleteResponseSchema, {
-          event: { case: "chunk", value: Buffer.from(JSON.stringify(chunk)) },
-        });
-        yield create(StreamCompleteResponseSchema, {
-          event: { case: "usage", value: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" } },
+          event: {
+            case: "usage",
+            value: { inputTokens: 3, outputTokens: texts.length, cost: "7", eventId: "ev_1" },
+          },
         });
       })(),
   };
@@ -110,7 +140,7 @@ afterEach(async () => {
 });
 
 function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number } = {}) {
-  const f: Fakes = { authorized: [] };
+  const f: Fakes = { authorized: [], settled: [], forwarded: [] };
   const { app } = buildApp(
     fakePorts(f, opts.withPayment ?? true),
     opts.bodyLimitBytes ? { bodyLimitBytes: opts.bodyLimitBytes } : {},
@@ -149,6 +179,27 @@ function request(id: RouteId, over: Partial<InjectOptions> = {}): InjectOptions 
     ...(body ? { payload: JSON.stringify(body) } : {}),
     ...over,
   };
+}
+
+/** The last event of a finished stream, by route: its `event:` name, or its data when unnamed. */
+const STREAM_END: Partial<Record<RouteId, string>> = {
+  chat: "[DONE]",
+  completions: "[DONE]",
+  responses: "response.completed",
+};
+
+/** The events of an SSE body: each one's `event:` name, its raw data and that data parsed when JSON. */
+function sseEvents(body: string): { event?: string; raw: string; data: Record<string, unknown> }[] {
+  return body
+    .split("\n\n")
+    .filter((block) => block.trim() !== "")
+    .map((block) => {
+      const lines = block.split("\n");
+      const event = lines.find((l) => l.startsWith("event: "))?.slice(7);
+      const raw = lines.find((l) => l.startsWith("data: "))?.slice(6) ?? "";
+      const data = raw.startsWith("{") ? (JSON.parse(raw) as Record<string, unknown>) : {};
+      return { ...(event !== undefined ? { event } : {}), raw, data };
+    });
 }
 
 const ACCOUNT = ROUTE_IDS.filter((id) => ROUTES[id].door === "account");
@@ -218,14 +269,14 @@ describe("each account route, in process", () => {
   const STREAMING = WITH_BODY.filter((id) => ROUTES[id].streams);
   const BUFFERED = WITH_BODY.filter((id) => !ROUTES[id].streams);
 
-  it.each(STREAMING)("%s answers stream: true as SSE ending in [DONE]", async (id) => {
+  it.each(STREAMING)("%s answers stream: true as SSE ending as its wire format ends", async (id) => {
     const { app } = edge();
     const res = await app.inject(
       request(id, { payload: JSON.stringify({ ...(BODIES[id] as object), stream: true }) }),
     );
     expect(res.statusCode).toBe(200);
     expect(res.headers["content-type"]).toMatch(/^text\/event-stream/);
-    expect(res.body.endsWith("data: [DONE]\n\n")).toBe(true);
+    expect(sseEvents(res.body).at(-1)?.event ?? sseEvents(res.body).at(-1)?.raw).toBe(STREAM_END[id]);
   });
 
   it.each(STREAMING)("%s answers a stream the router refuses before its first event as JSON", async (id) => {
@@ -413,5 +464,117 @@ describe("the paid route", () => {
     const res = await app.inject({ ...req, headers: { ...(req.headers as object), ...bearer() } });
     expect(res.statusCode).toBe(401);
     expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
+  });
+});
+
+describe("POST /v1/responses with stream: true", () => {
+  const streamed = (over: object = {}) =>
+    request("responses", {
+      payload: JSON.stringify({ model: "small", input: "hello", stream: true, ...over }),
+    });
+
+  it("answers the Responses event sequence, one text delta per upstream chunk, numbered in order", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo", " there"];
+    const res = await app.inject(streamed());
+    expect(res.statusCode, res.body).toBe(200);
+    const events = sseEvents(res.body);
+    expect(events.map((e) => e.event)).toEqual([
+      "response.created",
+      "response.in_progress",
+      "response.output_item.added",
+      "response.content_part.added",
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.output_text.done",
+      "response.content_part.done",
+      "response.output_item.done",
+      "response.completed",
+    ]);
+    // Each event's type is its event name; sequence numbers count from 0 without a gap.
+    expect(events.map((e) => e.data.type)).toEqual(events.map((e) => e.event));
+    expect(events.map((e) => e.data.sequence_number)).toEqual(events.map((_, i) => i));
+    expect(res.body).not.toContain("[DONE]");
+    const deltas = events.filter((e) => e.event === "response.output_text.delta").map((e) => e.data.delta);
+    expect(deltas).toEqual(["Hel", "lo", " there"]);
+    expect(events[7]?.data.text).toBe("Hello there");
+    expect(events[0]?.data.response).toMatchObject({ status: "in_progress", output: [], usage: null });
+    const final = events.at(-1)!.data;
+    expect(final.response).toMatchObject({
+      object: "response",
+      status: "completed",
+      model: "small",
+      output_text: "Hello there",
+      output: [
+        { type: "message", status: "completed", content: [{ type: "output_text", text: "Hello there" }] },
+      ],
+      usage: { input_tokens: 3, output_tokens: 3, total_tokens: 6 },
+    });
+    // The cost, as a chat stream's usage chunk carries it, and the settled budget left.
+    expect(final.x_tollgate).toEqual({ cost: "7", budget_remaining: "993" });
+    expect(res.trailers["x-tollgate-cost"]).toBe("7");
+    expect(f.settled).toEqual(["7"]);
+  });
+
+  it("asks the router for a chat stream of the translated request", async () => {
+    const { app, f } = edge();
+    await app.inject(streamed({ instructions: "be brief", max_output_tokens: 20 }));
+    expect(f.forwarded).toEqual([
+      {
+        model: "small",
+        messages: [
+          { role: "system", content: "be brief" },
+          { role: "user", content: "hello" },
+        ],
+        max_tokens: 20,
+      },
+    ]);
+  });
+
+  it("ends an answer cut by the output cap with response.incomplete, as OpenAI does", async () => {
+    const { app, f } = edge();
+    f.streamFinish = "length";
+    const res = await app.inject(streamed({ max_output_tokens: 1 }));
+    const final = sseEvents(res.body).at(-1)!;
+    expect(final.event).toBe("response.incomplete");
+    expect(final.data.response).toMatchObject({
+      status: "incomplete",
+      incomplete_details: { reason: "max_output_tokens" },
+      usage: { output_tokens: 1 },
+    });
+    expect(final.data.x_tollgate).toEqual({ cost: "7", budget_remaining: "993" });
+  });
+
+  it("ends a stream whose upstream dies mid-way with response.failed, the text so far kept", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    f.streamCut = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "connection reset");
+    const res = await app.inject(streamed());
+    expect(res.statusCode).toBe(200);
+    const events = sseEvents(res.body);
+    expect(events.map((e) => e.event).slice(-3)).toEqual([
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.failed",
+    ]);
+    const failed = events.at(-1)!.data;
+    expect(failed.sequence_number).toBe(events.length - 1);
+    expect(failed.response).toMatchObject({
+      status: "failed",
+      error: { code: "upstream_error" },
+      output: [{ status: "incomplete", content: [{ text: "Hello" }] }],
+    });
+    // No cost was settled by the edge: the router bills what was produced (docs/money.md).
+    expect(f.settled).toEqual([]);
+  });
+
+  it("answers a stream the router refuses before its first event as JSON, and gives the hold back", async () => {
+    const { app, f } = edge();
+    f.inferenceFails = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "bad gateway");
+    const res = await app.inject(streamed());
+    expect(res.statusCode).toBe(502);
+    expect(code(res)).toBe("upstream_error");
+    expect(f.settled).toEqual(["0"]);
   });
 });
