@@ -40,7 +40,7 @@ export type RouteDoor = "account" | "paid" | "public";
 export type HttpMethod = "GET" | "POST";
 
 /** The request schemas api-edge keeps (services/api-edge/src/schemas/requests.ts). */
-export type RequestSchemaKey = "chat" | "paidChat" | "completion" | "responses" | "think";
+export type RequestSchemaKey = "chat" | "paidChat" | "completion" | "responses" | "messages" | "think";
 
 export interface RouteSpec {
   readonly method: HttpMethod;
@@ -95,6 +95,16 @@ export const ROUTES = {
     operation: "responses",
     streams: true,
     schema: "responses",
+  },
+  // Anthropic's Messages API: a chat completion in another wire format, so it runs the chat
+  // operation (a connection allowed chat may call it, under chat's limits).
+  messages: {
+    method: "POST",
+    path: "/v1/messages",
+    door: "account",
+    operation: "chat",
+    streams: true,
+    schema: "messages",
   },
   think: {
     method: "POST",

@@ -8,7 +8,7 @@ import type { z } from "zod";
 import { type ChatAnswer, readChatAnswer, type TokenUsage } from "../domain/chat-answer.js";
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
-import { bearerKey } from "../http/credentials.js";
+import { bearerKey, type KeyReader } from "../http/credentials.js";
 import { relayStream, type StreamFormat } from "../http/sse.js";
 import {
   authorizeRequest,
@@ -41,14 +41,15 @@ export async function parseAccountBody<S extends z.ZodType>(
   reply: FastifyReply,
   route: Route,
   schema: S,
+  readKey: KeyReader = bearerKey,
 ): Promise<z.output<S>> {
-  bearerKey(req.headers);
+  readKey(req.headers);
   const parsed = schema.safeParse(req.body);
   const refused = parsed.success
     ? ctx.idempotency.refusal(req, (parsed.data as { stream?: unknown }).stream === true)
     : new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
   if (!refused) return parsed.data as z.output<S>;
-  await authorizeRequest(ctx, req, reply, { route, checkOnly: true });
+  await authorizeRequest(ctx, req, reply, { route, checkOnly: true, readKey });
   throw refused;
 }
 

@@ -157,6 +157,7 @@ const BODIES: Partial<Record<RouteId, unknown>> = {
   chat: { model: "small", messages: [{ role: "user", content: "hello" }] },
   completions: { model: "small", prompt: "hello" },
   responses: { model: "small", input: "hello" },
+  messages: { model: "small", max_tokens: 16, messages: [{ role: "user", content: "hello" }] },
   think: { model: "small", prompt: "hello" },
   mppChat: {
     model: "small",
@@ -186,6 +187,7 @@ const STREAM_END: Partial<Record<RouteId, string>> = {
   chat: "[DONE]",
   completions: "[DONE]",
   responses: "response.completed",
+  messages: "message_stop",
 };
 
 /** The events of an SSE body: each one's `event:` name, its raw data and that data parsed when JSON. */
@@ -576,5 +578,196 @@ describe("POST /v1/responses with stream: true", () => {
     expect(res.statusCode).toBe(502);
     expect(code(res)).toBe("upstream_error");
     expect(f.settled).toEqual(["0"]);
+  });
+});
+
+describe("POST /v1/messages (Anthropic Messages)", () => {
+  const anthropic = (key = GOOD_KEY) => ({ "x-api-key": key, "anthropic-version": "2023-06-01", ...json });
+  const messages = (body: object = {}, headers: Record<string, string> = anthropic()): InjectOptions => ({
+    method: "POST",
+    url: "/v1/messages",
+    headers,
+    payload: JSON.stringify({
+      model: "small",
+      max_tokens: 16,
+      messages: [{ role: "user", content: "hello" }],
+      ...body,
+    }),
+  });
+
+  it("answers an Anthropic SDK's request (x-api-key) with a message, its usage and its cost", async () => {
+    const { app, f } = edge();
+    const res = await app.inject(messages());
+    expect(res.statusCode, res.body).toBe(200);
+    const body = res.json() as Record<string, unknown>;
+    expect(body).toEqual({
+      id: expect.stringMatching(/^msg_/),
+      type: "message",
+      role: "assistant",
+      content: [{ type: "text", text: "hi" }],
+      model: "small",
+      stop_reason: "end_turn",
+      stop_sequence: null,
+      usage: { input_tokens: 3, output_tokens: 1 },
+    });
+    expect(res.headers["x-tollgate-cost"]).toBe("7");
+    expect(f.authorized).toEqual([Route.CHAT_COMPLETIONS]);
+  });
+
+  it("forwards the translated chat request: system first, text blocks, max_tokens as the cap, stop sequences", async () => {
+    const { app, f } = edge();
+    await app.inject(
+      messages({
+        stream: true,
+        system: [{ type: "text", text: "be brief" }],
+        messages: [
+          { role: "user", content: [{ type: "text", text: "hello" }] },
+          { role: "assistant", content: "hi" },
+          { role: "user", content: "again" },
+        ],
+        temperature: 0.5,
+        top_p: 0.9,
+        stop_sequences: ["END"],
+        metadata: { user_id: "u1" },
+      }),
+    );
+    expect(f.forwarded).toEqual([
+      {
+        model: "small",
+        messages: [
+          { role: "system", content: "be brief" },
+          { role: "user", content: [{ type: "text", text: "hello" }] },
+          { role: "assistant", content: "hi" },
+          { role: "user", content: "again" },
+        ],
+        max_tokens: 16,
+        temperature: 0.5,
+        top_p: 0.9,
+        stop: ["END"],
+      },
+    ]);
+  });
+
+  it("accepts the key as Authorization: Bearer too", async () => {
+    const { app } = edge();
+    const res = await app.inject(messages({}, { ...bearer(), ...json }));
+    expect(res.statusCode).toBe(200);
+  });
+
+  it("streams Anthropic's event sequence, one text delta per upstream chunk, usage and cost in message_delta", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    const res = await app.inject(messages({ stream: true }));
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^text\/event-stream/);
+    const events = sseEvents(res.body);
+    expect(events.map((e) => e.event)).toEqual([
+      "message_start",
+      "content_block_start",
+      "content_block_delta",
+      "content_block_delta",
+      "content_block_stop",
+      "message_delta",
+      "message_stop",
+    ]);
+    expect(events.map((e) => e.data.type)).toEqual(events.map((e) => e.event));
+    expect(events[0]?.data.message).toMatchObject({
+      type: "message",
+      role: "assistant",
+      content: [],
+      model: "small",
+    });
+    expect(events.slice(2, 4).map((e) => e.data.delta)).toEqual([
+      { type: "text_delta", text: "Hel" },
+      { type: "text_delta", text: "lo" },
+    ]);
+    expect(events[5]?.data).toEqual({
+      type: "message_delta",
+      delta: { stop_reason: "end_turn", stop_sequence: null },
+      usage: { input_tokens: 3, output_tokens: 2 },
+      x_tollgate: { cost: "7", budget_remaining: "993" },
+    });
+    expect(res.trailers["x-tollgate-cost"]).toBe("7");
+    expect(f.settled).toEqual(["7"]);
+  });
+
+  it("reports an answer cut by max_tokens as stop_reason max_tokens", async () => {
+    const { app, f } = edge();
+    f.streamFinish = "length";
+    const res = await app.inject(messages({ stream: true }));
+    expect(sseEvents(res.body)[4]?.data.delta).toEqual({ stop_reason: "max_tokens", stop_sequence: null });
+  });
+
+  it("ends a stream whose upstream dies mid-way with an Anthropic error event", async () => {
+    const { app, f } = edge();
+    f.streamCut = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "connection reset");
+    const res = await app.inject(messages({ stream: true }));
+    const last = sseEvents(res.body).at(-1)!;
+    expect(last.event).toBe("error");
+    expect(last.data).toMatchObject({ type: "error", error: { type: "api_error", code: "upstream_error" } });
+    expect(f.settled).toEqual([]);
+  });
+
+  const anthropicError = (res: { json(): unknown }) =>
+    res.json() as { type: string; error: { type: string; message: string; code: string } };
+
+  it.each([
+    ["no key", {}, "missing_api_key", /x-api-key/],
+    ["a key auth-policy refuses", { "x-api-key": BAD_KEY }, "invalid_api_key", /not valid/],
+    ["a Payment credential", { authorization: "Payment abc" }, "wrong_auth_scheme", /Payment/],
+    ["two keys", { "x-api-key": GOOD_KEY, ...bearer() }, "wrong_auth_field", /not both/],
+  ] as const)(
+    "answers %s with 401 authentication_error in Anthropic's shape",
+    async (_, headers, code, msg) => {
+      const { app } = edge();
+      const res = await app.inject(messages({}, { ...json, "anthropic-version": "2023-06-01", ...headers }));
+      expect(res.statusCode).toBe(401);
+      const body = anthropicError(res);
+      expect(body.type).toBe("error");
+      expect(body.error).toMatchObject({ type: "authentication_error", code });
+      expect(body.error.message).toMatch(msg);
+    },
+  );
+
+  it.each([
+    ["no max_tokens", { max_tokens: undefined }, /max_tokens/],
+    ["tools", { tools: [{ name: "t", input_schema: {} }] }, /tools are not supported/],
+    [
+      "an image block",
+      { messages: [{ role: "user", content: [{ type: "image", source: {} }] }] },
+      /only text content blocks/,
+    ],
+    ["extended thinking", { thinking: { type: "enabled", budget_tokens: 1024 } }, /thinking/],
+    ["a system role in messages", { messages: [{ role: "system", content: "x" }] }, /role/],
+  ] as const)("refuses %s with 400 invalid_request_error, holding nothing", async (_, over, msg) => {
+    const { app, f } = edge();
+    const res = await app.inject(messages(over));
+    expect(res.statusCode).toBe(400);
+    const body = anthropicError(res);
+    expect(body.error).toMatchObject({ type: "invalid_request_error", code: "invalid_request" });
+    expect(body.error.message).toMatch(msg);
+    expect(f.forwarded).toEqual([]);
+  });
+
+  it("answers the router's and auth-policy's refusals with their table status, in Anthropic's shape", async () => {
+    const { app, f } = edge();
+    f.inferenceFails = new RemoteError(GrpcStatus.DEADLINE_EXCEEDED, "upstream_timeout", "slow");
+    const timeout = await app.inject(messages());
+    expect(timeout.statusCode).toBe(504);
+    expect(anthropicError(timeout).error.type).toBe("timeout_error");
+    f.authFails = new RemoteError(GrpcStatus.RESOURCE_EXHAUSTED, "rate_limited", "slow down", {
+      "retry-after": "3",
+    });
+    const limited = await app.inject(messages());
+    expect(limited.statusCode).toBe(429);
+    expect(limited.headers["retry-after"]).toBe("3");
+    expect(anthropicError(limited).error).toMatchObject({ type: "rate_limit_error", code: "rate_limited" });
+  });
+
+  it("answers a body that is not JSON with 400 invalid_request_error", async () => {
+    const { app } = edge();
+    const res = await app.inject({ ...messages(), payload: "{not json" });
+    expect(res.statusCode).toBe(400);
+    expect(anthropicError(res).error).toMatchObject({ type: "invalid_request_error", code: "invalid_json" });
   });
 });
