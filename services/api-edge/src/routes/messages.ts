@@ -61,6 +61,7 @@ export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
       const { answer, usage } = chatResultOf(res);
       return messageFromChat(answer, usage, labels);
     },
+    errorBody: anthropicErrorBody,
     errorHandler: (err, req, reply) => {
       const e = toHttpError(err, req.log);
       if (e.headers) reply.headers(e.headers);

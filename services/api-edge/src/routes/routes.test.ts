@@ -764,6 +764,18 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
     expect(anthropicError(limited).error).toMatchObject({ type: "rate_limit_error", code: "rate_limited" });
   });
 
+  it("answers another method with 405 in Anthropic's shape, with Allow", async () => {
+    const { app } = edge();
+    const res = await app.inject({ method: "GET", url: "/v1/messages", headers: anthropic() });
+    expect(res.statusCode).toBe(405);
+    expect(res.headers.allow).toBe("POST");
+    expect(anthropicError(res).type).toBe("error");
+    expect(anthropicError(res).error).toMatchObject({
+      type: "invalid_request_error",
+      code: "method_not_allowed",
+    });
+  });
+
   it("answers a body that is not JSON with 400 invalid_request_error", async () => {
     const { app } = edge();
     const res = await app.inject({ ...messages(), payload: "{not json" });
