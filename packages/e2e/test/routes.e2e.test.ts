@@ -171,15 +171,6 @@ describe("account routes on the multi-process stack: completions, responses, thi
       expect(res.usage?.output_tokens).toBe(4);
     });
 
-    it("refuses stream: true with 400 invalid_request saying the route is buffered", async () => {
-      const res = await post("/v1/responses", { model: "tollgate-mini", input: PROMPT, stream: true });
-      expect(res.status).toBe(400);
-      const body = (await res.json()) as ErrorBody;
-      expect(body.error.code).toBe("invalid_request");
-      expect(body.error.message).toMatch(/^stream: this route is buffered/);
-      expect(body.error.request_id).toBe(res.headers.get("x-request-id"));
-    });
-
     it("checks the key before the body: no key with stream: true is a 401", async () => {
       const res = await post("/v1/responses", { input: PROMPT, stream: true }, null);
       expect(res.status).toBe(401);

@@ -40,7 +40,7 @@ export type RouteDoor = "account" | "paid" | "public";
 export type HttpMethod = "GET" | "POST";
 
 /** The request schemas api-edge keeps (services/api-edge/src/schemas/requests.ts). */
-export type RequestSchemaKey = "chat" | "paidChat" | "completion" | "responses" | "think";
+export type RequestSchemaKey = "chat" | "paidChat" | "completion" | "responses" | "messages" | "think";
 
 export interface RouteSpec {
   readonly method: HttpMethod;
@@ -93,8 +93,18 @@ export const ROUTES = {
     path: "/v1/responses",
     door: "account",
     operation: "responses",
-    streams: false,
+    streams: true,
     schema: "responses",
+  },
+  // Anthropic's Messages API: a chat completion in another wire format, so it runs the chat
+  // operation (a connection allowed chat may call it, under chat's limits).
+  messages: {
+    method: "POST",
+    path: "/v1/messages",
+    door: "account",
+    operation: "chat",
+    streams: true,
+    schema: "messages",
   },
   think: {
     method: "POST",

@@ -48,6 +48,7 @@ import type {
   MeteringClient,
   PaymentClient,
 } from "./routes/context.js";
+import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
 import { type AccountRoutes, registerRoutes } from "./routes/register.js";
@@ -147,6 +148,7 @@ function accountRoutes(ctx: AccountRouteContext): AccountRoutes {
     chat: chatCompletionsRoute(ctx),
     completions: completionsRoute(ctx),
     responses: responsesRoute(ctx),
+    messages: messagesRoute(ctx),
     think: thinkRoute(ctx),
   };
 }

@@ -126,11 +126,10 @@ describe("responsesRequestSchema", () => {
     return r.success ? [] : r.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
   };
 
-  it("refuses stream: true, saying the route is buffered", () => {
-    expect(issues({ input: "hi", stream: true })).toEqual([
-      expect.stringMatching(/^stream: this route is buffered/),
-    ]);
+  it("takes stream as a boolean (the route streams)", () => {
+    expect(issues({ input: "hi", stream: true })).toEqual([]);
     expect(issues({ input: "hi", stream: false })).toEqual([]);
+    expect(issues({ input: "hi", stream: "yes" })).toHaveLength(1);
   });
 
   it("refuses non-text content, previous_response_id and tools with clear messages", () => {

@@ -28,3 +28,27 @@ export function bearerKey(headers: IncomingHttpHeaders): string {
     throw new EdgeError("missing_api_key", "no Virtual Key was sent; use Authorization: Bearer <key>");
   return value;
 }
+
+/** How a route reads the Virtual Key from the request's headers. */
+export type KeyReader = (headers: IncomingHttpHeaders) => string;
+
+/**
+ * The Virtual Key of an Anthropic Messages request: `x-api-key`, as Anthropic's SDKs send it,
+ * or `Authorization: Bearer` (their `authToken`), not both.
+ */
+export function anthropicKey(headers: IncomingHttpHeaders): string {
+  const apiKey = headers["x-api-key"];
+  if (apiKey === undefined) {
+    if (headers.authorization === undefined || headers.authorization.trim() === "")
+      throw new EdgeError("missing_api_key", "no Virtual Key was sent; use x-api-key: <key>");
+    return bearerKey(headers);
+  }
+  if (headers.authorization !== undefined)
+    throw new EdgeError(
+      "wrong_auth_field",
+      "send the Virtual Key once: x-api-key or Authorization: Bearer, not both",
+    );
+  const value = (Array.isArray(apiKey) ? apiKey[0] : apiKey)?.trim() ?? "";
+  if (value === "") throw new EdgeError("missing_api_key", "no Virtual Key was sent; use x-api-key: <key>");
+  return value;
+}

@@ -11,6 +11,7 @@ import {
 import { INFERENCE_DETAILS } from "@tollgate/proto/inference";
 import type { FastifyBaseLogger } from "fastify";
 import { EdgeError } from "../domain/errors.js";
+import { anthropicErrorType } from "../domain/messages.js";
 
 /** An OpenAI-style error as the caller sees it. */
 export interface HttpError {
@@ -173,6 +174,18 @@ function budgetHeaders(details: Readonly<Record<string, string>>): Record<string
 /** The OpenAI-style body of an error. */
 export function errorBody(e: HttpError, requestId: string) {
   return { error: { message: e.message, type: e.type, code: e.code, request_id: requestId } };
+}
+
+/**
+ * The Anthropic-style body of an error (POST /v1/messages): Anthropic's error `type` for the
+ * status the error table gives, the message, and the gateway's own code beside them.
+ */
+export function anthropicErrorBody(e: HttpError, requestId: string) {
+  return {
+    type: "error",
+    error: { type: anthropicErrorType(e.status), message: e.message, code: e.code },
+    request_id: requestId,
+  };
 }
 
 /**

@@ -3,9 +3,16 @@ import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import type { StreamCompleteResponse, Usage } from "@tollgate/proto/inference";
 import type { UsageRecorded } from "@tollgate/proto/usage";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { errorBody, toHttpError } from "./errors.js";
+import type { NamedEvent, StreamTranslation } from "../domain/stream-chunk.js";
+import { errorBody, type HttpError, toHttpError } from "./errors.js";
 
-/** Writes Server-Sent Events for an OpenAI-compatible stream, honouring backpressure. */
+/** One Server-Sent Event: its `data:` payload, and its `event:` name when the wire format names events. */
+export interface SseEvent {
+  event?: string;
+  data: string;
+}
+
+/** Writes Server-Sent Events, honouring backpressure. */
 export class SseWriter {
   constructor(private readonly res: ServerResponse) {}
 
@@ -21,12 +28,11 @@ export class SseWriter {
     this.res.flushHeaders();
   }
 
-  /** Sends one `data:` event; waits when the socket buffer is full. */
-  async data(payload: string | Uint8Array): Promise<void> {
-    if (this.res.destroyed) return;
-    const ok = this.res.write(
-      `data: ${typeof payload === "string" ? payload : Buffer.from(payload).toString("utf8")}\n\n`,
-    );
+  /** Sends events; waits when the socket buffer is full. */
+  async send(events: readonly SseEvent[]): Promise<void> {
+    if (this.res.destroyed || events.length === 0) return;
+    const text = events.map((e) => `${e.event ? `event: ${e.event}\n` : ""}data: ${e.data}\n\n`).join("");
+    const ok = this.res.write(text);
     if (!ok && !this.res.destroyed) {
       await new Promise<void>((resolve) => {
         const done = () => {
@@ -40,37 +46,108 @@ export class SseWriter {
     }
   }
 
-  /** Ends the stream with the OpenAI terminator, and HTTP trailers when given (declared in open()). */
+  /** Ends the response, with HTTP trailers when given (declared in open()). */
   end(trailers?: Record<string, string>): void {
     if (this.res.destroyed) return;
-    this.res.write("data: [DONE]\n\n");
     if (trailers) this.res.addTrailers(trailers);
     this.res.end();
-  }
-
-  /** Ends the stream without the terminator (after an error event). */
-  close(): void {
-    if (!this.res.destroyed) this.res.end();
   }
 }
 
 /**
- * Relays InferenceService.StreamComplete to the caller as OpenAI-compatible SSE ending in
- * `data: [DONE]`. The first event is awaited before any header is sent, so a refusal still
- * reaches the caller as a JSON error with its status; a failure after that becomes a final
- * error event without the terminator. The caller going away ends the relay quietly.
- */
-/**
  * What a stream does about money once its usage is known, before it ends: settles what must be
- * settled, and answers the fields the caller sees (trailers, and `x_tollgate` in the usage chunk).
+ * settled, and answers the fields the caller sees (trailers, and `x_tollgate` in the final event).
  */
 export type StreamMoney = (usage: Usage) => Promise<Record<string, string>>;
+
+/** The `x_tollgate` extension of a stream's final event: its cost and the budget left after it. */
+export function xTollgate(money: Record<string, string>): { cost?: string; budget_remaining?: string } {
+  return { cost: money["x-tollgate-cost"], budget_remaining: money["x-tollgate-budget-remaining"] };
+}
+
+/**
+ * How the router's stream (OpenAI chat or text completion chunks, then the usage) is written for
+ * the caller: passed through (chat, completions) or translated (Responses, Anthropic Messages).
+ * One object serves one stream and may keep state across its calls.
+ */
+export interface StreamFormat {
+  /** The events that open the stream, sent once the router's first event is in. */
+  start(): SseEvent[];
+  /** The events one router chunk (a chunk's JSON bytes) becomes. */
+  chunk(bytes: Uint8Array): SseEvent[];
+  /** The events that close a finished stream: its usage, and its money fields when billed. */
+  finish(usage: Usage, money: Record<string, string> | undefined): SseEvent[];
+  /** The events that close a stream which failed after it started. */
+  fail(error: HttpError, requestId: string): SseEvent[];
+}
 
 /** A usage-only chunk (`"choices":[]`), which is held back until the cost is known. */
 function isUsageChunk(bytes: Uint8Array): boolean {
   return Buffer.from(bytes).includes('"choices":[]');
 }
 
+/**
+ * The OpenAI chat and text completion stream, relayed as the router sends it and ended by
+ * `data: [DONE]`. The usage chunk (sent only when the caller asked for usage) is held back until
+ * the cost is known, which it then carries as `x_tollgate`; a failure is a final error event
+ * without the terminator.
+ */
+export function passthroughFormat(): StreamFormat {
+  let usageChunk: Uint8Array | undefined;
+  return {
+    start: () => [],
+    chunk(bytes) {
+      if (isUsageChunk(bytes)) {
+        usageChunk = bytes;
+        return [];
+      }
+      return [{ data: Buffer.from(bytes).toString("utf8") }];
+    },
+    finish(_usage, money) {
+      const events: SseEvent[] = [];
+      if (usageChunk) {
+        const json = JSON.parse(Buffer.from(usageChunk).toString("utf8")) as Record<string, unknown>;
+        if (money) json.x_tollgate = xTollgate(money);
+        events.push({ data: JSON.stringify(json) });
+      }
+      events.push({ data: "[DONE]" });
+      return events;
+    },
+    fail: (error, requestId) => [{ data: JSON.stringify(errorBody(error, requestId)) }],
+  };
+}
+
+/**
+ * A stream translated from the upstream's chat chunks (Responses, Anthropic Messages) as a
+ * format: named events, and the money fields as `x_tollgate` on the event that carries the usage.
+ */
+export function translatedFormat(t: StreamTranslation): StreamFormat {
+  const sse = (events: NamedEvent[]): SseEvent[] =>
+    events.map((e) => ({ event: e.event, data: JSON.stringify(e.data) }));
+  return {
+    start: () => sse(t.start()),
+    chunk: (bytes) => sse(t.chunk(JSON.parse(Buffer.from(bytes).toString("utf8")))),
+    finish: (usage, money) =>
+      sse(
+        t.finish(
+          {
+            inputTokens: usage.inputTokens,
+            outputTokens: usage.outputTokens,
+            reasoningTokens: usage.reasoningTokens,
+          },
+          money ? { x_tollgate: xTollgate(money) } : {},
+        ),
+      ),
+    fail: (error) => sse(t.fail({ status: error.status, code: error.code, message: error.message })),
+  };
+}
+
+/**
+ * Relays InferenceService.StreamComplete to the caller as SSE in the given format (default: the
+ * OpenAI chunks, ending in `data: [DONE]`). The first event is awaited before any header is
+ * sent, so a refusal still reaches the caller as a JSON error with its status; a failure after
+ * that becomes the format's closing error events. The caller going away ends the relay quietly.
+ */
 export async function relayStream(
   req: FastifyRequest,
   reply: FastifyReply,
@@ -85,6 +162,7 @@ export async function relayStream(
    * may be gone without recording it, so it is recorded under the same event id (stored once).
    */
   onLost?: (usageSoFar: UsageRecorded) => Promise<void>,
+  format: StreamFormat = passthroughFormat(),
 ): Promise<FastifyReply> {
   const events = stream[Symbol.asyncIterator]();
   let next: IteratorResult<StreamCompleteResponse>;
@@ -100,42 +178,33 @@ export async function relayStream(
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(reply.getHeaders()))
     if (value !== undefined) headers[name] = String(value);
-  // The cost is known only at the end: it follows as HTTP trailers and, when the caller asked for
-  // usage, inside the usage chunk as `x_tollgate`.
+  // The cost is known only at the end: it follows as HTTP trailers and in the format's final
+  // event as `x_tollgate`.
   if (money) headers.trailer = "x-tollgate-cost, x-tollgate-budget-remaining";
   sse.open({ ...headers, "x-request-id": req.id });
   const started = performance.now();
   let outcome = "completed";
   let usageSoFar: UsageRecorded | undefined;
   try {
-    let usageChunk: Uint8Array | undefined;
+    await sse.send(format.start());
     let trailers: Record<string, string> | undefined;
-    let ended = false;
+    let usage: Usage | undefined;
     while (!next.done) {
       const event = next.value.event;
       if (event.case === "chunk") {
-        if (money && isUsageChunk(event.value)) usageChunk = event.value;
-        else await sse.data(event.value);
+        await sse.send(format.chunk(event.value));
         usageSoFar = next.value.usageSoFar ?? usageSoFar;
       } else if (event.case === "usage") {
-        ended = true;
+        usage = event.value;
         if (money) trailers = await money(event.value);
       }
       next = await events.next();
     }
     // Usage is the last message of every finished stream: a stream that stops without it lost
     // its router (a killed process can end the call without an error status).
-    if (!ended)
+    if (!usage)
       throw new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "the stream ended without its usage");
-    if (usageChunk) {
-      const json = JSON.parse(Buffer.from(usageChunk).toString("utf8")) as Record<string, unknown>;
-      if (trailers)
-        json.x_tollgate = {
-          cost: trailers["x-tollgate-cost"],
-          budget_remaining: trailers["x-tollgate-budget-remaining"],
-        };
-      await sse.data(JSON.stringify(json));
-    }
+    await sse.send(format.finish(usage, trailers));
     sse.end(trailers);
   } catch (err) {
     if (signal.aborted) {
@@ -143,8 +212,8 @@ export async function relayStream(
     } else {
       outcome = "failed";
       if (usageSoFar) await onLost?.(usageSoFar);
-      await sse.data(JSON.stringify(errorBody(toHttpError(err, req.log), req.id)));
-      sse.close();
+      await sse.send(format.fail(toHttpError(err, req.log), req.id));
+      sse.end();
     }
   }
   req.log.debug({ outcome, ms: Math.round(performance.now() - started) }, "stream ended");

@@ -8,8 +8,8 @@ import type { z } from "zod";
 import { type ChatAnswer, readChatAnswer, type TokenUsage } from "../domain/chat-answer.js";
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
-import { bearerKey } from "../http/credentials.js";
-import { relayStream } from "../http/sse.js";
+import { bearerKey, type KeyReader } from "../http/credentials.js";
+import { relayStream, type StreamFormat } from "../http/sse.js";
 import {
   authorizeRequest,
   completeOrRelease,
@@ -41,14 +41,15 @@ export async function parseAccountBody<S extends z.ZodType>(
   reply: FastifyReply,
   route: Route,
   schema: S,
+  readKey: KeyReader = bearerKey,
 ): Promise<z.output<S>> {
-  bearerKey(req.headers);
+  readKey(req.headers);
   const parsed = schema.safeParse(req.body);
   const refused = parsed.success
     ? ctx.idempotency.refusal(req, (parsed.data as { stream?: unknown }).stream === true)
     : new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
   if (!refused) return parsed.data as z.output<S>;
-  await authorizeRequest(ctx, req, reply, { route, checkOnly: true });
+  await authorizeRequest(ctx, req, reply, { route, checkOnly: true, readKey });
   throw refused;
 }
 
@@ -147,6 +148,36 @@ async function recordLostStream(ctx: AccountRouteContext, req: FastifyRequest, u
 }
 
 /**
+ * Streams an authorized completion to the caller as SSE in `format` (default: the OpenAI chunks
+ * as the router sends them). The stream is billed the same whatever its format: settled with its
+ * usage when it finishes, its hold given back when it fails before any usage, and what was
+ * relayed recorded when its router is lost mid-stream.
+ */
+export function streamCompletion(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  grant: AuthorizeResponse,
+  input: MessageInitShape<typeof CompletionInputSchema>,
+  opts: { includeUsage: boolean; format?: StreamFormat },
+): Promise<FastifyReply> {
+  const signal = callerGone(reply);
+  return relayStream(
+    req,
+    reply,
+    ctx.inference.streamComplete({ input, includeUsage: opts.includeUsage }, { signal }),
+    signal,
+    async (usage) => {
+      await settleHold(ctx, req, grant, usage);
+      return moneyOf(grant)(usage.cost);
+    },
+    releaseOnFailure(ctx, req, grant),
+    (usage) => recordLostStream(ctx, req, usage),
+    opts.format,
+  );
+}
+
+/**
  * Serves an authorized chat or text completion: relayed as SSE when streamed, else buffered
  * with its money headers. Either way a failure before any usage gives the budget hold back.
  */
@@ -158,22 +189,10 @@ export async function serveCompletion(
   input: MessageInitShape<typeof CompletionInputSchema>,
   stream: { includeUsage: boolean } | undefined,
 ): Promise<FastifyReply> {
-  const signal = callerGone(reply);
-  if (stream) {
-    return relayStream(
-      req,
-      reply,
-      ctx.inference.streamComplete({ input, includeUsage: stream.includeUsage }, { signal }),
-      signal,
-      async (usage) => {
-        await settleHold(ctx, req, grant, usage);
-        return moneyOf(grant)(usage.cost);
-      },
-      releaseOnFailure(ctx, req, grant),
-      (usage) => recordLostStream(ctx, req, usage),
-    );
-  }
-  const res = await completeOrRelease(ctx, req, grant, () => ctx.inference.complete({ input }, { signal }));
+  if (stream) return streamCompletion(ctx, req, reply, grant, input, stream);
+  const res = await completeOrRelease(ctx, req, grant, () =>
+    ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+  );
   moneyHeaders(reply, grant, res.usage?.cost);
   return reply.type("application/json").send(Buffer.from(res.body));
 }

@@ -4,7 +4,7 @@ import { retrying } from "@tollgate/kit/retry";
 import type { AuthorizeRequestSchema, AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import type { CompleteResponse, Usage } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { bearerKey } from "../http/credentials.js";
+import { bearerKey, type KeyReader } from "../http/credentials.js";
 import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
 
 /** What a model-running route asks auth-policy about. */
@@ -21,6 +21,8 @@ export interface AuthorizeAsk {
   checkOnly?: boolean;
   /** The route needs a model that reasons: refused before anything is held. */
   requireReasoning?: boolean;
+  /** Where the route reads the Virtual Key; default `Authorization: Bearer`. */
+  readKey?: KeyReader;
 }
 
 /**
@@ -35,7 +37,7 @@ export async function authorizeRequest(
   ask: AuthorizeAsk,
 ): Promise<AuthorizeResponse> {
   const init: MessageInitShape<typeof AuthorizeRequestSchema> = {
-    key: bearerKey(req.headers),
+    key: (ask.readKey ?? bearerKey)(req.headers),
     route: ask.route,
     model: ask.model ?? "",
     requestId: req.id,

@@ -7,12 +7,14 @@ import {
   type RouteSpec,
 } from "@tollgate/proto/routes";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { errorBody, httpErrorOf } from "../http/errors.js";
+import { errorBody, type HttpError, httpErrorOf } from "../http/errors.js";
 
 /** How one route of the table is served: its handler, and an error handler of its own if any. */
 export interface RouteImpl {
   handler: (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
   errorHandler?: (err: unknown, req: FastifyRequest, reply: FastifyReply) => unknown;
+  /** The body of its path's 405 in the route's own error shape; default the OpenAI-style one. */
+  errorBody?: (e: HttpError, requestId: string) => unknown;
 }
 
 /** Every account-door route of the table, implemented: a route added to the table and not here does not compile. */
@@ -34,6 +36,7 @@ export function registerRoutes(app: FastifyInstance, impls: Partial<Record<Route
     app.route({ method: spec.method, url: spec.path, ...impls[id]! });
   }
   for (const path of new Set(ids.map((id) => ROUTES[id].path))) {
+    const body = ids.map((id) => (ROUTES[id].path === path ? impls[id]?.errorBody : undefined)).find(Boolean);
     const allowed = allowedMethods(path, ids);
     const allow = allowed.join(", ");
     const others = METHODS.filter((m) => !allowed.includes(m));
@@ -44,7 +47,7 @@ export function registerRoutes(app: FastifyInstance, impls: Partial<Record<Route
         reply.header("allow", allow);
         if (req.method === "OPTIONS") return reply.code(204).send();
         const e = httpErrorOf("method_not_allowed", `${req.method} is not allowed here; use ${allow}`);
-        return reply.code(e.status).send(errorBody(e, req.id));
+        return reply.code(e.status).send((body ?? errorBody)(e, req.id));
       },
       // Never reached: onRequest has answered.
       handler: async (_req, reply) => reply,

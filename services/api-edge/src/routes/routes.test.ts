@@ -41,6 +41,16 @@ interface Fakes {
   /** Makes every authorization fail with this error. */
   authFails?: Error;
   authorized: Route[];
+  /** The text of each chunk of the next stream; default one chunk "hi". */
+  streamTexts?: string[];
+  /** The finish reason of the stream's last chunk; default "stop". */
+  streamFinish?: string;
+  /** Makes the next stream fail with this error after its chunks. */
+  streamCut?: Error;
+  /** Every settlement asked of auth-policy: the hold's actual cost. */
+  settled: string[];
+  /** The chat bodies the router was asked to run. */
+  forwarded: unknown[];
 }
 
 function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
@@ -55,16 +65,20 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
         model: req.model || "small",
         allowedModels: VISIBLE,
         defaultModel: "small",
+        ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
         ...(req.route === Route.MODELS
           ? {
               modelPrices: [
                 create(ModelPriceSchema, { model: "small", inputPerMillion: "100", outputPerMillion: "200" }),
               ],
             }
-          : { quote: "50" }),
+          : { quote: "50", reservationId: "res_1", budgetRemaining: "950" }),
       });
     },
-    settleReservation: async () => ({ $typeName: "tollgate.auth.v1.SettleReservationResponse" }) as never,
+    settleReservation: async (req) => {
+      f.settled.push(req.actualCost ?? "");
+      return { $typeName: "tollgate.auth.v1.SettleReservationResponse" } as never;
+    },
   };
   const inference: InferenceClient = {
     complete: async (req) => {
@@ -75,15 +89,31 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
         usage: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" },
       });
     },
-    streamComplete: () =>
+    streamComplete: (req) =>
       (async function* () {
+        f.forwarded.push(JSON.parse(Buffer.from(req.input?.body ?? []).toString("utf8")));
         if (f.inferenceFails) throw f.inferenceFails;
-        const chunk = { id: "c-1", object: "chunk", choices: [{ index: 0, delta: { content: "hi" } }] };
+        const texts = f.streamTexts ?? ["hi"];
+        for (const [i, text] of texts.entries()) {
+          const last = i === texts.length - 1 && !f.streamCut;
+          const chunk = {
+            id: "c-1",
+            object: "chat.completion.chunk",
+            choices: [
+              { index: 0, delta: { content: text }, finish_reason: last ? (f.streamFinish ?? "stop") : null },
+            ],
+          };
+          yield create(StreamCompleteResponseSchema, {
+            event: { case: "chunk", value: Buffer.from(JSON.stringify(chunk)) },
+            usageSoFar: { eventId: "ev_1", cost: String(i + 1) },
+          });
+        }
+        if (f.streamCut) throw f.streamCut;
         yield create(StreamCompleteResponseSchema, {
-          event: { case: "chunk", value: Buffer.from(JSON.stringify(chunk)) },
-        });
-        yield create(StreamCompleteResponseSchema, {
-          event: { case: "usage", value: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" } },
+          event: {
+            case: "usage",
+            value: { inputTokens: 3, outputTokens: texts.length, cost: "7", eventId: "ev_1" },
+          },
         });
       })(),
   };
@@ -110,7 +140,7 @@ afterEach(async () => {
 });
 
 function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number } = {}) {
-  const f: Fakes = { authorized: [] };
+  const f: Fakes = { authorized: [], settled: [], forwarded: [] };
   const { app } = buildApp(
     fakePorts(f, opts.withPayment ?? true),
     opts.bodyLimitBytes ? { bodyLimitBytes: opts.bodyLimitBytes } : {},
@@ -127,6 +157,7 @@ const BODIES: Partial<Record<RouteId, unknown>> = {
   chat: { model: "small", messages: [{ role: "user", content: "hello" }] },
   completions: { model: "small", prompt: "hello" },
   responses: { model: "small", input: "hello" },
+  messages: { model: "small", max_tokens: 16, messages: [{ role: "user", content: "hello" }] },
   think: { model: "small", prompt: "hello" },
   mppChat: {
     model: "small",
@@ -149,6 +180,28 @@ function request(id: RouteId, over: Partial<InjectOptions> = {}): InjectOptions 
     ...(body ? { payload: JSON.stringify(body) } : {}),
     ...over,
   };
+}
+
+/** The last event of a finished stream, by route: its `event:` name, or its data when unnamed. */
+const STREAM_END: Partial<Record<RouteId, string>> = {
+  chat: "[DONE]",
+  completions: "[DONE]",
+  responses: "response.completed",
+  messages: "message_stop",
+};
+
+/** The events of an SSE body: each one's `event:` name, its raw data and that data parsed when JSON. */
+function sseEvents(body: string): { event?: string; raw: string; data: Record<string, unknown> }[] {
+  return body
+    .split("\n\n")
+    .filter((block) => block.trim() !== "")
+    .map((block) => {
+      const lines = block.split("\n");
+      const event = lines.find((l) => l.startsWith("event: "))?.slice(7);
+      const raw = lines.find((l) => l.startsWith("data: "))?.slice(6) ?? "";
+      const data = raw.startsWith("{") ? (JSON.parse(raw) as Record<string, unknown>) : {};
+      return { ...(event !== undefined ? { event } : {}), raw, data };
+    });
 }
 
 const ACCOUNT = ROUTE_IDS.filter((id) => ROUTES[id].door === "account");
@@ -218,14 +271,14 @@ describe("each account route, in process", () => {
   const STREAMING = WITH_BODY.filter((id) => ROUTES[id].streams);
   const BUFFERED = WITH_BODY.filter((id) => !ROUTES[id].streams);
 
-  it.each(STREAMING)("%s answers stream: true as SSE ending in [DONE]", async (id) => {
+  it.each(STREAMING)("%s answers stream: true as SSE ending as its wire format ends", async (id) => {
     const { app } = edge();
     const res = await app.inject(
       request(id, { payload: JSON.stringify({ ...(BODIES[id] as object), stream: true }) }),
     );
     expect(res.statusCode).toBe(200);
     expect(res.headers["content-type"]).toMatch(/^text\/event-stream/);
-    expect(res.body.endsWith("data: [DONE]\n\n")).toBe(true);
+    expect(sseEvents(res.body).at(-1)?.event ?? sseEvents(res.body).at(-1)?.raw).toBe(STREAM_END[id]);
   });
 
   it.each(STREAMING)("%s answers a stream the router refuses before its first event as JSON", async (id) => {
@@ -413,5 +466,320 @@ describe("the paid route", () => {
     const res = await app.inject({ ...req, headers: { ...(req.headers as object), ...bearer() } });
     expect(res.statusCode).toBe(401);
     expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
+  });
+});
+
+describe("POST /v1/responses with stream: true", () => {
+  const streamed = (over: object = {}) =>
+    request("responses", {
+      payload: JSON.stringify({ model: "small", input: "hello", stream: true, ...over }),
+    });
+
+  it("answers the Responses event sequence, one text delta per upstream chunk, numbered in order", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo", " there"];
+    const res = await app.inject(streamed());
+    expect(res.statusCode, res.body).toBe(200);
+    const events = sseEvents(res.body);
+    expect(events.map((e) => e.event)).toEqual([
+      "response.created",
+      "response.in_progress",
+      "response.output_item.added",
+      "response.content_part.added",
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.output_text.done",
+      "response.content_part.done",
+      "response.output_item.done",
+      "response.completed",
+    ]);
+    // Each event's type is its event name; sequence numbers count from 0 without a gap.
+    expect(events.map((e) => e.data.type)).toEqual(events.map((e) => e.event));
+    expect(events.map((e) => e.data.sequence_number)).toEqual(events.map((_, i) => i));
+    expect(res.body).not.toContain("[DONE]");
+    const deltas = events.filter((e) => e.event === "response.output_text.delta").map((e) => e.data.delta);
+    expect(deltas).toEqual(["Hel", "lo", " there"]);
+    expect(events[7]?.data.text).toBe("Hello there");
+    expect(events[0]?.data.response).toMatchObject({ status: "in_progress", output: [], usage: null });
+    const final = events.at(-1)!.data;
+    expect(final.response).toMatchObject({
+      object: "response",
+      status: "completed",
+      model: "small",
+      output_text: "Hello there",
+      output: [
+        { type: "message", status: "completed", content: [{ type: "output_text", text: "Hello there" }] },
+      ],
+      usage: { input_tokens: 3, output_tokens: 3, total_tokens: 6 },
+    });
+    // The cost, as a chat stream's usage chunk carries it, and the settled budget left.
+    expect(final.x_tollgate).toEqual({ cost: "7", budget_remaining: "993" });
+    expect(res.trailers["x-tollgate-cost"]).toBe("7");
+    expect(f.settled).toEqual(["7"]);
+  });
+
+  it("asks the router for a chat stream of the translated request", async () => {
+    const { app, f } = edge();
+    await app.inject(streamed({ instructions: "be brief", max_output_tokens: 20 }));
+    expect(f.forwarded).toEqual([
+      {
+        model: "small",
+        messages: [
+          { role: "system", content: "be brief" },
+          { role: "user", content: "hello" },
+        ],
+        max_tokens: 20,
+      },
+    ]);
+  });
+
+  it("ends an answer cut by the output cap with response.incomplete, as OpenAI does", async () => {
+    const { app, f } = edge();
+    f.streamFinish = "length";
+    const res = await app.inject(streamed({ max_output_tokens: 1 }));
+    const final = sseEvents(res.body).at(-1)!;
+    expect(final.event).toBe("response.incomplete");
+    expect(final.data.response).toMatchObject({
+      status: "incomplete",
+      incomplete_details: { reason: "max_output_tokens" },
+      usage: { output_tokens: 1 },
+    });
+    expect(final.data.x_tollgate).toEqual({ cost: "7", budget_remaining: "993" });
+  });
+
+  it("ends a stream whose upstream dies mid-way with response.failed, the text so far kept", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    f.streamCut = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "connection reset");
+    const res = await app.inject(streamed());
+    expect(res.statusCode).toBe(200);
+    const events = sseEvents(res.body);
+    expect(events.map((e) => e.event).slice(-3)).toEqual([
+      "response.output_text.delta",
+      "response.output_text.delta",
+      "response.failed",
+    ]);
+    const failed = events.at(-1)!.data;
+    expect(failed.sequence_number).toBe(events.length - 1);
+    expect(failed.response).toMatchObject({
+      status: "failed",
+      error: { code: "upstream_error" },
+      output: [{ status: "incomplete", content: [{ text: "Hello" }] }],
+    });
+    // No cost was settled by the edge: the router bills what was produced (docs/money.md).
+    expect(f.settled).toEqual([]);
+  });
+
+  it("answers a stream the router refuses before its first event as JSON, and gives the hold back", async () => {
+    const { app, f } = edge();
+    f.inferenceFails = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "bad gateway");
+    const res = await app.inject(streamed());
+    expect(res.statusCode).toBe(502);
+    expect(code(res)).toBe("upstream_error");
+    expect(f.settled).toEqual(["0"]);
+  });
+});
+
+describe("POST /v1/messages (Anthropic Messages)", () => {
+  const anthropic = (key = GOOD_KEY) => ({ "x-api-key": key, "anthropic-version": "2023-06-01", ...json });
+  const messages = (body: object = {}, headers: Record<string, string> = anthropic()): InjectOptions => ({
+    method: "POST",
+    url: "/v1/messages",
+    headers,
+    payload: JSON.stringify({
+      model: "small",
+      max_tokens: 16,
+      messages: [{ role: "user", content: "hello" }],
+      ...body,
+    }),
+  });
+
+  it("answers an Anthropic SDK's request (x-api-key) with a message, its usage and its cost", async () => {
+    const { app, f } = edge();
+    const res = await app.inject(messages());
+    expect(res.statusCode, res.body).toBe(200);
+    const body = res.json() as Record<string, unknown>;
+    expect(body).toEqual({
+      id: expect.stringMatching(/^msg_/),
+      type: "message",
+      role: "assistant",
+      content: [{ type: "text", text: "hi" }],
+      model: "small",
+      stop_reason: "end_turn",
+      stop_sequence: null,
+      usage: { input_tokens: 3, output_tokens: 1 },
+    });
+    expect(res.headers["x-tollgate-cost"]).toBe("7");
+    expect(f.authorized).toEqual([Route.CHAT_COMPLETIONS]);
+  });
+
+  it("forwards the translated chat request: system first, text blocks, max_tokens as the cap, stop sequences", async () => {
+    const { app, f } = edge();
+    await app.inject(
+      messages({
+        stream: true,
+        system: [{ type: "text", text: "be brief" }],
+        messages: [
+          { role: "user", content: [{ type: "text", text: "hello" }] },
+          { role: "assistant", content: "hi" },
+          { role: "user", content: "again" },
+        ],
+        temperature: 0.5,
+        top_p: 0.9,
+        stop_sequences: ["END"],
+        metadata: { user_id: "u1" },
+      }),
+    );
+    expect(f.forwarded).toEqual([
+      {
+        model: "small",
+        messages: [
+          { role: "system", content: "be brief" },
+          { role: "user", content: [{ type: "text", text: "hello" }] },
+          { role: "assistant", content: "hi" },
+          { role: "user", content: "again" },
+        ],
+        max_tokens: 16,
+        temperature: 0.5,
+        top_p: 0.9,
+        stop: ["END"],
+      },
+    ]);
+  });
+
+  it("accepts the key as Authorization: Bearer too", async () => {
+    const { app } = edge();
+    const res = await app.inject(messages({}, { ...bearer(), ...json }));
+    expect(res.statusCode).toBe(200);
+  });
+
+  it("streams Anthropic's event sequence, one text delta per upstream chunk, usage and cost in message_delta", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    const res = await app.inject(messages({ stream: true }));
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^text\/event-stream/);
+    const events = sseEvents(res.body);
+    expect(events.map((e) => e.event)).toEqual([
+      "message_start",
+      "content_block_start",
+      "content_block_delta",
+      "content_block_delta",
+      "content_block_stop",
+      "message_delta",
+      "message_stop",
+    ]);
+    expect(events.map((e) => e.data.type)).toEqual(events.map((e) => e.event));
+    expect(events[0]?.data.message).toMatchObject({
+      type: "message",
+      role: "assistant",
+      content: [],
+      model: "small",
+    });
+    expect(events.slice(2, 4).map((e) => e.data.delta)).toEqual([
+      { type: "text_delta", text: "Hel" },
+      { type: "text_delta", text: "lo" },
+    ]);
+    expect(events[5]?.data).toEqual({
+      type: "message_delta",
+      delta: { stop_reason: "end_turn", stop_sequence: null },
+      usage: { input_tokens: 3, output_tokens: 2 },
+      x_tollgate: { cost: "7", budget_remaining: "993" },
+    });
+    expect(res.trailers["x-tollgate-cost"]).toBe("7");
+    expect(f.settled).toEqual(["7"]);
+  });
+
+  it("reports an answer cut by max_tokens as stop_reason max_tokens", async () => {
+    const { app, f } = edge();
+    f.streamFinish = "length";
+    const res = await app.inject(messages({ stream: true }));
+    expect(sseEvents(res.body)[4]?.data.delta).toEqual({ stop_reason: "max_tokens", stop_sequence: null });
+  });
+
+  it("ends a stream whose upstream dies mid-way with an Anthropic error event", async () => {
+    const { app, f } = edge();
+    f.streamCut = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "connection reset");
+    const res = await app.inject(messages({ stream: true }));
+    const last = sseEvents(res.body).at(-1)!;
+    expect(last.event).toBe("error");
+    expect(last.data).toMatchObject({ type: "error", error: { type: "api_error", code: "upstream_error" } });
+    expect(f.settled).toEqual([]);
+  });
+
+  const anthropicError = (res: { json(): unknown }) =>
+    res.json() as { type: string; error: { type: string; message: string; code: string } };
+
+  it.each([
+    ["no key", {}, "missing_api_key", /x-api-key/],
+    ["a key auth-policy refuses", { "x-api-key": BAD_KEY }, "invalid_api_key", /not valid/],
+    ["a Payment credential", { authorization: "Payment abc" }, "wrong_auth_scheme", /Payment/],
+    ["two keys", { "x-api-key": GOOD_KEY, ...bearer() }, "wrong_auth_field", /not both/],
+  ] as const)(
+    "answers %s with 401 authentication_error in Anthropic's shape",
+    async (_, headers, code, msg) => {
+      const { app } = edge();
+      const res = await app.inject(messages({}, { ...json, "anthropic-version": "2023-06-01", ...headers }));
+      expect(res.statusCode).toBe(401);
+      const body = anthropicError(res);
+      expect(body.type).toBe("error");
+      expect(body.error).toMatchObject({ type: "authentication_error", code });
+      expect(body.error.message).toMatch(msg);
+    },
+  );
+
+  it.each([
+    ["no max_tokens", { max_tokens: undefined }, /max_tokens/],
+    ["tools", { tools: [{ name: "t", input_schema: {} }] }, /tools are not supported/],
+    [
+      "an image block",
+      { messages: [{ role: "user", content: [{ type: "image", source: {} }] }] },
+      /only text content blocks/,
+    ],
+    ["extended thinking", { thinking: { type: "enabled", budget_tokens: 1024 } }, /thinking/],
+    ["a system role in messages", { messages: [{ role: "system", content: "x" }] }, /role/],
+  ] as const)("refuses %s with 400 invalid_request_error, holding nothing", async (_, over, msg) => {
+    const { app, f } = edge();
+    const res = await app.inject(messages(over));
+    expect(res.statusCode).toBe(400);
+    const body = anthropicError(res);
+    expect(body.error).toMatchObject({ type: "invalid_request_error", code: "invalid_request" });
+    expect(body.error.message).toMatch(msg);
+    expect(f.forwarded).toEqual([]);
+  });
+
+  it("answers the router's and auth-policy's refusals with their table status, in Anthropic's shape", async () => {
+    const { app, f } = edge();
+    f.inferenceFails = new RemoteError(GrpcStatus.DEADLINE_EXCEEDED, "upstream_timeout", "slow");
+    const timeout = await app.inject(messages());
+    expect(timeout.statusCode).toBe(504);
+    expect(anthropicError(timeout).error.type).toBe("timeout_error");
+    f.authFails = new RemoteError(GrpcStatus.RESOURCE_EXHAUSTED, "rate_limited", "slow down", {
+      "retry-after": "3",
+    });
+    const limited = await app.inject(messages());
+    expect(limited.statusCode).toBe(429);
+    expect(limited.headers["retry-after"]).toBe("3");
+    expect(anthropicError(limited).error).toMatchObject({ type: "rate_limit_error", code: "rate_limited" });
+  });
+
+  it("answers another method with 405 in Anthropic's shape, with Allow", async () => {
+    const { app } = edge();
+    const res = await app.inject({ method: "GET", url: "/v1/messages", headers: anthropic() });
+    expect(res.statusCode).toBe(405);
+    expect(res.headers.allow).toBe("POST");
+    expect(anthropicError(res).type).toBe("error");
+    expect(anthropicError(res).error).toMatchObject({
+      type: "invalid_request_error",
+      code: "method_not_allowed",
+    });
+  });
+
+  it("answers a body that is not JSON with 400 invalid_request_error", async () => {
+    const { app } = edge();
+    const res = await app.inject({ ...messages(), payload: "{not json" });
+    expect(res.statusCode).toBe(400);
+    expect(anthropicError(res).error).toMatchObject({ type: "invalid_request_error", code: "invalid_json" });
   });
 });

@@ -37,7 +37,7 @@ const inputMessage = z.looseObject({
 export type ResponsesInputMessage = z.output<typeof inputMessage>;
 
 /**
- * POST /v1/responses: the buffered text subset of OpenAI's Responses API. The route keeps no
+ * POST /v1/responses: the text subset of OpenAI's Responses API, buffered or streamed. The route keeps no
  * state, so `previous_response_id` and tools are refused; other fields are ignored.
  */
 export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
@@ -50,11 +50,7 @@ export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
       instructions: z.string().nullish(),
       max_output_tokens: z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens).nullish(),
       temperature: z.number().min(0).max(2).nullish(),
-      stream: z
-        .literal(false, {
-          error: "this route is buffered: omit stream or send false (POST /v1/chat/completions streams)",
-        })
-        .nullish(),
+      stream: z.boolean().nullish(),
       previous_response_id: z.string().nullish(),
       tools: z.array(z.unknown()).nullish(),
     })

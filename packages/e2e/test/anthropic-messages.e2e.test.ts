@@ -1,0 +1,293 @@
+import Anthropic, { type APIError } from "@anthropic-ai/sdk";
+import type { AllInOne } from "@tollgate/all-in-one";
+import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
+import { MeteringService, type UsageTotals } from "@tollgate/proto/metering";
+import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
+
+const KEY = "tg_test_anthropic_messages_0123456789abcdef";
+const BUDGET = 10n ** 9n;
+
+/** The `x_tollgate` extension the gateway puts on a stream's `message_delta`. */
+type XTollgate = { cost: string; budget_remaining: string };
+
+/**
+ * POST /v1/messages through the official Anthropic SDK, pointed at the all-in-one gateway with a
+ * Virtual Key as its API key (sent as `x-api-key`): buffered and streamed answers with their text
+ * and usage, Anthropic-shaped errors the SDK raises as its own error classes, and streams cut
+ * either way billed as chat streams are. The books are checked after each case: what callers
+ * were told == what metering recorded == what the budget lost, no hold left.
+ */
+describe("POST /v1/messages with the Anthropic SDK (all-in-one, in process)", () => {
+  let running: ConfiguredGateway;
+  let gateway: AllInOne;
+  let upstream: FakeUpstream;
+  let metering: Client<MethodsOf<typeof MeteringService>>;
+  let client: Anthropic;
+  /** What callers were told they spent, and how many requests were billed. */
+  let told = 0n;
+  let billed = 0;
+
+  beforeAll(async () => {
+    running = await startConfiguredGateway(
+      (url) => `
+upstreams: [{ id: fake, baseUrl: "${url}" }]
+models:
+  - { id: m, upstream: fake, upstreamModel: fake-small, runtime: vllm, pricing: { inputPerMillion: 1000000, outputPerMillion: 3000000 } }
+accounts:
+  - id: acct
+    connections:
+      - id: conn
+        models: [m]
+        defaultModel: m
+        policy: { defaultMaxOutputTokens: 64, maxOutputTokens: 256 }
+        budget: { amount: ${BUDGET} }
+        keys: [{ id: k, secret: ${KEY} }]
+`,
+      { upstream: { outputTokens: 40, record: true } },
+    );
+    ({ gateway, upstream } = running);
+    metering = createClient(MeteringService, gateway.meteringAddr, gateway.internalAuth("api-edge"));
+    client = new Anthropic({ baseURL: gateway.url, apiKey: KEY, maxRetries: 0 });
+  });
+
+  afterAll(async () => {
+    metering?.$close();
+    await running?.stop();
+  });
+
+  async function meteringTotals(requests: number): Promise<UsageTotals | undefined> {
+    let totals: UsageTotals | undefined;
+    const deadline = Date.now() + 20_000;
+    do {
+      totals = (await metering.getUsage({ accountId: "acct" })).totals;
+      if (Number(totals?.requests ?? 0n) >= requests) break;
+      await new Promise((r) => setTimeout(r, 100));
+    } while (Date.now() < deadline);
+    return totals;
+  }
+
+  /** A buffered message, its cost as the caller was told it (x-tollgate-cost). */
+  async function buffered(params: Anthropic.MessageCreateParamsNonStreaming) {
+    const { data, response } = await client.messages.create(params).withResponse();
+    const cost = BigInt(response.headers.get("x-tollgate-cost") ?? "-1");
+    const left = BigInt(response.headers.get("x-tollgate-budget-remaining") ?? "-1");
+    told += cost;
+    billed += 1;
+    return { message: data, cost, left };
+  }
+
+  /**
+   * A stream nobody was told the cost of (cut): its cost is what metering recorded for it since
+   * `before`, the totals read before it was sent.
+   */
+  async function billedUntold(before: UsageTotals | undefined): Promise<bigint> {
+    const after = await meteringTotals(billed + 1);
+    expect(Number(after?.requests)).toBe(billed + 1);
+    billed += 1;
+    const cost = BigInt(after?.cost ?? "0") - BigInt(before?.cost ?? "0");
+    told += cost;
+    return cost;
+  }
+
+  afterEach(async () => {
+    upstream.configure({ tokensPerSecond: 0 });
+    const totals = await meteringTotals(billed);
+    expect(Number(totals?.requests ?? 0n)).toBe(billed);
+    expect(BigInt(totals?.cost ?? "0")).toBe(told);
+    // Settlements land right after metering records; then a probe sees the budget less exactly
+    // what was told (and its own cost): no hold is left behind.
+    await new Promise((r) => setTimeout(r, 200));
+    const spent = told;
+    const probe = await buffered({
+      model: "m",
+      max_tokens: 1,
+      messages: [{ role: "user", content: "probe" }],
+    });
+    expect(probe.left).toBe(BUDGET - spent - probe.cost);
+  }, 60_000);
+
+  it("answers messages.create with a message: text, stop reason, usage, and its cost", async () => {
+    const { message, cost } = await buffered({
+      model: "m",
+      max_tokens: 8,
+      system: "Be brief.",
+      messages: [{ role: "user", content: [{ type: "text", text: "Say something" }] }],
+    });
+    expect(message.type).toBe("message");
+    expect(message.role).toBe("assistant");
+    expect(message.id).toMatch(/^msg_/);
+    expect(message.model).toBe("m");
+    expect(message.stop_reason).toBe("max_tokens");
+    expect(message.stop_sequence).toBeNull();
+    expect(message.content).toHaveLength(1);
+    const block = message.content[0]!;
+    expect(block.type === "text" && block.text.length > 0).toBe(true);
+    expect(message.usage.output_tokens).toBe(8);
+    expect(message.usage.input_tokens).toBeGreaterThan(0);
+    expect(cost).toBeGreaterThan(0n);
+    // The upstream got one chat request: the system first, max_tokens as its cap.
+    const sent = upstream.requests.at(-1)?.body as { messages: { role: string }[]; max_tokens: number };
+    expect(sent.messages.map((m) => m.role)).toEqual(["system", "user"]);
+    expect(sent.max_tokens).toBe(8);
+  });
+
+  it("streams messages.create({ stream: true }): Anthropic's events, the text, usage and cost", async () => {
+    const stream = await client.messages.create({
+      model: "m",
+      max_tokens: 12,
+      messages: [{ role: "user", content: "Say something" }],
+      stream: true,
+    });
+    const types: string[] = [];
+    let text = "";
+    let usage: Anthropic.MessageDeltaUsage | undefined;
+    let stopReason: string | null | undefined;
+    let money: XTollgate | undefined;
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === "content_block_delta" && event.delta.type === "text_delta") text += event.delta.text;
+      if (event.type === "message_delta") {
+        usage = event.usage;
+        stopReason = event.delta.stop_reason;
+        money = (event as unknown as { x_tollgate: XTollgate }).x_tollgate;
+      }
+    }
+    expect(types[0]).toBe("message_start");
+    expect(types[1]).toBe("content_block_start");
+    expect(types.slice(-3)).toEqual(["content_block_stop", "message_delta", "message_stop"]);
+    // One delta per token the upstream produced (it streams one token a chunk).
+    expect(types.filter((t) => t === "content_block_delta")).toHaveLength(12);
+    expect(text.length).toBeGreaterThan(0);
+    expect(stopReason).toBe("max_tokens");
+    expect(usage?.output_tokens).toBe(12);
+    expect(usage?.input_tokens).toBeGreaterThan(0);
+    expect(money?.cost).toMatch(/^[1-9]\d*$/);
+    told += BigInt(money!.cost);
+    billed += 1;
+  });
+
+  it("streams messages.stream(): the SDK assembles the final message, its usage included", async () => {
+    let money: XTollgate | undefined;
+    let deltas = "";
+    const stream = client.messages
+      .stream({ model: "m", max_tokens: 100, messages: [{ role: "user", content: "Say something" }] })
+      .on("text", (delta) => {
+        deltas += delta;
+      })
+      .on("streamEvent", (event) => {
+        if (event.type === "message_delta")
+          money = (event as unknown as { x_tollgate: XTollgate }).x_tollgate;
+      });
+    const message = await stream.finalMessage();
+    expect(message.stop_reason).toBe("end_turn");
+    const block = message.content[0]!;
+    expect(block.type === "text" ? block.text : "").toBe(deltas);
+    // The upstream's whole answer (40 tokens) is under max_tokens.
+    expect(message.usage.output_tokens).toBe(40);
+    expect(message.usage.input_tokens).toBeGreaterThan(0);
+    told += BigInt(money!.cost);
+    billed += 1;
+  });
+
+  it("raises the SDK's own errors from Anthropic-shaped bodies, holding and billing nothing", async () => {
+    const stranger = new Anthropic({
+      baseURL: gateway.url,
+      apiKey: "tg_unknown_0123456789abcdefghij",
+      maxRetries: 0,
+    });
+    const unknown = await stranger.messages
+      .create({ model: "m", max_tokens: 8, messages: [{ role: "user", content: "hi" }] })
+      .catch((err: unknown) => err);
+    expect(unknown).toBeInstanceOf(Anthropic.AuthenticationError);
+    expect((unknown as APIError).status).toBe(401);
+    expect((unknown as APIError).error).toMatchObject({
+      type: "error",
+      error: { type: "authentication_error", code: "invalid_api_key" },
+    });
+
+    const tools = await client.messages
+      .create({
+        model: "m",
+        max_tokens: 8,
+        tools: [{ name: "lookup", input_schema: { type: "object" } }],
+        messages: [{ role: "user", content: "hi" }],
+      })
+      .catch((err: unknown) => err);
+    expect(tools).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((tools as APIError).error).toMatchObject({
+      error: { type: "invalid_request_error", message: expect.stringMatching(/tools are not supported/) },
+    });
+
+    const image = await client.messages
+      .create({
+        model: "m",
+        max_tokens: 8,
+        messages: [
+          {
+            role: "user",
+            content: [
+              { type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } },
+            ],
+          },
+        ],
+      })
+      .catch((err: unknown) => err);
+    expect(image).toBeInstanceOf(Anthropic.BadRequestError);
+
+    const overCap = await client.messages
+      .create({ model: "m", max_tokens: 1000, messages: [{ role: "user", content: "hi" }] })
+      .catch((err: unknown) => err);
+    expect(overCap).toBeInstanceOf(Anthropic.PermissionDeniedError);
+    expect((overCap as APIError).error).toMatchObject({
+      error: { type: "permission_error", code: "output_cap_above_policy" },
+    });
+  });
+
+  it("raises an error event on a stream whose upstream dies mid-way, billed for what was produced", async () => {
+    upstream.failNext(1, { afterChunks: 3 });
+    const before = await meteringTotals(billed);
+    const stream = await client.messages.create({
+      model: "m",
+      max_tokens: 30,
+      messages: [{ role: "user", content: "Say something" }],
+      stream: true,
+    });
+    let deltas = 0;
+    const failure = await (async () => {
+      for await (const event of stream) if (event.type === "content_block_delta") deltas += 1;
+    })().catch((err: unknown) => err);
+    expect(deltas).toBe(3);
+    expect(failure).toBeInstanceOf(Anthropic.APIError);
+    expect((failure as APIError).error).toMatchObject({
+      type: "error",
+      error: { type: "api_error", code: "upstream_error" },
+    });
+    expect(await billedUntold(before)).toBeGreaterThan(0n);
+    const after = await meteringTotals(billed);
+    expect(Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n))).toBe(3);
+  });
+
+  it("bills a stream its caller leaves mid-way for the tokens produced, and leaves no hold", async () => {
+    upstream.configure({ tokensPerSecond: 10 });
+    const before = await meteringTotals(billed);
+    const stream = await client.messages.create({
+      model: "m",
+      max_tokens: 40,
+      messages: [{ role: "user", content: "Say something" }],
+      stream: true,
+    });
+    let deltas = 0;
+    for await (const event of stream) {
+      if (event.type === "content_block_delta") deltas += 1;
+      // Leaving the loop aborts the request: the caller goes away.
+      if (deltas === 2) break;
+    }
+    expect(await billedUntold(before)).toBeGreaterThan(0n);
+    const after = await meteringTotals(billed);
+    const produced = Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n));
+    expect(produced).toBeGreaterThanOrEqual(2);
+    expect(produced).toBeLessThan(40);
+  });
+});

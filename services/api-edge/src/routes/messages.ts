@@ -1,0 +1,71 @@
+import { Operation } from "@tollgate/proto/inference";
+import { OPERATIONS, ROUTES } from "@tollgate/proto/routes";
+import {
+  chatBodyFromMessages,
+  type MessageLabels,
+  MessagesStream,
+  messageFromChat,
+} from "../domain/messages.js";
+import { callerGone } from "../http/caller.js";
+import { anthropicKey } from "../http/credentials.js";
+import { anthropicErrorBody, toHttpError } from "../http/errors.js";
+import { translatedFormat } from "../http/sse.js";
+import {
+  chatResultOf,
+  completionInput,
+  guardIdempotency,
+  objectId,
+  parseAccountBody,
+  streamCompletion,
+} from "./account-inference.js";
+import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.js";
+import type { AccountRouteContext } from "./context.js";
+import type { RouteImpl } from "./register.js";
+
+const { operation, schema } = ROUTES.messages;
+
+/**
+ * POST /v1/messages: the text subset of Anthropic's Messages API (docs/account-door.md,
+ * "Routes"), for Anthropic's SDKs: the key comes as `x-api-key` (or `Authorization: Bearer`),
+ * the request is translated to a chat request through the same quote, hold and output cap
+ * (`max_tokens`), and the answer back to a `message`, or with `stream: true` the chat chunks to
+ * Anthropic's event sequence, billed like a chat stream. Errors take Anthropic's shape, with the
+ * status of the gateway's error table.
+ */
+export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
+  return {
+    handler: async (req, reply) => {
+      const route = OPERATIONS[operation];
+      const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema], anthropicKey);
+      const streaming = body.stream === true;
+      const grant = await authorizeRequest(ctx, req, reply, {
+        route,
+        model: body.model ?? "",
+        maxOutputTokens: body.max_tokens,
+        messageCount: body.messages.length + (body.system != null ? 1 : 0),
+        readKey: anthropicKey,
+      });
+      // Idempotency records are scoped by route id: a Messages key never meets a chat one.
+      if (await guardIdempotency(ctx, req, reply, grant, "messages", streaming)) return reply;
+      const chat = chatBodyFromMessages(body, grant.model, grant.maxOutputTokens);
+      const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)));
+      const labels: MessageLabels = { id: objectId("msg"), model: grant.model };
+      if (streaming) {
+        const format = translatedFormat(new MessagesStream(labels));
+        return streamCompletion(ctx, req, reply, grant, input, { includeUsage: false, format });
+      }
+      const res = await completeOrRelease(ctx, req, grant, () =>
+        ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+      );
+      moneyHeaders(reply, grant, res.usage?.cost);
+      const { answer, usage } = chatResultOf(res);
+      return messageFromChat(answer, usage, labels);
+    },
+    errorBody: anthropicErrorBody,
+    errorHandler: (err, req, reply) => {
+      const e = toHttpError(err, req.log);
+      if (e.headers) reply.headers(e.headers);
+      return reply.code(e.status).send(anthropicErrorBody(e, req.id));
+    },
+  };
+}
