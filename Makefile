@@ -18,7 +18,7 @@ export PATH := $(NODE_BIN):$(SYSTEM_PATH)
 .PHONY: help node install start gen gen-check lint format typecheck test test-unit test-unit-node20 test-int up down check helm-lint
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 $(NODE):
 	@rm -rf $(NODE_DIR) $(NODE_DIR).partial
