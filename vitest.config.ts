@@ -8,7 +8,7 @@ import { configDefaults, defineConfig } from "vitest/config";
 // afresh for each file was most of the unit run's time. A file that changes process-wide
 // state another file could see goes in NEEDS_ISOLATION instead, and runs in the
 // `unit-isolated` project, in a fresh worker of its own. `make test-unit` runs both.
-const UNIT = ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts"];
+const UNIT = ["packages/*/src/**/*.test.ts", "services/*/src/**/*.test.ts", "bench/lib/**/*.test.ts"];
 const NEEDS_ISOLATION = [
   // Tracing registers OpenTelemetry's global tracer provider, propagator and context
   // manager; kit's test also checks that nothing has loaded the SDK before it is turned on.

@@ -1,15 +1,20 @@
-// `make bench`: Tollgate's overhead, side by side with the fake upstream it fronts (issue 7).
+// `make bench`: Tollgate's overhead over the fake upstream it fronts, beside a peer gateway's
+// (Portkey's open-source gateway, pinned in package.json) measured in the same run.
 //
-// For the all-in-one process and for the multi-process stack (real NATS and Redis, two
+// For the all-in-one process, the peer and the multi-process stack (real NATS and Redis, two
 // inference-routers, auth + rate limits + budgets + metering on), each scenario runs straight
-// to the fake upstream, then through Tollgate: buffered chat at 1/10/50 connections (autocannon),
-// streaming TTFT and chunk gaps, and the paid door with a reused voucher (node:http). It prints
-// the tables and the issue's targets, and writes bench/results/<timestamp>.json and latest.json.
-// Everything runs on 127.0.0.1, bounded in time: about three minutes with the defaults.
+// to a fake upstream, then through the gateway: buffered chat at 1/10/50 connections
+// (autocannon, with the CPU the gateway's processes spent per request), streaming time to first
+// byte, first token and chunk gaps, and (Tollgate only) the paid door with a reused voucher
+// (node:http). With BENCH_LONG=1, the all-in-one and the peer also serve 100k requests, their
+// RSS taken after 10k and 100k. It prints the tables, the figures beside the peer's, a PASS/FAIL
+// line per target, and writes bench/results/<timestamp>.json and latest.json. Everything runs
+// on 127.0.0.1, bounded in time: about four minutes with the defaults.
 //
 // Settings (environment): BENCH_DURATION (s per load point, 5), BENCH_WARMUP (s, 1),
-// BENCH_CONNECTIONS (1,10,50), BENCH_MODES (all-in-one,stack), BENCH_RUNTIME (bundle: the
-// esbuild bundles the images run, under plain node, built first; tsx: from source),
+// BENCH_CONNECTIONS (1,10,50), BENCH_MODES (all-in-one,portkey,stack), BENCH_RUNTIME (bundle:
+// the esbuild bundles the images run, under plain node, built first; tsx: from source),
+// BENCH_LONG=1 (the memory soak, at most BENCH_SOAK_SECONDS per gateway, 240),
 // BENCH_KEEP_LOGS=1 keeps the processes' logs under bench/results/logs-<timestamp>/.
 
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
@@ -17,9 +22,28 @@ import { cpus, loadavg, totalmem } from "node:os";
 import { join } from "node:path";
 import { buildBundles, REPO_ROOT, SERVICE_DIRS } from "@tollgate/testkit/stack";
 import { type CpuRow, machineBusy, type RssRow, RssTracker, type Runtime } from "./lib/procs.js";
-import { cpuTables, evaluateTargets, resultsTable, rssTable, targetsList } from "./lib/report.js";
-import { buffered, paidDoor, type Row, type Settings, sanityCheck, streaming } from "./lib/scenarios.js";
-import { type Running, startAllInOne, startBenchStack, UPSTREAM_ENV } from "./lib/targets.js";
+import {
+  cpuTables,
+  evaluatePeerTargets,
+  evaluateTargets,
+  peerFigures,
+  peerTable,
+  resultsTable,
+  rssTable,
+  targetsList,
+} from "./lib/report.js";
+import {
+  buffered,
+  type Mode,
+  memorySoak,
+  paidDoor,
+  type Row,
+  type Settings,
+  type SoakPoint,
+  sanityCheck,
+  streaming,
+} from "./lib/scenarios.js";
+import { type Running, startAllInOne, startBenchStack, startPortkey, UPSTREAM_ENV } from "./lib/targets.js";
 
 function numberEnv(name: string, fallback: number, max: number): number {
   const raw = process.env[name];
@@ -40,8 +64,13 @@ const settings: Settings = {
 const runtimeSetting = process.env["BENCH_RUNTIME"] || "bundle";
 if (runtimeSetting !== "bundle" && runtimeSetting !== "tsx") throw new Error("BENCH_RUNTIME: bundle or tsx");
 const runtime: Runtime = runtimeSetting;
-const modes = (process.env["BENCH_MODES"] || "all-in-one,stack").split(",").map((m) => m.trim());
-for (const m of modes) if (m !== "all-in-one" && m !== "stack") throw new Error(`unknown mode ${m}`);
+const modes = (process.env["BENCH_MODES"] || "all-in-one,portkey,stack")
+  .split(",")
+  .map((m) => m.trim()) as Mode[];
+for (const m of modes)
+  if (m !== "all-in-one" && m !== "stack" && m !== "portkey") throw new Error(`unknown mode ${m}`);
+const long = process.env["BENCH_LONG"] === "1";
+const soakSeconds = numberEnv("BENCH_SOAK_SECONDS", 240, 900);
 
 const stamp = new Date().toISOString().replace(/[:.]/g, "-");
 const resultsDir = join(REPO_ROOT, "bench/results");
@@ -56,6 +85,7 @@ const load = () =>
 const rows: Row[] = [];
 const rss: RssRow[] = [];
 const cpu: CpuRow[] = [];
+const soak: SoakPoint[] = [];
 const checks: Record<string, Record<string, string>> = {};
 let running: Running | undefined;
 
@@ -71,16 +101,20 @@ if (runtime === "bundle") {
   buildBundles([...SERVICE_DIRS, "packages/all-in-one"]);
 }
 
-async function measure(mode: "all-in-one" | "stack"): Promise<void> {
-  say(
-    mode === "all-in-one"
-      ? "\n== all-in-one process (in-memory store and bus, bundled Tempo devnet)"
-      : "\n== multi-process stack (NATS JetStream, Redis, 2 inference-routers, 1 api-edge)",
-  );
+const HEADINGS: Record<Mode, string> = {
+  "all-in-one": "all-in-one process (in-memory store and bus, bundled Tempo devnet)",
+  portkey: "peer: Portkey's gateway (@portkey-ai/gateway, --headless, bound to 127.0.0.1)",
+  stack: "multi-process stack (NATS JetStream, Redis, 2 inference-routers, 1 api-edge)",
+};
+
+async function measure(mode: Mode): Promise<void> {
+  say(`\n== ${HEADINGS[mode]}`);
   running =
     mode === "all-in-one"
       ? await startAllInOne(logsDir, [], runtime)
-      : await startBenchStack(logsDir, runtime);
+      : mode === "portkey"
+        ? await startPortkey(logsDir)
+        : await startBenchStack(logsDir, runtime);
   try {
     const tracker = new RssTracker(mode);
     for (const p of running.processes) tracker.track(p.name, p.pid, p.role, p.idleMb);
@@ -92,9 +126,14 @@ async function measure(mode: "all-in-one" | "stack"): Promise<void> {
     const probe = (loadPoint: string) => tracker.cpuWindow(loadPoint);
     rows.push(...(await buffered(target, settings, probe)));
     rows.push(...(await streaming(target, settings)));
-    const paid = probe("paid door (seq.)");
-    rows.push(...(await paidDoor(target, settings)));
-    paid();
+    if (mode !== "portkey") {
+      const paid = probe("paid door (seq.)");
+      rows.push(...(await paidDoor(target, settings)));
+      paid();
+    }
+    const main = running.processes.find((p) => p.role === "all-in-one" || p.role === "peer");
+    if (long && main?.pid !== undefined)
+      soak.push(...(await memorySoak(target, main.pid, [10_000, 100_000], soakSeconds)));
     rss.push(...tracker.finish());
     cpu.push(...tracker.cpu);
   } finally {
@@ -114,9 +153,15 @@ async function main(): Promise<void> {
   const busyBefore = await machineBusy(2000);
   say(`  machine busy before start: ${busyBefore.toFixed(0)} % of one core (2 s sample)`);
   if (busyBefore > 20) say("  note: other processes are busy on this machine; the figures will be noisier");
-  for (const mode of modes) await measure(mode as "all-in-one" | "stack");
+  for (const mode of modes) await measure(mode);
 
-  const targets = evaluateTargets(rows, rss, modes);
+  const figures = peerFigures(rows, rss, soak, modes);
+  const peerTargets = evaluatePeerTargets(figures);
+  const targets = evaluateTargets(
+    rows,
+    rss,
+    modes.filter((m) => m !== "portkey"),
+  );
   process.stdout.write(
     [
       "",
@@ -130,7 +175,13 @@ async function main(): Promise<void> {
       "CPU during each load point (% of one core; 2 cores in all)",
       cpuTables(cpu),
       "",
-      "Targets (issue 7)",
+      "Beside the peer (same run; added = through − direct; CPU: every process the gateway needs)",
+      peerTable(figures),
+      "",
+      "Targets against the peer",
+      targetsList(peerTargets),
+      "",
+      "Absolute targets",
       targetsList(targets),
       "",
     ].join("\n"),
@@ -148,11 +199,14 @@ async function main(): Promise<void> {
       busyPercentBefore: Math.round(busyBefore),
       loadAverageAfter: load(),
     },
-    settings: { ...settings, modes, runtime, upstream: UPSTREAM_ENV },
+    settings: { ...settings, modes, runtime, long, soakSeconds, upstream: UPSTREAM_ENV },
     checks,
     rows,
     rss,
     cpu,
+    soak,
+    figures,
+    peerTargets,
     targets,
   };
   const json = `${JSON.stringify(report, null, 2)}\n`;

@@ -84,6 +84,8 @@ export function timedFetch(onExchange: (e: Exchange) => void): typeof fetch {
 /** One streamed completion as the caller saw it. */
 export interface StreamResult {
   status: number;
+  /** Request start → the first byte of the body (the first SSE bytes). */
+  ttfbMs: number;
   /** Request start → the first `data:` event carrying content. */
   ttftMs: number;
   /** Arrival gaps between consecutive content events. */
@@ -122,6 +124,7 @@ export function streamOnce(
       (res) => {
         res.setEncoding("utf8");
         let buffer = "";
+        let ttfbMs = Number.NaN;
         let ttftMs = Number.NaN;
         let last = Number.NaN;
         let contentChunks = 0;
@@ -129,6 +132,7 @@ export function streamOnce(
         const gaps: number[] = [];
         res.on("data", (text: string) => {
           const now = performance.now();
+          if (Number.isNaN(ttfbMs)) ttfbMs = now - started;
           buffer += text;
           for (let end = buffer.indexOf("\n\n"); end !== -1; end = buffer.indexOf("\n\n")) {
             const event = buffer.slice(0, end);
@@ -152,6 +156,7 @@ export function streamOnce(
         res.on("end", () =>
           resolve({
             status: res.statusCode ?? 0,
+            ttfbMs,
             ttftMs,
             gaps,
             contentChunks,

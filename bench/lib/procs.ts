@@ -31,6 +31,11 @@ export function spawnScript(
     env: { PATH: process.env["PATH"], HOME: process.env["HOME"], ...env },
     stdio: ["ignore", fd, fd],
   });
+  return track(child);
+}
+
+/** Kills `child` at exit if it is still running, like every process this benchmark starts. */
+export function track(child: ChildProcess): ChildProcess {
   started.add(child);
   child.once("exit", () => started.delete(child));
   return child;
@@ -131,6 +136,8 @@ export interface CpuRow {
   seconds: number;
   /** Process name → % of one core. */
   processes: Record<string, number>;
+  /** CPU seconds of the gateway's processes: services, all-in-one, NATS and Redis, the peer. */
+  gatewayCpuSeconds: number;
   /** Everything else on the machine (other sessions' work, the kernel), % of one core. */
   others: number;
   /** The whole machine, % of one core (200 = both cores busy). */
@@ -151,8 +158,12 @@ export function findPid(match: (argv: string[]) => boolean): number | undefined 
   return undefined;
 }
 
-/** What a process is, for the RSS table and the idle-RSS target. */
-export type Role = "service" | "all-in-one" | "harness" | "infra" | "load";
+/**
+ * What a process is, for the RSS table, the idle-RSS target and CPU per request (which sums
+ * service, all-in-one, infra and peer: the processes a gateway needs, not the bench's harness).
+ */
+export type Role = "service" | "all-in-one" | "harness" | "infra" | "load" | "peer";
+const GATEWAY_ROLES: ReadonlySet<Role> = new Set(["service", "all-in-one", "infra", "peer"]);
 
 export interface RssRow {
   mode: string;
@@ -204,7 +215,7 @@ export class RssTracker {
   }
 
   /** Starts a CPU window; the returned function closes it and records a {@link CpuRow}. */
-  cpuWindow(loadPoint: string): () => void {
+  cpuWindow(loadPoint: string): () => { seconds: number; gatewayCpuSeconds: number } {
     const started = performance.now();
     const machine = machineCpu();
     const before = this.#rows.map((r) => cpuSecondsOf(r.pid) ?? Number.NaN);
@@ -213,10 +224,12 @@ export class RssTracker {
       const m = machineCpu();
       const processes: Record<string, number> = {};
       let ours = 0;
+      let gateway = 0;
       this.#rows.forEach((r, i) => {
         const used = (cpuSecondsOf(r.pid) ?? Number.NaN) - before[i]!;
         processes[r.process] = (100 * used) / seconds;
         if (!Number.isNaN(used)) ours += used;
+        if (!Number.isNaN(used) && GATEWAY_ROLES.has(r.role)) gateway += used;
       });
       const busy = m.busy - machine.busy;
       this.cpu.push({
@@ -224,9 +237,11 @@ export class RssTracker {
         loadPoint,
         seconds,
         processes,
+        gatewayCpuSeconds: gateway,
         others: Math.max(0, (100 * (busy - ours)) / seconds),
         machine: (100 * busy) / seconds,
       });
+      return { seconds, gatewayCpuSeconds: gateway };
     };
   }
 

@@ -1,5 +1,5 @@
 import type { CpuRow, RssRow } from "./procs.js";
-import type { Row } from "./scenarios.js";
+import type { Row, SoakPoint } from "./scenarios.js";
 import { round } from "./stats.js";
 
 export interface TargetResult {
@@ -29,7 +29,18 @@ const signed = (v: number | null) => (v === null ? "–" : `${v >= 0 ? "+" : ""}
 
 export function resultsTable(rows: Row[]): string {
   return table(
-    ["scenario", "mode", "conns", "req/s", "p50 ms", "p99 ms", "overhead p50/p99 ms", "vs", "non-2xx/err"],
+    [
+      "scenario",
+      "mode",
+      "conns",
+      "req/s",
+      "p50 ms",
+      "p99 ms",
+      "overhead p50/p99 ms",
+      "vs",
+      "non-2xx/err",
+      "CPU-ms/req",
+    ],
     rows.map((r) => [
       r.scenario,
       r.mode,
@@ -40,8 +51,9 @@ export function resultsTable(rows: Row[]): string {
       r.overheadP50 === null ? "–" : `${signed(r.overheadP50)} / ${signed(r.overheadP99)}`,
       r.vs ?? "",
       `${r.non2xx}/${r.errors}`,
+      num(r.cpuMsPerRequest ?? null, 2),
     ]),
-    new Set([2, 3, 4, 5, 6, 8]),
+    new Set([2, 3, 4, 5, 6, 8, 9]),
   );
 }
 
@@ -79,6 +91,212 @@ export function targetsList(targets: TargetResult[]): string {
         `${t.pass === null ? (t.value === null ? "N/A " : "INFO") : t.pass ? "PASS" : "FAIL"}  ${t.target} [${t.mode}]: ${t.measured} (target ${t.limit})`,
     )
     .join("\n");
+}
+
+/** The figures a gateway is compared on, one mode's worth (null: not measured in this run). */
+export interface PeerFigures {
+  mode: string;
+  addedP50At1: number | null;
+  addedP99At1: number | null;
+  reqPerSecAt50: number | null;
+  directReqPerSecAt50: number | null;
+  cpuMsAt1: number | null;
+  cpuMsAt50: number | null;
+  streamTtfbAdded: number | null;
+  streamTtftAdded: number | null;
+  chunkGapAdded: number | null;
+  paidOverAccount: number | null;
+  idleRssMb: number | null;
+  rssAfter10kMb: number | null;
+  rssAfter100kMb: number | null;
+}
+
+/** Collects {@link PeerFigures} for each mode from the rows, RSS rows and soak points of a run. */
+export function peerFigures(rows: Row[], rss: RssRow[], soak: SoakPoint[], modes: string[]): PeerFigures[] {
+  const through = (mode: string, scenario: string, conns = 1) =>
+    rows.find((r) => r.mode === mode && r.scenario === scenario && r.side === "through" && r.conns === conns);
+  const v = (x: number | null | undefined) => (x === undefined || x === null || Number.isNaN(x) ? null : x);
+  return modes.map((mode) => {
+    const t1 = through(mode, "buffered chat", 1);
+    const t50 = through(mode, "buffered chat", 50);
+    const d50 = t50 ? rows[rows.indexOf(t50) - 1] : undefined;
+    const main = rss.filter(
+      (r) => r.mode === mode && (r.role === "all-in-one" || r.role === "peer" || r.role === "service"),
+    );
+    const soakAt = (n: number) => {
+      const p = soak.find((s) => s.mode === mode && s.aimedAt === n);
+      return p && p.requests >= n ? p.rssMb : null;
+    };
+    return {
+      mode,
+      addedP50At1: v(t1?.overheadP50),
+      addedP99At1: v(t1?.overheadP99),
+      reqPerSecAt50: v(t50?.reqPerSec),
+      directReqPerSecAt50: v(d50?.side === "direct" ? d50.reqPerSec : null),
+      cpuMsAt1: v(t1?.cpuMsPerRequest),
+      cpuMsAt50: v(t50?.cpuMsPerRequest),
+      streamTtfbAdded: v(through(mode, "stream: TTFB")?.overheadP50),
+      streamTtftAdded: v(through(mode, "stream: TTFT")?.overheadP50),
+      chunkGapAdded: v(through(mode, "stream: chunk gap")?.overheadP50),
+      paidOverAccount: v(
+        rows.find((r) => r.mode === mode && r.scenario === "paid door: paid request (reused voucher)")
+          ?.overheadP50,
+      ),
+      // The stack's: its services' idle RSS summed.
+      idleRssMb: main.length > 0 ? round(main.reduce((a, r) => a + r.idleMb, 0)) : null,
+      rssAfter10kMb: soakAt(10_000),
+      rssAfter100kMb: soakAt(100_000),
+    };
+  });
+}
+
+/** Every compared figure, a column per mode, Portkey's beside Tollgate's. */
+export function peerTable(figures: PeerFigures[]): string {
+  const lines: Array<[string, (f: PeerFigures) => string]> = [
+    ["added latency p50 at 1 conn (ms)", (f) => signed(f.addedP50At1)],
+    ["added latency p99 at 1 conn (ms)", (f) => signed(f.addedP99At1)],
+    ["req/s at 50 conns", (f) => num(f.reqPerSecAt50, 0)],
+    ["  direct req/s in the same window", (f) => num(f.directReqPerSecAt50, 0)],
+    ["CPU-ms per request at 1 conn", (f) => num(f.cpuMsAt1, 2)],
+    ["CPU-ms per request at 50 conns", (f) => num(f.cpuMsAt50, 2)],
+    ["stream time to first byte added, p50 (ms)", (f) => signed(f.streamTtfbAdded)],
+    ["stream time to first token added, p50 (ms)", (f) => signed(f.streamTtftAdded)],
+    ["stream chunk gap added, p50 (ms)", (f) => signed(f.chunkGapAdded)],
+    ["paid request over account request, p50 (ms)", (f) => signed(f.paidOverAccount)],
+    ["idle RSS (MB; stack: services summed)", (f) => num(f.idleRssMb, 1)],
+    ["RSS after 10k requests (MB)", (f) => num(f.rssAfter10kMb, 1)],
+    ["RSS after 100k requests (MB)", (f) => num(f.rssAfter100kMb, 1)],
+  ];
+  return table(
+    ["figure", ...figures.map((f) => f.mode)],
+    lines.map(([name, cell]) => [name, ...figures.map(cell)]),
+    new Set(figures.map((_, i) => i + 1)),
+  );
+}
+
+/**
+ * The targets against the peer, judged on this run's figures: PASS/FAIL, or N/A when a figure
+ * was not measured (a mode left out, or the memory soak without BENCH_LONG=1).
+ */
+export function evaluatePeerTargets(figures: PeerFigures[]): TargetResult[] {
+  const out: TargetResult[] = [];
+  const of = (mode: string) => figures.find((f) => f.mode === mode);
+  const peer = of("portkey");
+  const ms = (x: number) => `${signed(round(x))} ms`;
+  const check = (
+    mode: string,
+    target: string,
+    value: number | null | undefined,
+    limit: number | null | undefined,
+    limitText: (limit: number) => string,
+    describe: (value: number, limit: number) => string,
+    atLeast = false,
+  ) => {
+    const ok = value !== null && value !== undefined && limit !== null && limit !== undefined;
+    out.push({
+      target,
+      mode,
+      value: ok ? round(value) : null,
+      measured: ok ? describe(value, limit) : "not measured",
+      limit: ok ? limitText(limit) : "–",
+      pass: ok ? (atLeast ? value >= limit : value <= limit) : null,
+    });
+  };
+  const stack = of("stack");
+  if (stack) {
+    const cpu = (conns: 1 | 50, limit: number) =>
+      check(
+        "stack",
+        `CPU-ms per request at ${conns} conn${conns > 1 ? "s" : ""} (every process, NATS and Redis too)`,
+        conns === 1 ? stack.cpuMsAt1 : stack.cpuMsAt50,
+        limit,
+        (l) => `≤ ${l} ms`,
+        (v) => `${v.toFixed(2)} ms (Portkey ${num(conns === 1 ? peer?.cpuMsAt1 : peer?.cpuMsAt50, 2)})`,
+      );
+    cpu(50, 1.0);
+    cpu(1, 1.5);
+    check(
+      "stack",
+      "req/s at 50 conns, ≥ 1.0× Portkey",
+      stack.reqPerSecAt50,
+      peer?.reqPerSecAt50,
+      (l) => `≥ ${num(l, 0)} req/s`,
+      (v, l) => `${num(v, 0)} req/s = ${(v / l).toFixed(2)}× Portkey's ${num(l, 0)}`,
+      true,
+    );
+    check(
+      "stack",
+      "added p50 at 1 conn, ≤ Portkey + 0.5 ms",
+      stack.addedP50At1,
+      peer?.addedP50At1 === null || peer?.addedP50At1 === undefined ? null : peer.addedP50At1 + 0.5,
+      (l) => `≤ ${ms(l)}`,
+      (v) => `${ms(v)} (Portkey ${ms(peer?.addedP50At1 ?? Number.NaN)})`,
+    );
+    check(
+      "stack",
+      "stream time to first byte added, p50",
+      stack.streamTtfbAdded,
+      1.5,
+      (l) => `≤ ${ms(l)}`,
+      (v) => `${ms(v)} (Portkey ${ms(peer?.streamTtfbAdded ?? Number.NaN)})`,
+    );
+    check(
+      "stack",
+      "paid request over an account request, p50",
+      stack.paidOverAccount,
+      0.6,
+      (l) => `≤ ${ms(l)}`,
+      (v) => ms(v),
+    );
+  }
+  const aio = of("all-in-one");
+  if (aio) {
+    check(
+      "all-in-one",
+      "added p50 at 1 conn, ≤ Portkey's",
+      aio.addedP50At1,
+      peer?.addedP50At1,
+      (l) => `≤ ${ms(l)}`,
+      (v, l) => `${ms(v)} (Portkey ${ms(l)})`,
+    );
+    check(
+      "all-in-one",
+      "req/s at 50 conns, ≥ 1.2× Portkey",
+      aio.reqPerSecAt50,
+      peer?.reqPerSecAt50 === null || peer?.reqPerSecAt50 === undefined ? null : 1.2 * peer.reqPerSecAt50,
+      (l) => `≥ ${num(l, 0)} req/s`,
+      (v, l) => `${num(v, 0)} req/s = ${((1.2 * v) / l).toFixed(2)}× Portkey's ${num(l / 1.2, 0)}`,
+      true,
+    );
+    for (const conns of [1, 50] as const)
+      check(
+        "all-in-one",
+        `CPU-ms per request at ${conns} conn${conns > 1 ? "s" : ""}, ≤ Portkey's`,
+        conns === 1 ? aio.cpuMsAt1 : aio.cpuMsAt50,
+        conns === 1 ? peer?.cpuMsAt1 : peer?.cpuMsAt50,
+        (l) => `≤ ${l.toFixed(2)} ms`,
+        (v, l) => `${v.toFixed(2)} ms (Portkey ${l.toFixed(2)})`,
+      );
+    check(
+      "all-in-one",
+      "RSS after 100k requests ≤ 1.2× RSS after 10k (BENCH_LONG=1)",
+      aio.rssAfter100kMb,
+      aio.rssAfter10kMb === null ? null : 1.2 * aio.rssAfter10kMb,
+      (l) => `≤ ${l.toFixed(1)} MB`,
+      (v, l) =>
+        `${v.toFixed(1)} MB after 100k, ${(l / 1.2).toFixed(1)} MB after 10k (Portkey ${num(peer?.rssAfter10kMb, 1)} → ${num(peer?.rssAfter100kMb, 1)})`,
+    );
+  }
+  for (const f of figures.filter((x) => x.mode !== "portkey"))
+    out.push({
+      target: "added p99 at 1 conn, beside Portkey's",
+      mode: f.mode,
+      value: f.addedP99At1,
+      measured: `${signed(f.addedP99At1)} ms (Portkey ${signed(peer?.addedP99At1 ?? null)} ms)`,
+      limit: "info",
+      pass: null,
+    });
+  return out;
 }
 
 /** Each target of issue 7, judged on the figures of this run. */

@@ -2,23 +2,50 @@ import { PaidSession } from "@tollgate/agent-client";
 import { DEMO_PAYER_PRIVATE_KEY } from "@tollgate/testkit/tempo-devnet";
 import autocannon from "autocannon";
 import { type Exchange, send, streamOnce, timedFetch } from "./http.js";
-import { round, type Summary, summarize } from "./stats.js";
+import { memoryOf } from "./procs.js";
+import { round, type Summary, sleep, summarize } from "./stats.js";
+
+/** Tollgate's two ways to run, and the peer gateway measured beside them. */
+export type Mode = "all-in-one" | "stack" | "portkey";
 
 /** A gateway under test and the fake upstream it is pointed at. */
 export interface Target {
-  mode: "all-in-one" | "stack";
+  mode: Mode;
   /** Base URL of api-edge, e.g. http://127.0.0.1:8080. */
   gatewayUrl: string;
   /** Base URL of the fake upstream, ending in /v1. */
   upstreamUrl: string;
-  /** The bench key: a connection with rate limits and a budget. */
+  /** The bench key: a connection with rate limits and a budget (empty for the peer). */
   key: string;
-  /** Tempo devnet JSON-RPC, for the paid door's open transaction. */
+  /** Tempo devnet JSON-RPC, for the paid door's open transaction (empty for the peer). */
   rpcUrl: string;
+  /**
+   * For a peer gateway: the headers that route its requests to the fake upstream, in place of
+   * Tollgate's bench key; its requests name the upstream's model, as a direct request does.
+   */
+  peerHeaders?: Record<string, string>;
+}
+
+/** A chat through the gateway: its URL, headers (without content-type) and body. */
+export function throughRequest(t: Target): {
+  url: string;
+  headers: Record<string, string>;
+  body: (extra?: Record<string, unknown>) => string;
+} {
+  const url = `${t.gatewayUrl}/v1/chat/completions`;
+  if (t.peerHeaders) return { url, headers: t.peerHeaders, body: bodies.direct };
+  return { url, headers: { authorization: `Bearer ${t.key}` }, body: bodies.through };
+}
+
+/** CPU of one load point: the gateway's processes (with NATS and Redis for the stack). */
+export interface CpuWindow {
+  seconds: number;
+  /** CPU seconds the gateway's processes used during the window. */
+  gatewayCpuSeconds: number;
 }
 
 /** Opens a CPU accounting window for a load point; the returned function closes it. */
-export type CpuProbe = (loadPoint: string) => () => void;
+export type CpuProbe = (loadPoint: string) => () => CpuWindow;
 
 export interface Settings {
   /** Seconds of each measured load point. */
@@ -47,6 +74,12 @@ export interface Row {
   overheadP99: number | null;
   vs: string | null;
   statusCodes: Record<string, number>;
+  /**
+   * CPU milliseconds per answered request, summed over the gateway's processes (the stack's
+   * services with NATS and Redis; the all-in-one process; the peer's process); null when not
+   * measured.
+   */
+  cpuMsPerRequest?: number | null;
 }
 
 const PROMPT = "Say hello to the benchmark";
@@ -92,6 +125,7 @@ async function cannon(
   headers: Record<string, string>,
   connections: number,
   seconds: number,
+  stopAfter = Number.POSITIVE_INFINITY,
 ): Promise<Measured> {
   const latencies: number[] = [];
   const statusCodes: Record<string, number> = {};
@@ -112,6 +146,7 @@ async function cannon(
       ok++;
       latencies.push(ms);
     } else non2xx++;
+    if (ok + non2xx === stopAfter) instance.stop();
   });
   const result = await instance;
   return {
@@ -158,12 +193,23 @@ export async function sanityCheck(t: Target): Promise<Record<string, string>> {
     body: bodies.direct(),
   });
   if (direct.status !== 200) throw new Error(`direct request answered ${direct.status}: ${direct.body}`);
-  const through = await send(`${t.gatewayUrl}/v1/chat/completions`, {
+  const req = throughRequest(t);
+  const through = await send(req.url, {
     method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${t.key}` },
-    body: bodies.through(),
+    headers: { "content-type": "application/json", ...req.headers },
+    body: req.body(),
   });
   if (through.status !== 200) throw new Error(`gateway answered ${through.status}: ${through.body}`);
+  const stream = await streamOnce(
+    req.url,
+    { "content-type": "application/json", ...req.headers },
+    req.body({ stream: true }),
+  );
+  if (stream.status !== 200 || !stream.done || stream.contentChunks === 0)
+    throw new Error(
+      `a stream through the gateway answered ${stream.status} with ${stream.contentChunks} chunks`,
+    );
+  if (t.peerHeaders) return { status: String(through.status), stream: `${stream.contentChunks} chunks` };
   const h = through.headers;
   const seen = {
     "x-tollgate-cost": String(h["x-tollgate-cost"] ?? "(none)"),
@@ -178,25 +224,29 @@ export async function sanityCheck(t: Target): Promise<Record<string, string>> {
 export async function buffered(t: Target, s: Settings, probe?: CpuProbe): Promise<Row[]> {
   const rows: Row[] = [];
   const directUrl = `${t.upstreamUrl}/chat/completions`;
-  const throughUrl = `${t.gatewayUrl}/v1/chat/completions`;
-  const auth = { authorization: `Bearer ${t.key}` };
+  const req = throughRequest(t);
+  const throughBody = req.body();
   // The gateway's JIT and connection pools warm up once before the first load point.
   progress("warm-up: 3 s through the gateway at 10 connections");
-  await cannon(throughUrl, bodies.through(), auth, 10, 3);
+  await cannon(req.url, throughBody, req.headers, 10, 3);
   for (const c of s.connections) {
     await cannon(directUrl, bodies.direct(), {}, c, s.warmup);
     let done = probe?.(`direct ${c} conn`);
     const d = await cannon(directUrl, bodies.direct(), {}, c, s.duration);
     done?.();
-    await cannon(throughUrl, bodies.through(), auth, c, s.warmup);
+    await cannon(req.url, throughBody, req.headers, c, s.warmup);
     done = probe?.(`through ${c} conn`);
-    const th = await cannon(throughUrl, bodies.through(), auth, c, s.duration);
-    done?.();
+    const th = await cannon(req.url, throughBody, req.headers, c, s.duration);
+    const cpu = done?.();
     rows.push(row("direct", "buffered chat", "direct", c, d));
-    rows.push(row(t.mode, "buffered chat", "through", c, th, { name: "direct", latency: d.latency }));
+    const through = row(t.mode, "buffered chat", "through", c, th, { name: "direct", latency: d.latency });
+    through.cpuMsPerRequest =
+      cpu && th.latency.count > 0 ? round((1000 * cpu.gatewayCpuSeconds) / th.latency.count) : null;
+    rows.push(through);
     progress(
       `buffered ${c} conn: direct ${Math.round(d.reqPerSec)} req/s p50 ${round(d.latency.p50)} ms; ` +
-        `through ${Math.round(th.reqPerSec)} req/s p50 ${round(th.latency.p50)} ms` +
+        `through ${Math.round(th.reqPerSec)} req/s p50 ${round(th.latency.p50)} ms, ` +
+        `${through.cpuMsPerRequest ?? "–"} CPU-ms/request` +
         (th.non2xx + th.errors > 0 ? ` (${th.non2xx} non-2xx, ${th.errors} errors)` : ""),
     );
   }
@@ -204,6 +254,7 @@ export async function buffered(t: Target, s: Settings, probe?: CpuProbe): Promis
 }
 
 interface StreamMeasured {
+  ttfb: Measured;
   ttft: Measured;
   gaps: Measured;
 }
@@ -214,6 +265,7 @@ async function streams(
   body: string,
   seconds: number,
 ): Promise<StreamMeasured> {
+  const ttfbs: number[] = [];
   const ttfts: number[] = [];
   const gaps: number[] = [];
   const statusCodes: Record<string, number> = {};
@@ -228,6 +280,7 @@ async function streams(
       if (r.status < 200 || r.status >= 300) non2xx++;
       else if (!r.done || r.contentChunks === 0) errors++;
       else {
+        ttfbs.push(r.ttfbMs);
         ttfts.push(r.ttftMs);
         gaps.push(...r.gaps);
       }
@@ -237,26 +290,32 @@ async function streams(
   }
   const elapsed = (performance.now() - started) / 1000;
   return {
+    ttfb: { reqPerSec: ttfbs.length / elapsed, latency: summarize(ttfbs), non2xx, errors, statusCodes },
     ttft: { reqPerSec: ttfts.length / elapsed, latency: summarize(ttfts), non2xx, errors, statusCodes },
     gaps: { reqPerSec: Number.NaN, latency: summarize(gaps), non2xx: 0, errors: 0, statusCodes: {} },
   };
 }
 
-/** Account door streaming, one stream at a time: time to first token and the gap between chunks. */
+/**
+ * Account door streaming, one stream at a time: time to the first byte of the body, to the first
+ * token, and the gap between chunks.
+ */
 export async function streaming(t: Target, s: Settings): Promise<Row[]> {
   const directUrl = `${t.upstreamUrl}/chat/completions`;
-  const throughUrl = `${t.gatewayUrl}/v1/chat/completions`;
-  const auth = { authorization: `Bearer ${t.key}` };
+  const req = throughRequest(t);
   const stream = { stream: true };
   await streams(directUrl, {}, bodies.direct(stream), s.warmup);
   const d = await streams(directUrl, {}, bodies.direct(stream), s.duration);
-  await streams(throughUrl, auth, bodies.through(stream), s.warmup);
-  const th = await streams(throughUrl, auth, bodies.through(stream), s.duration);
+  await streams(req.url, req.headers, req.body(stream), s.warmup);
+  const th = await streams(req.url, req.headers, req.body(stream), s.duration);
   progress(
-    `stream: TTFT p50 direct ${round(d.ttft.latency.p50)} ms, through ${round(th.ttft.latency.p50)} ms; ` +
+    `stream: TTFB p50 direct ${round(d.ttfb.latency.p50)} ms, through ${round(th.ttfb.latency.p50)} ms; ` +
+      `TTFT p50 direct ${round(d.ttft.latency.p50)} ms, through ${round(th.ttft.latency.p50)} ms; ` +
       `chunk gap p50 direct ${round(d.gaps.latency.p50)} ms, through ${round(th.gaps.latency.p50)} ms`,
   );
   return [
+    row("direct", "stream: TTFB", "direct", 1, d.ttfb),
+    row(t.mode, "stream: TTFB", "through", 1, th.ttfb, { name: "direct", latency: d.ttfb.latency }),
     row("direct", "stream: TTFT", "direct", 1, d.ttft),
     row(t.mode, "stream: TTFT", "through", 1, th.ttft, { name: "direct", latency: d.ttft.latency }),
     row("direct", "stream: chunk gap", "direct", 1, d.gaps),
@@ -369,4 +428,59 @@ export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
       latency: acc.latency,
     }),
   ];
+}
+
+/** The gateway process's RSS once a number of requests have been served. */
+export interface SoakPoint {
+  mode: string;
+  /** Requests answered through the gateway in the soak so far (at 50 connections). */
+  requests: number;
+  /** The count this point aimed at; fewer were sent when the time cap came first. */
+  aimedAt: number;
+  /** VmRSS (MiB) of the gateway process 1 s after the point's last request. */
+  rssMb: number | null;
+  seconds: number;
+  non2xx: number;
+  errors: number;
+}
+
+/**
+ * Memory under sustained load: buffered chats at 50 connections until `points[i]` requests
+ * have been answered in all, the gateway's RSS taken at each point. Bounded by `capSeconds`.
+ */
+export async function memorySoak(
+  t: Target,
+  pid: number,
+  points: number[],
+  capSeconds: number,
+): Promise<SoakPoint[]> {
+  const req = throughRequest(t);
+  const body = req.body();
+  const out: SoakPoint[] = [];
+  const started = performance.now();
+  let answered = 0;
+  for (const aimedAt of points) {
+    const left = capSeconds - (performance.now() - started) / 1000;
+    let non2xx = 0;
+    let errors = 0;
+    if (left >= 1 && answered < aimedAt) {
+      const m = await cannon(req.url, body, req.headers, 50, Math.floor(left), aimedAt - answered);
+      answered += m.latency.count + m.non2xx;
+      non2xx = m.non2xx;
+      errors = m.errors;
+    }
+    await sleep(1000);
+    const rss = memoryOf(pid)?.rss;
+    out.push({
+      mode: t.mode,
+      requests: answered,
+      aimedAt,
+      rssMb: rss === undefined ? null : round(rss),
+      seconds: round((performance.now() - started) / 1000),
+      non2xx,
+      errors,
+    });
+    progress(`memory: ${answered} requests, RSS ${rss === undefined ? "–" : rss.toFixed(1)} MB`);
+  }
+  return out;
 }

@@ -1,8 +1,9 @@
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { openSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { freePort, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
-import { DEMO_CONFIG, type Stack, startStack } from "@tollgate/testkit/stack";
+import { DEMO_CONFIG, REPO_ROOT, type Stack, startStack } from "@tollgate/testkit/stack";
 import {
   findPid,
   memoryOf,
@@ -10,6 +11,7 @@ import {
   type Runtime,
   spawnScript,
   stopChild,
+  track,
   waitForPort,
   waitForReady,
 } from "./procs.js";
@@ -230,6 +232,79 @@ export async function startBenchStack(logsDir: string, runtime: Runtime = "tsx")
       redisUrl: redis.url,
       namespace,
       configPath: join(stackDir, "tollgate.yaml"),
+    };
+  } catch (err) {
+    await unwind(steps);
+    throw err;
+  }
+}
+
+/** The peer gateway's entry point, as its package runs it (`npx @portkey-ai/gateway`). */
+export const PORTKEY_ENTRY = "node_modules/@portkey-ai/gateway/build/start-server.js";
+
+/**
+ * The peer: Portkey's open-source gateway (the version pinned in package.json) on its own fake
+ * upstream, started as its package starts it (`--headless`, no UI) under the same node as
+ * Tollgate's processes. Two preloads: one binds it to 127.0.0.1 (it listens on every interface),
+ * one lets its streamed responses carry its headers (see bench/lib/portkey-stream-headers.mjs).
+ * Requests reach the fake upstream through `x-portkey-provider: openai` and
+ * `x-portkey-custom-host`.
+ */
+export async function startPortkey(logsDir: string): Promise<Running> {
+  const steps: Array<() => Promise<void>> = [];
+  try {
+    const upstreamPort = await freePort();
+    const upstream = spawnScript(
+      "packages/testkit/src/bin/fake-upstream.ts",
+      { ...UPSTREAM_ENV, PORT: String(upstreamPort), HOST: "127.0.0.1" },
+      join(logsDir, "portkey-fake-upstream.log"),
+    );
+    steps.push(() => stopChild(upstream));
+    await waitForPort(upstreamPort);
+
+    const port = await freePort();
+    const fd = openSync(join(logsDir, "portkey.log"), "a");
+    const gateway = spawn(
+      process.execPath,
+      [
+        "--import",
+        "./bench/lib/listen-loopback.mjs",
+        "--import",
+        "./bench/lib/portkey-stream-headers.mjs",
+        PORTKEY_ENTRY,
+        `--port=${port}`,
+        "--headless",
+      ],
+      {
+        cwd: REPO_ROOT,
+        env: { PATH: process.env["PATH"], HOME: process.env["HOME"] },
+        stdio: ["ignore", fd, fd],
+      },
+    );
+    track(gateway);
+    steps.push(() => stopChild(gateway));
+    await waitForPort(port);
+    const processes: Running["processes"] = [
+      { name: "portkey", pid: gateway.pid, role: "peer" },
+      { name: "fake-upstream", pid: upstream.pid, role: "harness" },
+    ];
+    await sampleIdle(processes);
+    const upstreamUrl = `http://127.0.0.1:${upstreamPort}/v1`;
+    return {
+      target: {
+        mode: "portkey",
+        gatewayUrl: `http://127.0.0.1:${port}`,
+        upstreamUrl,
+        key: "",
+        rpcUrl: "",
+        peerHeaders: {
+          authorization: "Bearer bench",
+          "x-portkey-provider": "openai",
+          "x-portkey-custom-host": upstreamUrl,
+        },
+      },
+      processes,
+      stop: () => unwind(steps),
     };
   } catch (err) {
     await unwind(steps);
