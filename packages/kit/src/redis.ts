@@ -81,6 +81,49 @@ export function clusterTag(redis: Redis, name: string): string {
   return isCluster(redis) ? `{${name}}:` : "";
 }
 
+/** The part of a key Redis Cluster hashes: the first non-empty `{…}`, else the whole key. */
+export function hashTagOf(key: string): string {
+  const open = key.indexOf("{");
+  const close = open < 0 ? -1 : key.indexOf("}", open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+/** A pipeline of either client, and one command's answer in it. */
+export type Pipeline = ReturnType<Redis["pipeline"]>;
+export type PipelineReply = [Error | null, unknown];
+
+/**
+ * Sends one batch of commands, `add(pipeline, item)` for each item, and answers each item's reply
+ * in item order: one pipeline on one server; on a cluster, which serves a pipeline from one slot
+ * only, one pipeline per hash tag of `keyOf(item)`, all sent at once (still one round trip of
+ * wall time). `add` must queue exactly one command per item.
+ */
+export async function pipelined<T>(
+  redis: Redis,
+  items: readonly T[],
+  keyOf: (item: T) => string,
+  add: (pipeline: Pipeline, item: T) => void,
+): Promise<PipelineReply[]> {
+  const groups = new Map<string, number[]>();
+  items.forEach((item, i) => {
+    const group = isCluster(redis) ? hashTagOf(keyOf(item)) : "";
+    groups.set(group, [...(groups.get(group) ?? []), i]);
+  });
+  const out: PipelineReply[] = items.map(() => [new Error("no reply"), null]);
+  await Promise.all(
+    [...groups.values()].map(async (indices) => {
+      const pipeline = redis.pipeline();
+      for (const i of indices) add(pipeline, items[i]!);
+      const replies = await pipeline.exec();
+      if (!replies) throw new Error("redis pipeline aborted");
+      indices.forEach((i, n) => {
+        out[i] = (replies[n] as PipelineReply | undefined) ?? [new Error("no reply"), null];
+      });
+    }),
+  );
+  return out;
+}
+
 /**
  * Every key matching `options.match`, in batches: SCAN on one server, SCAN on every master of a
  * cluster (tests and maintenance; never on a request path).

@@ -72,6 +72,16 @@ export function slotRecorder(reply: (name: string, args: unknown[]) => unknown =
               calls.push({ kind, name: names.join(","), keys });
               return replies.map((r) => [null, r]);
             };
+          if (typeof prop === "string" && scripts.has(prop))
+            return (...args: unknown[]) => {
+              const fixed = scripts.get(prop);
+              const rest = fixed === undefined ? args.slice(1) : args;
+              const n = fixed ?? Number(args[0]);
+              names.push(prop);
+              keys.push(...rest.slice(0, n).map(String));
+              replies.push(reply(prop, rest.slice(n)));
+              return proxy;
+            };
           if (typeof prop !== "string" || !isCommand(prop)) return undefined;
           return (...args: unknown[]) => {
             names.push(prop);

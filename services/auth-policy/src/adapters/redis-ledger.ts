@@ -1,4 +1,4 @@
-import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
+import { isRedisUnavailable, type Pipeline, pipelined, type Redis } from "@tollgate/kit/redis";
 import { retrying } from "@tollgate/kit/retry";
 import {
   type BudgetCount,
@@ -10,6 +10,7 @@ import {
 } from "../domain/budget.js";
 import type { Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
 import { BUCKET_MS, WINDOW_BUCKETS } from "../domain/rate-limit.js";
+import type { SettleItem } from "../domain/types.js";
 
 /** Options of the Redis ledger. */
 export interface RedisLedgerOptions extends LedgerOptions {
@@ -437,9 +438,10 @@ function settlementOf(outcome: string, settled: string): Settlement {
 // batch costs two Redis round trips however many reservations it holds: one pipeline reads
 // every record's budgets, one pipeline runs the settlement script per known reservation. Each
 // script is settle()'s own and touches one reservation's keys, which share its account's hash
-// tag. An item whose read or script failed is answered by its error and the others stand.
+// tag (on a Redis Cluster, one pipeline per account, sent together). An item whose read or
+// script failed is answered by its error and the others stand.
 
-type SettlePipeline = ReturnType<Redis["pipeline"]> & {
+type SettlePipeline = Pipeline & {
   authSettle(numKeys: number, ...args: Array<string | number>): SettlePipeline;
 };
 
@@ -454,48 +456,39 @@ function settleManyIn(
     const out: Array<Settlement | Error | undefined> = items.map((i) =>
       isReservationId(i.reservationId) ? undefined : { outcome: "unknown" },
     );
-    const reading = items.flatMap((_, k) => (out[k] === undefined ? [k] : []));
+    const reading = items.flatMap((item, k) => (out[k] === undefined ? [{ k, item }] : []));
     if (reading.length === 0) return out as Settlement[];
-    const read = await reading
-      .reduce((p, k) => p.hget(recordKey(items[k]!.reservationId), "budgets"), redis.pipeline())
-      .exec();
-    if (!read) throw new Error("redis pipeline aborted");
-    const settling: Array<{ k: number; budgets: string }> = [];
-    reading.forEach((k, n) => {
-      const [err, budgets] = read[n] ?? [new Error("no reply"), null];
+    const recordOf = (r: { item: SettleItem }) => recordKey(r.item.reservationId);
+    const read = await pipelined(redis, reading, recordOf, (p, r) => p.hget(recordOf(r), "budgets"));
+    const settling: Array<{ k: number; item: SettleItem; budgets: string }> = [];
+    reading.forEach(({ k, item }, n) => {
+      const [err, budgets] = read[n]!;
       if (err) out[k] = err;
       else if (budgets === null) out[k] = { outcome: "unknown" };
-      else settling.push({ k, budgets: budgets as string });
+      else settling.push({ k, item, budgets: budgets as string });
     });
-    if (settling.length > 0) {
-      const pipe = redis.pipeline() as SettlePipeline;
-      for (const { k, budgets } of settling) {
-        const item = items[k]!;
-        const record = recordKey(item.reservationId);
-        const ids = budgets === "" ? [] : budgets.split(" ");
-        const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
-        pipe.authSettle(
-          keys.length,
-          ...keys,
-          clockArg(now),
-          item.reservationId,
-          item.cost.toString(),
-          item.eventId,
-          budgets,
-        );
+    const replies = await pipelined(redis, settling, recordOf, (p, { item, budgets }) => {
+      const ids = budgets === "" ? [] : budgets.split(" ");
+      const keys = [recordOf({ item }), ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+      (p as SettlePipeline).authSettle(
+        keys.length,
+        ...keys,
+        clockArg(now),
+        item.reservationId,
+        item.cost.toString(),
+        item.eventId,
+        budgets,
+      );
+    });
+    settling.forEach(({ k }, n) => {
+      const [err, reply] = replies[n]!;
+      if (err) {
+        out[k] = err;
+        return;
       }
-      const replies = await pipe.exec();
-      if (!replies) throw new Error("redis pipeline aborted");
-      settling.forEach(({ k }, n) => {
-        const [err, reply] = replies[n] ?? [new Error("no reply"), null];
-        if (err) {
-          out[k] = err;
-          return;
-        }
-        const [outcome, settled] = reply as [string, string];
-        out[k] = settlementOf(outcome, settled);
-      });
-    }
+      const [outcome, settled] = reply as [string, string];
+      out[k] = settlementOf(outcome, settled);
+    });
     return out.map((r) => r ?? new Error("not settled"));
   };
 }

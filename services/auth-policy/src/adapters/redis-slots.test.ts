@@ -60,6 +60,38 @@ describe("auth-policy's Redis keys on a Redis Cluster: every script, pipeline an
     }
   });
 
+  it("the ledger: a batch settlement of reservations of several accounts, one pipeline per account", async () => {
+    for (let i = 0; i < ROUNDS / 10; i++) {
+      const now = new Date();
+      const held = Array.from({ length: randomInt(2, 12) }, () => {
+        const accountId = randomId();
+        const budgets = budgetChecks({
+          accountId,
+          connectionId: randomId(),
+          keyId: `key_${randomBytes(8).toString("hex")}`,
+          connectionBudget: { amount: 1_000n, period: "month" },
+          now,
+        });
+        return { reservationId: newReservationId(accountId), budgets: budgets.map((b) => b.id).join(" ") };
+      });
+      const { redis, calls } = slotRecorder((name, args) =>
+        name === "hget"
+          ? held.find((h) => String(args[0]).includes(h.reservationId))?.budgets
+          : name === "authSettle"
+            ? ["settled", "5"]
+            : [],
+      );
+      const ledger = createRedisLedger(redis, { prefix: `tollgate:${randomId()}:` });
+      const settled = await ledger.settleMany!(
+        held.map((h, n) => ({ reservationId: h.reservationId, cost: 5n, eventId: `evt${n}` })),
+        now,
+      );
+      expect(settled).toEqual(held.map(() => ({ outcome: "settled", cost: 5n })));
+      expect(calls.filter((c) => c.kind === "pipeline").length).toBeGreaterThanOrEqual(2);
+      expect(crossSlot(calls)).toEqual([]);
+    }
+  });
+
   it("the key store: create, import, rotate, list, policy, deadlines and configured keys", async () => {
     for (let i = 0; i < ROUNDS; i++) {
       const accountId = randomId();
