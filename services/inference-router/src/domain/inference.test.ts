@@ -432,6 +432,13 @@ describe("Inference.complete", () => {
       expect(overs).toHaveLength(1);
     });
 
+    it("bills nothing when the upstream's answer holds no embeddings", async () => {
+      const { publisher, inference } = setup({ result: { json: { object: "list" }, usage: usage(3, 0) } });
+      const err = await rejection(inference.complete(embedInput(), new AbortController().signal));
+      expect((err as InferenceError).code).toBe("upstream_error");
+      expect(publisher.events).toHaveLength(0);
+    });
+
     it("estimates the input when the upstream reports no usage", async () => {
       const { inference } = setup({ result: embedResult(undefined) });
       const { usage: billed } = await inference.complete(

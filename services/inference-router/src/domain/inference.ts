@@ -75,6 +75,10 @@ export class Inference {
   ): Promise<{ json: Record<string, unknown>; usage: UsageSummary }> {
     const route = this.#resolve(input);
     const result = await route.provider.complete(this.#request(input, route, false), signal);
+    if (input.operation === "embeddings" && !embeddingsIn(result.json)) {
+      // Not billed: nothing usable came back.
+      throw new InferenceError("upstream_error", "the upstream sent no readable embeddings");
+    }
     result.json.model = route.model;
     let tokens = result.usage ?? estimate(input.body, outputTextLength(result.json));
     // An embedding produces no tokens: only its input is counted and priced.
@@ -328,6 +332,17 @@ class StreamTally {
       reasoningTokens: reasoning,
     };
   }
+}
+
+/** Whether an embeddings answer carries its vectors: a list of numbers or a base64 string each. */
+function embeddingsIn(json: Record<string, unknown>): boolean {
+  return (
+    Array.isArray(json.data) &&
+    json.data.every((item: unknown) => {
+      const v = (item as { embedding?: unknown } | null)?.embedding;
+      return typeof v === "string" || (Array.isArray(v) && v.every((x) => typeof x === "number"));
+    })
+  );
 }
 
 /** Whether a chunk carries generated text (one token per such chunk, for the fallback count). */
