@@ -150,7 +150,10 @@ export const modelSchema = z
      * or `embedding` (POST /v1/embeddings only). A model is refused on the other kind's routes.
      */
     kind: z.enum(modelKinds).default("chat"),
-    /** An embedding model's vector length when the caller asks for none. */
+    /**
+     * An embedding model's vector length, as its upstream answers when the caller names no
+     * `dimensions`. Informational: the gateway never sends it to the upstream.
+     */
     dimensions: z.number().int().positive().max(65_536).optional(),
   })
   .refine((m) => (m.upstream === undefined) !== (m.upstreams === undefined), {
