@@ -407,6 +407,7 @@ describe("Inference.complete", () => {
       expect(publisher.events).toHaveLength(1);
       expect(publisher.events[0]).toMatchObject({
         model: "public-embed",
+        operation: "embeddings",
         tokens: usage(7, 0),
         cost: billed.cost,
       });

@@ -228,6 +228,7 @@ export class Inference {
       pricingSnapshotId: this.pricingSnapshotId,
       outcome,
       streamed,
+      operation: input.operation,
     };
   }
 

@@ -65,6 +65,8 @@ export interface UsageEvent {
   reservationId: string;
   outcome: "completed" | "client_cancelled" | "upstream_failed";
   streamed: boolean;
+  /** The upstream operation that served it. */
+  operation: ProviderRequest["operation"];
 }
 
 /** Where usage events go (JetStream in deployments). Resolves once the event is stored durably. */
