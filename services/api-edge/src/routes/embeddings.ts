@@ -9,9 +9,6 @@ import type { RouteImpl } from "./register.js";
 
 const { operation, schema } = ROUTES.embeddings;
 
-/** One vector of the answer: numbers (`encoding_format: float`) or base64 float32s. */
-type Vector = number[] | string;
-
 /**
  * POST /v1/embeddings: OpenAI's embeddings (docs/account-door.md, "Routes"), buffered. Nothing is
  * generated, so the output cap is 0 and the quote is the input bound alone; the hold is settled
@@ -34,30 +31,9 @@ export function embeddingsRoute(ctx: AccountRouteContext): RouteImpl {
         ctx.inference.complete({ input }, { signal: callerGone(reply) }),
       );
       moneyHeaders(reply, grant, res.usage?.cost);
-      const inputTokens = res.usage?.inputTokens ?? 0;
-      return {
-        object: "list",
-        data: vectorsOf(JSON.parse(Buffer.from(res.body).toString("utf8"))).map((embedding, index) => ({
-          object: "embedding",
-          index,
-          embedding,
-        })),
-        model: grant.model,
-        usage: { prompt_tokens: inputTokens, total_tokens: inputTokens },
-      };
+      // The router answers OpenAI's list as the caller gets it (vectors in input order, the
+      // public model id, the billed input tokens as usage): its bytes pass through unparsed.
+      return reply.type("application/json").send(Buffer.from(res.body));
     },
   };
-}
-
-/**
- * The vectors of the router's answer (which checked the upstream sent a list of them), in input
- * order: by each item's `index` when it gives one.
- */
-function vectorsOf(json: unknown): Vector[] {
-  const data = (json as { data?: unknown } | null)?.data;
-  const items = (Array.isArray(data) ? data : []).map((item: unknown, i) => {
-    const { embedding, index } = (item ?? {}) as { embedding?: unknown; index?: unknown };
-    return { embedding: (embedding ?? []) as Vector, index: typeof index === "number" ? index : i };
-  });
-  return items.sort((a, b) => a.index - b.index).map((item) => item.embedding);
 }

@@ -387,7 +387,16 @@ describe("Inference.complete", () => {
         ...overrides,
       });
     const embedResult = (u: TokenCounts | undefined): ProviderResult => ({
-      json: { object: "list", data: [{ object: "embedding", index: 0, embedding: [0.6, 0.8] }], model: "x" },
+      // Out of order, with an extra field: the caller gets input order and OpenAI's shape.
+      json: {
+        object: "list",
+        data: [
+          { object: "embedding", index: 1, embedding: "AACAPw==" },
+          { object: "embedding", index: 0, embedding: [0.6, 0.8], extra: true },
+        ],
+        model: "x",
+        usage: { prompt_tokens: 99 },
+      },
       usage: u,
     });
 
@@ -398,7 +407,15 @@ describe("Inference.complete", () => {
         operation: "embeddings",
         body: { model: "org/embed", input: ["alpha", "beta"] },
       });
-      expect(json.model).toBe("public-embed");
+      expect(json).toEqual({
+        object: "list",
+        data: [
+          { object: "embedding", index: 0, embedding: [0.6, 0.8] },
+          { object: "embedding", index: 1, embedding: "AACAPw==" },
+        ],
+        model: "public-embed",
+        usage: { prompt_tokens: 7, total_tokens: 7 },
+      });
       expect(billed).toMatchObject({
         inputTokens: 7,
         outputTokens: 0,

@@ -85,7 +85,9 @@ export class Inference {
     if (input.operation === "embeddings") tokens = { ...tokens, outputTokens: 0, reasoningTokens: 0 };
     const servedBy = result.upstreamId ?? route.provider.id;
     const usage = await this.#record(input, route, servedBy, tokens, "completed", false);
-    return { json: result.json, usage };
+    const json =
+      input.operation === "embeddings" ? embeddingsAnswer(result.json, route.model, usage) : result.json;
+    return { json, usage };
   }
 
   /**
@@ -333,6 +335,29 @@ class StreamTally {
       reasoningTokens: reasoning,
     };
   }
+}
+
+/**
+ * The caller's embeddings answer, as OpenAI shapes it: the upstream's vectors in input order (by
+ * each item's `index` when it gives one), the public model id, and the billed input tokens as
+ * usage, so the answer and the charge always agree.
+ */
+function embeddingsAnswer(
+  json: Record<string, unknown>,
+  model: string,
+  usage: TokenCounts,
+): Record<string, unknown> {
+  const items = (json.data as Array<{ embedding: unknown; index?: unknown }>).map((item, i) => ({
+    embedding: item.embedding,
+    at: typeof item.index === "number" ? item.index : i,
+  }));
+  items.sort((a, b) => a.at - b.at);
+  return {
+    object: "list",
+    data: items.map((item, index) => ({ object: "embedding", index, embedding: item.embedding })),
+    model,
+    usage: { prompt_tokens: usage.inputTokens, total_tokens: usage.inputTokens },
+  };
 }
 
 /** Whether an embeddings answer carries its vectors: a list of numbers or a base64 string each. */
