@@ -123,6 +123,17 @@ describe("parseGatewayConfig", () => {
     expect(cfg.models[2]).toMatchObject({ kind: "embedding", dimensions: 384 });
   });
 
+  it("accepts embeddings in a connection's routes and per-route limits", () => {
+    const doc = validDoc();
+    Object.assign(doc.accounts[0]!.connections[0]!, {
+      routes: ["models", "embeddings"],
+      limits: { routes: { embeddings: { requestsPerMinute: 60, tokensPerMinute: 100000 } } },
+    });
+    const conn = parseGatewayConfig(doc).accounts[0]?.connections[0];
+    expect(conn?.routes).toEqual(["models", "embeddings"]);
+    expect(conn?.limits?.routes?.embeddings).toEqual({ requestsPerMinute: 60, tokensPerMinute: 100000 });
+  });
+
   it("refuses an embedding model with an output price, reasoning or on a paid plan", () => {
     const doc = validDoc() as unknown as { models: Array<Record<string, unknown>> } & Record<string, unknown>;
     doc.models.push({
