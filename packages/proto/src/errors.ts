@@ -351,7 +351,7 @@ export const ERRORS = {
   },
   // A chat model named on the embeddings route, or an embedding model on a chat-shaped route.
   model_kind_mismatch: {
-    owners: ["inference-router"],
+    owners: ["auth-policy", "inference-router"],
     grpc: "INVALID_ARGUMENT",
     http: 400,
     type: "invalid_request_error",

@@ -12,8 +12,9 @@ const { operation, schema } = ROUTES.embeddings;
 /**
  * POST /v1/embeddings: OpenAI's embeddings (docs/account-door.md, "Routes"), buffered. Nothing is
  * generated, so the output cap is 0 and the quote is the input bound alone; the hold is settled
- * to the input tokens the upstream reports (never above the quote). The router sends the body to
- * the upstream's /v1/embeddings and refuses a model that is not an embedding model.
+ * to the input tokens the upstream reports (never above the quote). auth-policy refuses a model
+ * that is not an embedding model before anything is counted or held (the router checks again);
+ * the router sends the body to the upstream's /v1/embeddings.
  */
 export function embeddingsRoute(ctx: AccountRouteContext): RouteImpl {
   return {
