@@ -59,7 +59,15 @@ describe("loadGatewayConfig on the demo file", () => {
     const cfg = loadGatewayConfig(DEMO);
     expect(cfg.upstreams.map((u) => u.id)).toEqual(["demo"]);
     expect(cfg.upstreams[0]?.kind).toBe("openai-compatible");
-    expect(cfg.models.map((m) => m.id)).toEqual(["tollgate-mini", "tollgate-pro", "tollgate-reasoner"]);
+    expect(cfg.models.map((m) => m.id)).toEqual([
+      "tollgate-mini",
+      "tollgate-pro",
+      "tollgate-reasoner",
+      "tollgate-embed-mini",
+    ]);
+    expect(cfg.models[0]?.kind).toBe("chat");
+    expect(cfg.models[3]).toMatchObject({ kind: "embedding", dimensions: 256 });
+    expect(cfg.models[3]?.pricing.outputPerMillion).toBe(0n);
     expect(cfg.models[0]?.pricing).toEqual({ inputPerMillion: 150000n, outputPerMillion: 600000n });
     expect(cfg.models[0]?.reasoning).toBe(false);
     expect(cfg.models[2]?.reasoning).toBe(true);
@@ -97,6 +105,59 @@ describe("parseGatewayConfig", () => {
     const cfg = parseGatewayConfig(doc);
     expect(cfg.models[1]?.pricing.inputPerMillion).toBe(123456789012345678901234567890n);
     expect(cfg.models[1]?.pricing.outputPerMillion).toBe(10000000n);
+  });
+
+  it("accepts embedding models priced per input token, with their dimension", () => {
+    const doc = validDoc() as unknown as { models: Array<Record<string, unknown>> };
+    doc.models.push({
+      id: "embed",
+      upstream: "local",
+      upstreamModel: "bge",
+      runtime: "vllm",
+      kind: "embedding",
+      dimensions: 384,
+      pricing: { inputPerMillion: 20000, outputPerMillion: 0 },
+    });
+    const cfg = parseGatewayConfig(doc);
+    expect(cfg.models[0]?.kind).toBe("chat");
+    expect(cfg.models[2]).toMatchObject({ kind: "embedding", dimensions: 384 });
+  });
+
+  it("accepts embeddings in a connection's routes and per-route limits", () => {
+    const doc = validDoc();
+    Object.assign(doc.accounts[0]!.connections[0]!, {
+      routes: ["models", "embeddings"],
+      limits: { routes: { embeddings: { requestsPerMinute: 60, tokensPerMinute: 100000 } } },
+    });
+    const conn = parseGatewayConfig(doc).accounts[0]?.connections[0];
+    expect(conn?.routes).toEqual(["models", "embeddings"]);
+    expect(conn?.limits?.routes?.embeddings).toEqual({ requestsPerMinute: 60, tokensPerMinute: 100000 });
+  });
+
+  it("refuses an embedding model with an output price, reasoning or on a paid plan", () => {
+    const doc = validDoc() as unknown as { models: Array<Record<string, unknown>> } & Record<string, unknown>;
+    doc.models.push({
+      id: "embed",
+      upstream: "local",
+      upstreamModel: "bge",
+      runtime: "vllm",
+      kind: "embedding",
+      reasoning: true,
+      pricing: { inputPerMillion: 20000, outputPerMillion: 1 },
+    });
+    doc.models[0]!.dimensions = 64;
+    doc.models[1]!.kind = "image";
+    doc.plans = {
+      Starter: { models: ["embed"], default: "embed" },
+      Plus: { models: ["mini"], default: "mini" },
+      Premium: { models: ["mini"], default: "mini" },
+    };
+    const text = problemsOf(() => parseGatewayConfig(doc)).join("\n");
+    expect(text).toContain("models.2.pricing.outputPerMillion");
+    expect(text).toContain("models.2.reasoning");
+    expect(text).toContain("models.0.dimensions");
+    expect(text).toContain("models.1.kind");
+    expect(text).toContain('plans.Starter.models.0: "embed" is an embedding model');
   });
 
   it("accepts an accounts-free document (paid door only)", () => {
@@ -188,7 +249,7 @@ describe("parseGatewayConfig", () => {
     const doc = validDoc();
     Object.assign(doc.accounts[0]!, { limits: { requestsPerMinute: 0 } });
     Object.assign(doc.accounts[0]!.connections[0]!, {
-      routes: ["chat", "embeddings"],
+      routes: ["chat", "images"],
       limits: { tokensPerMinute: 1.5, rpm: 5, routes: { images: { requestsPerMinute: 1 } } },
     });
     const text = problemsOf(() => parseGatewayConfig(doc)).join("\n");

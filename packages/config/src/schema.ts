@@ -119,6 +119,10 @@ const modelUpstreamSchema = z.strictObject({
   upstreamModel: z.string().min(1).optional(),
 });
 
+/** What a model does: chat-shaped completions, or embeddings of its input. */
+export const modelKinds = ["chat", "embedding"] as const;
+export type ModelKind = (typeof modelKinds)[number];
+
 export const modelSchema = z
   .strictObject({
     /** Public model id, as callers send it. */
@@ -141,9 +145,31 @@ export const modelSchema = z
     maxOutputTokens: z.number().int().positive().default(4096),
     /** Whether the upstream returns reasoning content (used by /v1/think). */
     reasoning: z.boolean().default(false),
+    /**
+     * What the model does: `chat` (the chat, completions, responses, messages and think routes)
+     * or `embedding` (POST /v1/embeddings only). A model is refused on the other kind's routes.
+     */
+    kind: z.enum(modelKinds).default("chat"),
+    /**
+     * An embedding model's vector length, as its upstream answers when the caller names no
+     * `dimensions`. Informational: the gateway never sends it to the upstream.
+     */
+    dimensions: z.number().int().positive().max(65_536).optional(),
   })
   .refine((m) => (m.upstream === undefined) !== (m.upstreams === undefined), {
     message: "give exactly one of upstream or upstreams",
+  })
+  .refine((m) => m.kind !== "embedding" || m.pricing.outputPerMillion === 0n, {
+    message: "an embedding model produces no output tokens: its pricing.outputPerMillion must be 0",
+    path: ["pricing", "outputPerMillion"],
+  })
+  .refine((m) => m.kind !== "embedding" || !m.reasoning, {
+    message: "an embedding model cannot reason",
+    path: ["reasoning"],
+  })
+  .refine((m) => m.kind === "embedding" || m.dimensions === undefined, {
+    message: "dimensions is for embedding models only",
+    path: ["dimensions"],
   });
 
 export const planNames = ["Starter", "Plus", "Premium"] as const;
@@ -292,6 +318,7 @@ export function crossCheck(doc: unknown): string[] {
   const accounts = list(cfg.accounts);
   const upstreamIds = new Set(upstreams.map((u) => u?.id));
   const modelIds = new Set(models.map((m) => m?.id));
+  const embeddingIds = new Set(models.filter((m) => m?.kind === "embedding").map((m) => m?.id));
   dupes(
     "upstreams",
     upstreams.map((u) => u?.id),
@@ -323,6 +350,9 @@ export function crossCheck(doc: unknown): string[] {
     const planModels = list(plan?.models);
     planModels.forEach((m, i) => {
       if (!modelIds.has(m)) problems.push(`plans.${name}.models.${i}: unknown model "${m}"`);
+      else if (embeddingIds.has(m)) {
+        problems.push(`plans.${name}.models.${i}: "${m}" is an embedding model; the paid door serves chat`);
+      }
     });
     if (plan?.default !== undefined && !planModels.includes(plan.default)) {
       problems.push(`plans.${name}.default: "${plan.default}" is not in its models`);

@@ -60,6 +60,59 @@ function textsByIndex(chunks: Chunk[], field: "content" | "text"): string[] {
 
 const hello = { model: "fake-small", messages: [{ role: "user", content: "Hello there" }] };
 
+describe("fake upstream embeddings", () => {
+  interface Embeddings {
+    object: string;
+    data: { object: string; index: number; embedding: number[] | string }[];
+    model: string;
+    usage: { prompt_tokens: number; total_tokens: number };
+  }
+  const embed = async (body: unknown) => {
+    const res = await post("/embeddings", body);
+    expect(res.status).toBe(200);
+    return (await res.json()) as Embeddings;
+  };
+  const norm = (v: number[]) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+
+  it("embeds each input as a deterministic unit vector, counting prompt tokens as chat does", async () => {
+    // "Hello there" = 11 bytes → 3 + 3; "a" → 1 + 3; three token ids → 3.
+    const body = await embed({ model: "fake-embed", input: ["Hello there", "a"] });
+    expect(body).toMatchObject({
+      object: "list",
+      model: "fake-embed",
+      usage: { prompt_tokens: 10, total_tokens: 10 },
+    });
+    expect(body.data.map((d) => [d.object, d.index])).toEqual([
+      ["embedding", 0],
+      ["embedding", 1],
+    ]);
+    const [first, second] = body.data.map((d) => d.embedding as number[]);
+    expect(first).toHaveLength(256);
+    expect(norm(first!)).toBeCloseTo(1, 5);
+    expect(first).not.toEqual(second);
+    const again = await embed({ model: "fake-embed", input: "Hello there" });
+    expect(again.data[0]?.embedding).toEqual(first);
+    const tokens = await embed({ model: "fake-embed", input: [1, 2, 3] });
+    expect(tokens.usage.prompt_tokens).toBe(3);
+  });
+
+  it("honours dimensions and answers base64 float32 equal to the float answer", async () => {
+    const floats = await embed({ model: "fake-embed", input: "x", dimensions: 8 });
+    const b64 = await embed({ model: "fake-embed", input: "x", dimensions: 8, encoding_format: "base64" });
+    const v = floats.data[0]?.embedding as number[];
+    expect(v).toHaveLength(8);
+    expect(norm(v)).toBeCloseTo(1, 5);
+    const bytes = Buffer.from(b64.data[0]?.embedding as string, "base64");
+    expect([...new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4)]).toEqual(v);
+  });
+
+  it("refuses an empty input and an unknown model", async () => {
+    expect((await post("/embeddings", { model: "fake-embed", input: [] })).status).toBe(400);
+    expect((await post("/embeddings", { model: "fake-embed", input: "" })).status).toBe(400);
+    expect((await post("/embeddings", { model: "nope", input: "x" })).status).toBe(404);
+  });
+});
+
 describe("fake upstream", () => {
   it("lists its models in OpenAI's shape", async () => {
     const res = await fetch(`${fake.url}/models`);
@@ -69,7 +122,7 @@ describe("fake upstream", () => {
       data: { id: string; object: string; owned_by: string }[];
     };
     expect(body.object).toBe("list");
-    expect(body.data.map((m) => m.id)).toEqual(["fake-small", "fake-large", "fake-reasoner"]);
+    expect(body.data.map((m) => m.id)).toEqual(["fake-small", "fake-large", "fake-reasoner", "fake-embed"]);
     expect(body.data[0]).toMatchObject({ object: "model", owned_by: "fake" });
   });
 

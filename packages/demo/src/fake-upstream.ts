@@ -114,7 +114,11 @@ export interface FakeOutput {
   usage: FakeUsage;
 }
 
-export const DEFAULT_MODELS: readonly string[] = ["fake-small", "fake-large", "fake-reasoner"];
+export const DEFAULT_MODELS: readonly string[] = ["fake-small", "fake-large", "fake-reasoner", "fake-embed"];
+/** The vector length of POST /v1/embeddings when the request names no `dimensions`. */
+export const DEFAULT_EMBEDDING_DIMENSIONS = 256;
+/** The most `dimensions` the fake computes. */
+const MAX_EMBEDDING_DIMENSIONS = 4096;
 export const DEFAULT_REASONING_MODELS: readonly string[] = ["fake-reasoner"];
 export const DEFAULT_OUTPUT_TOKENS = 12;
 /** Reasoning models think this many words before answering. */
@@ -494,8 +498,14 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
   }
 
   async function answer(req: IncomingMessage, res: ServerResponse, path: string, raw: string): Promise<void> {
-    const route: Route | undefined =
-      path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completions" : undefined;
+    const route: Route | "embeddings" | undefined =
+      path === "/v1/chat/completions"
+        ? "chat"
+        : path === "/v1/completions"
+          ? "completions"
+          : path === "/v1/embeddings"
+            ? "embeddings"
+            : undefined;
 
     let body: unknown;
     let invalidJson = false;
@@ -567,6 +577,36 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
     }
     if (invalidJson) {
       sendJson(res, 400, errorBody("The request body is not valid JSON.", "invalid_request_error", null));
+      return;
+    }
+    if (route === "embeddings") {
+      if (failure) {
+        // afterChunks on a request that never streams: the connection dies before any answer.
+        req.socket.destroy();
+        return;
+      }
+      let answerText: string;
+      try {
+        const asked = parseEmbeddingsRequest(body);
+        if (!state.models.has(asked.model)) {
+          throw new BadRequest(
+            404,
+            "invalid_request_error",
+            "model_not_found",
+            `The model \`${asked.model}\` does not exist`,
+          );
+        }
+        answerText = JSON.stringify(embeddingsAnswer(asked));
+      } catch (err) {
+        if (!(err instanceof BadRequest)) throw err;
+        sendJson(res, err.status, errorBody(err.message, err.type, err.code));
+        return;
+      }
+      if (state.latencyMs > 0) {
+        await sleep(state.latencyMs, res);
+        if (gone(res)) return;
+      }
+      sendJson(res, 200, answerText);
       return;
     }
     let parsed: ParsedRequest;
@@ -666,6 +706,86 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       });
     },
   };
+}
+
+/** A POST /v1/embeddings request as the fake reads it. */
+export interface EmbeddingsAsked {
+  model: string;
+  /** Each input: its text, or its token ids. */
+  inputs: (string | number[])[];
+  dimensions: number;
+  encoding: "float" | "base64";
+}
+
+function parseEmbeddingsRequest(body: unknown): EmbeddingsAsked {
+  const bad = (message: string) => new BadRequest(400, "invalid_request_error", "invalid_value", message);
+  if (!body || typeof body !== "object" || Array.isArray(body)) {
+    throw new BadRequest(400, "invalid_request_error", null, "the request body must be a JSON object");
+  }
+  const b = body as Record<string, unknown>;
+  const model = b["model"];
+  if (typeof model !== "string" || model === "") {
+    throw new BadRequest(400, "invalid_request_error", "missing_required_parameter", "model is required");
+  }
+  const input = b["input"];
+  const isTokens = (v: unknown): v is number[] =>
+    Array.isArray(v) &&
+    v.length > 0 &&
+    v.every((t) => typeof t === "number" && Number.isInteger(t) && t >= 0);
+  let inputs: (string | number[])[];
+  if (typeof input === "string") inputs = [input];
+  else if (isTokens(input)) inputs = [input];
+  else if (
+    Array.isArray(input) &&
+    input.length > 0 &&
+    input.every((i) => typeof i === "string" || isTokens(i))
+  )
+    inputs = input as (string | number[])[];
+  else throw bad("input must be a string, an array of strings, or token arrays");
+  if (inputs.some((i) => i.length === 0)) throw bad("an input must not be empty");
+  const dimensions = countOf(b, "dimensions", DEFAULT_EMBEDDING_DIMENSIONS);
+  if (dimensions > MAX_EMBEDDING_DIMENSIONS)
+    throw bad(`dimensions must be at most ${MAX_EMBEDDING_DIMENSIONS}`);
+  const format = b["encoding_format"] ?? "float";
+  if (format !== "float" && format !== "base64") throw bad("encoding_format must be float or base64");
+  return { model, inputs, dimensions, encoding: format };
+}
+
+/**
+ * The fake's embedding of one input: a unit vector of `dimensions` numbers drawn from a hash of
+ * the model and the input, so the same input always embeds the same way.
+ */
+export function fakeEmbedding(model: string, input: string | number[], dimensions: number): number[] {
+  let x = hash(`${model}\n${typeof input === "string" ? input : `tokens:${input.join(",")}`}`) || 1;
+  const v = new Array<number>(dimensions);
+  let norm = 0;
+  for (let i = 0; i < dimensions; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    v[i] = ((x >>> 0) / 0xffffffff) * 2 - 1;
+    norm += v[i]! * v[i]!;
+  }
+  const scale = norm > 0 ? 1 / Math.sqrt(norm) : 1;
+  // Rounded to float32, so the float and base64 encodings of one input agree exactly.
+  return v.map((c) => Math.fround(c * scale));
+}
+
+/** Prompt tokens of one input: counted as the chat prompt's, or one per token id. */
+export function embeddingInputTokens(input: string | number[]): number {
+  return typeof input === "string" ? tokensOf(input) : input.length;
+}
+
+/** The fake's answer to a POST /v1/embeddings request, as OpenAI shapes it. */
+function embeddingsAnswer(asked: EmbeddingsAsked): Record<string, unknown> {
+  const data = asked.inputs.map((input, index) => {
+    const v = fakeEmbedding(asked.model, input, asked.dimensions);
+    const embedding =
+      asked.encoding === "base64" ? Buffer.from(new Float32Array(v).buffer).toString("base64") : v;
+    return { object: "embedding", index, embedding };
+  });
+  const tokens = asked.inputs.reduce((sum, input) => sum + embeddingInputTokens(input), 0);
+  return { object: "list", data, model: asked.model, usage: { prompt_tokens: tokens, total_tokens: tokens } };
 }
 
 /** The failure a `failWhen` trigger sets for this raw request body, if it matches. */

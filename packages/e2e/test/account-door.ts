@@ -39,7 +39,7 @@ export function describeAccountDoor(
     it("lists only the key's models", async () => {
       const ids: string[] = [];
       for await (const m of client.models.list()) ids.push(m.id);
-      expect(ids).toEqual(["tollgate-mini", "tollgate-pro", "tollgate-reasoner"]);
+      expect(ids).toEqual(["tollgate-mini", "tollgate-pro", "tollgate-reasoner", "tollgate-embed-mini"]);
     });
 
     it("completes a buffered chat with usage and the public model id", async () => {

@@ -27,6 +27,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   json_too_deep: 400,
   invalid_request: 400,
   model_cannot_reason: 400,
+  model_kind_mismatch: 400,
   idempotency_key_invalid: 400,
   idempotency_unsupported_for_streams: 400,
   upstream_rejected: 400,
@@ -106,6 +107,7 @@ const ROUTES = [
   { method: "POST", path: "/v1/completions" },
   { method: "POST", path: "/v1/responses" },
   { method: "POST", path: "/v1/think" },
+  { method: "POST", path: "/v1/embeddings" },
   { method: "GET", path: "/v1/models" },
   { method: "POST", path: "/v1/mpp/chat/completions" },
 ] as const;
@@ -130,6 +132,11 @@ function validBody(r: Rng, path: string): Record<string, unknown> | undefined {
       };
     case "/v1/think":
       return { model: "tollgate-reasoner", max_output_tokens: 16, prompt: "why?" };
+    case "/v1/embeddings":
+      return {
+        model: "tollgate-embed-mini",
+        input: r.chance(0.5) ? "hi" : ["a", [1, 2]].slice(0, 1 + r.int(2)),
+      };
     case "/v1/mpp/chat/completions":
       return { plan: "Starter", model_optimization: true, max_tokens: 8, messages };
     default:
@@ -152,6 +159,7 @@ function randomString(r: Rng): string {
         "tollgate-mini",
         "tollgate-pro",
         "tollgate-reasoner",
+        "tollgate-embed-mini",
         "user",
         "system",
         "wizard",

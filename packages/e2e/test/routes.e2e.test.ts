@@ -58,7 +58,7 @@ describe("account routes on the multi-process stack: completions, responses, thi
   it("GET /v1/models lists the key's models through the SDK", async () => {
     const ids: string[] = [];
     for await (const m of client.models.list()) ids.push(m.id);
-    expect(ids).toEqual(["tollgate-mini", "tollgate-pro", "tollgate-reasoner"]);
+    expect(ids).toEqual(["tollgate-mini", "tollgate-pro", "tollgate-reasoner", "tollgate-embed-mini"]);
   });
 
   describe("POST /v1/completions", () => {

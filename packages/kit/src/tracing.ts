@@ -53,8 +53,10 @@ export const ATTR = {
 } as const;
 
 /** The GenAI operation name (semantic conventions) of a chat or a text completion. */
-export function genAiOperation(operation: "chat" | "text"): "chat" | "text_completion" {
-  return operation === "chat" ? "chat" : "text_completion";
+export function genAiOperation(
+  operation: "chat" | "text" | "embeddings",
+): "chat" | "text_completion" | "embeddings" {
+  return operation === "text" ? "text_completion" : operation;
 }
 
 /**

@@ -349,6 +349,15 @@ export const ERRORS = {
     retryable: false,
     doors: ["account"],
   },
+  // A chat model named on the embeddings route, or an embedding model on a chat-shaped route.
+  model_kind_mismatch: {
+    owners: ["auth-policy", "inference-router"],
+    grpc: "INVALID_ARGUMENT",
+    http: 400,
+    type: "invalid_request_error",
+    retryable: false,
+    doors: ["account"],
+  },
   // auth-policy: admin RPCs
   invalid_argument: {
     owners: ["auth-policy"],

@@ -18,6 +18,7 @@ export const OPERATIONS = {
   completions: Route.COMPLETIONS,
   responses: Route.RESPONSES,
   think: Route.THINK,
+  embeddings: Route.EMBEDDINGS,
 } as const satisfies Record<string, Route>;
 
 export type OperationName = keyof typeof OPERATIONS;
@@ -40,7 +41,14 @@ export type RouteDoor = "account" | "paid" | "public";
 export type HttpMethod = "GET" | "POST";
 
 /** The request schemas api-edge keeps (services/api-edge/src/schemas/requests.ts). */
-export type RequestSchemaKey = "chat" | "paidChat" | "completion" | "responses" | "messages" | "think";
+export type RequestSchemaKey =
+  | "chat"
+  | "paidChat"
+  | "completion"
+  | "responses"
+  | "messages"
+  | "think"
+  | "embeddings";
 
 export interface RouteSpec {
   readonly method: HttpMethod;
@@ -113,6 +121,14 @@ export const ROUTES = {
     operation: "think",
     streams: false,
     schema: "think",
+  },
+  embeddings: {
+    method: "POST",
+    path: "/v1/embeddings",
+    door: "account",
+    operation: "embeddings",
+    streams: false,
+    schema: "embeddings",
   },
   mppChat: {
     method: "POST",

@@ -48,6 +48,7 @@ import type {
   MeteringClient,
   PaymentClient,
 } from "./routes/context.js";
+import { embeddingsRoute } from "./routes/embeddings.js";
 import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
@@ -150,6 +151,7 @@ function accountRoutes(ctx: AccountRouteContext): AccountRoutes {
     responses: responsesRoute(ctx),
     messages: messagesRoute(ctx),
     think: thinkRoute(ctx),
+    embeddings: embeddingsRoute(ctx),
   };
 }
 

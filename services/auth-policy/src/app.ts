@@ -186,6 +186,9 @@ export async function start(
               log,
               prices: new Map(opts.gateway.models.map((m) => [m.id, m.pricing])),
               reasoningModels: new Set(opts.gateway.models.filter((m) => m.reasoning).map((m) => m.id)),
+              embeddingModels: new Set(
+                opts.gateway.models.filter((m) => m.kind === "embedding").map((m) => m.id),
+              ),
             }),
             metrics,
           ),

@@ -3,7 +3,12 @@ import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import { createMetrics } from "@tollgate/kit/metrics";
 import { AuthorizeResponseSchema, ModelPriceSchema, Route } from "@tollgate/proto/auth";
-import { CompleteResponseSchema, StreamCompleteResponseSchema } from "@tollgate/proto/inference";
+import {
+  CompleteResponseSchema,
+  type CompletionInput,
+  Operation,
+  StreamCompleteResponseSchema,
+} from "@tollgate/proto/inference";
 import { ROUTE_IDS, ROUTES, type RouteId, type RouteSpec } from "@tollgate/proto/routes";
 import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
@@ -35,6 +40,17 @@ const TEXT_ANSWER = {
   usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 },
 };
 
+// The router's embeddings answer, shaped as the caller gets it.
+const EMBED_ANSWER = {
+  object: "list",
+  data: [
+    { object: "embedding", index: 0, embedding: [0.6, 0.8] },
+    { object: "embedding", index: 1, embedding: "AACAPw==" },
+  ],
+  model: "embed",
+  usage: { prompt_tokens: 3, total_tokens: 3 },
+};
+
 interface Fakes {
   /** Makes the next inference call fail with this error. */
   inferenceFails?: Error;
@@ -51,6 +67,10 @@ interface Fakes {
   settled: string[];
   /** The chat bodies the router was asked to run. */
   forwarded: unknown[];
+  /** What each authorization asked: its output cap and message count. */
+  asked: { maxOutputTokens?: number | undefined; messageCount?: number | undefined; checkOnly: boolean }[];
+  /** The inputs of the buffered calls the router was asked to run. */
+  completed: CompletionInput[];
 }
 
 function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
@@ -59,6 +79,11 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
       if (req.key !== GOOD_KEY) {
         throw new RemoteError(GrpcStatus.UNAUTHENTICATED, "invalid_api_key", "the key is not valid");
       }
+      f.asked.push({
+        maxOutputTokens: req.maxOutputTokens,
+        messageCount: req.messageCount,
+        checkOnly: req.checkOnly === true,
+      });
       if (f.authFails) throw f.authFails;
       f.authorized.push(req.route ?? Route.UNSPECIFIED);
       return create(AuthorizeResponseSchema, {
@@ -82,8 +107,11 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
   };
   const inference: InferenceClient = {
     complete: async (req) => {
+      if (req.input) f.completed.push(req.input as CompletionInput);
       if (f.inferenceFails) throw f.inferenceFails;
-      const text = req.input?.operation === 2 ? TEXT_ANSWER : CHAT_ANSWER;
+      const op = req.input?.operation;
+      const text =
+        op === Operation.TEXT ? TEXT_ANSWER : op === Operation.EMBEDDINGS ? EMBED_ANSWER : CHAT_ANSWER;
       return create(CompleteResponseSchema, {
         body: Buffer.from(JSON.stringify(text)),
         usage: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" },
@@ -140,7 +168,7 @@ afterEach(async () => {
 });
 
 function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number } = {}) {
-  const f: Fakes = { authorized: [], settled: [], forwarded: [] };
+  const f: Fakes = { authorized: [], settled: [], forwarded: [], asked: [], completed: [] };
   const { app } = buildApp(
     fakePorts(f, opts.withPayment ?? true),
     opts.bodyLimitBytes ? { bodyLimitBytes: opts.bodyLimitBytes } : {},
@@ -159,6 +187,7 @@ const BODIES: Partial<Record<RouteId, unknown>> = {
   responses: { model: "small", input: "hello" },
   messages: { model: "small", max_tokens: 16, messages: [{ role: "user", content: "hello" }] },
   think: { model: "small", prompt: "hello" },
+  embeddings: { model: "embed", input: "hello" },
   mppChat: {
     model: "small",
     plan: "Starter",
@@ -353,6 +382,78 @@ describe("each account route, in process", () => {
     expect(code(res)).toBe("rate_limited");
     expect(res.headers["retry-after"]).toBe("3");
     expect(res.headers["ratelimit-limit"]).toBe("10");
+  });
+});
+
+describe("POST /v1/embeddings", () => {
+  const post = (payload: unknown) => request("embeddings", { payload: JSON.stringify(payload) });
+
+  it("answers the router's list of embeddings as JSON, with the money headers", async () => {
+    const { app, f } = edge();
+    const res = await app.inject(post({ model: "embed", input: ["one", "two"], encoding_format: "float" }));
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^application\/json/);
+    expect(res.json()).toEqual(EMBED_ANSWER);
+    // The quote held (50) became the cost (7): 950 left after the hold, 993 once settled.
+    expect(res.headers["x-tollgate-cost"]).toBe("7");
+    expect(res.headers["x-tollgate-budget-remaining"]).toBe("993");
+    expect(f.settled).toEqual(["7"]);
+    expect(f.authorized).toEqual([Route.EMBEDDINGS]);
+    expect(f.asked).toEqual([{ maxOutputTokens: 0, messageCount: 2, checkOnly: false }]);
+    expect(f.completed).toHaveLength(1);
+    expect(f.completed[0]).toMatchObject({
+      operation: Operation.EMBEDDINGS,
+      model: "embed",
+      maxOutputTokens: 0,
+    });
+  });
+
+  it.each([
+    ["a string", "hello", 1],
+    ["one token list", [1, 2, 3], 1],
+    ["token lists", [[1], [2, 3], [4]], 3],
+    [`${2048} strings`, Array.from({ length: 2048 }, () => "x"), 2048],
+  ])("counts the inputs of %s for the quote", async (_what, input, count) => {
+    const { app, f } = edge();
+    const res = await app.inject(post({ model: "embed", input }));
+    expect(res.statusCode, res.body).toBe(200);
+    expect(f.asked[0]?.messageCount).toBe(count);
+  });
+
+  it.each([
+    ["more than 2048 inputs", { input: Array.from({ length: 2049 }, () => "x") }],
+    ["an empty string", { input: "" }],
+    ["an empty list", { input: [] }],
+    ["an empty token list among lists", { input: [[1], []] }],
+    ["a negative token id", { input: [1, -2] }],
+    ["mixed strings and tokens", { input: ["a", 1] }],
+    ["no model", { model: undefined }],
+    ["an unknown encoding", { encoding_format: "int8" }],
+    ["zero dimensions", { dimensions: 0 }],
+    ["an output cap", { max_tokens: 16 }],
+    ["stream", { stream: true }],
+  ])("refuses %s with 400 invalid_request, holding nothing", async (_what, over) => {
+    const { app, f } = edge();
+    const res = await app.inject(post({ model: "embed", input: "hello", ...over }));
+    expect(res.statusCode).toBe(400);
+    expect(code(res)).toBe("invalid_request");
+    expect(f.asked).toEqual([expect.objectContaining({ checkOnly: true })]);
+    expect(f.completed).toEqual([]);
+    expect(f.settled).toEqual([]);
+  });
+
+  it("answers 400 model_kind_mismatch for a chat model, and gives the hold back", async () => {
+    const { app, f } = edge();
+    f.inferenceFails = new RemoteError(
+      GrpcStatus.INVALID_ARGUMENT,
+      "model_kind_mismatch",
+      "the model 'small' is not an embedding model",
+    );
+    const res = await app.inject(post({ model: "small", input: "hello" }));
+    expect(res.statusCode).toBe(400);
+    expect(code(res)).toBe("model_kind_mismatch");
+    expect(res.headers["x-tollgate-cost"]).toBeUndefined();
+    expect(f.settled).toEqual(["0"]);
   });
 });
 

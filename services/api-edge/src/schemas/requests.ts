@@ -2,6 +2,7 @@ import type { RequestSchemaKey } from "@tollgate/proto/routes";
 import type { z } from "zod";
 import { chatSchema, paidChatSchema } from "./chat.js";
 import { completionSchema } from "./completions.js";
+import { embeddingsSchema } from "./embeddings.js";
 import { messagesSchema } from "./messages.js";
 import { responsesSchema } from "./responses.js";
 import { thinkSchema } from "./think.js";
@@ -18,6 +19,7 @@ export function requestSchemas(maxMessages: number) {
     responses: responsesSchema(maxMessages),
     messages: messagesSchema(maxMessages),
     think: thinkSchema(maxMessages),
+    embeddings: embeddingsSchema(maxMessages),
   } satisfies Record<RequestSchemaKey, z.ZodType>;
 }
 

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { parseGatewayConfig } from "@tollgate/config";
+import { parseGatewayConfig, quoteOf } from "@tollgate/config";
 import { beforeEach, describe, expect, it } from "vitest";
 import { createMemoryKeyStore } from "../adapters/memory-key-store.js";
 import { createMemoryLedger } from "../adapters/memory-ledger.js";
@@ -399,5 +399,38 @@ describe("authorize: a route that needs reasoning", () => {
       NOW,
     );
     expect(ok.model).toBe("reasoner");
+  });
+});
+
+describe("authorize: model kinds", () => {
+  it("refuses an embedding model off the embeddings route, and a chat model on it, before counting or holding anything", async () => {
+    // "mini" plays the embedding model here.
+    const kinds = { ...deps, embeddingModels: new Set(["mini"]) };
+    for (let i = 0; i < 5; i++) {
+      const chat = await refusal(authorize(kinds, { key: LIMITED_A, model: "mini", route: "chat" }, NOW));
+      expect((chat as AuthError).code).toBe("model_kind_mismatch");
+      expect((chat as AuthError).message).toContain("mini");
+    }
+    // The key's 3 requests a minute are untouched by the refusals.
+    for (let i = 0; i < 3; i++) await authorize(deps, { key: LIMITED_A, model: "mini", route: "chat" }, NOW);
+    expect(await codeOf(authorize(deps, { key: LIMITED_A, model: "mini", route: "chat" }, NOW))).toBe(
+      "rate_limited",
+    );
+    const onEmbeddings = await refusal(
+      authorize(
+        kinds,
+        { key: OTHER_ACCOUNT, model: "reasoner", route: "embeddings", maxOutputTokens: 0 },
+        NOW,
+      ),
+    );
+    expect((onEmbeddings as AuthError).code).toBe("model_kind_mismatch");
+    // The embedding model passes on its route with no output cap: its quote is the input bound alone.
+    const ok = await authorize(
+      kinds,
+      { key: SIDE, model: "mini", route: "embeddings", maxOutputTokens: 0, bodyBytes: 100, messageCount: 1 },
+      NOW,
+    );
+    expect(ok.maxOutputTokens).toBe(0);
+    expect(ok.quote).toBe(quoteOf(100, 1, 0, PRICES.get("mini")!));
   });
 });

@@ -71,6 +71,11 @@ export interface AuthorizeDeps {
   prices: ReadonlyMap<string, Prices>;
   /** The public models whose configuration says they reason; absent: every model may. */
   reasoningModels?: ReadonlySet<string>;
+  /**
+   * The public models configured `kind: embedding`: they serve the embeddings route only, and
+   * that route serves them only. Absent: no model is checked (inference-router still refuses).
+   */
+  embeddingModels?: ReadonlySet<string>;
 }
 
 /** Longest key accepted before hashing; anything larger is not one of ours. */
@@ -145,6 +150,17 @@ export async function authorize(
         "model_cannot_reason",
         `the model '${model}' cannot reason; choose a model with reasoning for this route`,
       );
+    }
+    if (deps.embeddingModels && input.route) {
+      const embedding = deps.embeddingModels.has(model);
+      if (embedding !== (input.route === "embeddings")) {
+        throw new AuthError(
+          "model_kind_mismatch",
+          embedding
+            ? `the model '${model}' is an embedding model; use it with POST /v1/embeddings`
+            : `the model '${model}' is not an embedding model; choose one for POST /v1/embeddings`,
+        );
+      }
     }
     cap = input.maxOutputTokens ?? policy.defaultMaxOutputTokens;
     if (cap > policy.maxOutputTokens) {

@@ -1,6 +1,6 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { EventBus } from "@tollgate/kit/bus";
-import { UsageRecordedSchema } from "@tollgate/proto/usage";
+import { UsageOperation, UsageRecordedSchema } from "@tollgate/proto/usage";
 import { describe, expect, it } from "vitest";
 import type { UsageEvent } from "../domain/ports.js";
 import { createBusUsagePublisher } from "./bus-usage-publisher.js";
@@ -22,6 +22,7 @@ const EVENT: UsageEvent = {
   reservationId: "rsv_1",
   outcome: "completed",
   streamed: true,
+  operation: "chat",
 };
 
 /** A bus whose publish fails the first `failures` times, keeping every attempt. */
@@ -39,6 +40,20 @@ function flakyBus(failures: number) {
 }
 
 describe("createBusUsagePublisher", () => {
+  it("publishes the operation that served the request", async () => {
+    const { bus, attempts } = flakyBus(0);
+    const publisher = createBusUsagePublisher(bus, "usage.subject", 5_000);
+    await publisher.publish({
+      ...EVENT,
+      operation: "embeddings",
+      tokens: { ...EVENT.tokens, outputTokens: 0 },
+    });
+    await publisher.publish({ ...EVENT, eventId: "evt_2" });
+    const stored = attempts.map((a) => fromBinary(UsageRecordedSchema, a.data));
+    expect(stored.map((s) => s.operation)).toEqual([UsageOperation.EMBEDDINGS, UsageOperation.CHAT]);
+    expect(stored[0]?.outputTokens).toBe(0);
+  });
+
   it("retries a failed publish with backoff and the same message id until it is stored", async () => {
     const { bus, attempts } = flakyBus(4);
     await createBusUsagePublisher(bus, "usage.subject", 5_000).publish(EVENT);

@@ -2,10 +2,21 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EventBus } from "@tollgate/kit/bus";
 import { always, retrying } from "@tollgate/kit/retry";
-import { Door, Outcome, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
+import {
+  Door,
+  Outcome,
+  UsageOperation,
+  type UsageRecorded,
+  UsageRecordedSchema,
+} from "@tollgate/proto/usage";
 import type { UsageEvent, UsagePublisher } from "../domain/ports.js";
 
 const DOOR = { account: Door.ACCOUNT, paid: Door.PAID } as const;
+const OPERATION = {
+  chat: UsageOperation.CHAT,
+  text: UsageOperation.TEXT,
+  embeddings: UsageOperation.EMBEDDINGS,
+} as const satisfies Record<UsageEvent["operation"], UsageOperation>;
 const OUTCOME = {
   completed: Outcome.COMPLETED,
   client_cancelled: Outcome.CLIENT_CANCELLED,
@@ -42,6 +53,7 @@ export function usageRecordedOf(e: UsageEvent): UsageRecorded {
     reservationId: e.reservationId,
     outcome: OUTCOME[e.outcome],
     streamed: e.streamed,
+    operation: OPERATION[e.operation],
   });
 }
 

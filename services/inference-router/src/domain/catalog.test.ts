@@ -17,6 +17,7 @@ const BASE: ModelConfig = {
   pricing: { inputPerMillion: 1n, outputPerMillion: 1n },
   maxOutputTokens: 4096,
   reasoning: false,
+  kind: "chat",
 };
 
 describe("Catalog", () => {

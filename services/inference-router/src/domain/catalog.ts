@@ -1,4 +1,4 @@
-import { type ModelConfig, modelUpstreams, type Prices } from "@tollgate/config";
+import { type ModelConfig, type ModelKind, modelUpstreams, type Prices } from "@tollgate/config";
 import { InferenceError } from "./errors.js";
 import type { FailoverMember } from "./failover.js";
 import type { Provider } from "./ports.js";
@@ -13,6 +13,8 @@ export interface ModelRoute {
   provider: Provider;
   /** Whether the upstream returns reasoning content (configuration `reasoning`). */
   reasoning: boolean;
+  /** What the model does (configuration `kind`): chat-shaped completions or embeddings. */
+  kind: ModelKind;
 }
 
 /**
@@ -57,6 +59,7 @@ export class Catalog {
         prices: m.pricing,
         provider: compose(m.id, members),
         reasoning: m.reasoning,
+        kind: m.kind,
       });
     }
   }

@@ -24,10 +24,21 @@ const MODEL: ModelConfig = {
   pricing: PRICES,
   maxOutputTokens: 4096,
   reasoning: false,
+  kind: "chat",
 };
 
 /** A model whose configuration says it reasons. */
 const REASONER: ModelConfig = { ...MODEL, id: "public-reasoner", upstreamModel: "org/r1", reasoning: true };
+
+/** An embedding model, priced per input token only. */
+const EMBEDDER: ModelConfig = {
+  ...MODEL,
+  id: "public-embed",
+  upstreamModel: "org/embed",
+  kind: "embedding",
+  dimensions: 8,
+  pricing: { inputPerMillion: 30_000n, outputPerMillion: 0n },
+};
 
 const BILLING = {
   door: "paid",
@@ -93,7 +104,7 @@ function setup(script: Script = {}) {
   const publisher = new MemoryPublisher();
   let n = 0;
   const inference = new Inference(
-    new Catalog([MODEL, REASONER], new Map([["up-1", provider]])),
+    new Catalog([MODEL, REASONER, EMBEDDER], new Map([["up-1", provider]])),
     publisher,
     SNAPSHOT,
     () => `evt_${++n}`,
@@ -365,6 +376,120 @@ describe("Inference.complete", () => {
     expect((err as InferenceError).code).toBe("model_not_found");
     expect(provider.requests).toHaveLength(0);
     expect(publisher.events).toHaveLength(0);
+  });
+
+  describe("embeddings", () => {
+    const embedInput = (overrides: Partial<CompletionInput> = {}) =>
+      input({
+        operation: "embeddings",
+        model: "public-embed",
+        body: { model: "public-embed", input: ["alpha", "beta"], max_tokens: 9, stream: false },
+        ...overrides,
+      });
+    const embedResult = (u: TokenCounts | undefined): ProviderResult => ({
+      // Out of order, with an extra field: the caller gets input order and OpenAI's shape.
+      json: {
+        object: "list",
+        data: [
+          { object: "embedding", index: 1, embedding: "AACAPw==" },
+          { object: "embedding", index: 0, embedding: [0.6, 0.8], extra: true },
+        ],
+        model: "x",
+        usage: { prompt_tokens: 99 },
+      },
+      usage: u,
+    });
+
+    it("forwards to the upstream's embeddings with no output cap, bills input tokens only, with the operation", async () => {
+      const { provider, publisher, inference } = setup({ result: embedResult(usage(7, 3)) });
+      const { json, usage: billed } = await inference.complete(embedInput(), new AbortController().signal);
+      expect(provider.requests[0]).toEqual({
+        operation: "embeddings",
+        body: { model: "org/embed", input: ["alpha", "beta"] },
+      });
+      expect(json).toEqual({
+        object: "list",
+        data: [
+          { object: "embedding", index: 0, embedding: [0.6, 0.8] },
+          { object: "embedding", index: 1, embedding: "AACAPw==" },
+        ],
+        model: "public-embed",
+        usage: { prompt_tokens: 7, total_tokens: 7 },
+      });
+      expect(billed).toMatchObject({
+        inputTokens: 7,
+        outputTokens: 0,
+        cost: costOf(usage(7, 0), EMBEDDER.pricing),
+      });
+      expect(publisher.events).toHaveLength(1);
+      expect(publisher.events[0]).toMatchObject({
+        model: "public-embed",
+        operation: "embeddings",
+        tokens: usage(7, 0),
+        cost: billed.cost,
+      });
+    });
+
+    it("charges at most the quote when the upstream reports more input than the quote bounds", async () => {
+      const overs: unknown[] = [];
+      const provider = new FakeProvider({ result: embedResult(usage(1_000_000, 0)) });
+      const publisher = new MemoryPublisher();
+      const inference = new Inference(
+        new Catalog([EMBEDDER], new Map([["up-1", provider]])),
+        publisher,
+        SNAPSHOT,
+        () => "evt_1",
+        (o) => overs.push(o),
+      );
+      const { usage: billed } = await inference.complete(
+        embedInput({ billing: { ...BILLING, quote: 5n } }),
+        new AbortController().signal,
+      );
+      expect(billed.cost).toBe(5n);
+      expect(publisher.events[0]?.cost).toBe(5n);
+      expect(overs).toHaveLength(1);
+    });
+
+    it("bills nothing when the upstream's answer holds no embeddings", async () => {
+      const { publisher, inference } = setup({ result: { json: { object: "list" }, usage: usage(3, 0) } });
+      const err = await rejection(inference.complete(embedInput(), new AbortController().signal));
+      expect((err as InferenceError).code).toBe("upstream_error");
+      expect(publisher.events).toHaveLength(0);
+    });
+
+    it("estimates the input when the upstream reports no usage", async () => {
+      const { inference } = setup({ result: embedResult(undefined) });
+      const { usage: billed } = await inference.complete(
+        embedInput({ body: { model: "public-embed", input: ["abcdefgh", [1, 2, 3]] } }),
+        new AbortController().signal,
+      );
+      expect(billed).toMatchObject({ inputTokens: 5, outputTokens: 0 });
+    });
+
+    it("refuses a chat model for embeddings and an embedding model for chat, before any upstream call", async () => {
+      const { provider, publisher, inference } = setup({ result: embedResult(usage(1, 0)) });
+      const wrong = await rejection(
+        inference.complete(embedInput({ model: "public-small" }), new AbortController().signal),
+      );
+      expect((wrong as InferenceError).code).toBe("model_kind_mismatch");
+      expect((wrong as InferenceError).message).toContain("public-small");
+      const chat = await rejection(
+        inference.complete(input({ model: "public-embed" }), new AbortController().signal),
+      );
+      expect((chat as InferenceError).code).toBe("model_kind_mismatch");
+      const streamed = await rejection(
+        (async () => {
+          for await (const _ of inference.stream(
+            input({ model: "public-embed" }),
+            false,
+            new AbortController().signal,
+          ));
+        })(),
+      );
+      expect((streamed as InferenceError).code).toBe("model_kind_mismatch");
+      expect(provider.requests).toHaveLength(0);
+      expect(publisher.events).toHaveLength(0);
+    });
   });
 
   it("refuses a model that cannot reason when the route needs reasoning, before any upstream call", async () => {

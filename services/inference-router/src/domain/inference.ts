@@ -17,7 +17,7 @@ export interface Billing {
 /** One authorized completion. */
 export interface CompletionInput {
   requestId: string;
-  operation: "chat" | "text";
+  operation: "chat" | "text" | "embeddings";
   model: string;
   maxOutputTokens?: number;
   /** The caller's OpenAI-compatible JSON body. */
@@ -75,11 +75,19 @@ export class Inference {
   ): Promise<{ json: Record<string, unknown>; usage: UsageSummary }> {
     const route = this.#resolve(input);
     const result = await route.provider.complete(this.#request(input, route, false), signal);
+    if (input.operation === "embeddings" && !embeddingsIn(result.json)) {
+      // Not billed: nothing usable came back.
+      throw new InferenceError("upstream_error", "the upstream sent no readable embeddings");
+    }
     result.json.model = route.model;
-    const tokens = result.usage ?? estimate(input.body, outputTextLength(result.json));
+    let tokens = result.usage ?? estimate(input.body, outputTextLength(result.json));
+    // An embedding produces no tokens: only its input is counted and priced.
+    if (input.operation === "embeddings") tokens = { ...tokens, outputTokens: 0, reasoningTokens: 0 };
     const servedBy = result.upstreamId ?? route.provider.id;
     const usage = await this.#record(input, route, servedBy, tokens, "completed", false);
-    return { json: result.json, usage };
+    const json =
+      input.operation === "embeddings" ? embeddingsAnswer(result.json, route.model, usage) : result.json;
+    return { json, usage };
   }
 
   /**
@@ -92,6 +100,9 @@ export class Inference {
     includeUsage: boolean,
     signal: AbortSignal,
   ): AsyncGenerator<StreamEvent> {
+    if (input.operation === "embeddings") {
+      throw new InferenceError("invalid_request", "embeddings are not streamed");
+    }
     const route = this.#resolve(input);
     // One event id for the stream, whoever ends up publishing its usage (see StreamEvent).
     const eventId = this.newEventId();
@@ -135,9 +146,22 @@ export class Inference {
     yield { usage: await this.#record(input, route, servedBy, tokens(), "completed", true, eventId) };
   }
 
-  /** The model's route; a model that cannot reason is refused before any upstream call. */
+  /**
+   * The model's route; a model of the wrong kind for the operation (an embedding model asked for
+   * a completion, a chat model for embeddings), or one that cannot reason asked to, is refused
+   * before any upstream call.
+   */
   #resolve(input: CompletionInput): ModelRoute {
     const route = this.catalog.resolve(input.model);
+    const kind = input.operation === "embeddings" ? "embedding" : "chat";
+    if (route.kind !== kind) {
+      throw new InferenceError(
+        "model_kind_mismatch",
+        kind === "embedding"
+          ? `the model '${route.model}' is not an embedding model; choose one for POST /v1/embeddings`
+          : `the model '${route.model}' is an embedding model; use it with POST /v1/embeddings`,
+      );
+    }
     if (input.requireReasoning && !route.reasoning) {
       throw new InferenceError(
         "model_cannot_reason",
@@ -155,6 +179,11 @@ export class Inference {
    */
   #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {
     const body: Record<string, unknown> = { ...input.body, model: route.upstreamModel };
+    if (input.operation === "embeddings") {
+      // No output to cap; an embedding is never streamed.
+      for (const f of [...OUTPUT_CAP_FIELDS, "stream", "stream_options"]) delete body[f];
+      return { operation: input.operation, body };
+    }
     const caps = [smallestOutputCap(body), input.maxOutputTokens].filter((c): c is number => c !== undefined);
     for (const f of OUTPUT_CAP_FIELDS) delete body[f];
     if (caps.length > 0) {
@@ -201,6 +230,7 @@ export class Inference {
       pricingSnapshotId: this.pricingSnapshotId,
       outcome,
       streamed,
+      operation: input.operation,
     };
   }
 
@@ -307,6 +337,40 @@ class StreamTally {
   }
 }
 
+/**
+ * The caller's embeddings answer, as OpenAI shapes it: the upstream's vectors in input order (by
+ * each item's `index` when it gives one), the public model id, and the billed input tokens as
+ * usage, so the answer and the charge always agree.
+ */
+function embeddingsAnswer(
+  json: Record<string, unknown>,
+  model: string,
+  usage: TokenCounts,
+): Record<string, unknown> {
+  const items = (json.data as Array<{ embedding: unknown; index?: unknown }>).map((item, i) => ({
+    embedding: item.embedding,
+    at: typeof item.index === "number" ? item.index : i,
+  }));
+  items.sort((a, b) => a.at - b.at);
+  return {
+    object: "list",
+    data: items.map((item, index) => ({ object: "embedding", index, embedding: item.embedding })),
+    model,
+    usage: { prompt_tokens: usage.inputTokens, total_tokens: usage.inputTokens },
+  };
+}
+
+/** Whether an embeddings answer carries its vectors: a list of numbers or a base64 string each. */
+function embeddingsIn(json: Record<string, unknown>): boolean {
+  return (
+    Array.isArray(json.data) &&
+    json.data.every((item: unknown) => {
+      const v = (item as { embedding?: unknown } | null)?.embedding;
+      return typeof v === "string" || (Array.isArray(v) && v.every((x) => typeof x === "number"));
+    })
+  );
+}
+
 /** Whether a chunk carries generated text (one token per such chunk, for the fallback count). */
 function countsAsToken(json: Record<string, unknown>): boolean {
   const choice = (json.choices as Array<Record<string, unknown>> | undefined)?.[0];
@@ -353,5 +417,15 @@ function promptTextBytes(body: Record<string, unknown>): number {
     for (const m of body.messages) if (typeof m === "object" && m) text((m as { content?: unknown }).content);
   }
   text(body.prompt);
+  // An embeddings request's input: a string, strings, or token ids (a token each).
+  const input = body.input;
+  if (typeof input === "string") text(input);
+  else if (Array.isArray(input)) {
+    for (const item of input) {
+      if (typeof item === "string") text(item);
+      else if (typeof item === "number") bytes += 4;
+      else if (Array.isArray(item)) bytes += 4 * item.length;
+    }
+  }
   return bytes;
 }

@@ -9,7 +9,8 @@ export interface TokenCounts {
 
 /** One request as a provider sees it: an OpenAI-compatible JSON body aimed at one upstream model. */
 export interface ProviderRequest {
-  operation: "chat" | "text";
+  /** The upstream call: /chat/completions, /completions or /embeddings. */
+  operation: "chat" | "text" | "embeddings";
   /** The JSON body to send, with the upstream model id and output cap already set. */
   body: Record<string, unknown>;
   /**
@@ -64,6 +65,8 @@ export interface UsageEvent {
   reservationId: string;
   outcome: "completed" | "client_cancelled" | "upstream_failed";
   streamed: boolean;
+  /** The upstream operation that served it. */
+  operation: ProviderRequest["operation"];
 }
 
 /** Where usage events go (JetStream in deployments). Resolves once the event is stored durably. */

@@ -18,6 +18,7 @@ const EXPECTED: Record<AuthErrorCode, GrpcStatus> = {
   rate_limited: GrpcStatus.RESOURCE_EXHAUSTED,
   budget_exceeded: GrpcStatus.FAILED_PRECONDITION,
   model_cannot_reason: GrpcStatus.INVALID_ARGUMENT,
+  model_kind_mismatch: GrpcStatus.INVALID_ARGUMENT,
   invalid_argument: GrpcStatus.INVALID_ARGUMENT,
   account_not_found: GrpcStatus.NOT_FOUND,
   connection_not_found: GrpcStatus.NOT_FOUND,

@@ -121,7 +121,7 @@ export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): O
 
   /** The one HTTP call of an attempt: resolves once the upstream's status and headers arrived. */
   async function send(req: ProviderRequest, clock: AttemptClock, stream: boolean) {
-    const path = `${basePath}${req.operation === "chat" ? "/chat/completions" : "/completions"}`;
+    const path = `${basePath}${PATHS[req.operation]}`;
     const res = await tracedRequest(pool, { id: opts.id, url }, req, {
       path,
       method: "POST",
@@ -208,13 +208,15 @@ export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): O
       const body: Record<string, unknown> =
         target.operation === "chat"
           ? { model: target.model, messages: [{ role: "user", content: PROBE_PROMPT }], max_tokens: 1 }
-          : { model: target.model, prompt: PROBE_PROMPT, max_tokens: 1 };
+          : target.operation === "embeddings"
+            ? { model: target.model, input: PROBE_PROMPT }
+            : { model: target.model, prompt: PROBE_PROMPT, max_tokens: 1 };
       const caller = new AbortController().signal;
       const clock = new AttemptClock(caller, timeouts, timeouts.connectMs + timeouts.firstTokenMs);
       let answered = false;
       try {
         const res = await pool.request({
-          path: `${basePath}${target.operation === "chat" ? "/chat/completions" : "/completions"}`,
+          path: `${basePath}${PATHS[target.operation]}`,
           method: "POST",
           headers,
           body: JSON.stringify(body),
@@ -235,6 +237,13 @@ export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): O
     close: () => pool.close(),
   };
 }
+
+/** The upstream path of each operation, under the upstream's base URL. */
+const PATHS = {
+  chat: "/chat/completions",
+  text: "/completions",
+  embeddings: "/embeddings",
+} as const satisfies Record<ProviderRequest["operation"], string>;
 
 /** OpenAI usage → token counts; undefined when the upstream sent none. */
 export function normaliseUsage(raw: unknown): TokenCounts | undefined {

@@ -31,7 +31,7 @@ function toDomain(input: WireInput | undefined): CompletionInput {
   const billing = input.billing;
   return {
     requestId: input.requestId,
-    operation: input.operation === Operation.TEXT ? "text" : "chat",
+    operation: operationOf(input.operation),
     model: input.model,
     ...(input.maxOutputTokens !== undefined ? { maxOutputTokens: input.maxOutputTokens } : {}),
     body: body as Record<string, unknown>,
@@ -45,6 +45,12 @@ function toDomain(input: WireInput | undefined): CompletionInput {
       ...(billing?.quote ? { quote: quoteOf(billing.quote) } : {}),
     },
   };
+}
+
+function operationOf(op: Operation): CompletionInput["operation"] {
+  if (op === Operation.TEXT) return "text";
+  if (op === Operation.EMBEDDINGS) return "embeddings";
+  return "chat";
 }
 
 function quoteOf(text: string): bigint {

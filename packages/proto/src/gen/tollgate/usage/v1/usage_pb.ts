@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/usage/v1/usage.proto.
  */
 export const file_tollgate_usage_v1_usage: GenFile = /*@__PURE__*/
-  fileDesc("Ch10b2xsZ2F0ZS91c2FnZS92MS91c2FnZS5wcm90bxIRdG9sbGdhdGUudXNhZ2UudjEixgMKDVVzYWdlUmVjb3JkZWQSEAoIZXZlbnRfaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAyABKAkSJQoEZG9vchgEIAEoDjIXLnRvbGxnYXRlLnVzYWdlLnYxLkRvb3ISEgoKYWNjb3VudF9pZBgFIAEoCRIVCg1jb25uZWN0aW9uX2lkGAYgASgJEg4KBmtleV9pZBgHIAEoCRINCgVtb2RlbBgIIAEoCRIPCgdydW50aW1lGAkgASgJEhMKC3Vwc3RyZWFtX2lkGAogASgJEhQKDGlucHV0X3Rva2VucxgLIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAwgASgNEhgKEHJlYXNvbmluZ190b2tlbnMYDSABKA0SDAoEY29zdBgOIAEoCRIbChNwcmljaW5nX3NuYXBzaG90X2lkGA8gASgJEhYKDnJlc2VydmF0aW9uX2lkGBAgASgJEisKB291dGNvbWUYESABKA4yGi50b2xsZ2F0ZS51c2FnZS52MS5PdXRjb21lEhAKCHN0cmVhbWVkGBIgASgIKj0KBERvb3ISFAoQRE9PUl9VTlNQRUNJRklFRBAAEhAKDERPT1JfQUNDT1VOVBABEg0KCURPT1JfUEFJRBACKnQKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhUKEU9VVENPTUVfQ09NUExFVEVEEAESHAoYT1VUQ09NRV9DTElFTlRfQ0FOQ0VMTEVEEAISGwoXT1VUQ09NRV9VUFNUUkVBTV9GQUlMRUQQA2IGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Ch10b2xsZ2F0ZS91c2FnZS92MS91c2FnZS5wcm90bxIRdG9sbGdhdGUudXNhZ2UudjEi/AMKDVVzYWdlUmVjb3JkZWQSEAoIZXZlbnRfaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAyABKAkSJQoEZG9vchgEIAEoDjIXLnRvbGxnYXRlLnVzYWdlLnYxLkRvb3ISEgoKYWNjb3VudF9pZBgFIAEoCRIVCg1jb25uZWN0aW9uX2lkGAYgASgJEg4KBmtleV9pZBgHIAEoCRINCgVtb2RlbBgIIAEoCRIPCgdydW50aW1lGAkgASgJEhMKC3Vwc3RyZWFtX2lkGAogASgJEhQKDGlucHV0X3Rva2VucxgLIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAwgASgNEhgKEHJlYXNvbmluZ190b2tlbnMYDSABKA0SDAoEY29zdBgOIAEoCRIbChNwcmljaW5nX3NuYXBzaG90X2lkGA8gASgJEhYKDnJlc2VydmF0aW9uX2lkGBAgASgJEisKB291dGNvbWUYESABKA4yGi50b2xsZ2F0ZS51c2FnZS52MS5PdXRjb21lEhAKCHN0cmVhbWVkGBIgASgIEjQKCW9wZXJhdGlvbhgTIAEoDjIhLnRvbGxnYXRlLnVzYWdlLnYxLlVzYWdlT3BlcmF0aW9uKj0KBERvb3ISFAoQRE9PUl9VTlNQRUNJRklFRBAAEhAKDERPT1JfQUNDT1VOVBABEg0KCURPT1JfUEFJRBACKnQKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhUKEU9VVENPTUVfQ09NUExFVEVEEAESHAoYT1VUQ09NRV9DTElFTlRfQ0FOQ0VMTEVEEAISGwoXT1VUQ09NRV9VUFNUUkVBTV9GQUlMRUQQAyqFAQoOVXNhZ2VPcGVyYXRpb24SHwobVVNBR0VfT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASGAoUVVNBR0VfT1BFUkFUSU9OX0NIQVQQARIYChRVU0FHRV9PUEVSQVRJT05fVEVYVBACEh4KGlVTQUdFX09QRVJBVElPTl9FTUJFRERJTkdTEANiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * UsageRecorded is published once per served request. Its JetStream message id is
@@ -118,6 +118,13 @@ export type UsageRecorded = Message<"tollgate.usage.v1.UsageRecorded"> & {
    * @generated from field: bool streamed = 18;
    */
   streamed: boolean;
+
+  /**
+   * The upstream operation that served the request; UNSPECIFIED from a router older than this field.
+   *
+   * @generated from field: tollgate.usage.v1.UsageOperation operation = 19;
+   */
+  operation: UsageOperation;
 };
 
 /**
@@ -193,4 +200,43 @@ export enum Outcome {
  */
 export const OutcomeSchema: GenEnum<Outcome> = /*@__PURE__*/
   enumDesc(file_tollgate_usage_v1_usage, 1);
+
+/**
+ * UsageOperation is the upstream operation a usage event was served by.
+ *
+ * @generated from enum tollgate.usage.v1.UsageOperation
+ */
+export enum UsageOperation {
+  /**
+   * @generated from enum value: USAGE_OPERATION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * /v1/chat/completions upstream (chat, responses, messages, think, the paid door).
+   *
+   * @generated from enum value: USAGE_OPERATION_CHAT = 1;
+   */
+  CHAT = 1,
+
+  /**
+   * /v1/completions upstream.
+   *
+   * @generated from enum value: USAGE_OPERATION_TEXT = 2;
+   */
+  TEXT = 2,
+
+  /**
+   * /v1/embeddings upstream: input tokens only.
+   *
+   * @generated from enum value: USAGE_OPERATION_EMBEDDINGS = 3;
+   */
+  EMBEDDINGS = 3,
+}
+
+/**
+ * Describes the enum tollgate.usage.v1.UsageOperation.
+ */
+export const UsageOperationSchema: GenEnum<UsageOperation> = /*@__PURE__*/
+  enumDesc(file_tollgate_usage_v1_usage, 2);
 
