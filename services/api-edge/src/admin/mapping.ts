@@ -7,6 +7,7 @@ import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/prot
 import { describeIssues } from "@tollgate/kit/config";
 import {
   type Account,
+  type Budget,
   BudgetPeriod,
   type BudgetSchema,
   type Connection,
@@ -268,6 +269,17 @@ function limitsOut(l: RateLimitsMsg | undefined) {
   };
 }
 
+/**
+ * A budget as the admin API shows it, in the shape a create request takes it: `{ amount, period }`
+ * or `{ amount, period_days }`, the amount a decimal string of base units; null when none.
+ */
+function budgetOut(b: Budget | undefined) {
+  if (!b) return null;
+  if (b.period === BudgetPeriod.DAYS) return { amount: b.amount, period_days: b.periodDays };
+  const period = b.period === BudgetPeriod.WEEK ? "week" : b.period === BudgetPeriod.DAY ? "day" : "month";
+  return { amount: b.amount, period };
+}
+
 /** An account as the admin API shows it. */
 export function accountJson(a: Account | undefined) {
   return {
@@ -301,6 +313,7 @@ export function connectionJson(c: Connection | undefined) {
       key_tokens_per_minute: c?.limits?.perKey?.tokensPerMinute ?? null,
       routes,
     },
+    budget: budgetOut(c?.budget),
     created_at: iso(c?.createdAt),
   };
 }
@@ -321,6 +334,7 @@ export function keyJson(k: KeyInfo | undefined) {
     rotated_from: k?.rotatedFrom || null,
     rotated_to: k?.rotatedTo || null,
     grace_ends_at: iso(k?.graceEndsAt),
+    budget: budgetOut(k?.budget),
   };
 }
 

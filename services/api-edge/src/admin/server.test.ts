@@ -61,13 +61,14 @@ function fakes() {
           maxOutputTokens: req.maxOutputTokens ?? 4096,
           routes: req.routes ?? [],
           limits: req.limits ?? {},
+          ...(req.budget ? { budget: req.budget } : {}),
           createdAt: timestampFromDate(T0),
         }),
       }),
     createKey: (req) =>
       answer("createKey", req, {
         $typeName: "tollgate.auth.v1.CreateKeyResponse",
-        key: key(),
+        key: key(req.budget ? { budget: req.budget } : {}),
         secret: SECRET,
       }),
     listKeys: (req) =>
@@ -286,6 +287,7 @@ describe("admin API: routes map to auth-policy and back", () => {
         rotated_from: null,
         rotated_to: null,
         grace_ends_at: null,
+        budget: null,
       },
       secret: SECRET,
     });
@@ -293,6 +295,24 @@ describe("admin API: routes map to auth-policy and back", () => {
     expect(logs).toContain("admin action");
     expect(logs).not.toContain(SECRET);
     expect(logs).not.toContain(TOKEN);
+  });
+
+  it("sets a budget on a connection and on a key, and shows it back in base units", async () => {
+    setup();
+    const conn = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts/acme/connections",
+      ...json({ id: "main", models: ["a"], budget: { amount: "9007199254740991", period: "week" } }),
+    });
+    const k = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts/acme/connections/main/keys",
+      ...json({ budget: { amount: 5_000_000, period_days: 7 } }),
+    });
+    expect(conn.statusCode).toBe(201);
+    expect(k.statusCode).toBe(201);
+    expect(conn.json().budget).toEqual({ amount: "9007199254740991", period: "week" });
+    expect(k.json().key.budget).toEqual({ amount: "5000000", period_days: 7 });
   });
 
   it("creates a key with no body at all", async () => {
