@@ -89,6 +89,25 @@ describe("tollgatectl command lines", () => {
     });
   });
 
+  it("sets budgets on connections and keys, in base units as strings", () => {
+    expect(
+      request(["connections", "create", "acme", "main", "--models", "m", "--budget", "9007199254740991"])
+        .body,
+    ).toEqual({ id: "main", models: ["m"], budget: { amount: "9007199254740991", period: "month" } });
+    expect(
+      request(["keys", "create", "acme", "main", "--budget", "5000000", "--budget-period", "week"]).body,
+    ).toEqual({ budget: { amount: "5000000", period: "week" } });
+    expect(
+      request(["keys", "create", "acme", "main", "--budget", "1", "--budget-period", "30d"]).body,
+    ).toEqual({ budget: { amount: "1", period_days: 30 } });
+    expect(usageError(["keys", "create", "a", "c", "--budget", "1.5"])).toMatch(/whole number of base units/);
+    expect(usageError(["keys", "create", "a", "c", "--budget", "9007199254740992"])).toMatch(/at most/);
+    expect(usageError(["keys", "create", "a", "c", "--budget", "1", "--budget-period", "0d"])).toMatch(
+      /month, week, day or 1d to 366d/,
+    );
+    expect(usageError(["keys", "create", "a", "c", "--budget-period", "day"])).toMatch(/needs --budget/);
+  });
+
   it("keys create, list, revoke and rotate; path segments are encoded", () => {
     expect(
       request([

@@ -53,7 +53,9 @@ Commands:
         [--default-max-output N] [--max-output N] [--routes chat,think,...]
         [--rpm N] [--tpm N] [--key-rpm N] [--key-tpm N]
         [--route-rpm route=N ...] [--route-tpm route=N ...]
+        [--budget BASE_UNITS [--budget-period month|week|day|Nd]]
   keys create <account> <connection> [--expires ISO] [--name text]
+        [--budget BASE_UNITS [--budget-period month|week|day|Nd]]
   keys list <account> [--connection c]
   keys revoke <keyId>
   keys rotate <keyId> [--grace 24h|90m|3600] [--expires ISO]
@@ -70,6 +72,8 @@ Options:
 connection together (connections create); --key-rpm/--key-tpm limit each key, --route-rpm and
 --route-tpm one route of the connection. Times are ISO 8601 (2030-01-31 or
 2030-01-31T12:00:00Z). Spend is in base units of the payment token (6 decimals).
+--budget caps the spend of all keys of a connection together, or of one key, per period (UTC;
+default month): 5000000 is 5 USD.
 
 Exit codes: 0 done, 1 the admin API refused or could not be reached, 2 bad command line.`;
 
@@ -99,6 +103,8 @@ const OPTIONS = {
   from: { type: "string" },
   to: { type: "string" },
   by: { type: "string" },
+  budget: { type: "string" },
+  "budget-period": { type: "string" },
 } as const;
 
 type OptionName = keyof typeof OPTIONS;
@@ -121,8 +127,10 @@ const COMMAND_OPTIONS: Record<string, readonly OptionName[]> = {
     "key-tpm",
     "route-rpm",
     "route-tpm",
+    "budget",
+    "budget-period",
   ],
-  "keys create": ["expires", "name"],
+  "keys create": ["expires", "name", "budget", "budget-period"],
   "keys list": ["connection"],
   "keys revoke": [],
   "keys rotate": ["grace", "expires"],
@@ -193,6 +201,34 @@ function routeLimits(values: readonly string[] | undefined, option: string): Map
     out.set(checkRoute(route, option), positiveInt(n, option));
   }
   return out;
+}
+
+/** The largest budget auth-policy takes, in base units. */
+const MAX_BUDGET = 9_007_199_254_740_991n;
+
+/**
+ * `--budget <base units> [--budget-period month|week|day|<N>d]` as the admin API's budget body;
+ * undefined without --budget. The amount stays a decimal string: money is never a float.
+ */
+export function budgetBody(values: Values): Record<string, unknown> | undefined {
+  const amount = str(values, "budget");
+  const period = str(values, "budget-period");
+  if (amount === undefined) {
+    if (period !== undefined) throw new UsageError("--budget-period needs --budget");
+    return undefined;
+  }
+  if (!/^\d+$/.test(amount) || BigInt(amount) > MAX_BUDGET) {
+    throw new UsageError(
+      `--budget must be a whole number of base units (6 decimals: 1000000 = 1 USD), at most ${MAX_BUDGET}`,
+    );
+  }
+  if (period === undefined || period === "month" || period === "week" || period === "day") {
+    return { amount, period: period ?? "month" };
+  }
+  const days = /^(\d+)d$/.exec(period);
+  const n = days ? Number(days[1]) : 0;
+  if (n < 1 || n > 366) throw new UsageError("--budget-period must be month, week, day or 1d to 366d");
+  return { amount, period_days: n };
 }
 
 const seg = (s: string) => encodeURIComponent(s);
@@ -310,6 +346,7 @@ export function parseCommandLine(argv: readonly string[]): Invocation {
             routes:
               routesArg === undefined ? undefined : list(routesArg).map((r) => checkRoute(r, "--routes")),
             limits: Object.keys(limits).length > 0 ? limits : undefined,
+            budget: budgetBody(values),
           }),
         },
         "connection",
@@ -325,6 +362,7 @@ export function parseCommandLine(argv: readonly string[]): Invocation {
           body: defined({
             name: values.name,
             expires_at: expires === undefined ? undefined : parseTime(expires, "--expires"),
+            budget: budgetBody(values),
           }),
         },
         "key-created",

@@ -16,6 +16,14 @@ export interface KeyJson {
   rotated_from: string | null;
   rotated_to: string | null;
   grace_ends_at: string | null;
+  budget?: BudgetJson | null;
+}
+
+/** A spend cap as the admin API shows it: base units per period. */
+export interface BudgetJson {
+  amount: string;
+  period?: string;
+  period_days?: number;
 }
 
 interface LimitsJson {
@@ -65,6 +73,13 @@ export function table(
   return [line(header), ...rows.map(line)].join("\n");
 }
 
+/** "5.000000 USD (5000000 base units) per month", or "none". */
+export function formatBudget(b: BudgetJson | null | undefined): string {
+  if (!b) return "none";
+  const per = b.period_days !== undefined ? `per ${b.period_days} days` : `per ${b.period ?? "month"}`;
+  return `${formatCost(b.amount)} USD (${b.amount} base units) ${per}`;
+}
+
 const when = (t: string | null) => (t ? t.replace(/\.\d+Z$/, "Z") : "-");
 
 function limits(l: LimitsJson | undefined, prefix = ""): string[] {
@@ -85,7 +100,7 @@ function keyNote(k: KeyJson): string {
 function keyList(body: { data: KeyJson[] }): string {
   if (body.data.length === 0) return "no keys";
   return table(
-    ["ID", "CONNECTION", "NAME", "STATE", "LAST4", "CREATED", "EXPIRES", "NOTE"],
+    ["ID", "CONNECTION", "NAME", "STATE", "LAST4", "CREATED", "EXPIRES", "BUDGET", "NOTE"],
     body.data.map((k) => [
       k.id,
       k.connection_id,
@@ -94,6 +109,9 @@ function keyList(body: { data: KeyJson[] }): string {
       k.last4 || "-",
       when(k.created_at),
       when(k.expires_at),
+      k.budget
+        ? `${k.budget.amount}/${k.budget.period_days !== undefined ? `${k.budget.period_days}d` : (k.budget.period ?? "month")}`
+        : "-",
       keyNote(k),
     ]),
   );
@@ -150,6 +168,7 @@ export function render(view: View, body: unknown): Rendered {
           key_tokens_per_minute: number | null;
           routes?: Record<string, LimitsJson>;
         };
+        budget?: BudgetJson | null;
       };
       const l = [
         ...limits(c.limits),
@@ -169,6 +188,7 @@ export function render(view: View, body: unknown): Rendered {
           `  output cap: ${c.default_max_output_tokens} by default, at most ${c.max_output_tokens}`,
           `  routes:     ${c.routes ? c.routes.join(", ") : "all"}`,
           `  limits:     ${l.length > 0 ? l.join(", ") : "none"}`,
+          `  budget:     ${formatBudget(c.budget)}`,
         ].join("\n"),
       };
     }
@@ -176,7 +196,7 @@ export function render(view: View, body: unknown): Rendered {
       const { key, secret } = body as { key: KeyJson; secret: string };
       return {
         out: [
-          `created key ${key.id} for ${key.account_id}/${key.connection_id}${key.name ? ` (${key.name})` : ""}, expires ${key.expires_at ? when(key.expires_at) : "never"}`,
+          `created key ${key.id} for ${key.account_id}/${key.connection_id}${key.name ? ` (${key.name})` : ""}, expires ${key.expires_at ? when(key.expires_at) : "never"}${key.budget ? `, budget ${formatBudget(key.budget)}` : ""}`,
           `secret: ${secret}`,
         ].join("\n"),
         err: SECRET_WARNING,

@@ -46,6 +46,24 @@ async function tollgatectl(argv: string[], api: ReturnType<typeof fakeApi>, env:
 }
 
 describe("tollgatectl run", () => {
+  it("shows a key's and a connection's budget in USD and base units", async () => {
+    const budgeted = { ...key, budget: { amount: "5000000", period: "week" } };
+    const created = await tollgatectl(
+      ["keys", "create", "acme", "main", "--budget", "5000000"],
+      fakeApi(201, {
+        key: budgeted,
+        secret: SECRET,
+      }),
+    );
+    expect(created.out).toContain("budget 5.000000 USD (5000000 base units) per week");
+    const listed = await tollgatectl(
+      ["keys", "list", "acme"],
+      fakeApi(200, { object: "list", data: [budgeted] }),
+    );
+    expect(listed.out).toMatch(/BUDGET/);
+    expect(listed.out).toContain("5000000/week");
+  });
+
   it("sends the token to TOLLGATE_ADMIN_URL and prints a created key's secret once, warning on stderr", async () => {
     const api = fakeApi(201, { key, secret: SECRET });
     const r = await tollgatectl(["keys", "create", "acme", "main"], api, {
