@@ -19,6 +19,9 @@ import {
   type RateLimits as RateLimitsMsg,
   type RateLimitsSchema,
   type RotateKeyRequestSchema,
+  type UpdateAccountRequestSchema,
+  type UpdateConnectionRequestSchema,
+  type UpdateKeyRequestSchema,
 } from "@tollgate/proto/auth";
 import {
   type GetUsageRequestSchema,
@@ -105,6 +108,14 @@ const createAccountBody = z.strictObject({
   limits: rateLimitsBody.optional(),
 });
 
+const connectionLimitsBody = z.strictObject({
+  requests_per_minute: perMinute.optional(),
+  tokens_per_minute: perMinute.optional(),
+  key_requests_per_minute: perMinute.optional(),
+  key_tokens_per_minute: perMinute.optional(),
+  routes: z.partialRecord(z.enum(ROUTE_NAMES), rateLimitsBody).optional(),
+});
+
 const createConnectionBody = z.strictObject({
   id: z.string().min(1),
   models: z.array(z.string().min(1)).min(1),
@@ -113,16 +124,18 @@ const createConnectionBody = z.strictObject({
   max_output_tokens: outputCap.optional(),
   routes: z.array(z.enum(ROUTE_NAMES)).optional(),
   budget: budgetBody.optional(),
-  limits: z
-    .strictObject({
-      requests_per_minute: perMinute.optional(),
-      tokens_per_minute: perMinute.optional(),
-      key_requests_per_minute: perMinute.optional(),
-      key_tokens_per_minute: perMinute.optional(),
-      routes: z.partialRecord(z.enum(ROUTE_NAMES), rateLimitsBody).optional(),
-    })
-    .optional(),
+  limits: connectionLimitsBody.optional(),
 });
+
+const updateAccountBody = z.strictObject({ limits: rateLimitsBody });
+
+/** A budget object sets it; null clears it; absent keeps it. */
+const updateConnectionBody = z.strictObject({
+  budget: budgetBody.nullable().optional(),
+  limits: connectionLimitsBody.optional(),
+});
+
+const updateKeyBody = z.strictObject({ budget: budgetBody.nullable() });
 
 const createKeyBody = z.strictObject({
   name: z.string().max(128).optional(),
@@ -189,21 +202,59 @@ export function createConnectionRequest(
     ...(b.max_output_tokens !== undefined ? { maxOutputTokens: b.max_output_tokens } : {}),
     routes: (b.routes ?? []).map((r) => ROUTE_BY_NAME[r]),
     ...(b.budget ? { budget: budgetIn(b.budget) } : {}),
-    limits: {
-      connection: limitsIn({
-        requests_per_minute: l?.requests_per_minute,
-        tokens_per_minute: l?.tokens_per_minute,
-      }),
-      perKey: limitsIn({
-        requests_per_minute: l?.key_requests_per_minute,
-        tokens_per_minute: l?.key_tokens_per_minute,
-      }),
-      routes: Object.entries(l?.routes ?? {}).map(([route, limits]) => ({
-        route: ROUTE_BY_NAME[route as RouteName],
-        limits: limitsIn(limits),
-      })),
-    },
+    limits: connectionLimitsIn(l),
   };
+}
+
+function connectionLimitsIn(l: z.output<typeof connectionLimitsBody> | undefined) {
+  return {
+    connection: limitsIn({
+      requests_per_minute: l?.requests_per_minute,
+      tokens_per_minute: l?.tokens_per_minute,
+    }),
+    perKey: limitsIn({
+      requests_per_minute: l?.key_requests_per_minute,
+      tokens_per_minute: l?.key_tokens_per_minute,
+    }),
+    routes: Object.entries(l?.routes ?? {}).map(([route, limits]) => ({
+      route: ROUTE_BY_NAME[route as RouteName],
+      limits: limitsIn(limits),
+    })),
+  };
+}
+
+/** PATCH /admin/v1/accounts/:accountId: `{ limits }` replaces the account's limits. */
+export function updateAccountRequest(
+  accountId: string,
+  body: unknown,
+): MessageInitShape<typeof UpdateAccountRequestSchema> {
+  const b = parse(updateAccountBody, body, "account update");
+  return { accountId, limits: limitsIn(b.limits) };
+}
+
+/** PATCH /admin/v1/accounts/:accountId/connections/:connectionId: `{ budget?: {…} | null, limits? }`. */
+export function updateConnectionRequest(
+  accountId: string,
+  connectionId: string,
+  body: unknown,
+): MessageInitShape<typeof UpdateConnectionRequestSchema> {
+  const b = parse(updateConnectionBody, body, "connection update");
+  return {
+    accountId,
+    connectionId,
+    ...(b.budget ? { budget: budgetIn(b.budget) } : {}),
+    clearBudget: b.budget === null,
+    ...(b.limits ? { limits: connectionLimitsIn(b.limits) } : {}),
+  };
+}
+
+/** PATCH /admin/v1/keys/:keyId: `{ budget: {…} | null }` sets or clears the key's own budget. */
+export function updateKeyRequest(
+  keyId: string,
+  body: unknown,
+): MessageInitShape<typeof UpdateKeyRequestSchema> {
+  const b = parse(updateKeyBody, body, "key update");
+  return { keyId, ...(b.budget ? { budget: budgetIn(b.budget) } : {}), clearBudget: b.budget === null };
 }
 
 /** POST /admin/v1/accounts/:accountId/connections/:connectionId/keys */

@@ -92,6 +92,57 @@ function fakes() {
         newKey: key({ keyId: "key_2", rotatedFrom: "key_1", last4: "WXYZ" }),
         secret: SECRET,
       }),
+    listAccounts: (req) =>
+      answer("listAccounts", req, {
+        $typeName: "tollgate.auth.v1.ListAccountsResponse",
+        accounts: [create(AccountSchema, { accountId: "acme", createdAt: timestampFromDate(T0) })],
+      }),
+    getAccount: (req) =>
+      answer("getAccount", req, {
+        $typeName: "tollgate.auth.v1.GetAccountResponse",
+        account: create(AccountSchema, { accountId: req.accountId ?? "", createdAt: timestampFromDate(T0) }),
+        connections: [
+          create(ConnectionSchema, { accountId: req.accountId ?? "", connectionId: "main", models: ["a"] }),
+        ],
+      }),
+    updateAccount: (req) =>
+      answer("updateAccount", req, {
+        $typeName: "tollgate.auth.v1.UpdateAccountResponse",
+        account: create(AccountSchema, { accountId: req.accountId ?? "", limits: req.limits ?? {} }),
+      }),
+    deleteAccount: (req) =>
+      answer("deleteAccount", req, {
+        $typeName: "tollgate.auth.v1.DeleteAccountResponse",
+        revokedKeys: [key({ state: KeyState.REVOKED, revokedAt: timestampFromDate(T0) })],
+      }),
+    getConnection: (req) =>
+      answer("getConnection", req, {
+        $typeName: "tollgate.auth.v1.GetConnectionResponse",
+        connection: create(ConnectionSchema, {
+          accountId: req.accountId ?? "",
+          connectionId: req.connectionId ?? "",
+        }),
+      }),
+    updateConnection: (req) =>
+      answer("updateConnection", req, {
+        $typeName: "tollgate.auth.v1.UpdateConnectionResponse",
+        connection: create(ConnectionSchema, {
+          accountId: req.accountId ?? "",
+          connectionId: req.connectionId ?? "",
+          ...(req.budget ? { budget: req.budget } : {}),
+        }),
+      }),
+    deleteConnection: (req) =>
+      answer("deleteConnection", req, {
+        $typeName: "tollgate.auth.v1.DeleteConnectionResponse",
+        revokedKeys: [key({ state: KeyState.REVOKED, revokedAt: timestampFromDate(T0) })],
+      }),
+    getKey: (req) => answer("getKey", req, { $typeName: "tollgate.auth.v1.GetKeyResponse", key: key() }),
+    updateKey: (req) =>
+      answer("updateKey", req, {
+        $typeName: "tollgate.auth.v1.UpdateKeyResponse",
+        key: key(req.budget ? { budget: req.budget } : {}),
+      }),
   };
   const metering: AdminMeteringClient = {
     getUsage: (req) =>
@@ -422,6 +473,101 @@ describe("admin API: routes map to auth-policy and back", () => {
         },
       ],
     });
+  });
+});
+
+describe("admin API: list, show, update and delete", () => {
+  it("lists accounts and shows one with its connections", async () => {
+    setup();
+    const list = await app.inject({ method: "GET", url: "/admin/v1/accounts", headers: auth });
+    expect(list.json()).toMatchObject({ object: "list", data: [{ id: "acme", object: "account" }] });
+    const one = await app.inject({ method: "GET", url: "/admin/v1/accounts/acme", headers: auth });
+    expect(one.json()).toMatchObject({
+      id: "acme",
+      connections: [{ id: "main", models: ["a"], budget: null }],
+    });
+    const conns = await app.inject({
+      method: "GET",
+      url: "/admin/v1/accounts/acme/connections",
+      headers: auth,
+    });
+    expect(conns.json()).toMatchObject({ object: "list", data: [{ id: "main", account_id: "acme" }] });
+    const conn = await app.inject({
+      method: "GET",
+      url: "/admin/v1/accounts/acme/connections/main",
+      headers: auth,
+    });
+    expect(conn.json()).toMatchObject({ id: "main", account_id: "acme" });
+    expect(f.calls.map((c) => c.rpc)).toEqual(["listAccounts", "getAccount", "getAccount", "getConnection"]);
+  });
+
+  it("sets and clears budgets: a budget object sets it, null clears it", async () => {
+    setup();
+    const set = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/accounts/acme/connections/main",
+      ...json({ budget: { amount: "123", period: "day" } }),
+    });
+    expect(set.statusCode).toBe(200);
+    expect(set.json().budget).toEqual({ amount: "123", period: "day" });
+    const cleared = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/keys/key_1",
+      ...json({ budget: null }),
+    });
+    expect(cleared.json()).toMatchObject({ id: "key_1", budget: null });
+    expect(f.calls.map((c) => c.req)).toEqual([
+      { accountId: "acme", connectionId: "main", budget: { amount: "123", period: 3 }, clearBudget: false },
+      { keyId: "key_1", clearBudget: true },
+    ]);
+    const bad = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/keys/key_1",
+      ...json({ budget: { amount: "1.5" } }),
+    });
+    expect(bad.statusCode).toBe(400);
+  });
+
+  it("updates an account's limits and shows a key", async () => {
+    setup();
+    const a = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/accounts/acme",
+      ...json({ limits: { requests_per_minute: 7 } }),
+    });
+    expect(a.json()).toMatchObject({
+      id: "acme",
+      limits: { requests_per_minute: 7, tokens_per_minute: null },
+    });
+    const k = await app.inject({ method: "GET", url: "/admin/v1/keys/key_1", headers: auth });
+    expect(k.json()).toMatchObject({ id: "key_1", object: "key", state: "active" });
+    expect(k.body).not.toContain(SECRET);
+  });
+
+  it("deletes a connection and an account, answering with the keys they revoked", async () => {
+    setup();
+    const c = await app.inject({
+      method: "DELETE",
+      url: "/admin/v1/accounts/acme/connections/main",
+      headers: auth,
+    });
+    expect(c.statusCode).toBe(200);
+    expect(c.json()).toMatchObject({
+      id: "main",
+      object: "connection",
+      account_id: "acme",
+      deleted: true,
+      revoked_keys: [{ id: "key_1", state: "revoked" }],
+    });
+    const a = await app.inject({ method: "DELETE", url: "/admin/v1/accounts/acme", headers: auth });
+    expect(a.json()).toMatchObject({
+      id: "acme",
+      object: "account",
+      deleted: true,
+      revoked_keys: [{ id: "key_1" }],
+    });
+    expect(f.calls.map((x) => x.rpc)).toEqual(["deleteConnection", "deleteAccount"]);
+    expect(logLines.join("")).toContain("connection.delete");
   });
 });
 

@@ -326,6 +326,74 @@ export function authHandlers(
         return { oldKey: keyOut(old, now), newKey: keyOut(key, now), secret };
       }),
 
+    listAccounts: () => mapped(async () => ({ accounts: (await admin.listAccounts()).map(accountOut) })),
+
+    getAccount: (req) =>
+      mapped(async () => {
+        const { account, connections } = await admin.getAccount(req.accountId);
+        return { account: accountOut(account), connections: connections.map(connectionOut) };
+      }),
+
+    updateAccount: (req) =>
+      mapped(async () => {
+        const account = await admin.updateAccount({ accountId: req.accountId, limits: limitsIn(req.limits) });
+        log.info({ accountId: account.accountId }, "account updated");
+        return { account: accountOut(account) };
+      }),
+
+    deleteAccount: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const revoked = await admin.deleteAccount(req.accountId, now);
+        log.info({ accountId: req.accountId, revokedKeys: revoked.length }, "account deleted");
+        return { revokedKeys: revoked.map((k) => keyOut(k, now)) };
+      }),
+
+    getConnection: (req) =>
+      mapped(async () => ({
+        connection: connectionOut(await admin.getConnection(req.accountId, req.connectionId)),
+      })),
+
+    updateConnection: (req) =>
+      mapped(async () => {
+        const connection = await admin.updateConnection({
+          accountId: req.accountId,
+          connectionId: req.connectionId,
+          ...(req.budget ? { budget: budgetIn(req.budget)! } : {}),
+          clearBudget: req.clearBudget,
+          ...(req.limits ? { limits: connectionLimitsIn(req.limits) } : {}),
+        });
+        log.info(
+          { accountId: connection.accountId, connectionId: connection.connectionId },
+          "connection updated",
+        );
+        return { connection: connectionOut(connection) };
+      }),
+
+    deleteConnection: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const revoked = await admin.deleteConnection(req.accountId, req.connectionId, now);
+        log.info(
+          { accountId: req.accountId, connectionId: req.connectionId, revokedKeys: revoked.length },
+          "connection deleted",
+        );
+        return { revokedKeys: revoked.map((k) => keyOut(k, now)) };
+      }),
+
+    getKey: (req) => mapped(async () => ({ key: keyOut(await admin.getKey(req.keyId), new Date()) })),
+
+    updateKey: (req) =>
+      mapped(async () => {
+        const key = await admin.updateKey({
+          keyId: req.keyId,
+          ...(req.budget ? { budget: budgetIn(req.budget)! } : {}),
+          clearBudget: req.clearBudget,
+        });
+        log.info({ accountId: key.accountId, keyId: key.keyId }, "key updated");
+        return { key: keyOut(key, new Date()) };
+      }),
+
     settleReservation: (req) =>
       mapped(async () => {
         const settlement = await settleReservation(deps.ledger, {

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/auth/v1/auth.proto.
  */
 export const file_tollgate_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEiqAMKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBEhcKCmJvZHlfYnl0ZXMYCCABKA1IAogBARIaCg1tZXNzYWdlX2NvdW50GAkgASgNSAOIAQESHQoQb3V0cHV0X3NlcXVlbmNlcxgKIAEoDUgEiAEBEhIKCmNoZWNrX29ubHkYCyABKAgSGQoRcmVxdWlyZV9yZWFzb25pbmcYDCABKAhCFAoSX21heF9vdXRwdXRfdG9rZW5zQhkKF19lc3RpbWF0ZWRfaW5wdXRfdG9rZW5zQg0KC19ib2R5X2J5dGVzQhAKDl9tZXNzYWdlX2NvdW50QhMKEV9vdXRwdXRfc2VxdWVuY2VzIkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIrYDChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAkSNQoKcmF0ZV9saW1pdBgHIAEoCzIhLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0U3RhdHVzEjMKD2tleV92YWxpZF91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoMbW9kZWxfcHJpY2VzGAkgAygLMhwudG9sbGdhdGUuYXV0aC52MS5Nb2RlbFByaWNlEg0KBXF1b3RlGAogASgJEhgKEGJ1ZGdldF9yZW1haW5pbmcYCyABKAkSHAoUa2V5X2J1ZGdldF9yZW1haW5pbmcYDCABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIl0KBkJ1ZGdldBIOCgZhbW91bnQYASABKAkSLgoGcGVyaW9kGAIgASgOMh4udG9sbGdhdGUuYXV0aC52MS5CdWRnZXRQZXJpb2QSEwoLcGVyaW9kX2RheXMYAyABKA0iUgoKTW9kZWxQcmljZRINCgVtb2RlbBgBIAEoCRIZChFpbnB1dF9wZXJfbWlsbGlvbhgCIAEoCRIaChJvdXRwdXRfcGVyX21pbGxpb24YAyABKAkiZwoPUmF0ZUxpbWl0U3RhdHVzEg0KBWxpbWl0GAEgASgNEhEKCXJlbWFpbmluZxgCIAEoDRIVCg1yZXNldF9zZWNvbmRzGAMgASgNEg0KBXNjb3BlGAQgASgJEgwKBHVuaXQYBSABKAkifAoKUmF0ZUxpbWl0cxIgChNyZXF1ZXN0c19wZXJfbWludXRlGAEgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYAiABKA1IAYgBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGUiZwoPUm91dGVSYXRlTGltaXRzEiYKBXJvdXRlGAEgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMipgEKEENvbm5lY3Rpb25MaW1pdHMSMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxItCgdwZXJfa2V5GAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEjEKBnJvdXRlcxgDIAMoCzIhLnRvbGxnYXRlLmF1dGgudjEuUm91dGVSYXRlTGltaXRzInsKB0FjY291bnQSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi0wIKCkNvbm5lY3Rpb24SEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiEKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHMSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGYnVkZ2V0GAogASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQiowMKB0tleUluZm8SDgoGa2V5X2lkGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHJvdGF0ZWRfZnJvbRgIIAEoCRISCgpyb3RhdGVkX3RvGAkgASgJEjEKDWdyYWNlX2VuZHNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxhc3Q0GAsgASgJEikKBXN0YXRlGAwgASgOMhoudG9sbGdhdGUuYXV0aC52MS5LZXlTdGF0ZRIoCgZidWRnZXQYDSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJYChRDcmVhdGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyJDChVDcmVhdGVBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCLuAgoXQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiYKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA1IAIgBARIeChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDUgBiAEBEicKBnJvdXRlcxgHIAMoDjIXLnRvbGxnYXRlLmF1dGgudjEuUm91dGUSMgoGbGltaXRzGAggASgLMiIudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uTGltaXRzEigKBmJ1ZGdldBgJIAEoCzIYLnRvbGxnYXRlLmF1dGgudjEuQnVkZ2V0QhwKGl9kZWZhdWx0X21heF9vdXRwdXRfdG9rZW5zQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJMChhDcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiKlAQoQQ3JlYXRlS2V5UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEbmFtZRgEIAEoCRIoCgZidWRnZXQYBSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJLChFDcmVhdGVLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SDgoGc2VjcmV0GAIgASgJIjwKD0xpc3RLZXlzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkiOwoQTGlzdEtleXNSZXNwb25zZRInCgRrZXlzGAEgAygLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIiIKEFJldm9rZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJIjsKEVJldm9rZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyKAAQoQUm90YXRlS2V5UmVxdWVzdBIOCgZrZXlfaWQYASABKAkSGgoNZ3JhY2Vfc2Vjb25kcxgCIAEoDUgAiAEBEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQhAKDl9ncmFjZV9zZWNvbmRzInsKEVJvdGF0ZUtleVJlc3BvbnNlEioKB29sZF9rZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SKgoHbmV3X2tleRgCIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIOCgZzZWNyZXQYAyABKAkiWQoYU2V0dGxlUmVzZXJ2YXRpb25SZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEhMKC2FjdHVhbF9jb3N0GAIgASgJEhAKCGV2ZW50X2lkGAMgASgJImMKGVNldHRsZVJlc2VydmF0aW9uUmVzcG9uc2USMAoHb3V0Y29tZRgBIAEoDjIfLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlT3V0Y29tZRIUCgxzZXR0bGVkX2Nvc3QYAiABKAkiVgoZU2V0dGxlUmVzZXJ2YXRpb25zUmVxdWVzdBI5CgVpdGVtcxgBIAMoCzIqLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlUmVzZXJ2YXRpb25SZXF1ZXN0InUKF1NldHRsZVJlc2VydmF0aW9uUmVzdWx0EjAKB291dGNvbWUYASABKA4yHy50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZU91dGNvbWUSFAoMc2V0dGxlZF9jb3N0GAIgASgJEhIKCmVycm9yX2NvZGUYAyABKAkiWAoaU2V0dGxlUmVzZXJ2YXRpb25zUmVzcG9uc2USOgoHcmVzdWx0cxgBIAMoCzIpLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlUmVzZXJ2YXRpb25SZXN1bHQikgEKCktleVJldm9rZWQSEAoIa2V5X2hhc2gYASABKAkSDgoGa2V5X2lkGAIgASgJEi4KCnJldm9rZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKBnJlYXNvbhgEIAEoDjIiLnRvbGxnYXRlLmF1dGgudjEuS2V5UmV2b2tlZFJlYXNvbiqJAQoFUm91dGUSFQoRUk9VVEVfVU5TUEVDSUZJRUQQABIQCgxST1VURV9NT0RFTFMQARIaChZST1VURV9DSEFUX0NPTVBMRVRJT05TEAISFQoRUk9VVEVfQ09NUExFVElPTlMQAxITCg9ST1VURV9SRVNQT05TRVMQBBIPCgtST1VURV9USElOSxAFKo0BCgxCdWRnZXRQZXJpb2QSHQoZQlVER0VUX1BFUklPRF9VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9QRVJJT0RfTU9OVEgQARIWChJCVURHRVRfUEVSSU9EX1dFRUsQAhIVChFCVURHRVRfUEVSSU9EX0RBWRADEhYKEkJVREdFVF9QRVJJT0RfREFZUxAEKpgBCghLZXlTdGF0ZRIZChVLRVlfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBLRVlfU1RBVEVfQUNUSVZFEAESFgoSS0VZX1NUQVRFX1JPVEFUSU5HEAISFQoRS0VZX1NUQVRFX1JPVEFURUQQAxIVChFLRVlfU1RBVEVfRVhQSVJFRBAEEhUKEUtFWV9TVEFURV9SRVZPS0VEEAUqwAEKDVNldHRsZU91dGNvbWUSHgoaU0VUVExFX09VVENPTUVfVU5TUEVDSUZJRUQQABIaChZTRVRUTEVfT1VUQ09NRV9TRVRUTEVEEAESJwojU0VUVExFX09VVENPTUVfU0VUVExFRF9BRlRFUl9FWFBJUlkQAhIiCh5TRVRUTEVfT1VUQ09NRV9BTFJFQURZX1NFVFRMRUQQAxImCiJTRVRUTEVfT1VUQ09NRV9VTktOT1dOX1JFU0VSVkFUSU9OEAQqlgEKEEtleVJldm9rZWRSZWFzb24SIgoeS0VZX1JFVk9LRURfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaS0VZX1JFVk9LRURfUkVBU09OX1JFVk9LRUQQARIeChpLRVlfUkVWT0tFRF9SRUFTT05fUk9UQVRFRBACEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9FWFBJUkVEEAMy5AYKC0F1dGhTZXJ2aWNlElQKCUF1dGhvcml6ZRIiLnRvbGxnYXRlLmF1dGgudjEuQXV0aG9yaXplUmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuQXV0aG9yaXplUmVzcG9uc2USYAoNQ3JlYXRlQWNjb3VudBImLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQWNjb3VudFJlcXVlc3QaJy50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUFjY291bnRSZXNwb25zZRJpChBDcmVhdGVDb25uZWN0aW9uEikudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVDb25uZWN0aW9uUmVxdWVzdBoqLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQ29ubmVjdGlvblJlc3BvbnNlElQKCUNyZWF0ZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlS2V5UmVzcG9uc2USUQoITGlzdEtleXMSIS50b2xsZ2F0ZS5hdXRoLnYxLkxpc3RLZXlzUmVxdWVzdBoiLnRvbGxnYXRlLmF1dGgudjEuTGlzdEtleXNSZXNwb25zZRJUCglSZXZva2VLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlJldm9rZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlJldm9rZUtleVJlc3BvbnNlElQKCVJvdGF0ZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuUm90YXRlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuUm90YXRlS2V5UmVzcG9uc2USbAoRU2V0dGxlUmVzZXJ2YXRpb24SKi50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uUmVxdWVzdBorLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlUmVzZXJ2YXRpb25SZXNwb25zZRJvChJTZXR0bGVSZXNlcnZhdGlvbnMSKy50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uc1JlcXVlc3QaLC50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uc1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEiqAMKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBEhcKCmJvZHlfYnl0ZXMYCCABKA1IAogBARIaCg1tZXNzYWdlX2NvdW50GAkgASgNSAOIAQESHQoQb3V0cHV0X3NlcXVlbmNlcxgKIAEoDUgEiAEBEhIKCmNoZWNrX29ubHkYCyABKAgSGQoRcmVxdWlyZV9yZWFzb25pbmcYDCABKAhCFAoSX21heF9vdXRwdXRfdG9rZW5zQhkKF19lc3RpbWF0ZWRfaW5wdXRfdG9rZW5zQg0KC19ib2R5X2J5dGVzQhAKDl9tZXNzYWdlX2NvdW50QhMKEV9vdXRwdXRfc2VxdWVuY2VzIkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIrYDChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAkSNQoKcmF0ZV9saW1pdBgHIAEoCzIhLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0U3RhdHVzEjMKD2tleV92YWxpZF91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoMbW9kZWxfcHJpY2VzGAkgAygLMhwudG9sbGdhdGUuYXV0aC52MS5Nb2RlbFByaWNlEg0KBXF1b3RlGAogASgJEhgKEGJ1ZGdldF9yZW1haW5pbmcYCyABKAkSHAoUa2V5X2J1ZGdldF9yZW1haW5pbmcYDCABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIl0KBkJ1ZGdldBIOCgZhbW91bnQYASABKAkSLgoGcGVyaW9kGAIgASgOMh4udG9sbGdhdGUuYXV0aC52MS5CdWRnZXRQZXJpb2QSEwoLcGVyaW9kX2RheXMYAyABKA0iUgoKTW9kZWxQcmljZRINCgVtb2RlbBgBIAEoCRIZChFpbnB1dF9wZXJfbWlsbGlvbhgCIAEoCRIaChJvdXRwdXRfcGVyX21pbGxpb24YAyABKAkiZwoPUmF0ZUxpbWl0U3RhdHVzEg0KBWxpbWl0GAEgASgNEhEKCXJlbWFpbmluZxgCIAEoDRIVCg1yZXNldF9zZWNvbmRzGAMgASgNEg0KBXNjb3BlGAQgASgJEgwKBHVuaXQYBSABKAkifAoKUmF0ZUxpbWl0cxIgChNyZXF1ZXN0c19wZXJfbWludXRlGAEgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYAiABKA1IAYgBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGUiZwoPUm91dGVSYXRlTGltaXRzEiYKBXJvdXRlGAEgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMipgEKEENvbm5lY3Rpb25MaW1pdHMSMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxItCgdwZXJfa2V5GAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEjEKBnJvdXRlcxgDIAMoCzIhLnRvbGxnYXRlLmF1dGgudjEuUm91dGVSYXRlTGltaXRzInsKB0FjY291bnQSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi0wIKCkNvbm5lY3Rpb24SEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiEKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHMSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGYnVkZ2V0GAogASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQiowMKB0tleUluZm8SDgoGa2V5X2lkGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHJvdGF0ZWRfZnJvbRgIIAEoCRISCgpyb3RhdGVkX3RvGAkgASgJEjEKDWdyYWNlX2VuZHNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxhc3Q0GAsgASgJEikKBXN0YXRlGAwgASgOMhoudG9sbGdhdGUuYXV0aC52MS5LZXlTdGF0ZRIoCgZidWRnZXQYDSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJYChRDcmVhdGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyJDChVDcmVhdGVBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCLuAgoXQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiYKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA1IAIgBARIeChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDUgBiAEBEicKBnJvdXRlcxgHIAMoDjIXLnRvbGxnYXRlLmF1dGgudjEuUm91dGUSMgoGbGltaXRzGAggASgLMiIudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uTGltaXRzEigKBmJ1ZGdldBgJIAEoCzIYLnRvbGxnYXRlLmF1dGgudjEuQnVkZ2V0QhwKGl9kZWZhdWx0X21heF9vdXRwdXRfdG9rZW5zQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJMChhDcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiKlAQoQQ3JlYXRlS2V5UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEbmFtZRgEIAEoCRIoCgZidWRnZXQYBSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJLChFDcmVhdGVLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SDgoGc2VjcmV0GAIgASgJIjwKD0xpc3RLZXlzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkiOwoQTGlzdEtleXNSZXNwb25zZRInCgRrZXlzGAEgAygLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIiIKEFJldm9rZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJIjsKEVJldm9rZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyKAAQoQUm90YXRlS2V5UmVxdWVzdBIOCgZrZXlfaWQYASABKAkSGgoNZ3JhY2Vfc2Vjb25kcxgCIAEoDUgAiAEBEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQhAKDl9ncmFjZV9zZWNvbmRzInsKEVJvdGF0ZUtleVJlc3BvbnNlEioKB29sZF9rZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SKgoHbmV3X2tleRgCIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIOCgZzZWNyZXQYAyABKAkiFQoTTGlzdEFjY291bnRzUmVxdWVzdCJDChRMaXN0QWNjb3VudHNSZXNwb25zZRIrCghhY2NvdW50cxgBIAMoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCInChFHZXRBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJInMKEkdldEFjY291bnRSZXNwb25zZRIqCgdhY2NvdW50GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5BY2NvdW50EjEKC2Nvbm5lY3Rpb25zGAIgAygLMhwudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uIlgKFFVwZGF0ZUFjY291bnRSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSLAoGbGltaXRzGAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzIkMKFVVwZGF0ZUFjY291bnRSZXNwb25zZRIqCgdhY2NvdW50GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5BY2NvdW50IioKFERlbGV0ZUFjY291bnRSZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkiSAoVRGVsZXRlQWNjb3VudFJlc3BvbnNlEi8KDHJldm9rZWRfa2V5cxgBIAMoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyJBChRHZXRDb25uZWN0aW9uUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkiSQoVR2V0Q29ubmVjdGlvblJlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb24iuAEKF1VwZGF0ZUNvbm5lY3Rpb25SZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSFQoNY29ubmVjdGlvbl9pZBgCIAEoCRIoCgZidWRnZXQYAyABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldBIUCgxjbGVhcl9idWRnZXQYBCABKAgSMgoGbGltaXRzGAUgASgLMiIudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uTGltaXRzIkwKGFVwZGF0ZUNvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uIkQKF0RlbGV0ZUNvbm5lY3Rpb25SZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSFQoNY29ubmVjdGlvbl9pZBgCIAEoCSJLChhEZWxldGVDb25uZWN0aW9uUmVzcG9uc2USLwoMcmV2b2tlZF9rZXlzGAEgAygLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIh8KDUdldEtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJIjgKDkdldEtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyJiChBVcGRhdGVLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCRIoCgZidWRnZXQYAiABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldBIUCgxjbGVhcl9idWRnZXQYAyABKAgiOwoRVXBkYXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIlkKGFNldHRsZVJlc2VydmF0aW9uUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRITCgthY3R1YWxfY29zdBgCIAEoCRIQCghldmVudF9pZBgDIAEoCSJjChlTZXR0bGVSZXNlcnZhdGlvblJlc3BvbnNlEjAKB291dGNvbWUYASABKA4yHy50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZU91dGNvbWUSFAoMc2V0dGxlZF9jb3N0GAIgASgJIlYKGVNldHRsZVJlc2VydmF0aW9uc1JlcXVlc3QSOQoFaXRlbXMYASADKAsyKi50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uUmVxdWVzdCJ1ChdTZXR0bGVSZXNlcnZhdGlvblJlc3VsdBIwCgdvdXRjb21lGAEgASgOMh8udG9sbGdhdGUuYXV0aC52MS5TZXR0bGVPdXRjb21lEhQKDHNldHRsZWRfY29zdBgCIAEoCRISCgplcnJvcl9jb2RlGAMgASgJIlgKGlNldHRsZVJlc2VydmF0aW9uc1Jlc3BvbnNlEjoKB3Jlc3VsdHMYASADKAsyKS50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uUmVzdWx0IpIBCgpLZXlSZXZva2VkEhAKCGtleV9oYXNoGAEgASgJEg4KBmtleV9pZBgCIAEoCRIuCgpyZXZva2VkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCgZyZWFzb24YBCABKA4yIi50b2xsZ2F0ZS5hdXRoLnYxLktleVJldm9rZWRSZWFzb24qiQEKBVJvdXRlEhUKEVJPVVRFX1VOU1BFQ0lGSUVEEAASEAoMUk9VVEVfTU9ERUxTEAESGgoWUk9VVEVfQ0hBVF9DT01QTEVUSU9OUxACEhUKEVJPVVRFX0NPTVBMRVRJT05TEAMSEwoPUk9VVEVfUkVTUE9OU0VTEAQSDwoLUk9VVEVfVEhJTksQBSqNAQoMQnVkZ2V0UGVyaW9kEh0KGUJVREdFVF9QRVJJT0RfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfUEVSSU9EX01PTlRIEAESFgoSQlVER0VUX1BFUklPRF9XRUVLEAISFQoRQlVER0VUX1BFUklPRF9EQVkQAxIWChJCVURHRVRfUEVSSU9EX0RBWVMQBCqYAQoIS2V5U3RhdGUSGQoVS0VZX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQS0VZX1NUQVRFX0FDVElWRRABEhYKEktFWV9TVEFURV9ST1RBVElORxACEhUKEUtFWV9TVEFURV9ST1RBVEVEEAMSFQoRS0VZX1NUQVRFX0VYUElSRUQQBBIVChFLRVlfU1RBVEVfUkVWT0tFRBAFKsABCg1TZXR0bGVPdXRjb21lEh4KGlNFVFRMRV9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGgoWU0VUVExFX09VVENPTUVfU0VUVExFRBABEicKI1NFVFRMRV9PVVRDT01FX1NFVFRMRURfQUZURVJfRVhQSVJZEAISIgoeU0VUVExFX09VVENPTUVfQUxSRUFEWV9TRVRUTEVEEAMSJgoiU0VUVExFX09VVENPTUVfVU5LTk9XTl9SRVNFUlZBVElPThAEKpYBChBLZXlSZXZva2VkUmVhc29uEiIKHktFWV9SRVZPS0VEX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9SRVZPS0VEEAESHgoaS0VZX1JFVk9LRURfUkVBU09OX1JPVEFURUQQAhIeChpLRVlfUkVWT0tFRF9SRUFTT05fRVhQSVJFRBADMrsNCgtBdXRoU2VydmljZRJUCglBdXRob3JpemUSIi50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlc3BvbnNlEmAKDUNyZWF0ZUFjY291bnQSJi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUFjY291bnRSZXF1ZXN0GicudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVBY2NvdW50UmVzcG9uc2USaQoQQ3JlYXRlQ29ubmVjdGlvbhIpLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QaKi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUNvbm5lY3Rpb25SZXNwb25zZRJUCglDcmVhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlc3BvbnNlElEKCExpc3RLZXlzEiEudG9sbGdhdGUuYXV0aC52MS5MaXN0S2V5c1JlcXVlc3QaIi50b2xsZ2F0ZS5hdXRoLnYxLkxpc3RLZXlzUmVzcG9uc2USVAoJUmV2b2tlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXNwb25zZRJUCglSb3RhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlc3BvbnNlEl0KDExpc3RBY2NvdW50cxIlLnRvbGxnYXRlLmF1dGgudjEuTGlzdEFjY291bnRzUmVxdWVzdBomLnRvbGxnYXRlLmF1dGgudjEuTGlzdEFjY291bnRzUmVzcG9uc2USVwoKR2V0QWNjb3VudBIjLnRvbGxnYXRlLmF1dGgudjEuR2V0QWNjb3VudFJlcXVlc3QaJC50b2xsZ2F0ZS5hdXRoLnYxLkdldEFjY291bnRSZXNwb25zZRJgCg1VcGRhdGVBY2NvdW50EiYudG9sbGdhdGUuYXV0aC52MS5VcGRhdGVBY2NvdW50UmVxdWVzdBonLnRvbGxnYXRlLmF1dGgudjEuVXBkYXRlQWNjb3VudFJlc3BvbnNlEmAKDURlbGV0ZUFjY291bnQSJi50b2xsZ2F0ZS5hdXRoLnYxLkRlbGV0ZUFjY291bnRSZXF1ZXN0GicudG9sbGdhdGUuYXV0aC52MS5EZWxldGVBY2NvdW50UmVzcG9uc2USYAoNR2V0Q29ubmVjdGlvbhImLnRvbGxnYXRlLmF1dGgudjEuR2V0Q29ubmVjdGlvblJlcXVlc3QaJy50b2xsZ2F0ZS5hdXRoLnYxLkdldENvbm5lY3Rpb25SZXNwb25zZRJpChBVcGRhdGVDb25uZWN0aW9uEikudG9sbGdhdGUuYXV0aC52MS5VcGRhdGVDb25uZWN0aW9uUmVxdWVzdBoqLnRvbGxnYXRlLmF1dGgudjEuVXBkYXRlQ29ubmVjdGlvblJlc3BvbnNlEmkKEERlbGV0ZUNvbm5lY3Rpb24SKS50b2xsZ2F0ZS5hdXRoLnYxLkRlbGV0ZUNvbm5lY3Rpb25SZXF1ZXN0GioudG9sbGdhdGUuYXV0aC52MS5EZWxldGVDb25uZWN0aW9uUmVzcG9uc2USSwoGR2V0S2V5Eh8udG9sbGdhdGUuYXV0aC52MS5HZXRLZXlSZXF1ZXN0GiAudG9sbGdhdGUuYXV0aC52MS5HZXRLZXlSZXNwb25zZRJUCglVcGRhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlVwZGF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlVwZGF0ZUtleVJlc3BvbnNlEmwKEVNldHRsZVJlc2VydmF0aW9uEioudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvblJlcXVlc3QaKy50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uUmVzcG9uc2USbwoSU2V0dGxlUmVzZXJ2YXRpb25zEisudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvbnNSZXF1ZXN0GiwudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvbnNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message tollgate.auth.v1.AuthorizeRequest
@@ -982,6 +982,376 @@ export const RotateKeyResponseSchema: GenMessage<RotateKeyResponse> = /*@__PURE_
   messageDesc(file_tollgate_auth_v1_auth, 23);
 
 /**
+ * @generated from message tollgate.auth.v1.ListAccountsRequest
+ */
+export type ListAccountsRequest = Message<"tollgate.auth.v1.ListAccountsRequest"> & {
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ListAccountsRequest.
+ * Use `create(ListAccountsRequestSchema)` to create a new message.
+ */
+export const ListAccountsRequestSchema: GenMessage<ListAccountsRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 24);
+
+/**
+ * @generated from message tollgate.auth.v1.ListAccountsResponse
+ */
+export type ListAccountsResponse = Message<"tollgate.auth.v1.ListAccountsResponse"> & {
+  /**
+   * @generated from field: repeated tollgate.auth.v1.Account accounts = 1;
+   */
+  accounts: Account[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ListAccountsResponse.
+ * Use `create(ListAccountsResponseSchema)` to create a new message.
+ */
+export const ListAccountsResponseSchema: GenMessage<ListAccountsResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 25);
+
+/**
+ * @generated from message tollgate.auth.v1.GetAccountRequest
+ */
+export type GetAccountRequest = Message<"tollgate.auth.v1.GetAccountRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetAccountRequest.
+ * Use `create(GetAccountRequestSchema)` to create a new message.
+ */
+export const GetAccountRequestSchema: GenMessage<GetAccountRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 26);
+
+/**
+ * @generated from message tollgate.auth.v1.GetAccountResponse
+ */
+export type GetAccountResponse = Message<"tollgate.auth.v1.GetAccountResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+
+  /**
+   * Ordered by id.
+   *
+   * @generated from field: repeated tollgate.auth.v1.Connection connections = 2;
+   */
+  connections: Connection[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetAccountResponse.
+ * Use `create(GetAccountResponseSchema)` to create a new message.
+ */
+export const GetAccountResponseSchema: GenMessage<GetAccountResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 27);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateAccountRequest
+ */
+export type UpdateAccountRequest = Message<"tollgate.auth.v1.UpdateAccountRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Replaces the account's limits; unset fields are unlimited.
+   *
+   * @generated from field: tollgate.auth.v1.RateLimits limits = 2;
+   */
+  limits?: RateLimits | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateAccountRequest.
+ * Use `create(UpdateAccountRequestSchema)` to create a new message.
+ */
+export const UpdateAccountRequestSchema: GenMessage<UpdateAccountRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 28);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateAccountResponse
+ */
+export type UpdateAccountResponse = Message<"tollgate.auth.v1.UpdateAccountResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateAccountResponse.
+ * Use `create(UpdateAccountResponseSchema)` to create a new message.
+ */
+export const UpdateAccountResponseSchema: GenMessage<UpdateAccountResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 29);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteAccountRequest
+ */
+export type DeleteAccountRequest = Message<"tollgate.auth.v1.DeleteAccountRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteAccountRequest.
+ * Use `create(DeleteAccountRequestSchema)` to create a new message.
+ */
+export const DeleteAccountRequestSchema: GenMessage<DeleteAccountRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 30);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteAccountResponse
+ */
+export type DeleteAccountResponse = Message<"tollgate.auth.v1.DeleteAccountResponse"> & {
+  /**
+   * The account's keys, revoked by this call (or before it).
+   *
+   * @generated from field: repeated tollgate.auth.v1.KeyInfo revoked_keys = 1;
+   */
+  revokedKeys: KeyInfo[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteAccountResponse.
+ * Use `create(DeleteAccountResponseSchema)` to create a new message.
+ */
+export const DeleteAccountResponseSchema: GenMessage<DeleteAccountResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 31);
+
+/**
+ * @generated from message tollgate.auth.v1.GetConnectionRequest
+ */
+export type GetConnectionRequest = Message<"tollgate.auth.v1.GetConnectionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetConnectionRequest.
+ * Use `create(GetConnectionRequestSchema)` to create a new message.
+ */
+export const GetConnectionRequestSchema: GenMessage<GetConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 32);
+
+/**
+ * @generated from message tollgate.auth.v1.GetConnectionResponse
+ */
+export type GetConnectionResponse = Message<"tollgate.auth.v1.GetConnectionResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Connection connection = 1;
+   */
+  connection?: Connection | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetConnectionResponse.
+ * Use `create(GetConnectionResponseSchema)` to create a new message.
+ */
+export const GetConnectionResponseSchema: GenMessage<GetConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 33);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateConnectionRequest
+ */
+export type UpdateConnectionRequest = Message<"tollgate.auth.v1.UpdateConnectionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+
+  /**
+   * Set: the connection's new budget. Unset: the budget stays, unless clear_budget.
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 3;
+   */
+  budget?: Budget | undefined;
+
+  /**
+   * Removes the budget (the connection's spend is no longer capped).
+   *
+   * @generated from field: bool clear_budget = 4;
+   */
+  clearBudget: boolean;
+
+  /**
+   * Set: replaces the connection's limits. Unset: they stay.
+   *
+   * @generated from field: tollgate.auth.v1.ConnectionLimits limits = 5;
+   */
+  limits?: ConnectionLimits | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateConnectionRequest.
+ * Use `create(UpdateConnectionRequestSchema)` to create a new message.
+ */
+export const UpdateConnectionRequestSchema: GenMessage<UpdateConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 34);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateConnectionResponse
+ */
+export type UpdateConnectionResponse = Message<"tollgate.auth.v1.UpdateConnectionResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Connection connection = 1;
+   */
+  connection?: Connection | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateConnectionResponse.
+ * Use `create(UpdateConnectionResponseSchema)` to create a new message.
+ */
+export const UpdateConnectionResponseSchema: GenMessage<UpdateConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 35);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteConnectionRequest
+ */
+export type DeleteConnectionRequest = Message<"tollgate.auth.v1.DeleteConnectionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteConnectionRequest.
+ * Use `create(DeleteConnectionRequestSchema)` to create a new message.
+ */
+export const DeleteConnectionRequestSchema: GenMessage<DeleteConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 36);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteConnectionResponse
+ */
+export type DeleteConnectionResponse = Message<"tollgate.auth.v1.DeleteConnectionResponse"> & {
+  /**
+   * The connection's keys, revoked by this call (or before it).
+   *
+   * @generated from field: repeated tollgate.auth.v1.KeyInfo revoked_keys = 1;
+   */
+  revokedKeys: KeyInfo[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteConnectionResponse.
+ * Use `create(DeleteConnectionResponseSchema)` to create a new message.
+ */
+export const DeleteConnectionResponseSchema: GenMessage<DeleteConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 37);
+
+/**
+ * @generated from message tollgate.auth.v1.GetKeyRequest
+ */
+export type GetKeyRequest = Message<"tollgate.auth.v1.GetKeyRequest"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetKeyRequest.
+ * Use `create(GetKeyRequestSchema)` to create a new message.
+ */
+export const GetKeyRequestSchema: GenMessage<GetKeyRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 38);
+
+/**
+ * @generated from message tollgate.auth.v1.GetKeyResponse
+ */
+export type GetKeyResponse = Message<"tollgate.auth.v1.GetKeyResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.KeyInfo key = 1;
+   */
+  key?: KeyInfo | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetKeyResponse.
+ * Use `create(GetKeyResponseSchema)` to create a new message.
+ */
+export const GetKeyResponseSchema: GenMessage<GetKeyResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 39);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateKeyRequest
+ */
+export type UpdateKeyRequest = Message<"tollgate.auth.v1.UpdateKeyRequest"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+
+  /**
+   * Set: the key's new budget. Unset: the budget stays, unless clear_budget.
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 2;
+   */
+  budget?: Budget | undefined;
+
+  /**
+   * Removes the key's own budget (its connection's still applies).
+   *
+   * @generated from field: bool clear_budget = 3;
+   */
+  clearBudget: boolean;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateKeyRequest.
+ * Use `create(UpdateKeyRequestSchema)` to create a new message.
+ */
+export const UpdateKeyRequestSchema: GenMessage<UpdateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 40);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateKeyResponse
+ */
+export type UpdateKeyResponse = Message<"tollgate.auth.v1.UpdateKeyResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.KeyInfo key = 1;
+   */
+  key?: KeyInfo | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateKeyResponse.
+ * Use `create(UpdateKeyResponseSchema)` to create a new message.
+ */
+export const UpdateKeyResponseSchema: GenMessage<UpdateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 41);
+
+/**
  * @generated from message tollgate.auth.v1.SettleReservationRequest
  */
 export type SettleReservationRequest = Message<"tollgate.auth.v1.SettleReservationRequest"> & {
@@ -1012,7 +1382,7 @@ export type SettleReservationRequest = Message<"tollgate.auth.v1.SettleReservati
  * Use `create(SettleReservationRequestSchema)` to create a new message.
  */
 export const SettleReservationRequestSchema: GenMessage<SettleReservationRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 24);
+  messageDesc(file_tollgate_auth_v1_auth, 42);
 
 /**
  * @generated from message tollgate.auth.v1.SettleReservationResponse
@@ -1036,7 +1406,7 @@ export type SettleReservationResponse = Message<"tollgate.auth.v1.SettleReservat
  * Use `create(SettleReservationResponseSchema)` to create a new message.
  */
 export const SettleReservationResponseSchema: GenMessage<SettleReservationResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 25);
+  messageDesc(file_tollgate_auth_v1_auth, 43);
 
 /**
  * @generated from message tollgate.auth.v1.SettleReservationsRequest
@@ -1055,7 +1425,7 @@ export type SettleReservationsRequest = Message<"tollgate.auth.v1.SettleReservat
  * Use `create(SettleReservationsRequestSchema)` to create a new message.
  */
 export const SettleReservationsRequestSchema: GenMessage<SettleReservationsRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 26);
+  messageDesc(file_tollgate_auth_v1_auth, 44);
 
 /**
  * SettleReservationResult is what became of one item of a SettleReservations call.
@@ -1091,7 +1461,7 @@ export type SettleReservationResult = Message<"tollgate.auth.v1.SettleReservatio
  * Use `create(SettleReservationResultSchema)` to create a new message.
  */
 export const SettleReservationResultSchema: GenMessage<SettleReservationResult> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 27);
+  messageDesc(file_tollgate_auth_v1_auth, 45);
 
 /**
  * @generated from message tollgate.auth.v1.SettleReservationsResponse
@@ -1110,7 +1480,7 @@ export type SettleReservationsResponse = Message<"tollgate.auth.v1.SettleReserva
  * Use `create(SettleReservationsResponseSchema)` to create a new message.
  */
 export const SettleReservationsResponseSchema: GenMessage<SettleReservationsResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 28);
+  messageDesc(file_tollgate_auth_v1_auth, 46);
 
 /**
  * KeyRevoked is broadcast on core NATS (subject natsNames(ns).keyRevoked) whenever a key stops
@@ -1148,7 +1518,7 @@ export type KeyRevoked = Message<"tollgate.auth.v1.KeyRevoked"> & {
  * Use `create(KeyRevokedSchema)` to create a new message.
  */
 export const KeyRevokedSchema: GenMessage<KeyRevoked> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 29);
+  messageDesc(file_tollgate_auth_v1_auth, 47);
 
 /**
  * Route names the account-door route being called, so policy can differ per route.
@@ -1454,6 +1824,99 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof RotateKeyRequestSchema;
     output: typeof RotateKeyResponseSchema;
+  },
+  /**
+   * ListAccounts describes every account, ordered by id.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.ListAccounts
+   */
+  listAccounts: {
+    methodKind: "unary";
+    input: typeof ListAccountsRequestSchema;
+    output: typeof ListAccountsResponseSchema;
+  },
+  /**
+   * GetAccount describes one account and its connections. NOT_FOUND ("account_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.GetAccount
+   */
+  getAccount: {
+    methodKind: "unary";
+    input: typeof GetAccountRequestSchema;
+    output: typeof GetAccountResponseSchema;
+  },
+  /**
+   * UpdateAccount replaces an account's limits. NOT_FOUND ("account_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.UpdateAccount
+   */
+  updateAccount: {
+    methodKind: "unary";
+    input: typeof UpdateAccountRequestSchema;
+    output: typeof UpdateAccountResponseSchema;
+  },
+  /**
+   * DeleteAccount revokes every key of the account, broadcasting each as RevokeKey does, then
+   * removes its connections and the account. NOT_FOUND ("account_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.DeleteAccount
+   */
+  deleteAccount: {
+    methodKind: "unary";
+    input: typeof DeleteAccountRequestSchema;
+    output: typeof DeleteAccountResponseSchema;
+  },
+  /**
+   * GetConnection describes one connection. NOT_FOUND ("account_not_found",
+   * "connection_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.GetConnection
+   */
+  getConnection: {
+    methodKind: "unary";
+    input: typeof GetConnectionRequestSchema;
+    output: typeof GetConnectionResponseSchema;
+  },
+  /**
+   * UpdateConnection sets or clears a connection's budget and replaces its limits.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.UpdateConnection
+   */
+  updateConnection: {
+    methodKind: "unary";
+    input: typeof UpdateConnectionRequestSchema;
+    output: typeof UpdateConnectionResponseSchema;
+  },
+  /**
+   * DeleteConnection revokes every key of the connection, broadcasting each as RevokeKey does,
+   * then removes the connection.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.DeleteConnection
+   */
+  deleteConnection: {
+    methodKind: "unary";
+    input: typeof DeleteConnectionRequestSchema;
+    output: typeof DeleteConnectionResponseSchema;
+  },
+  /**
+   * GetKey describes one key, never its secret. NOT_FOUND ("key_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.GetKey
+   */
+  getKey: {
+    methodKind: "unary";
+    input: typeof GetKeyRequestSchema;
+    output: typeof GetKeyResponseSchema;
+  },
+  /**
+   * UpdateKey sets or clears a key's own budget. NOT_FOUND ("key_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.UpdateKey
+   */
+  updateKey: {
+    methodKind: "unary";
+    input: typeof UpdateKeyRequestSchema;
+    output: typeof UpdateKeyResponseSchema;
   },
   /**
    * SettleReservation turns a budget reservation taken by Authorize into spend: it removes the
