@@ -126,6 +126,35 @@ describe("accounts, connections and budgets through the built tollgatectl, two a
     for (const url of stack.urls) expect((await models(url, key.secret)).status).toBe(200);
   });
 
+  it("a key's budget shows what it spent this period, to the base unit of its usage", async () => {
+    const key = await newKey("main");
+    await ok(["keys", "update", key.id, "--budget", "5000000", "--budget-period", "day"]);
+    const res = await fetch(`${stack.urls[1]}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key.secret}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        model: "tollgate-mini",
+        max_tokens: 16,
+        messages: [{ role: "user", content: "Hi" }],
+      }),
+    });
+    expect(res.status).toBe(200);
+    // Usage settles through metering; poll until no hold is left.
+    let shown = "";
+    const deadline = Date.now() + 15_000;
+    while (Date.now() < deadline) {
+      shown = await ok(["keys", "show", key.id]);
+      if (/ 0 held by running requests/.test(shown) && !/this period: 0 spent/.test(shown)) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const usage = JSON.parse(await ok(["usage", "--key", key.id, "--json"])) as { totals: { cost: string } };
+    expect(BigInt(usage.totals.cost)).toBeGreaterThan(0n);
+    const left = 5_000_000n - BigInt(usage.totals.cost);
+    expect(shown).toContain(
+      `this period: ${usage.totals.cost} spent, 0 held by running requests, ${left} left`,
+    );
+  });
+
   it("deleting a connection revokes its keys on both edges; the other connection's keys still work", async () => {
     const doomed = await newKey("spare");
     const kept = await newKey("main");

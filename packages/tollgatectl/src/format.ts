@@ -17,6 +17,16 @@ export interface KeyJson {
   rotated_to: string | null;
   grace_ends_at: string | null;
   budget?: BudgetJson | null;
+  budget_usage?: BudgetUsageJson;
+}
+
+/** A budget's current period as the admin API shows it: base units as decimal strings. */
+export interface BudgetUsageJson {
+  spent: string;
+  held: string;
+  remaining: string;
+  period_start: string | null;
+  period_end: string | null;
 }
 
 /** A spend cap as the admin API shows it: base units per period. */
@@ -78,6 +88,12 @@ export function formatBudget(b: BudgetJson | null | undefined): string {
   if (!b) return "none";
   const per = b.period_days !== undefined ? `per ${b.period_days} days` : `per ${b.period ?? "month"}`;
   return `${formatCost(b.amount)} USD (${b.amount} base units) ${per}`;
+}
+
+/** "150 spent, 300 held by running requests, 550 left (base units), 2030-01-07 to 2030-01-14". */
+export function formatUsage(u: BudgetUsageJson): string {
+  const day = (t: string | null) => (t ? t.slice(0, 10) : "-");
+  return `${u.spent} spent, ${u.held} held by running requests, ${u.remaining} left (base units) from ${day(u.period_start)} to ${day(u.period_end)} (UTC)`;
 }
 
 const when = (t: string | null) => (t ? t.replace(/\.\d+Z$/, "Z") : "-");
@@ -166,6 +182,7 @@ interface ConnectionJson {
     routes?: Record<string, LimitsJson>;
   };
   budget?: BudgetJson | null;
+  budget_usage?: BudgetUsageJson;
 }
 
 function connectionLimits(c: ConnectionJson): string[] {
@@ -191,6 +208,7 @@ function connectionLines(c: ConnectionJson, title: string): string {
     `  routes:     ${c.routes ? c.routes.join(", ") : "all"}`,
     `  limits:     ${l.length > 0 ? l.join(", ") : "none"}`,
     `  budget:     ${formatBudget(c.budget)}`,
+    ...(c.budget_usage ? [`  this period: ${formatUsage(c.budget_usage)}`] : []),
   ].join("\n");
 }
 
@@ -273,6 +291,7 @@ export function render(view: View, body: unknown): Rendered {
           `  last4:   ${k.last4 || "-"}`,
           `  created: ${when(k.created_at)}   expires: ${k.expires_at ? when(k.expires_at) : "never"}`,
           `  budget:  ${formatBudget(k.budget)}`,
+          ...(k.budget_usage ? [`  this period: ${formatUsage(k.budget_usage)}`] : []),
         ].join("\n"),
       };
     }

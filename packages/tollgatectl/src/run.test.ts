@@ -83,6 +83,24 @@ describe("tollgatectl run", () => {
     expect(conn.out).toContain("budget:     2.500000 USD (2500000 base units) per 7 days");
     const k = await tollgatectl(["keys", "show", "key_1"], fakeApi(200, key));
     expect(k.out).toContain("budget:  none");
+    expect(k.out).not.toContain("this period");
+    const spent = await tollgatectl(
+      ["keys", "show", "key_1"],
+      fakeApi(200, {
+        ...key,
+        budget: { amount: "1000", period: "week" },
+        budget_usage: {
+          spent: "150",
+          held: "300",
+          remaining: "550",
+          period_start: "2030-01-07T00:00:00.000Z",
+          period_end: "2030-01-14T00:00:00.000Z",
+        },
+      }),
+    );
+    expect(spent.out).toContain(
+      "this period: 150 spent, 300 held by running requests, 550 left (base units) from 2030-01-07 to 2030-01-14 (UTC)",
+    );
     const deleted = await tollgatectl(
       ["connections", "delete", "acme", "main"],
       fakeApi(200, {

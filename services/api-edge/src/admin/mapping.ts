@@ -10,6 +10,7 @@ import {
   type Budget,
   BudgetPeriod,
   type BudgetSchema,
+  type BudgetUsage,
   type Connection,
   type CreateAccountRequestSchema,
   type CreateConnectionRequestSchema,
@@ -331,6 +332,23 @@ function budgetOut(b: Budget | undefined) {
   return { amount: b.amount, period };
 }
 
+/**
+ * A budget's current period (shown by the single-connection and single-key answers when a
+ * budget applies): base units as decimal strings.
+ */
+function budgetUsageOut(u: BudgetUsage | undefined) {
+  if (!u) return {};
+  return {
+    budget_usage: {
+      spent: u.spent,
+      held: u.held,
+      remaining: u.remaining,
+      period_start: iso(u.periodStart),
+      period_end: iso(u.periodEnd),
+    },
+  };
+}
+
 /** An account as the admin API shows it. */
 export function accountJson(a: Account | undefined) {
   return {
@@ -365,6 +383,7 @@ export function connectionJson(c: Connection | undefined) {
       routes,
     },
     budget: budgetOut(c?.budget),
+    ...budgetUsageOut(c?.budgetUsage),
     created_at: iso(c?.createdAt),
   };
 }
@@ -386,6 +405,7 @@ export function keyJson(k: KeyInfo | undefined) {
     rotated_to: k?.rotatedTo || null,
     grace_ends_at: iso(k?.graceEndsAt),
     budget: budgetOut(k?.budget),
+    ...budgetUsageOut(k?.budgetUsage),
   };
 }
 

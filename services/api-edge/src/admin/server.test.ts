@@ -4,6 +4,7 @@ import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import {
   AccountSchema,
+  BudgetPeriod,
   ConnectionSchema,
   KeyInfoSchema,
   KeyState,
@@ -137,7 +138,20 @@ function fakes() {
         $typeName: "tollgate.auth.v1.DeleteConnectionResponse",
         revokedKeys: [key({ state: KeyState.REVOKED, revokedAt: timestampFromDate(T0) })],
       }),
-    getKey: (req) => answer("getKey", req, { $typeName: "tollgate.auth.v1.GetKeyResponse", key: key() }),
+    getKey: (req) =>
+      answer("getKey", req, {
+        $typeName: "tollgate.auth.v1.GetKeyResponse",
+        key: key({
+          budget: { amount: "1000", period: BudgetPeriod.WEEK },
+          budgetUsage: {
+            spent: "150",
+            held: "300",
+            remaining: "550",
+            periodStart: timestampFromDate(new Date("2030-01-07T00:00:00Z")),
+            periodEnd: timestampFromDate(new Date("2030-01-14T00:00:00Z")),
+          },
+        }),
+      }),
     updateKey: (req) =>
       answer("updateKey", req, {
         $typeName: "tollgate.auth.v1.UpdateKeyResponse",
@@ -540,7 +554,19 @@ describe("admin API: list, show, update and delete", () => {
       limits: { requests_per_minute: 7, tokens_per_minute: null },
     });
     const k = await app.inject({ method: "GET", url: "/admin/v1/keys/key_1", headers: auth });
-    expect(k.json()).toMatchObject({ id: "key_1", object: "key", state: "active" });
+    expect(k.json()).toMatchObject({
+      id: "key_1",
+      object: "key",
+      state: "active",
+      budget: { amount: "1000", period: "week" },
+      budget_usage: {
+        spent: "150",
+        held: "300",
+        remaining: "550",
+        period_start: "2030-01-07T00:00:00.000Z",
+        period_end: "2030-01-14T00:00:00.000Z",
+      },
+    });
     expect(k.body).not.toContain(SECRET);
   });
 

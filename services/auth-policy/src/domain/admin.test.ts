@@ -4,7 +4,7 @@ import { createMemoryKeyStore } from "../adapters/memory-key-store.js";
 import { createMemoryLedger } from "../adapters/memory-ledger.js";
 import { type Admin, type CreateConnectionInput, createAdmin } from "./admin.js";
 import { authorize } from "./authorize.js";
-import type { Budget } from "./budget.js";
+import { type Budget, budgetChecks, newReservationId } from "./budget.js";
 import { broadcastDueDeadlines } from "./deadlines.js";
 import { AuthError, type AuthErrorCode } from "./errors.js";
 import type { KeyRevocation, KeyStore, Ledger, RevocationPublisher } from "./ports.js";
@@ -402,5 +402,55 @@ describe("listing, showing, updating and deleting", () => {
     expect(await admin.listAccounts()).toEqual([]);
     expect(await store.listConnections("acme")).toEqual([]);
     expect(await codeOf(admin.deleteAccount("acme"))).toBe("account_not_found");
+  });
+});
+
+describe("budget spend", () => {
+  it("shows a budget's settled spend, holds and what is left in its current period", async () => {
+    admin = createAdmin({ store, publisher, knownModels: new Set(["mini"]), ledger });
+    const weekly = { amount: 1_000n, period: "week" as const };
+    const c = await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      budget: weekly,
+      clearBudget: false,
+    });
+    const { key } = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: weekly },
+      NOW,
+    );
+    const checks = budgetChecks({
+      accountId: "acme",
+      connectionId: "main",
+      keyId: key.keyId,
+      connectionBudget: weekly,
+      keyBudget: weekly,
+      now: NOW,
+    });
+    const running = newReservationId("acme");
+    const done = newReservationId("acme");
+    await ledger.admit([], { hold: { reservationId: running, amount: 300n, budgets: checks } }, NOW);
+    await ledger.admit([], { hold: { reservationId: done, amount: 200n, budgets: checks } }, NOW);
+    await ledger.settle(done, 150n, "evt-1", NOW);
+    const week = {
+      periodStart: new Date("2025-05-26T00:00:00Z"),
+      periodEnd: new Date("2025-06-02T00:00:00Z"),
+    };
+    expect(await admin.connectionUsage(c, NOW)).toEqual({
+      spent: 150n,
+      held: 300n,
+      remaining: 550n,
+      ...week,
+    });
+    expect(await admin.keyUsage(key, NOW)).toEqual({ spent: 150n, held: 300n, remaining: 550n, ...week });
+    // Reading holds nothing.
+    expect(await admin.connectionUsage(c, NOW)).toEqual({
+      spent: 150n,
+      held: 300n,
+      remaining: 550n,
+      ...week,
+    });
+    const unbudgeted = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    expect(await admin.keyUsage(unbudgeted.key, NOW)).toBeUndefined();
   });
 });

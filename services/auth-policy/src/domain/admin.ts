@@ -2,7 +2,14 @@
 // listing, revocation broadcast to every replica, rotation with a grace window.
 
 import { routeNames } from "@tollgate/config";
-import { type Budget, MAX_BUDGET_AMOUNT, MAX_PERIOD_DAYS } from "./budget.js";
+import {
+  type Budget,
+  budgetChecks,
+  MAX_BUDGET_AMOUNT,
+  MAX_PERIOD_DAYS,
+  periodAt,
+  remainingOf,
+} from "./budget.js";
 import { AuthError } from "./errors.js";
 import { generateKeyId, generateSecret, hashKey } from "./keys.js";
 import type {
@@ -11,6 +18,7 @@ import type {
   ConnectionPolicy,
   KeyRecord,
   KeyStore,
+  Ledger,
   RateLimits,
   RevocationPublisher,
   RouteName,
@@ -37,6 +45,17 @@ export interface AdminDeps {
   knownModels: ReadonlySet<string>;
   /** Grace window of a rotation that names none. */
   defaultGraceSeconds?: number;
+  /** Where budget spend is counted; without it, budgets are shown without their spend. */
+  ledger?: Pick<Ledger, "admit">;
+}
+
+/** A budget's current period: settled spend, holds of requests still running, what is left. */
+export interface BudgetUsage {
+  spent: bigint;
+  held: bigint;
+  remaining: bigint;
+  periodStart: Date;
+  periodEnd: Date;
 }
 
 export interface CreateConnectionInput {
@@ -172,7 +191,48 @@ export function createAdmin(deps: AdminDeps) {
     return revoked;
   }
 
+  /** Reads (never holds) a budget's spend in its current period. */
+  async function usageOf(
+    accountId: string,
+    owner: { connectionId: string; keyId: string },
+    budgets: { connectionBudget?: Budget; keyBudget?: Budget },
+    now: Date,
+  ): Promise<BudgetUsage | undefined> {
+    const budget = budgets.connectionBudget ?? budgets.keyBudget;
+    if (!budget || !deps.ledger) return undefined;
+    const checks = budgetChecks({ accountId, ...owner, ...budgets, now });
+    const check = checks[0];
+    const count = (await deps.ledger.admit([], { peek: checks }, now)).budgets[0];
+    if (!check || !count) return undefined;
+    const period = periodAt(budget.period, now);
+    return {
+      spent: count.spent,
+      held: count.held,
+      remaining: remainingOf(check, count, 0n),
+      periodStart: new Date(period.startMs),
+      periodEnd: new Date(period.endMs),
+    };
+  }
+
   return {
+    /** A connection's budget spend in its current period; undefined without a budget. */
+    connectionUsage: (c: ConnectionPolicy, now = new Date()) =>
+      usageOf(
+        c.accountId,
+        { connectionId: c.connectionId, keyId: "" },
+        c.budget ? { connectionBudget: c.budget } : {},
+        now,
+      ),
+
+    /** A key's own budget spend in its current period; undefined without a budget. */
+    keyUsage: (k: KeyRecord, now = new Date()) =>
+      usageOf(
+        k.accountId,
+        { connectionId: k.connectionId, keyId: k.keyId },
+        k.budget ? { keyBudget: k.budget } : {},
+        now,
+      ),
+
     /** Every account, ordered by id. */
     listAccounts: () => store.listAccounts(),
 
