@@ -71,7 +71,7 @@ describe("loadGatewayConfig on the demo file", () => {
     expect(cfg.models[0]?.pricing).toEqual({ inputPerMillion: 150000n, outputPerMillion: 600000n });
     expect(cfg.models[0]?.reasoning).toBe(false);
     expect(cfg.models[2]?.reasoning).toBe(true);
-    expect(cfg.plans?.Premium.default).toBe("tollgate-reasoner");
+    expect(cfg.plans?.Premium?.default).toBe("tollgate-reasoner");
     const conn = cfg.accounts[0]?.connections[0];
     expect(conn?.defaultModel).toBe("tollgate-mini");
     expect(conn?.policy).toEqual({ defaultMaxOutputTokens: 256, maxOutputTokens: 4096 });
@@ -295,6 +295,25 @@ describe("parseGatewayConfig", () => {
     expect(text).toContain("accounts.0.connections.0.keys.0.budget.amount");
     expect(text).toContain("accounts.0.connections.0.keys.1.budget.amount");
     expect(text).toContain("accounts.0.connections.0.keys.1.budget.period");
+  });
+
+  it("accepts any subset of the three plans", () => {
+    const cfg = parseGatewayConfig({ ...validDoc(), plans: { Plus: { models: ["mini"], default: "mini" } } });
+    expect(Object.keys(cfg.plans ?? {})).toEqual(["Plus"]);
+    expect(cfg.plans?.Starter).toBeUndefined();
+  });
+
+  it("turns the paid door off with no plans, absent or empty", () => {
+    expect(parseGatewayConfig(validDoc()).plans).toBeUndefined();
+    expect(parseGatewayConfig({ ...validDoc(), plans: {} }).plans).toBeUndefined();
+  });
+
+  it("still refuses a plan name outside Starter, Plus and Premium", () => {
+    const text = problemsOf(() =>
+      parseGatewayConfig({ ...validDoc(), plans: { Gold: { models: ["mini"], default: "mini" } } }),
+    ).join("\n");
+    expect(text).toContain("plans");
+    expect(text).toContain("Gold");
   });
 
   it("checks plans against the models", () => {

@@ -251,7 +251,18 @@ const accountSchema = z.strictObject({
 export const gatewayConfigSchema = z.strictObject({
   upstreams: z.array(upstreamSchema).min(1),
   models: z.array(modelSchema).min(1),
-  plans: z.strictObject({ Starter: planSchema, Plus: planSchema, Premium: planSchema }).optional(),
+  /**
+   * The paid door's plans: any of the three, each optional. None (absent or empty) turns the
+   * paid door off; a plan left out is refused by the paid door as not offered.
+   */
+  plans: z
+    .strictObject({
+      Starter: planSchema.optional(),
+      Plus: planSchema.optional(),
+      Premium: planSchema.optional(),
+    })
+    .optional()
+    .transform((p) => (p && Object.values(p).some((v) => v !== undefined) ? p : undefined)),
   accounts: z.array(accountSchema).default([]),
   /** Timeouts, retries and cooldowns of upstream calls (defaults apply when absent). */
   resilience: resilienceSchema.prefault({}),

@@ -89,6 +89,73 @@ describe("tollgatectl command lines", () => {
     });
   });
 
+  it("sets budgets on connections and keys, in base units as strings", () => {
+    expect(
+      request(["connections", "create", "acme", "main", "--models", "m", "--budget", "9007199254740991"])
+        .body,
+    ).toEqual({ id: "main", models: ["m"], budget: { amount: "9007199254740991", period: "month" } });
+    expect(
+      request(["keys", "create", "acme", "main", "--budget", "5000000", "--budget-period", "week"]).body,
+    ).toEqual({ budget: { amount: "5000000", period: "week" } });
+    expect(
+      request(["keys", "create", "acme", "main", "--budget", "1", "--budget-period", "30d"]).body,
+    ).toEqual({ budget: { amount: "1", period_days: 30 } });
+    expect(usageError(["keys", "create", "a", "c", "--budget", "1.5"])).toMatch(/whole number of base units/);
+    expect(usageError(["keys", "create", "a", "c", "--budget", "9007199254740992"])).toMatch(/at most/);
+    expect(usageError(["keys", "create", "a", "c", "--budget", "1", "--budget-period", "0d"])).toMatch(
+      /month, week, day or 1d to 366d/,
+    );
+    expect(usageError(["keys", "create", "a", "c", "--budget-period", "day"])).toMatch(/needs --budget/);
+  });
+
+  it("lists, shows, updates and deletes accounts, connections and keys", () => {
+    expect(request(["accounts", "list"])).toEqual({ method: "GET", path: "/admin/v1/accounts" });
+    expect(request(["accounts", "show", "a/b"])).toEqual({ method: "GET", path: "/admin/v1/accounts/a%2Fb" });
+    expect(request(["accounts", "update", "acme", "--rpm", "5"])).toEqual({
+      method: "PATCH",
+      path: "/admin/v1/accounts/acme",
+      body: { limits: { requests_per_minute: 5 } },
+    });
+    expect(request(["accounts", "delete", "acme"])).toEqual({
+      method: "DELETE",
+      path: "/admin/v1/accounts/acme",
+    });
+    expect(request(["connections", "list", "acme"])).toEqual({
+      method: "GET",
+      path: "/admin/v1/accounts/acme/connections",
+    });
+    expect(request(["connections", "show", "acme", "main"])).toEqual({
+      method: "GET",
+      path: "/admin/v1/accounts/acme/connections/main",
+    });
+    expect(
+      request(["connections", "update", "acme", "main", "--budget", "10", "--budget-period", "day"]),
+    ).toEqual({
+      method: "PATCH",
+      path: "/admin/v1/accounts/acme/connections/main",
+      body: { budget: { amount: "10", period: "day" } },
+    });
+    expect(request(["connections", "update", "acme", "main", "--no-budget", "--key-rpm", "3"]).body).toEqual({
+      budget: null,
+      limits: { key_requests_per_minute: 3 },
+    });
+    expect(request(["connections", "delete", "acme", "main"])).toEqual({
+      method: "DELETE",
+      path: "/admin/v1/accounts/acme/connections/main",
+    });
+    expect(request(["keys", "show", "key_1"])).toEqual({ method: "GET", path: "/admin/v1/keys/key_1" });
+    expect(request(["keys", "update", "key_1", "--budget", "7"])).toEqual({
+      method: "PATCH",
+      path: "/admin/v1/keys/key_1",
+      body: { budget: { amount: "7", period: "month" } },
+    });
+    expect(request(["keys", "update", "key_1", "--no-budget"]).body).toEqual({ budget: null });
+    expect(usageError(["keys", "update", "key_1"])).toMatch(/needs --budget or --no-budget/);
+    expect(usageError(["keys", "update", "key_1", "--budget", "1", "--no-budget"])).toMatch(/not both/);
+    expect(usageError(["connections", "update", "acme", "main"])).toMatch(/needs --budget/);
+    expect(usageError(["accounts", "show"])).toMatch(/takes <account>/);
+  });
+
   it("keys create, list, revoke and rotate; path segments are encoded", () => {
     expect(
       request([

@@ -15,7 +15,16 @@ export class UsageError extends Error {
 /** How the answer of a request is shown. */
 export type View =
   | "account"
+  | "account-list"
+  | "account-show"
+  | "account-updated"
   | "connection"
+  | "connection-list"
+  | "connection-show"
+  | "connection-updated"
+  | "deleted"
+  | "key-show"
+  | "key-updated"
   | "key-created"
   | "key-list"
   | "key-revoked"
@@ -24,7 +33,7 @@ export type View =
 
 /** One call of the admin API. */
 export interface AdminRequest {
-  method: "GET" | "POST";
+  method: "GET" | "POST" | "PATCH" | "DELETE";
   /** Path and query, already encoded, e.g. `/admin/v1/accounts/acme/keys?connection=main`. */
   path: string;
   body?: Record<string, unknown>;
@@ -49,12 +58,27 @@ export const USAGE = `Usage: tollgatectl <command> [options]
 
 Commands:
   accounts create <account> [--rpm N] [--tpm N]
+  accounts list
+  accounts show <account>
+  accounts update <account> [--rpm N] [--tpm N]      (replaces the account's limits)
+  accounts delete <account>                          (revokes every key of the account)
   connections create <account> <connection> --models a,b [--default m]
         [--default-max-output N] [--max-output N] [--routes chat,think,...]
         [--rpm N] [--tpm N] [--key-rpm N] [--key-tpm N]
         [--route-rpm route=N ...] [--route-tpm route=N ...]
+        [--budget BASE_UNITS [--budget-period month|week|day|Nd]]
+  connections list <account>
+  connections show <account> <connection>
+  connections update <account> <connection>
+        [--budget BASE_UNITS [--budget-period month|week|day|Nd] | --no-budget]
+        [--rpm N] [--tpm N] [--key-rpm N] [--key-tpm N] [--route-rpm route=N ...] [--route-tpm route=N ...]
+        (any limit option replaces all of the connection's limits)
+  connections delete <account> <connection>          (revokes every key of the connection)
   keys create <account> <connection> [--expires ISO] [--name text]
+        [--budget BASE_UNITS [--budget-period month|week|day|Nd]]
   keys list <account> [--connection c]
+  keys show <keyId>
+  keys update <keyId> --budget BASE_UNITS [--budget-period month|week|day|Nd] | --no-budget
   keys revoke <keyId>
   keys rotate <keyId> [--grace 24h|90m|3600] [--expires ISO]
   usage [--account a] [--connection c] [--key k] [--model m]
@@ -70,6 +94,8 @@ Options:
 connection together (connections create); --key-rpm/--key-tpm limit each key, --route-rpm and
 --route-tpm one route of the connection. Times are ISO 8601 (2030-01-31 or
 2030-01-31T12:00:00Z). Spend is in base units of the payment token (6 decimals).
+--budget caps the spend of all keys of a connection together, or of one key, per period (UTC;
+default month): 5000000 is 5 USD.
 
 Exit codes: 0 done, 1 the admin API refused or could not be reached, 2 bad command line.`;
 
@@ -99,6 +125,9 @@ const OPTIONS = {
   from: { type: "string" },
   to: { type: "string" },
   by: { type: "string" },
+  budget: { type: "string" },
+  "budget-period": { type: "string" },
+  "no-budget": { type: "boolean" },
 } as const;
 
 type OptionName = keyof typeof OPTIONS;
@@ -121,8 +150,30 @@ const COMMAND_OPTIONS: Record<string, readonly OptionName[]> = {
     "key-tpm",
     "route-rpm",
     "route-tpm",
+    "budget",
+    "budget-period",
   ],
-  "keys create": ["expires", "name"],
+  "keys create": ["expires", "name", "budget", "budget-period"],
+  "accounts list": [],
+  "accounts show": [],
+  "accounts update": ["rpm", "tpm"],
+  "accounts delete": [],
+  "connections list": [],
+  "connections show": [],
+  "connections update": [
+    "budget",
+    "budget-period",
+    "no-budget",
+    "rpm",
+    "tpm",
+    "key-rpm",
+    "key-tpm",
+    "route-rpm",
+    "route-tpm",
+  ],
+  "connections delete": [],
+  "keys show": [],
+  "keys update": ["budget", "budget-period", "no-budget"],
   "keys list": ["connection"],
   "keys revoke": [],
   "keys rotate": ["grace", "expires"],
@@ -193,6 +244,68 @@ function routeLimits(values: readonly string[] | undefined, option: string): Map
     out.set(checkRoute(route, option), positiveInt(n, option));
   }
   return out;
+}
+
+/** The largest budget auth-policy takes, in base units. */
+const MAX_BUDGET = 9_007_199_254_740_991n;
+
+/**
+ * `--budget <base units> [--budget-period month|week|day|<N>d]` as the admin API's budget body;
+ * undefined without --budget. The amount stays a decimal string: money is never a float.
+ */
+export function budgetBody(values: Values): Record<string, unknown> | undefined {
+  const amount = str(values, "budget");
+  const period = str(values, "budget-period");
+  if (amount === undefined) {
+    if (period !== undefined) throw new UsageError("--budget-period needs --budget");
+    return undefined;
+  }
+  if (!/^\d+$/.test(amount) || BigInt(amount) > MAX_BUDGET) {
+    throw new UsageError(
+      `--budget must be a whole number of base units (6 decimals: 1000000 = 1 USD), at most ${MAX_BUDGET}`,
+    );
+  }
+  if (period === undefined || period === "month" || period === "week" || period === "day") {
+    return { amount, period: period ?? "month" };
+  }
+  const days = /^(\d+)d$/.exec(period);
+  const n = days ? Number(days[1]) : 0;
+  if (n < 1 || n > 366) throw new UsageError("--budget-period must be month, week, day or 1d to 366d");
+  return { amount, period_days: n };
+}
+
+/** The connection limit options as the admin API's `limits` body (empty when none is given). */
+function connectionLimits(values: Values): Record<string, unknown> {
+  const rpm = routeLimits(values["route-rpm"], "--route-rpm");
+  const tpm = routeLimits(values["route-tpm"], "--route-tpm");
+  const routeNames = [...new Set([...rpm.keys(), ...tpm.keys()])];
+  return defined({
+    requests_per_minute: int(values, "rpm"),
+    tokens_per_minute: int(values, "tpm"),
+    key_requests_per_minute: int(values, "key-rpm"),
+    key_tokens_per_minute: int(values, "key-tpm"),
+    ...(routeNames.length > 0
+      ? {
+          routes: Object.fromEntries(
+            routeNames.map((r) => [
+              r,
+              defined({ requests_per_minute: rpm.get(r), tokens_per_minute: tpm.get(r) }),
+            ]),
+          ),
+        }
+      : {}),
+  });
+}
+
+/** `--budget …` sets a budget, `--no-budget` clears it (null); neither: undefined. */
+function budgetChange(values: Values): Record<string, unknown> | null | undefined {
+  if (values["no-budget"]) {
+    if (values.budget !== undefined || values["budget-period"] !== undefined) {
+      throw new UsageError("give --budget or --no-budget, not both");
+    }
+    return null;
+  }
+  return budgetBody(values);
 }
 
 const seg = (s: string) => encodeURIComponent(s);
@@ -278,25 +391,7 @@ export function parseCommandLine(argv: readonly string[]): Invocation {
       const models = list(modelsArg);
       if (models.length === 0) throw new UsageError("--models must name at least one model");
       const routesArg = str(values, "routes");
-      const rpm = routeLimits(values["route-rpm"], "--route-rpm");
-      const tpm = routeLimits(values["route-tpm"], "--route-tpm");
-      const routeNames = [...new Set([...rpm.keys(), ...tpm.keys()])];
-      const limits = defined({
-        requests_per_minute: int(values, "rpm"),
-        tokens_per_minute: int(values, "tpm"),
-        key_requests_per_minute: int(values, "key-rpm"),
-        key_tokens_per_minute: int(values, "key-tpm"),
-        ...(routeNames.length > 0
-          ? {
-              routes: Object.fromEntries(
-                routeNames.map((r) => [
-                  r,
-                  defined({ requests_per_minute: rpm.get(r), tokens_per_minute: tpm.get(r) }),
-                ]),
-              ),
-            }
-          : {}),
-      });
+      const limits = connectionLimits(values);
       return call(
         {
           method: "POST",
@@ -310,6 +405,7 @@ export function parseCommandLine(argv: readonly string[]): Invocation {
             routes:
               routesArg === undefined ? undefined : list(routesArg).map((r) => checkRoute(r, "--routes")),
             limits: Object.keys(limits).length > 0 ? limits : undefined,
+            budget: budgetBody(values),
           }),
         },
         "connection",
@@ -325,9 +421,73 @@ export function parseCommandLine(argv: readonly string[]): Invocation {
           body: defined({
             name: values.name,
             expires_at: expires === undefined ? undefined : parseTime(expires, "--expires"),
+            budget: budgetBody(values),
           }),
         },
         "key-created",
+      );
+    }
+    case "accounts list":
+      positionals(rest, [], command);
+      return call({ method: "GET", path: "/admin/v1/accounts" }, "account-list");
+    case "accounts show": {
+      const [account] = positionals(rest, ["account"], command);
+      return call({ method: "GET", path: `/admin/v1/accounts/${seg(account!)}` }, "account-show");
+    }
+    case "accounts update": {
+      const [account] = positionals(rest, ["account"], command);
+      const limits = defined({
+        requests_per_minute: int(values, "rpm"),
+        tokens_per_minute: int(values, "tpm"),
+      });
+      return call(
+        { method: "PATCH", path: `/admin/v1/accounts/${seg(account!)}`, body: { limits } },
+        "account-updated",
+      );
+    }
+    case "accounts delete": {
+      const [account] = positionals(rest, ["account"], command);
+      return call({ method: "DELETE", path: `/admin/v1/accounts/${seg(account!)}` }, "deleted");
+    }
+    case "connections list": {
+      const [account] = positionals(rest, ["account"], command);
+      return call(
+        { method: "GET", path: `/admin/v1/accounts/${seg(account!)}/connections` },
+        "connection-list",
+      );
+    }
+    case "connections show":
+    case "connections update":
+    case "connections delete": {
+      const [account, connection] = positionals(rest, ["account", "connection"], command);
+      const path = `/admin/v1/accounts/${seg(account!)}/connections/${seg(connection!)}`;
+      if (command === "connections show") return call({ method: "GET", path }, "connection-show");
+      if (command === "connections delete") return call({ method: "DELETE", path }, "deleted");
+      const budget = budgetChange(values);
+      const limits = connectionLimits(values);
+      if (budget === undefined && Object.keys(limits).length === 0) {
+        throw new UsageError("'connections update' needs --budget, --no-budget or a limit option");
+      }
+      return call(
+        {
+          method: "PATCH",
+          path,
+          body: defined({ budget, limits: Object.keys(limits).length > 0 ? limits : undefined }),
+        },
+        "connection-updated",
+      );
+    }
+    case "keys show": {
+      const [keyId] = positionals(rest, ["keyId"], command);
+      return call({ method: "GET", path: `/admin/v1/keys/${seg(keyId!)}` }, "key-show");
+    }
+    case "keys update": {
+      const [keyId] = positionals(rest, ["keyId"], command);
+      const budget = budgetChange(values);
+      if (budget === undefined) throw new UsageError("'keys update' needs --budget or --no-budget");
+      return call(
+        { method: "PATCH", path: `/admin/v1/keys/${seg(keyId!)}`, body: { budget } },
+        "key-updated",
       );
     }
     case "keys list": {

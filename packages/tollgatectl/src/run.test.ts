@@ -46,6 +46,92 @@ async function tollgatectl(argv: string[], api: ReturnType<typeof fakeApi>, env:
 }
 
 describe("tollgatectl run", () => {
+  it("shows accounts, connections with their budget, a key, and what a delete revoked", async () => {
+    const connection = {
+      id: "main",
+      object: "connection",
+      account_id: "acme",
+      models: ["m"],
+      default_model: "m",
+      default_max_output_tokens: 1024,
+      max_output_tokens: 4096,
+      routes: null,
+      limits: {
+        requests_per_minute: null,
+        tokens_per_minute: null,
+        key_requests_per_minute: null,
+        key_tokens_per_minute: null,
+        routes: {},
+      },
+      budget: { amount: "2500000", period_days: 7 },
+      created_at: "2030-01-01T00:00:00.000Z",
+    };
+    const account = {
+      id: "acme",
+      object: "account",
+      limits: { requests_per_minute: 5, tokens_per_minute: null },
+      created_at: "2030-01-01T00:00:00.000Z",
+    };
+    const list = await tollgatectl(["accounts", "list"], fakeApi(200, { object: "list", data: [account] }));
+    expect(list.out).toMatch(/acme\s+2030-01-01T00:00:00Z\s+5 requests\/min/);
+    const shown = await tollgatectl(
+      ["accounts", "show", "acme"],
+      fakeApi(200, { ...account, connections: [connection] }),
+    );
+    expect(shown.out).toContain("2500000/7d");
+    const conn = await tollgatectl(["connections", "show", "acme", "main"], fakeApi(200, connection));
+    expect(conn.out).toContain("budget:     2.500000 USD (2500000 base units) per 7 days");
+    const k = await tollgatectl(["keys", "show", "key_1"], fakeApi(200, key));
+    expect(k.out).toContain("budget:  none");
+    expect(k.out).not.toContain("this period");
+    const spent = await tollgatectl(
+      ["keys", "show", "key_1"],
+      fakeApi(200, {
+        ...key,
+        budget: { amount: "1000", period: "week" },
+        budget_usage: {
+          spent: "150",
+          held: "300",
+          remaining: "550",
+          period_start: "2030-01-07T00:00:00.000Z",
+          period_end: "2030-01-14T00:00:00.000Z",
+        },
+      }),
+    );
+    expect(spent.out).toContain(
+      "this period: 150 spent, 300 held by running requests, 550 left (base units) from 2030-01-07 to 2030-01-14 (UTC)",
+    );
+    const deleted = await tollgatectl(
+      ["connections", "delete", "acme", "main"],
+      fakeApi(200, {
+        id: "main",
+        object: "connection",
+        account_id: "acme",
+        deleted: true,
+        revoked_keys: [key],
+      }),
+    );
+    expect(deleted.out).toBe("deleted connection acme/main; revoked 1 key: key_1\n");
+  });
+
+  it("shows a key's and a connection's budget in USD and base units", async () => {
+    const budgeted = { ...key, budget: { amount: "5000000", period: "week" } };
+    const created = await tollgatectl(
+      ["keys", "create", "acme", "main", "--budget", "5000000"],
+      fakeApi(201, {
+        key: budgeted,
+        secret: SECRET,
+      }),
+    );
+    expect(created.out).toContain("budget 5.000000 USD (5000000 base units) per week");
+    const listed = await tollgatectl(
+      ["keys", "list", "acme"],
+      fakeApi(200, { object: "list", data: [budgeted] }),
+    );
+    expect(listed.out).toMatch(/BUDGET/);
+    expect(listed.out).toContain("5000000/week");
+  });
+
   it("sends the token to TOLLGATE_ADMIN_URL and prints a created key's secret once, warning on stderr", async () => {
     const api = fakeApi(201, { key, secret: SECRET });
     const r = await tollgatectl(["keys", "create", "acme", "main"], api, {

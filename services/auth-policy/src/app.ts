@@ -166,6 +166,7 @@ export async function start(
       store,
       publisher: publisher ?? { publish: async () => {} },
       knownModels: new Set(opts.gateway.models.map((m) => m.id)),
+      ledger,
       ...(opts.rotationGraceSeconds !== undefined ? { defaultGraceSeconds: opts.rotationGraceSeconds } : {}),
     });
     grpc = await serveGrpc({

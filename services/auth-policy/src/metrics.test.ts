@@ -20,6 +20,15 @@ describe("countAuthCalls", () => {
       listKeys: never,
       revokeKey: never,
       rotateKey: never,
+      listAccounts: never,
+      getAccount: never,
+      updateAccount: never,
+      deleteAccount: never,
+      getConnection: never,
+      updateConnection: never,
+      deleteConnection: never,
+      getKey: never,
+      updateKey: never,
       settleReservation: never,
       settleReservations: async () => ({
         results: [

@@ -220,6 +220,36 @@ export function keyStoreContract(make: StoreFactory): void {
     expect((await store.listKeys("acme", "main")).map((x) => x.keyId)).toEqual([k.keyId, m.keyId]);
   });
 
+  it("lists accounts and connections by id, deletes them, and sets or clears a key's budget", async () => {
+    const store = await make();
+    for (const id of ["globex", "acme"])
+      await store.createAccount({ accountId: id, limits: {}, createdAt: T0 });
+    await store.putAccount({ accountId: "initech", limits: { requestsPerMinute: 3 }, createdAt: T0 });
+    for (const c of ["zeta", "main"]) await store.createConnection(connection("acme", c));
+    expect((await store.listAccounts()).map((a) => a.accountId)).toEqual(["acme", "globex", "initech"]);
+    expect((await store.listConnections("acme")).map((c) => c.connectionId)).toEqual(["main", "zeta"]);
+    expect(await store.listConnections("globex")).toEqual([]);
+
+    const k = key();
+    await store.createKey(k);
+    const budget = { amount: 9_007_199_254_740_991n, period: { days: 30 } };
+    expect((await store.setKeyBudget(k.keyId, budget))?.budget).toEqual(budget);
+    expect((await store.findByHash(k.hash))?.budget).toEqual(budget);
+    expect((await store.setKeyBudget(k.keyId, undefined))?.budget).toBeUndefined();
+    expect((await store.findById(k.keyId))?.budget).toBeUndefined();
+    expect(await store.setKeyBudget("nope", budget)).toBeUndefined();
+
+    await store.deleteConnection("acme", "zeta");
+    expect(await store.connection("acme", "zeta")).toBeUndefined();
+    expect((await store.listConnections("acme")).map((c) => c.connectionId)).toEqual(["main"]);
+    await store.deleteConnection("acme", "main");
+    await store.deleteAccount("acme");
+    expect(await store.account("acme")).toBeUndefined();
+    expect((await store.listAccounts()).map((a) => a.accountId)).toEqual(["globex", "initech"]);
+    // A deleted account's id can be created again.
+    expect(await store.createAccount({ accountId: "acme", limits: {}, createdAt: T0 })).toBe(true);
+  });
+
   it("remembers which key ids the configuration declared", async () => {
     const store = await make();
     expect(await store.configKeyIds()).toEqual([]);

@@ -119,7 +119,7 @@ describe("loadConfig", () => {
         "0x4a1Ba38C07f6dE670D6C1E730f269acfed2a11e0, 0x3E317d4640c59d5c81b4084c3f9EFDdC5C735B8e",
     });
     const { gateway, ...rest } = config;
-    expect(gateway.plans?.Starter.default).toBe("m");
+    expect(gateway.plans?.Starter?.default).toBe("m");
     expect(rest).toEqual({
       grpcHost: "127.0.0.1",
       internalAuth: expect.objectContaining({ mode: "off" }),

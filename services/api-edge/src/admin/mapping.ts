@@ -7,8 +7,10 @@ import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/prot
 import { describeIssues } from "@tollgate/kit/config";
 import {
   type Account,
+  type Budget,
   BudgetPeriod,
   type BudgetSchema,
+  type BudgetUsage,
   type Connection,
   type CreateAccountRequestSchema,
   type CreateConnectionRequestSchema,
@@ -18,6 +20,9 @@ import {
   type RateLimits as RateLimitsMsg,
   type RateLimitsSchema,
   type RotateKeyRequestSchema,
+  type UpdateAccountRequestSchema,
+  type UpdateConnectionRequestSchema,
+  type UpdateKeyRequestSchema,
 } from "@tollgate/proto/auth";
 import {
   type GetUsageRequestSchema,
@@ -104,6 +109,14 @@ const createAccountBody = z.strictObject({
   limits: rateLimitsBody.optional(),
 });
 
+const connectionLimitsBody = z.strictObject({
+  requests_per_minute: perMinute.optional(),
+  tokens_per_minute: perMinute.optional(),
+  key_requests_per_minute: perMinute.optional(),
+  key_tokens_per_minute: perMinute.optional(),
+  routes: z.partialRecord(z.enum(ROUTE_NAMES), rateLimitsBody).optional(),
+});
+
 const createConnectionBody = z.strictObject({
   id: z.string().min(1),
   models: z.array(z.string().min(1)).min(1),
@@ -112,16 +125,18 @@ const createConnectionBody = z.strictObject({
   max_output_tokens: outputCap.optional(),
   routes: z.array(z.enum(ROUTE_NAMES)).optional(),
   budget: budgetBody.optional(),
-  limits: z
-    .strictObject({
-      requests_per_minute: perMinute.optional(),
-      tokens_per_minute: perMinute.optional(),
-      key_requests_per_minute: perMinute.optional(),
-      key_tokens_per_minute: perMinute.optional(),
-      routes: z.partialRecord(z.enum(ROUTE_NAMES), rateLimitsBody).optional(),
-    })
-    .optional(),
+  limits: connectionLimitsBody.optional(),
 });
+
+const updateAccountBody = z.strictObject({ limits: rateLimitsBody });
+
+/** A budget object sets it; null clears it; absent keeps it. */
+const updateConnectionBody = z.strictObject({
+  budget: budgetBody.nullable().optional(),
+  limits: connectionLimitsBody.optional(),
+});
+
+const updateKeyBody = z.strictObject({ budget: budgetBody.nullable() });
 
 const createKeyBody = z.strictObject({
   name: z.string().max(128).optional(),
@@ -188,21 +203,59 @@ export function createConnectionRequest(
     ...(b.max_output_tokens !== undefined ? { maxOutputTokens: b.max_output_tokens } : {}),
     routes: (b.routes ?? []).map((r) => ROUTE_BY_NAME[r]),
     ...(b.budget ? { budget: budgetIn(b.budget) } : {}),
-    limits: {
-      connection: limitsIn({
-        requests_per_minute: l?.requests_per_minute,
-        tokens_per_minute: l?.tokens_per_minute,
-      }),
-      perKey: limitsIn({
-        requests_per_minute: l?.key_requests_per_minute,
-        tokens_per_minute: l?.key_tokens_per_minute,
-      }),
-      routes: Object.entries(l?.routes ?? {}).map(([route, limits]) => ({
-        route: ROUTE_BY_NAME[route as RouteName],
-        limits: limitsIn(limits),
-      })),
-    },
+    limits: connectionLimitsIn(l),
   };
+}
+
+function connectionLimitsIn(l: z.output<typeof connectionLimitsBody> | undefined) {
+  return {
+    connection: limitsIn({
+      requests_per_minute: l?.requests_per_minute,
+      tokens_per_minute: l?.tokens_per_minute,
+    }),
+    perKey: limitsIn({
+      requests_per_minute: l?.key_requests_per_minute,
+      tokens_per_minute: l?.key_tokens_per_minute,
+    }),
+    routes: Object.entries(l?.routes ?? {}).map(([route, limits]) => ({
+      route: ROUTE_BY_NAME[route as RouteName],
+      limits: limitsIn(limits),
+    })),
+  };
+}
+
+/** PATCH /admin/v1/accounts/:accountId: `{ limits }` replaces the account's limits. */
+export function updateAccountRequest(
+  accountId: string,
+  body: unknown,
+): MessageInitShape<typeof UpdateAccountRequestSchema> {
+  const b = parse(updateAccountBody, body, "account update");
+  return { accountId, limits: limitsIn(b.limits) };
+}
+
+/** PATCH /admin/v1/accounts/:accountId/connections/:connectionId: `{ budget?: {…} | null, limits? }`. */
+export function updateConnectionRequest(
+  accountId: string,
+  connectionId: string,
+  body: unknown,
+): MessageInitShape<typeof UpdateConnectionRequestSchema> {
+  const b = parse(updateConnectionBody, body, "connection update");
+  return {
+    accountId,
+    connectionId,
+    ...(b.budget ? { budget: budgetIn(b.budget) } : {}),
+    clearBudget: b.budget === null,
+    ...(b.limits ? { limits: connectionLimitsIn(b.limits) } : {}),
+  };
+}
+
+/** PATCH /admin/v1/keys/:keyId: `{ budget: {…} | null }` sets or clears the key's own budget. */
+export function updateKeyRequest(
+  keyId: string,
+  body: unknown,
+): MessageInitShape<typeof UpdateKeyRequestSchema> {
+  const b = parse(updateKeyBody, body, "key update");
+  return { keyId, ...(b.budget ? { budget: budgetIn(b.budget) } : {}), clearBudget: b.budget === null };
 }
 
 /** POST /admin/v1/accounts/:accountId/connections/:connectionId/keys */
@@ -268,6 +321,34 @@ function limitsOut(l: RateLimitsMsg | undefined) {
   };
 }
 
+/**
+ * A budget as the admin API shows it, in the shape a create request takes it: `{ amount, period }`
+ * or `{ amount, period_days }`, the amount a decimal string of base units; null when none.
+ */
+function budgetOut(b: Budget | undefined) {
+  if (!b) return null;
+  if (b.period === BudgetPeriod.DAYS) return { amount: b.amount, period_days: b.periodDays };
+  const period = b.period === BudgetPeriod.WEEK ? "week" : b.period === BudgetPeriod.DAY ? "day" : "month";
+  return { amount: b.amount, period };
+}
+
+/**
+ * A budget's current period (shown by the single-connection and single-key answers when a
+ * budget applies): base units as decimal strings.
+ */
+function budgetUsageOut(u: BudgetUsage | undefined) {
+  if (!u) return {};
+  return {
+    budget_usage: {
+      spent: u.spent,
+      held: u.held,
+      remaining: u.remaining,
+      period_start: iso(u.periodStart),
+      period_end: iso(u.periodEnd),
+    },
+  };
+}
+
 /** An account as the admin API shows it. */
 export function accountJson(a: Account | undefined) {
   return {
@@ -301,6 +382,8 @@ export function connectionJson(c: Connection | undefined) {
       key_tokens_per_minute: c?.limits?.perKey?.tokensPerMinute ?? null,
       routes,
     },
+    budget: budgetOut(c?.budget),
+    ...budgetUsageOut(c?.budgetUsage),
     created_at: iso(c?.createdAt),
   };
 }
@@ -321,6 +404,8 @@ export function keyJson(k: KeyInfo | undefined) {
     rotated_from: k?.rotatedFrom || null,
     rotated_to: k?.rotatedTo || null,
     grace_ends_at: iso(k?.graceEndsAt),
+    budget: budgetOut(k?.budget),
+    ...budgetUsageOut(k?.budgetUsage),
   };
 }
 

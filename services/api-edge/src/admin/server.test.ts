@@ -4,6 +4,7 @@ import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import {
   AccountSchema,
+  BudgetPeriod,
   ConnectionSchema,
   KeyInfoSchema,
   KeyState,
@@ -61,13 +62,14 @@ function fakes() {
           maxOutputTokens: req.maxOutputTokens ?? 4096,
           routes: req.routes ?? [],
           limits: req.limits ?? {},
+          ...(req.budget ? { budget: req.budget } : {}),
           createdAt: timestampFromDate(T0),
         }),
       }),
     createKey: (req) =>
       answer("createKey", req, {
         $typeName: "tollgate.auth.v1.CreateKeyResponse",
-        key: key(),
+        key: key(req.budget ? { budget: req.budget } : {}),
         secret: SECRET,
       }),
     listKeys: (req) =>
@@ -90,6 +92,70 @@ function fakes() {
         }),
         newKey: key({ keyId: "key_2", rotatedFrom: "key_1", last4: "WXYZ" }),
         secret: SECRET,
+      }),
+    listAccounts: (req) =>
+      answer("listAccounts", req, {
+        $typeName: "tollgate.auth.v1.ListAccountsResponse",
+        accounts: [create(AccountSchema, { accountId: "acme", createdAt: timestampFromDate(T0) })],
+      }),
+    getAccount: (req) =>
+      answer("getAccount", req, {
+        $typeName: "tollgate.auth.v1.GetAccountResponse",
+        account: create(AccountSchema, { accountId: req.accountId ?? "", createdAt: timestampFromDate(T0) }),
+        connections: [
+          create(ConnectionSchema, { accountId: req.accountId ?? "", connectionId: "main", models: ["a"] }),
+        ],
+      }),
+    updateAccount: (req) =>
+      answer("updateAccount", req, {
+        $typeName: "tollgate.auth.v1.UpdateAccountResponse",
+        account: create(AccountSchema, { accountId: req.accountId ?? "", limits: req.limits ?? {} }),
+      }),
+    deleteAccount: (req) =>
+      answer("deleteAccount", req, {
+        $typeName: "tollgate.auth.v1.DeleteAccountResponse",
+        revokedKeys: [key({ state: KeyState.REVOKED, revokedAt: timestampFromDate(T0) })],
+      }),
+    getConnection: (req) =>
+      answer("getConnection", req, {
+        $typeName: "tollgate.auth.v1.GetConnectionResponse",
+        connection: create(ConnectionSchema, {
+          accountId: req.accountId ?? "",
+          connectionId: req.connectionId ?? "",
+        }),
+      }),
+    updateConnection: (req) =>
+      answer("updateConnection", req, {
+        $typeName: "tollgate.auth.v1.UpdateConnectionResponse",
+        connection: create(ConnectionSchema, {
+          accountId: req.accountId ?? "",
+          connectionId: req.connectionId ?? "",
+          ...(req.budget ? { budget: req.budget } : {}),
+        }),
+      }),
+    deleteConnection: (req) =>
+      answer("deleteConnection", req, {
+        $typeName: "tollgate.auth.v1.DeleteConnectionResponse",
+        revokedKeys: [key({ state: KeyState.REVOKED, revokedAt: timestampFromDate(T0) })],
+      }),
+    getKey: (req) =>
+      answer("getKey", req, {
+        $typeName: "tollgate.auth.v1.GetKeyResponse",
+        key: key({
+          budget: { amount: "1000", period: BudgetPeriod.WEEK },
+          budgetUsage: {
+            spent: "150",
+            held: "300",
+            remaining: "550",
+            periodStart: timestampFromDate(new Date("2030-01-07T00:00:00Z")),
+            periodEnd: timestampFromDate(new Date("2030-01-14T00:00:00Z")),
+          },
+        }),
+      }),
+    updateKey: (req) =>
+      answer("updateKey", req, {
+        $typeName: "tollgate.auth.v1.UpdateKeyResponse",
+        key: key(req.budget ? { budget: req.budget } : {}),
       }),
   };
   const metering: AdminMeteringClient = {
@@ -286,6 +352,7 @@ describe("admin API: routes map to auth-policy and back", () => {
         rotated_from: null,
         rotated_to: null,
         grace_ends_at: null,
+        budget: null,
       },
       secret: SECRET,
     });
@@ -293,6 +360,24 @@ describe("admin API: routes map to auth-policy and back", () => {
     expect(logs).toContain("admin action");
     expect(logs).not.toContain(SECRET);
     expect(logs).not.toContain(TOKEN);
+  });
+
+  it("sets a budget on a connection and on a key, and shows it back in base units", async () => {
+    setup();
+    const conn = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts/acme/connections",
+      ...json({ id: "main", models: ["a"], budget: { amount: "9007199254740991", period: "week" } }),
+    });
+    const k = await app.inject({
+      method: "POST",
+      url: "/admin/v1/accounts/acme/connections/main/keys",
+      ...json({ budget: { amount: 5_000_000, period_days: 7 } }),
+    });
+    expect(conn.statusCode).toBe(201);
+    expect(k.statusCode).toBe(201);
+    expect(conn.json().budget).toEqual({ amount: "9007199254740991", period: "week" });
+    expect(k.json().key.budget).toEqual({ amount: "5000000", period_days: 7 });
   });
 
   it("creates a key with no body at all", async () => {
@@ -402,6 +487,113 @@ describe("admin API: routes map to auth-policy and back", () => {
         },
       ],
     });
+  });
+});
+
+describe("admin API: list, show, update and delete", () => {
+  it("lists accounts and shows one with its connections", async () => {
+    setup();
+    const list = await app.inject({ method: "GET", url: "/admin/v1/accounts", headers: auth });
+    expect(list.json()).toMatchObject({ object: "list", data: [{ id: "acme", object: "account" }] });
+    const one = await app.inject({ method: "GET", url: "/admin/v1/accounts/acme", headers: auth });
+    expect(one.json()).toMatchObject({
+      id: "acme",
+      connections: [{ id: "main", models: ["a"], budget: null }],
+    });
+    const conns = await app.inject({
+      method: "GET",
+      url: "/admin/v1/accounts/acme/connections",
+      headers: auth,
+    });
+    expect(conns.json()).toMatchObject({ object: "list", data: [{ id: "main", account_id: "acme" }] });
+    const conn = await app.inject({
+      method: "GET",
+      url: "/admin/v1/accounts/acme/connections/main",
+      headers: auth,
+    });
+    expect(conn.json()).toMatchObject({ id: "main", account_id: "acme" });
+    expect(f.calls.map((c) => c.rpc)).toEqual(["listAccounts", "getAccount", "getAccount", "getConnection"]);
+  });
+
+  it("sets and clears budgets: a budget object sets it, null clears it", async () => {
+    setup();
+    const set = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/accounts/acme/connections/main",
+      ...json({ budget: { amount: "123", period: "day" } }),
+    });
+    expect(set.statusCode).toBe(200);
+    expect(set.json().budget).toEqual({ amount: "123", period: "day" });
+    const cleared = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/keys/key_1",
+      ...json({ budget: null }),
+    });
+    expect(cleared.json()).toMatchObject({ id: "key_1", budget: null });
+    expect(f.calls.map((c) => c.req)).toEqual([
+      { accountId: "acme", connectionId: "main", budget: { amount: "123", period: 3 }, clearBudget: false },
+      { keyId: "key_1", clearBudget: true },
+    ]);
+    const bad = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/keys/key_1",
+      ...json({ budget: { amount: "1.5" } }),
+    });
+    expect(bad.statusCode).toBe(400);
+  });
+
+  it("updates an account's limits and shows a key", async () => {
+    setup();
+    const a = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/accounts/acme",
+      ...json({ limits: { requests_per_minute: 7 } }),
+    });
+    expect(a.json()).toMatchObject({
+      id: "acme",
+      limits: { requests_per_minute: 7, tokens_per_minute: null },
+    });
+    const k = await app.inject({ method: "GET", url: "/admin/v1/keys/key_1", headers: auth });
+    expect(k.json()).toMatchObject({
+      id: "key_1",
+      object: "key",
+      state: "active",
+      budget: { amount: "1000", period: "week" },
+      budget_usage: {
+        spent: "150",
+        held: "300",
+        remaining: "550",
+        period_start: "2030-01-07T00:00:00.000Z",
+        period_end: "2030-01-14T00:00:00.000Z",
+      },
+    });
+    expect(k.body).not.toContain(SECRET);
+  });
+
+  it("deletes a connection and an account, answering with the keys they revoked", async () => {
+    setup();
+    const c = await app.inject({
+      method: "DELETE",
+      url: "/admin/v1/accounts/acme/connections/main",
+      headers: auth,
+    });
+    expect(c.statusCode).toBe(200);
+    expect(c.json()).toMatchObject({
+      id: "main",
+      object: "connection",
+      account_id: "acme",
+      deleted: true,
+      revoked_keys: [{ id: "key_1", state: "revoked" }],
+    });
+    const a = await app.inject({ method: "DELETE", url: "/admin/v1/accounts/acme", headers: auth });
+    expect(a.json()).toMatchObject({
+      id: "acme",
+      object: "account",
+      deleted: true,
+      revoked_keys: [{ id: "key_1" }],
+    });
+    expect(f.calls.map((x) => x.rpc)).toEqual(["deleteConnection", "deleteAccount"]);
+    expect(logLines.join("")).toContain("connection.delete");
   });
 });
 

@@ -19,6 +19,9 @@ import {
   keyJson,
   listKeysFilter,
   rotateKeyRequest,
+  updateAccountRequest,
+  updateConnectionRequest,
+  updateKeyRequest,
   usageJson,
   usageRequest,
 } from "./mapping.js";
@@ -37,7 +40,21 @@ export interface AdminServerOptions {
 /** The auth-policy RPCs the admin API calls. */
 export type AdminAuthClient = Pick<
   Client<MethodsOf<typeof AuthService>>,
-  "createAccount" | "createConnection" | "createKey" | "listKeys" | "revokeKey" | "rotateKey"
+  | "createAccount"
+  | "createConnection"
+  | "createKey"
+  | "listKeys"
+  | "revokeKey"
+  | "rotateKey"
+  | "listAccounts"
+  | "getAccount"
+  | "updateAccount"
+  | "deleteAccount"
+  | "getConnection"
+  | "updateConnection"
+  | "deleteConnection"
+  | "getKey"
+  | "updateKey"
 >;
 /** The metering RPC the admin API calls. */
 export type AdminMeteringClient = Pick<Client<MethodsOf<typeof MeteringService>>, "getUsage">;
@@ -156,6 +173,76 @@ export function buildAdminApp(deps: {
     return reply
       .code(201)
       .send({ old_key: keyJson(res.oldKey), new_key: keyJson(res.newKey), secret: res.secret });
+  });
+
+  app.get("/admin/v1/accounts", async () => {
+    const res = await auth.listAccounts({}, call);
+    return { object: "list", data: res.accounts.map(accountJson) };
+  });
+
+  app.get<AccountParams>("/admin/v1/accounts/:accountId", async (req) => {
+    const res = await auth.getAccount({ accountId: req.params.accountId }, call);
+    return { ...accountJson(res.account), connections: res.connections.map(connectionJson) };
+  });
+
+  app.patch<AccountParams>("/admin/v1/accounts/:accountId", async (req) => {
+    const res = await auth.updateAccount(updateAccountRequest(req.params.accountId, req.body), call);
+    req.log.info({ action: "account.update", accountId: req.params.accountId }, "admin action");
+    return accountJson(res.account);
+  });
+
+  app.delete<AccountParams>("/admin/v1/accounts/:accountId", async (req) => {
+    const { accountId } = req.params;
+    const res = await auth.deleteAccount({ accountId }, call);
+    req.log.info(
+      { action: "account.delete", accountId, revokedKeys: res.revokedKeys.length },
+      "admin action",
+    );
+    return { id: accountId, object: "account", deleted: true, revoked_keys: res.revokedKeys.map(keyJson) };
+  });
+
+  app.get<AccountParams>("/admin/v1/accounts/:accountId/connections", async (req) => {
+    const res = await auth.getAccount({ accountId: req.params.accountId }, call);
+    return { object: "list", data: res.connections.map(connectionJson) };
+  });
+
+  app.get<ConnectionParams>("/admin/v1/accounts/:accountId/connections/:connectionId", async (req) => {
+    const res = await auth.getConnection(req.params, call);
+    return connectionJson(res.connection);
+  });
+
+  app.patch<ConnectionParams>("/admin/v1/accounts/:accountId/connections/:connectionId", async (req) => {
+    const { accountId, connectionId } = req.params;
+    const res = await auth.updateConnection(updateConnectionRequest(accountId, connectionId, req.body), call);
+    req.log.info({ action: "connection.update", accountId, connectionId }, "admin action");
+    return connectionJson(res.connection);
+  });
+
+  app.delete<ConnectionParams>("/admin/v1/accounts/:accountId/connections/:connectionId", async (req) => {
+    const { accountId, connectionId } = req.params;
+    const res = await auth.deleteConnection({ accountId, connectionId }, call);
+    req.log.info(
+      { action: "connection.delete", accountId, connectionId, revokedKeys: res.revokedKeys.length },
+      "admin action",
+    );
+    return {
+      id: connectionId,
+      object: "connection",
+      account_id: accountId,
+      deleted: true,
+      revoked_keys: res.revokedKeys.map(keyJson),
+    };
+  });
+
+  app.get<KeyParams>("/admin/v1/keys/:keyId", async (req) => {
+    const res = await auth.getKey({ keyId: req.params.keyId }, call);
+    return keyJson(res.key);
+  });
+
+  app.patch<KeyParams>("/admin/v1/keys/:keyId", async (req) => {
+    const res = await auth.updateKey(updateKeyRequest(req.params.keyId, req.body), call);
+    req.log.info({ action: "key.update", keyId: req.params.keyId }, "admin action");
+    return keyJson(res.key);
   });
 
   app.get("/admin/v1/usage", async (req) => {

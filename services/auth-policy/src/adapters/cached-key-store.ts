@@ -105,6 +105,19 @@ export function createCachedKeyStore(inner: KeyStore, opts: KeyCacheOptions): Ca
       await inner.importKey(key, revoked);
       keys.delete(key.hash.toString("hex"));
     },
+    async deleteConnection(accountId, connectionId) {
+      await inner.deleteConnection(accountId, connectionId);
+      policies.delete(policyId(accountId, connectionId));
+    },
+    async deleteAccount(accountId) {
+      await inner.deleteAccount(accountId);
+      policies.clear();
+    },
+    async setKeyBudget(keyId, budget) {
+      const record = await inner.setKeyBudget(keyId, budget);
+      forgetRecord(record);
+      return record;
+    },
     async revokeKey(keyId, at) {
       const record = await inner.revokeKey(keyId, at);
       forgetRecord(record);

@@ -129,6 +129,27 @@ export function createMemoryKeyStore(): KeyStore {
     async addDeadlines(list) {
       for (const d of list) queue(d);
     },
+    async listAccounts() {
+      return [...accounts.values()].sort((a, b) => (a.accountId < b.accountId ? -1 : 1));
+    },
+    async listConnections(accountId) {
+      return [...connections.values()]
+        .filter((c) => c.accountId === accountId)
+        .sort((a, b) => (a.connectionId < b.connectionId ? -1 : 1));
+    },
+    async deleteConnection(accountId, connectionId) {
+      connections.delete(connKey(accountId, connectionId));
+    },
+    async deleteAccount(accountId) {
+      accounts.delete(accountId);
+    },
+    async setKeyBudget(keyId, budget) {
+      const k = recordById(keyId);
+      if (!k) return undefined;
+      if (budget) k.budget = budget;
+      else delete k.budget;
+      return copy(k);
+    },
     async configKeyIds() {
       return [...configIds];
     },

@@ -20,6 +20,7 @@ export interface RedisKeyStoreOptions {
 // on a Redis Cluster under <prefix>auth:{keys}:, one slot, as the scripts and pipelines below
 // touch keys of several accounts and the shared deadlines together)
 //   account:<account>              JSON AccountRecord
+//   accounts                       SET of account ids (created or imported since the set exists)
 //   connection:<account>/<conn>    JSON ConnectionPolicy (budget amount as a decimal string)
 //   connections:<account>          SET of connection ids
 //   key:<sha256 hex>               HASH key record (never the secret; budget as "<amount>|<period>")
@@ -221,6 +222,8 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
   const accountKey = (a: string) => `${p}account:${a}`;
   const connectionKey = (a: string, c: string) => `${p}connection:${a}/${c}`;
   const connectionsKey = (a: string) => `${p}connections:${a}`;
+  /** Ids of the accounts created or imported since this index exists. */
+  const accountsKey = `${p}accounts`;
   const recordKey = (hashHex: string) => `${p}key:${hashHex}`;
   const idKey = (keyId: string) => `${p}key-id:${keyId}`;
   const listKey = (a: string, c: string) => `${p}keys:${a}/${c}`;
@@ -252,7 +255,9 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
       return account ? { connection, account } : { connection };
     },
     async createAccount(account) {
-      return (await redis.set(accountKey(account.accountId), accountJson(account), "NX")) === "OK";
+      const ok = (await redis.set(accountKey(account.accountId), accountJson(account), "NX")) === "OK";
+      if (ok) await redis.sadd(accountsKey, account.accountId);
+      return ok;
     },
     async createConnection(connection) {
       const { accountId, connectionId } = connection;
@@ -264,7 +269,13 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
     async putAccount(account) {
       const existing = accountOf(await redis.get(accountKey(account.accountId)));
       const createdAt = existing?.createdAt ?? account.createdAt;
-      await redis.set(accountKey(account.accountId), accountJson({ ...account, createdAt }));
+      results(
+        await redis
+          .multi()
+          .set(accountKey(account.accountId), accountJson({ ...account, createdAt }))
+          .sadd(accountsKey, account.accountId)
+          .exec(),
+      );
     },
     async putConnection(connection) {
       const { accountId, connectionId } = connection;
@@ -373,6 +384,37 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
     async addDeadlines(list) {
       if (list.length === 0) return;
       await redis.zadd(deadlinesKey, ...list.flatMap((d) => [String(d.at.getTime()), deadlineMember(d)]));
+    },
+    async listAccounts() {
+      const ids = (await redis.smembers(accountsKey)).sort();
+      if (ids.length === 0) return [];
+      const found = await redis.mget(ids.map(accountKey));
+      return found.map((a) => accountOf(a ?? null)).filter((a): a is AccountRecord => a !== undefined);
+    },
+    async listConnections(accountId) {
+      const ids = (await redis.smembers(connectionsKey(accountId))).sort();
+      if (ids.length === 0) return [];
+      const found = await redis.mget(ids.map((c) => connectionKey(accountId, c)));
+      return found.map((c) => connectionOf(c ?? null)).filter((c): c is ConnectionPolicy => c !== undefined);
+    },
+    async deleteConnection(accountId, connectionId) {
+      results(
+        await redis
+          .multi()
+          .del(connectionKey(accountId, connectionId))
+          .srem(connectionsKey(accountId), connectionId)
+          .exec(),
+      );
+    },
+    async deleteAccount(accountId) {
+      results(await redis.multi().del(accountKey(accountId)).srem(accountsKey, accountId).exec());
+    },
+    async setKeyBudget(keyId, budget) {
+      const hashHex = await redis.get(idKey(keyId));
+      if (hashHex === null) return undefined;
+      if (budget) await redis.hset(recordKey(hashHex), "budget", encodeBudget(budget));
+      else await redis.hdel(recordKey(hashHex), "budget");
+      return byHashHex(hashHex);
     },
     async configKeyIds() {
       return redis.smembers(configKeysKey);

@@ -4,7 +4,7 @@ import { createMemoryKeyStore } from "../adapters/memory-key-store.js";
 import { createMemoryLedger } from "../adapters/memory-ledger.js";
 import { type Admin, type CreateConnectionInput, createAdmin } from "./admin.js";
 import { authorize } from "./authorize.js";
-import type { Budget } from "./budget.js";
+import { type Budget, budgetChecks, newReservationId } from "./budget.js";
 import { broadcastDueDeadlines } from "./deadlines.js";
 import { AuthError, type AuthErrorCode } from "./errors.js";
 import type { KeyRevocation, KeyStore, Ledger, RevocationPublisher } from "./ports.js";
@@ -327,5 +327,130 @@ describe("rotation", () => {
     failBroadcasts = false;
     expect(await broadcastDueDeadlines(store, publisher, NOW)).toBe(1);
     expect(sent.map((r) => r.reason)).toEqual(["rotated"]);
+  });
+});
+
+describe("listing, showing, updating and deleting", () => {
+  it("lists accounts and shows one with its connections", async () => {
+    await admin.createAccount({ accountId: "globex", limits: {} }, NOW);
+    expect((await admin.listAccounts()).map((a) => a.accountId)).toEqual(["acme", "globex"]);
+    const shown = await admin.getAccount("acme");
+    expect(shown.account.accountId).toBe("acme");
+    expect(shown.connections.map((c) => c.connectionId)).toEqual(["main"]);
+    expect(await codeOf(admin.getAccount("nobody"))).toBe("account_not_found");
+    expect(await codeOf(admin.getConnection("acme", "nope"))).toBe("connection_not_found");
+  });
+
+  it("sets, keeps and clears budgets of connections and keys, and replaces limits", async () => {
+    const weekly = { amount: 7_000_000n, period: "week" as const };
+    const c = await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      budget: weekly,
+      clearBudget: false,
+    });
+    expect(c.budget).toEqual(weekly);
+    const limits = { connection: { requestsPerMinute: 9 }, perKey: {}, routes: {} };
+    const kept = await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      clearBudget: false,
+      limits,
+    });
+    expect(kept.budget).toEqual(weekly);
+    expect((await admin.getConnection("acme", "main")).limits.connection.requestsPerMinute).toBe(9);
+    const cleared = await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      clearBudget: true,
+    });
+    expect(cleared.budget).toBeUndefined();
+
+    const { key } = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    const daily = { amount: 1n, period: "day" as const };
+    expect((await admin.updateKey({ keyId: key.keyId, budget: daily, clearBudget: false })).budget).toEqual(
+      daily,
+    );
+    expect((await admin.getKey(key.keyId)).budget).toEqual(daily);
+    expect((await admin.updateKey({ keyId: key.keyId, clearBudget: true })).budget).toBeUndefined();
+    expect(await codeOf(admin.updateKey({ keyId: "nope", clearBudget: true }))).toBe("key_not_found");
+    expect(
+      await codeOf(
+        admin.updateKey({ keyId: key.keyId, budget: { amount: -1n, period: "day" }, clearBudget: false }),
+      ),
+    ).toBe("invalid_argument");
+  });
+
+  it("deleting a connection revokes its keys, broadcast, and the keys stop working", async () => {
+    await admin.createConnection(conn({ connectionId: "other" }), NOW);
+    const a = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    const b = await admin.createKey({ accountId: "acme", connectionId: "other", name: "" }, NOW);
+    const revoked = await admin.deleteConnection("acme", "main", NOW);
+    expect(revoked.map((k) => k.keyId)).toEqual([a.key.keyId]);
+    expect(sent.map((r) => r.keyId)).toEqual([a.key.keyId]);
+    expect(await use(a.secret)).toBe("revoked_api_key");
+    expect(await use(b.secret)).toBe(b.key.keyId);
+    expect(await codeOf(admin.getConnection("acme", "main"))).toBe("connection_not_found");
+  });
+
+  it("deleting an account revokes every key, removes its connections, and frees its id", async () => {
+    const a = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    await admin.deleteAccount("acme", NOW);
+    expect(sent.map((r) => r.keyId)).toEqual([a.key.keyId]);
+    expect(await use(a.secret)).toBe("revoked_api_key");
+    expect(await codeOf(admin.getAccount("acme"))).toBe("account_not_found");
+    expect(await admin.listAccounts()).toEqual([]);
+    expect(await store.listConnections("acme")).toEqual([]);
+    expect(await codeOf(admin.deleteAccount("acme"))).toBe("account_not_found");
+  });
+});
+
+describe("budget spend", () => {
+  it("shows a budget's settled spend, holds and what is left in its current period", async () => {
+    admin = createAdmin({ store, publisher, knownModels: new Set(["mini"]), ledger });
+    const weekly = { amount: 1_000n, period: "week" as const };
+    const c = await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      budget: weekly,
+      clearBudget: false,
+    });
+    const { key } = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: weekly },
+      NOW,
+    );
+    const checks = budgetChecks({
+      accountId: "acme",
+      connectionId: "main",
+      keyId: key.keyId,
+      connectionBudget: weekly,
+      keyBudget: weekly,
+      now: NOW,
+    });
+    const running = newReservationId("acme");
+    const done = newReservationId("acme");
+    await ledger.admit([], { hold: { reservationId: running, amount: 300n, budgets: checks } }, NOW);
+    await ledger.admit([], { hold: { reservationId: done, amount: 200n, budgets: checks } }, NOW);
+    await ledger.settle(done, 150n, "evt-1", NOW);
+    const week = {
+      periodStart: new Date("2025-05-26T00:00:00Z"),
+      periodEnd: new Date("2025-06-02T00:00:00Z"),
+    };
+    expect(await admin.connectionUsage(c, NOW)).toEqual({
+      spent: 150n,
+      held: 300n,
+      remaining: 550n,
+      ...week,
+    });
+    expect(await admin.keyUsage(key, NOW)).toEqual({ spent: 150n, held: 300n, remaining: 550n, ...week });
+    // Reading holds nothing.
+    expect(await admin.connectionUsage(c, NOW)).toEqual({
+      spent: 150n,
+      held: 300n,
+      remaining: 550n,
+      ...week,
+    });
+    const unbudgeted = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    expect(await admin.keyUsage(unbudgeted.key, NOW)).toBeUndefined();
   });
 });

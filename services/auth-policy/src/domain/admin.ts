@@ -2,7 +2,14 @@
 // listing, revocation broadcast to every replica, rotation with a grace window.
 
 import { routeNames } from "@tollgate/config";
-import { type Budget, MAX_BUDGET_AMOUNT, MAX_PERIOD_DAYS } from "./budget.js";
+import {
+  type Budget,
+  budgetChecks,
+  MAX_BUDGET_AMOUNT,
+  MAX_PERIOD_DAYS,
+  periodAt,
+  remainingOf,
+} from "./budget.js";
 import { AuthError } from "./errors.js";
 import { generateKeyId, generateSecret, hashKey } from "./keys.js";
 import type {
@@ -11,6 +18,7 @@ import type {
   ConnectionPolicy,
   KeyRecord,
   KeyStore,
+  Ledger,
   RateLimits,
   RevocationPublisher,
   RouteName,
@@ -37,6 +45,17 @@ export interface AdminDeps {
   knownModels: ReadonlySet<string>;
   /** Grace window of a rotation that names none. */
   defaultGraceSeconds?: number;
+  /** Where budget spend is counted; without it, budgets are shown without their spend. */
+  ledger?: Pick<Ledger, "admit">;
+}
+
+/** A budget's current period: settled spend, holds of requests still running, what is left. */
+export interface BudgetUsage {
+  spent: bigint;
+  held: bigint;
+  remaining: bigint;
+  periodStart: Date;
+  periodEnd: Date;
 }
 
 export interface CreateConnectionInput {
@@ -154,7 +173,157 @@ export function createAdmin(deps: AdminDeps) {
     }
   }
 
+  async function requireAccount(accountId: string): Promise<AccountRecord> {
+    const account = await store.account(accountId);
+    if (!account) throw new AuthError("account_not_found", `no account '${accountId}'`);
+    return account;
+  }
+
+  /** Revokes every key of `keys` that is not revoked yet and broadcasts each, as revokeKey does. */
+  async function revokeAll(keys: readonly KeyRecord[], now: Date): Promise<KeyRecord[]> {
+    const revoked: KeyRecord[] = [];
+    for (const k of keys) {
+      const key = await store.revokeKey(k.keyId, now);
+      if (!key) continue;
+      await broadcast(key, key.revokedAt ?? now, "revoked");
+      revoked.push(key);
+    }
+    return revoked;
+  }
+
+  /** Reads (never holds) a budget's spend in its current period. */
+  async function usageOf(
+    accountId: string,
+    owner: { connectionId: string; keyId: string },
+    budgets: { connectionBudget?: Budget; keyBudget?: Budget },
+    now: Date,
+  ): Promise<BudgetUsage | undefined> {
+    const budget = budgets.connectionBudget ?? budgets.keyBudget;
+    if (!budget || !deps.ledger) return undefined;
+    const checks = budgetChecks({ accountId, ...owner, ...budgets, now });
+    const check = checks[0];
+    const count = (await deps.ledger.admit([], { peek: checks }, now)).budgets[0];
+    if (!check || !count) return undefined;
+    const period = periodAt(budget.period, now);
+    return {
+      spent: count.spent,
+      held: count.held,
+      remaining: remainingOf(check, count, 0n),
+      periodStart: new Date(period.startMs),
+      periodEnd: new Date(period.endMs),
+    };
+  }
+
   return {
+    /** A connection's budget spend in its current period; undefined without a budget. */
+    connectionUsage: (c: ConnectionPolicy, now = new Date()) =>
+      usageOf(
+        c.accountId,
+        { connectionId: c.connectionId, keyId: "" },
+        c.budget ? { connectionBudget: c.budget } : {},
+        now,
+      ),
+
+    /** A key's own budget spend in its current period; undefined without a budget. */
+    keyUsage: (k: KeyRecord, now = new Date()) =>
+      usageOf(
+        k.accountId,
+        { connectionId: k.connectionId, keyId: k.keyId },
+        k.budget ? { keyBudget: k.budget } : {},
+        now,
+      ),
+
+    /** Every account, ordered by id. */
+    listAccounts: () => store.listAccounts(),
+
+    /** One account and its connections. */
+    async getAccount(accountId: string) {
+      const account = await requireAccount(accountId);
+      return { account, connections: await store.listConnections(accountId) };
+    },
+
+    /** Replaces an account's limits. */
+    async updateAccount(input: { accountId: string; limits: RateLimits }) {
+      const account = await requireAccount(input.accountId);
+      checkLimits("limits", input.limits);
+      const next: AccountRecord = { ...account, limits: input.limits };
+      await store.putAccount(next);
+      return next;
+    },
+
+    /**
+     * Revokes every key of an account (each broadcast), then removes its connections and the
+     * account. A broadcast failure stops it with the state so far; a retry finishes it.
+     */
+    async deleteAccount(accountId: string, now = new Date()): Promise<KeyRecord[]> {
+      await requireAccount(accountId);
+      const revoked = await revokeAll(await store.listKeys(accountId), now);
+      for (const c of await store.listConnections(accountId))
+        await store.deleteConnection(accountId, c.connectionId);
+      await store.deleteAccount(accountId);
+      return revoked;
+    },
+
+    /** One connection. */
+    getConnection: (accountId: string, connectionId: string) => requireConnection(accountId, connectionId),
+
+    /** Sets or clears a connection's budget and, when given, replaces its limits. */
+    async updateConnection(input: {
+      accountId: string;
+      connectionId: string;
+      budget?: Budget;
+      clearBudget: boolean;
+      limits?: ConnectionLimits;
+    }) {
+      if (input.budget && input.clearBudget) throw invalid("give a budget or clear_budget, not both");
+      checkBudget("budget", input.budget);
+      if (input.limits) {
+        checkLimits("limits.connection", input.limits.connection);
+        checkLimits("limits.per_key", input.limits.perKey);
+        for (const [route, limits] of Object.entries(input.limits.routes)) {
+          if (!ROUTES.includes(route as RouteName)) throw invalid(`unknown route '${route}' in limits`);
+          checkLimits(`limits.routes.${route}`, limits ?? {});
+        }
+      }
+      const current = await requireConnection(input.accountId, input.connectionId);
+      const { budget: _old, ...rest } = current;
+      const budget = input.clearBudget ? undefined : (input.budget ?? current.budget);
+      const next: ConnectionPolicy = {
+        ...rest,
+        ...(input.limits ? { limits: input.limits } : {}),
+        ...(budget ? { budget } : {}),
+      };
+      await store.putConnection(next);
+      return next;
+    },
+
+    /** Revokes every key of a connection (each broadcast), then removes the connection. */
+    async deleteConnection(accountId: string, connectionId: string, now = new Date()): Promise<KeyRecord[]> {
+      await requireConnection(accountId, connectionId);
+      const revoked = await revokeAll(await store.listKeys(accountId, connectionId), now);
+      await store.deleteConnection(accountId, connectionId);
+      return revoked;
+    },
+
+    /** One key, never its secret. */
+    async getKey(keyId: string): Promise<KeyRecord> {
+      const key = await store.findById(keyId);
+      if (!key) throw new AuthError("key_not_found", `no key '${keyId}'`);
+      return key;
+    },
+
+    /** Sets or clears a key's own budget. */
+    async updateKey(input: { keyId: string; budget?: Budget; clearBudget: boolean }): Promise<KeyRecord> {
+      if (input.budget && input.clearBudget) throw invalid("give a budget or clear_budget, not both");
+      checkBudget("budget", input.budget);
+      const current = await store.findById(input.keyId);
+      if (!current) throw new AuthError("key_not_found", `no key '${input.keyId}'`);
+      if (!input.budget && !input.clearBudget) return current;
+      const key = await store.setKeyBudget(input.keyId, input.clearBudget ? undefined : input.budget);
+      if (!key) throw new AuthError("key_not_found", `no key '${input.keyId}'`);
+      return key;
+    },
+
     /** Adds an account with optional account-wide limits. */
     async createAccount(input: { accountId: string; limits: RateLimits }, now = new Date()) {
       checkId("account_id", input.accountId);

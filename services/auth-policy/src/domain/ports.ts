@@ -142,6 +142,16 @@ export interface KeyStore {
   takeDueDeadlines(now: Date, limit: number): Promise<KeyDeadline[]>;
   /** Queues deadlines (again); the same reason, key and hash is queued once. */
   addDeadlines(deadlines: readonly KeyDeadline[]): Promise<void>;
+  /** Every account, ordered by id. */
+  listAccounts(): Promise<AccountRecord[]>;
+  /** Every connection of an account, ordered by id. */
+  listConnections(accountId: string): Promise<ConnectionPolicy[]>;
+  /** Removes a connection's policy (its keys stay, as records of revoked keys). */
+  deleteConnection(accountId: string, connectionId: string): Promise<void>;
+  /** Removes an account's record (delete its connections first). */
+  deleteAccount(accountId: string): Promise<void>;
+  /** Sets (or, with undefined, removes) a key's own budget; undefined if the key is unknown. */
+  setKeyBudget(keyId: string, budget: KeyRecord["budget"]): Promise<KeyRecord | undefined>;
   /** Ids of the keys the configuration file declared at the last import. */
   configKeyIds(): Promise<string[]>;
   /** Replaces the ids of the keys the configuration file declares. */

@@ -58,11 +58,16 @@ function isPlanName(plan: string): plan is PlanName {
   return (planNames as readonly string[]).includes(plan);
 }
 
-/** Builds the catalog; throws when the configuration has no plans (the paid door needs them). */
+/**
+ * Builds the catalog; throws when the configuration has no plans (the paid door needs one at
+ * least). A plan the configuration leaves out is refused as mpp_invalid_request.
+ */
 export function createCatalog(gateway: GatewayConfig): Catalog {
   const plans = gateway.plans;
   if (!plans)
-    throw new Error("the configuration defines no plans: the paid door needs Starter, Plus and Premium");
+    throw new Error(
+      "the configuration defines no plans: the paid door needs at least one of Starter, Plus, Premium",
+    );
   const models = new Map(gateway.models.map((m) => [m.id, m]));
   const snapshot = pricingSnapshotId(gateway.models);
   const planOf = (name: string): PlanConfig | undefined => (isPlanName(name) ? plans[name] : undefined);
@@ -78,6 +83,10 @@ export function createCatalog(gateway: GatewayConfig): Catalog {
       const invalid = (message: string) => new PaymentError("mpp_invalid_request", message);
       if (!isPlanName(req.plan)) throw invalid(`plan must be one of ${planNames.join(", ")}`);
       const plan = plans[req.plan];
+      if (!plan) {
+        const offered = planNames.filter((n) => plans[n] !== undefined);
+        throw invalid(`plan ${req.plan} is not offered by this gateway; offered: ${offered.join(", ")}`);
+      }
       let modelId: string;
       if (req.modelOptimization) {
         if (req.model !== "") throw invalid("model must be omitted when model_optimization is true");

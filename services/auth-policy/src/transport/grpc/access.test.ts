@@ -10,3 +10,22 @@ describe("authAccess", () => {
     expect(decide(authAccess, "settleReservations", undefined)).toBe("unauthenticated");
   });
 });
+
+describe("authAccess of the admin RPCs", () => {
+  it("lets api-edge alone list, show, update and delete accounts, connections and keys", () => {
+    for (const method of [
+      "listAccounts",
+      "getAccount",
+      "updateAccount",
+      "deleteAccount",
+      "getConnection",
+      "updateConnection",
+      "deleteConnection",
+      "getKey",
+      "updateKey",
+    ] as const) {
+      expect(decide(authAccess, method, "api-edge")).toBe("allow");
+      expect(decide(authAccess, method, "metering")).toBe("permission_denied");
+    }
+  });
+});

@@ -17,4 +17,13 @@ export const authAccess: AccessTable<MethodsOf<typeof AuthService>> = {
   listKeys: ["api-edge"],
   revokeKey: ["api-edge"],
   rotateKey: ["api-edge"],
+  listAccounts: ["api-edge"],
+  getAccount: ["api-edge"],
+  updateAccount: ["api-edge"],
+  deleteAccount: ["api-edge"],
+  getConnection: ["api-edge"],
+  updateConnection: ["api-edge"],
+  deleteConnection: ["api-edge"],
+  getKey: ["api-edge"],
+  updateKey: ["api-edge"],
 };

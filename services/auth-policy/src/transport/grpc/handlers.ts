@@ -9,6 +9,7 @@ import {
   type Budget as BudgetMsg,
   BudgetPeriod as BudgetPeriodMsg,
   type BudgetSchema,
+  type BudgetUsageSchema,
   type ConnectionLimits as ConnectionLimitsMsg,
   type ConnectionSchema,
   type KeyInfoSchema,
@@ -18,7 +19,7 @@ import {
   SettleOutcome,
 } from "@tollgate/proto/auth";
 import { OPERATIONS, operationOf } from "@tollgate/proto/routes";
-import type { Admin } from "../../domain/admin.js";
+import type { Admin, BudgetUsage } from "../../domain/admin.js";
 import { type AuthorizeDeps, authorize } from "../../domain/authorize.js";
 import {
   type Budget,
@@ -134,8 +135,25 @@ function accountOut(a: AccountRecord): MessageInitShape<typeof AccountSchema> {
   return { accountId: a.accountId, limits: a.limits, createdAt: timestampFromDate(a.createdAt) };
 }
 
-function connectionOut(c: ConnectionPolicy): MessageInitShape<typeof ConnectionSchema> {
+/** A budget's current period on the wire, amounts as decimal strings. */
+function usageOut(
+  u: BudgetUsage | undefined,
+): { budgetUsage: MessageInitShape<typeof BudgetUsageSchema> } | undefined {
+  if (!u) return undefined;
   return {
+    budgetUsage: {
+      spent: u.spent.toString(),
+      held: u.held.toString(),
+      remaining: u.remaining.toString(),
+      periodStart: timestampFromDate(u.periodStart),
+      periodEnd: timestampFromDate(u.periodEnd),
+    },
+  };
+}
+
+function connectionOut(c: ConnectionPolicy, usage?: BudgetUsage): MessageInitShape<typeof ConnectionSchema> {
+  return {
+    ...usageOut(usage),
     accountId: c.accountId,
     connectionId: c.connectionId,
     models: [...c.models],
@@ -157,8 +175,9 @@ function connectionOut(c: ConnectionPolicy): MessageInitShape<typeof ConnectionS
 }
 
 /** A key as the admin API shows it: never the secret, never the hash. */
-function keyOut(k: KeyRecord, now: Date): MessageInitShape<typeof KeyInfoSchema> {
+function keyOut(k: KeyRecord, now: Date, usage?: BudgetUsage): MessageInitShape<typeof KeyInfoSchema> {
   return {
+    ...usageOut(usage),
     keyId: k.keyId,
     accountId: k.accountId,
     connectionId: k.connectionId,
@@ -324,6 +343,81 @@ export function authHandlers(
           "key rotated",
         );
         return { oldKey: keyOut(old, now), newKey: keyOut(key, now), secret };
+      }),
+
+    listAccounts: () => mapped(async () => ({ accounts: (await admin.listAccounts()).map(accountOut) })),
+
+    getAccount: (req) =>
+      mapped(async () => {
+        const { account, connections } = await admin.getAccount(req.accountId);
+        return { account: accountOut(account), connections: connections.map((c) => connectionOut(c)) };
+      }),
+
+    updateAccount: (req) =>
+      mapped(async () => {
+        const account = await admin.updateAccount({ accountId: req.accountId, limits: limitsIn(req.limits) });
+        log.info({ accountId: account.accountId }, "account updated");
+        return { account: accountOut(account) };
+      }),
+
+    deleteAccount: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const revoked = await admin.deleteAccount(req.accountId, now);
+        log.info({ accountId: req.accountId, revokedKeys: revoked.length }, "account deleted");
+        return { revokedKeys: revoked.map((k) => keyOut(k, now)) };
+      }),
+
+    getConnection: (req) =>
+      mapped(async () => {
+        const connection = await admin.getConnection(req.accountId, req.connectionId);
+        return { connection: connectionOut(connection, await admin.connectionUsage(connection)) };
+      }),
+
+    updateConnection: (req) =>
+      mapped(async () => {
+        const connection = await admin.updateConnection({
+          accountId: req.accountId,
+          connectionId: req.connectionId,
+          ...(req.budget ? { budget: budgetIn(req.budget)! } : {}),
+          clearBudget: req.clearBudget,
+          ...(req.limits ? { limits: connectionLimitsIn(req.limits) } : {}),
+        });
+        log.info(
+          { accountId: connection.accountId, connectionId: connection.connectionId },
+          "connection updated",
+        );
+        return { connection: connectionOut(connection, await admin.connectionUsage(connection)) };
+      }),
+
+    deleteConnection: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const revoked = await admin.deleteConnection(req.accountId, req.connectionId, now);
+        log.info(
+          { accountId: req.accountId, connectionId: req.connectionId, revokedKeys: revoked.length },
+          "connection deleted",
+        );
+        return { revokedKeys: revoked.map((k) => keyOut(k, now)) };
+      }),
+
+    getKey: (req) =>
+      mapped(async () => {
+        const now = new Date();
+        const key = await admin.getKey(req.keyId);
+        return { key: keyOut(key, now, await admin.keyUsage(key, now)) };
+      }),
+
+    updateKey: (req) =>
+      mapped(async () => {
+        const key = await admin.updateKey({
+          keyId: req.keyId,
+          ...(req.budget ? { budget: budgetIn(req.budget)! } : {}),
+          clearBudget: req.clearBudget,
+        });
+        log.info({ accountId: key.accountId, keyId: key.keyId }, "key updated");
+        const now = new Date();
+        return { key: keyOut(key, now, await admin.keyUsage(key, now)) };
       }),
 
     settleReservation: (req) =>

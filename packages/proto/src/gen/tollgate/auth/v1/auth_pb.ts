@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/auth/v1/auth.proto.
  */
 export const file_tollgate_auth_v1_auth: GenFile = /*@__PURE__*/
-  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEiqAMKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBEhcKCmJvZHlfYnl0ZXMYCCABKA1IAogBARIaCg1tZXNzYWdlX2NvdW50GAkgASgNSAOIAQESHQoQb3V0cHV0X3NlcXVlbmNlcxgKIAEoDUgEiAEBEhIKCmNoZWNrX29ubHkYCyABKAgSGQoRcmVxdWlyZV9yZWFzb25pbmcYDCABKAhCFAoSX21heF9vdXRwdXRfdG9rZW5zQhkKF19lc3RpbWF0ZWRfaW5wdXRfdG9rZW5zQg0KC19ib2R5X2J5dGVzQhAKDl9tZXNzYWdlX2NvdW50QhMKEV9vdXRwdXRfc2VxdWVuY2VzIkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIrYDChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAkSNQoKcmF0ZV9saW1pdBgHIAEoCzIhLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0U3RhdHVzEjMKD2tleV92YWxpZF91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoMbW9kZWxfcHJpY2VzGAkgAygLMhwudG9sbGdhdGUuYXV0aC52MS5Nb2RlbFByaWNlEg0KBXF1b3RlGAogASgJEhgKEGJ1ZGdldF9yZW1haW5pbmcYCyABKAkSHAoUa2V5X2J1ZGdldF9yZW1haW5pbmcYDCABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIl0KBkJ1ZGdldBIOCgZhbW91bnQYASABKAkSLgoGcGVyaW9kGAIgASgOMh4udG9sbGdhdGUuYXV0aC52MS5CdWRnZXRQZXJpb2QSEwoLcGVyaW9kX2RheXMYAyABKA0iUgoKTW9kZWxQcmljZRINCgVtb2RlbBgBIAEoCRIZChFpbnB1dF9wZXJfbWlsbGlvbhgCIAEoCRIaChJvdXRwdXRfcGVyX21pbGxpb24YAyABKAkiZwoPUmF0ZUxpbWl0U3RhdHVzEg0KBWxpbWl0GAEgASgNEhEKCXJlbWFpbmluZxgCIAEoDRIVCg1yZXNldF9zZWNvbmRzGAMgASgNEg0KBXNjb3BlGAQgASgJEgwKBHVuaXQYBSABKAkifAoKUmF0ZUxpbWl0cxIgChNyZXF1ZXN0c19wZXJfbWludXRlGAEgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYAiABKA1IAYgBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGUiZwoPUm91dGVSYXRlTGltaXRzEiYKBXJvdXRlGAEgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMipgEKEENvbm5lY3Rpb25MaW1pdHMSMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxItCgdwZXJfa2V5GAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEjEKBnJvdXRlcxgDIAMoCzIhLnRvbGxnYXRlLmF1dGgudjEuUm91dGVSYXRlTGltaXRzInsKB0FjY291bnQSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi0wIKCkNvbm5lY3Rpb24SEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiEKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHMSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGYnVkZ2V0GAogASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQiowMKB0tleUluZm8SDgoGa2V5X2lkGAEgASgJEhIKCmFjY291bnRfaWQYAiABKAkSFQoNY29ubmVjdGlvbl9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmV4cGlyZXNfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHJvdGF0ZWRfZnJvbRgIIAEoCRISCgpyb3RhdGVkX3RvGAkgASgJEjEKDWdyYWNlX2VuZHNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWxhc3Q0GAsgASgJEikKBXN0YXRlGAwgASgOMhoudG9sbGdhdGUuYXV0aC52MS5LZXlTdGF0ZRIoCgZidWRnZXQYDSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJYChRDcmVhdGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyJDChVDcmVhdGVBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCLuAgoXQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiYKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA1IAIgBARIeChFtYXhfb3V0cHV0X3Rva2VucxgGIAEoDUgBiAEBEicKBnJvdXRlcxgHIAMoDjIXLnRvbGxnYXRlLmF1dGgudjEuUm91dGUSMgoGbGltaXRzGAggASgLMiIudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uTGltaXRzEigKBmJ1ZGdldBgJIAEoCzIYLnRvbGxnYXRlLmF1dGgudjEuQnVkZ2V0QhwKGl9kZWZhdWx0X21heF9vdXRwdXRfdG9rZW5zQhQKEl9tYXhfb3V0cHV0X3Rva2VucyJMChhDcmVhdGVDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiKlAQoQQ3JlYXRlS2V5UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEbmFtZRgEIAEoCRIoCgZidWRnZXQYBSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldCJLChFDcmVhdGVLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SDgoGc2VjcmV0GAIgASgJIjwKD0xpc3RLZXlzUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkiOwoQTGlzdEtleXNSZXNwb25zZRInCgRrZXlzGAEgAygLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvIiIKEFJldm9rZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJIjsKEVJldm9rZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyKAAQoQUm90YXRlS2V5UmVxdWVzdBIOCgZrZXlfaWQYASABKAkSGgoNZ3JhY2Vfc2Vjb25kcxgCIAEoDUgAiAEBEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQhAKDl9ncmFjZV9zZWNvbmRzInsKEVJvdGF0ZUtleVJlc3BvbnNlEioKB29sZF9rZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SKgoHbmV3X2tleRgCIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbxIOCgZzZWNyZXQYAyABKAkiWQoYU2V0dGxlUmVzZXJ2YXRpb25SZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEhMKC2FjdHVhbF9jb3N0GAIgASgJEhAKCGV2ZW50X2lkGAMgASgJImMKGVNldHRsZVJlc2VydmF0aW9uUmVzcG9uc2USMAoHb3V0Y29tZRgBIAEoDjIfLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlT3V0Y29tZRIUCgxzZXR0bGVkX2Nvc3QYAiABKAkiVgoZU2V0dGxlUmVzZXJ2YXRpb25zUmVxdWVzdBI5CgVpdGVtcxgBIAMoCzIqLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlUmVzZXJ2YXRpb25SZXF1ZXN0InUKF1NldHRsZVJlc2VydmF0aW9uUmVzdWx0EjAKB291dGNvbWUYASABKA4yHy50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZU91dGNvbWUSFAoMc2V0dGxlZF9jb3N0GAIgASgJEhIKCmVycm9yX2NvZGUYAyABKAkiWAoaU2V0dGxlUmVzZXJ2YXRpb25zUmVzcG9uc2USOgoHcmVzdWx0cxgBIAMoCzIpLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlUmVzZXJ2YXRpb25SZXN1bHQikgEKCktleVJldm9rZWQSEAoIa2V5X2hhc2gYASABKAkSDgoGa2V5X2lkGAIgASgJEi4KCnJldm9rZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKBnJlYXNvbhgEIAEoDjIiLnRvbGxnYXRlLmF1dGgudjEuS2V5UmV2b2tlZFJlYXNvbiqfAQoFUm91dGUSFQoRUk9VVEVfVU5TUEVDSUZJRUQQABIQCgxST1VURV9NT0RFTFMQARIaChZST1VURV9DSEFUX0NPTVBMRVRJT05TEAISFQoRUk9VVEVfQ09NUExFVElPTlMQAxITCg9ST1VURV9SRVNQT05TRVMQBBIPCgtST1VURV9USElOSxAFEhQKEFJPVVRFX0VNQkVERElOR1MQBiqNAQoMQnVkZ2V0UGVyaW9kEh0KGUJVREdFVF9QRVJJT0RfVU5TUEVDSUZJRUQQABIXChNCVURHRVRfUEVSSU9EX01PTlRIEAESFgoSQlVER0VUX1BFUklPRF9XRUVLEAISFQoRQlVER0VUX1BFUklPRF9EQVkQAxIWChJCVURHRVRfUEVSSU9EX0RBWVMQBCqYAQoIS2V5U3RhdGUSGQoVS0VZX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQS0VZX1NUQVRFX0FDVElWRRABEhYKEktFWV9TVEFURV9ST1RBVElORxACEhUKEUtFWV9TVEFURV9ST1RBVEVEEAMSFQoRS0VZX1NUQVRFX0VYUElSRUQQBBIVChFLRVlfU1RBVEVfUkVWT0tFRBAFKsABCg1TZXR0bGVPdXRjb21lEh4KGlNFVFRMRV9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGgoWU0VUVExFX09VVENPTUVfU0VUVExFRBABEicKI1NFVFRMRV9PVVRDT01FX1NFVFRMRURfQUZURVJfRVhQSVJZEAISIgoeU0VUVExFX09VVENPTUVfQUxSRUFEWV9TRVRUTEVEEAMSJgoiU0VUVExFX09VVENPTUVfVU5LTk9XTl9SRVNFUlZBVElPThAEKpYBChBLZXlSZXZva2VkUmVhc29uEiIKHktFWV9SRVZPS0VEX1JFQVNPTl9VTlNQRUNJRklFRBAAEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9SRVZPS0VEEAESHgoaS0VZX1JFVk9LRURfUkVBU09OX1JPVEFURUQQAhIeChpLRVlfUkVWT0tFRF9SRUFTT05fRVhQSVJFRBADMuQGCgtBdXRoU2VydmljZRJUCglBdXRob3JpemUSIi50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkF1dGhvcml6ZVJlc3BvbnNlEmAKDUNyZWF0ZUFjY291bnQSJi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUFjY291bnRSZXF1ZXN0GicudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVBY2NvdW50UmVzcG9uc2USaQoQQ3JlYXRlQ29ubmVjdGlvbhIpLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQ29ubmVjdGlvblJlcXVlc3QaKi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUNvbm5lY3Rpb25SZXNwb25zZRJUCglDcmVhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUtleVJlc3BvbnNlElEKCExpc3RLZXlzEiEudG9sbGdhdGUuYXV0aC52MS5MaXN0S2V5c1JlcXVlc3QaIi50b2xsZ2F0ZS5hdXRoLnYxLkxpc3RLZXlzUmVzcG9uc2USVAoJUmV2b2tlS2V5EiIudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXF1ZXN0GiMudG9sbGdhdGUuYXV0aC52MS5SZXZva2VLZXlSZXNwb25zZRJUCglSb3RhdGVLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlJvdGF0ZUtleVJlc3BvbnNlEmwKEVNldHRsZVJlc2VydmF0aW9uEioudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvblJlcXVlc3QaKy50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uUmVzcG9uc2USbwoSU2V0dGxlUmVzZXJ2YXRpb25zEisudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvbnNSZXF1ZXN0GiwudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvbnNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("Cht0b2xsZ2F0ZS9hdXRoL3YxL2F1dGgucHJvdG8SEHRvbGxnYXRlLmF1dGgudjEiqAMKEEF1dGhvcml6ZVJlcXVlc3QSCwoDa2V5GAEgASgJEiYKBXJvdXRlGAIgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRINCgVtb2RlbBgDIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoDUgAiAEBEhIKCnJlcXVlc3RfaWQYBSABKAkSDQoFcXVvdGUYBiABKAkSIwoWZXN0aW1hdGVkX2lucHV0X3Rva2VucxgHIAEoDUgBiAEBEhcKCmJvZHlfYnl0ZXMYCCABKA1IAogBARIaCg1tZXNzYWdlX2NvdW50GAkgASgNSAOIAQESHQoQb3V0cHV0X3NlcXVlbmNlcxgKIAEoDUgEiAEBEhIKCmNoZWNrX29ubHkYCyABKAgSGQoRcmVxdWlyZV9yZWFzb25pbmcYDCABKAhCFAoSX21heF9vdXRwdXRfdG9rZW5zQhkKF19lc3RpbWF0ZWRfaW5wdXRfdG9rZW5zQg0KC19ib2R5X2J5dGVzQhAKDl9tZXNzYWdlX2NvdW50QhMKEV9vdXRwdXRfc2VxdWVuY2VzIkYKCVByaW5jaXBhbBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSDgoGa2V5X2lkGAMgASgJIrYDChFBdXRob3JpemVSZXNwb25zZRIuCglwcmluY2lwYWwYASABKAsyGy50b2xsZ2F0ZS5hdXRoLnYxLlByaW5jaXBhbBINCgVtb2RlbBgCIAEoCRIeChFtYXhfb3V0cHV0X3Rva2VucxgDIAEoDUgAiAEBEhYKDmFsbG93ZWRfbW9kZWxzGAQgAygJEhUKDWRlZmF1bHRfbW9kZWwYBSABKAkSFgoOcmVzZXJ2YXRpb25faWQYBiABKAkSNQoKcmF0ZV9saW1pdBgHIAEoCzIhLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0U3RhdHVzEjMKD2tleV92YWxpZF91bnRpbBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoMbW9kZWxfcHJpY2VzGAkgAygLMhwudG9sbGdhdGUuYXV0aC52MS5Nb2RlbFByaWNlEg0KBXF1b3RlGAogASgJEhgKEGJ1ZGdldF9yZW1haW5pbmcYCyABKAkSHAoUa2V5X2J1ZGdldF9yZW1haW5pbmcYDCABKAlCFAoSX21heF9vdXRwdXRfdG9rZW5zIl0KBkJ1ZGdldBIOCgZhbW91bnQYASABKAkSLgoGcGVyaW9kGAIgASgOMh4udG9sbGdhdGUuYXV0aC52MS5CdWRnZXRQZXJpb2QSEwoLcGVyaW9kX2RheXMYAyABKA0iUgoKTW9kZWxQcmljZRINCgVtb2RlbBgBIAEoCRIZChFpbnB1dF9wZXJfbWlsbGlvbhgCIAEoCRIaChJvdXRwdXRfcGVyX21pbGxpb24YAyABKAkiZwoPUmF0ZUxpbWl0U3RhdHVzEg0KBWxpbWl0GAEgASgNEhEKCXJlbWFpbmluZxgCIAEoDRIVCg1yZXNldF9zZWNvbmRzGAMgASgNEg0KBXNjb3BlGAQgASgJEgwKBHVuaXQYBSABKAkifAoKUmF0ZUxpbWl0cxIgChNyZXF1ZXN0c19wZXJfbWludXRlGAEgASgNSACIAQESHgoRdG9rZW5zX3Blcl9taW51dGUYAiABKA1IAYgBAUIWChRfcmVxdWVzdHNfcGVyX21pbnV0ZUIUChJfdG9rZW5zX3Blcl9taW51dGUiZwoPUm91dGVSYXRlTGltaXRzEiYKBXJvdXRlGAEgASgOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMipgEKEENvbm5lY3Rpb25MaW1pdHMSMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cxItCgdwZXJfa2V5GAIgASgLMhwudG9sbGdhdGUuYXV0aC52MS5SYXRlTGltaXRzEjEKBnJvdXRlcxgDIAMoCzIhLnRvbGxnYXRlLmF1dGgudjEuUm91dGVSYXRlTGltaXRzInsKB0FjY291bnQSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiiAMKCkNvbm5lY3Rpb24SEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEg4KBm1vZGVscxgDIAMoCRIVCg1kZWZhdWx0X21vZGVsGAQgASgJEiEKGWRlZmF1bHRfbWF4X291dHB1dF90b2tlbnMYBSABKA0SGQoRbWF4X291dHB1dF90b2tlbnMYBiABKA0SJwoGcm91dGVzGAcgAygOMhcudG9sbGdhdGUuYXV0aC52MS5Sb3V0ZRIyCgZsaW1pdHMYCCABKAsyIi50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb25MaW1pdHMSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoGYnVkZ2V0GAogASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQSMwoMYnVkZ2V0X3VzYWdlGAsgASgLMh0udG9sbGdhdGUuYXV0aC52MS5CdWRnZXRVc2FnZSKfAQoLQnVkZ2V0VXNhZ2USDQoFc3BlbnQYASABKAkSDAoEaGVsZBgCIAEoCRIRCglyZW1haW5pbmcYAyABKAkSMAoMcGVyaW9kX3N0YXJ0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpwZXJpb2RfZW5kGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLYAwoHS2V5SW5mbxIOCgZrZXlfaWQYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIVCg1jb25uZWN0aW9uX2lkGAMgASgJEgwKBG5hbWUYBCABKAkSLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcm90YXRlZF9mcm9tGAggASgJEhIKCnJvdGF0ZWRfdG8YCSABKAkSMQoNZ3JhY2VfZW5kc19hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFbGFzdDQYCyABKAkSKQoFc3RhdGUYDCABKA4yGi50b2xsZ2F0ZS5hdXRoLnYxLktleVN0YXRlEigKBmJ1ZGdldBgNIAEoCzIYLnRvbGxnYXRlLmF1dGgudjEuQnVkZ2V0EjMKDGJ1ZGdldF91c2FnZRgOIAEoCzIdLnRvbGxnYXRlLmF1dGgudjEuQnVkZ2V0VXNhZ2UiWAoUQ3JlYXRlQWNjb3VudFJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIsCgZsaW1pdHMYAiABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLlJhdGVMaW1pdHMiQwoVQ3JlYXRlQWNjb3VudFJlc3BvbnNlEioKB2FjY291bnQYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLkFjY291bnQi7gIKF0NyZWF0ZUNvbm5lY3Rpb25SZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkSFQoNY29ubmVjdGlvbl9pZBgCIAEoCRIOCgZtb2RlbHMYAyADKAkSFQoNZGVmYXVsdF9tb2RlbBgEIAEoCRImChlkZWZhdWx0X21heF9vdXRwdXRfdG9rZW5zGAUgASgNSACIAQESHgoRbWF4X291dHB1dF90b2tlbnMYBiABKA1IAYgBARInCgZyb3V0ZXMYByADKA4yFy50b2xsZ2F0ZS5hdXRoLnYxLlJvdXRlEjIKBmxpbWl0cxgIIAEoCzIiLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbkxpbWl0cxIoCgZidWRnZXQYCSABKAsyGC50b2xsZ2F0ZS5hdXRoLnYxLkJ1ZGdldEIcChpfZGVmYXVsdF9tYXhfb3V0cHV0X3Rva2Vuc0IUChJfbWF4X291dHB1dF90b2tlbnMiTAoYQ3JlYXRlQ29ubmVjdGlvblJlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC50b2xsZ2F0ZS5hdXRoLnYxLkNvbm5lY3Rpb24ipQEKEENyZWF0ZUtleVJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBG5hbWUYBCABKAkSKAoGYnVkZ2V0GAUgASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQiSwoRQ3JlYXRlS2V5UmVzcG9uc2USJgoDa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEg4KBnNlY3JldBgCIAEoCSI8Cg9MaXN0S2V5c1JlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJIjsKEExpc3RLZXlzUmVzcG9uc2USJwoEa2V5cxgBIAMoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyIiChBSZXZva2VLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCSI7ChFSZXZva2VLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8igAEKEFJvdGF0ZUtleVJlcXVlc3QSDgoGa2V5X2lkGAEgASgJEhoKDWdyYWNlX3NlY29uZHMYAiABKA1IAIgBARIuCgpleHBpcmVzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIQCg5fZ3JhY2Vfc2Vjb25kcyJ7ChFSb3RhdGVLZXlSZXNwb25zZRIqCgdvbGRfa2V5GAEgASgLMhkudG9sbGdhdGUuYXV0aC52MS5LZXlJbmZvEioKB25ld19rZXkYAiABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8SDgoGc2VjcmV0GAMgASgJIhUKE0xpc3RBY2NvdW50c1JlcXVlc3QiQwoUTGlzdEFjY291bnRzUmVzcG9uc2USKwoIYWNjb3VudHMYASADKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLkFjY291bnQiJwoRR2V0QWNjb3VudFJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCSJzChJHZXRBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudBIxCgtjb25uZWN0aW9ucxgCIAMoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiJYChRVcGRhdGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEiwKBmxpbWl0cxgCIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuUmF0ZUxpbWl0cyJDChVVcGRhdGVBY2NvdW50UmVzcG9uc2USKgoHYWNjb3VudBgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuQWNjb3VudCIqChREZWxldGVBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJIkgKFURlbGV0ZUFjY291bnRSZXNwb25zZRIvCgxyZXZva2VkX2tleXMYASADKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8iQQoUR2V0Q29ubmVjdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIVCg1jb25uZWN0aW9uX2lkGAIgASgJIkkKFUdldENvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwudG9sbGdhdGUuYXV0aC52MS5Db25uZWN0aW9uIrgBChdVcGRhdGVDb25uZWN0aW9uUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSKAoGYnVkZ2V0GAMgASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQSFAoMY2xlYXJfYnVkZ2V0GAQgASgIEjIKBmxpbWl0cxgFIAEoCzIiLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbkxpbWl0cyJMChhVcGRhdGVDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLnRvbGxnYXRlLmF1dGgudjEuQ29ubmVjdGlvbiJEChdEZWxldGVDb25uZWN0aW9uUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkiSwoYRGVsZXRlQ29ubmVjdGlvblJlc3BvbnNlEi8KDHJldm9rZWRfa2V5cxgBIAMoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyIfCg1HZXRLZXlSZXF1ZXN0Eg4KBmtleV9pZBgBIAEoCSI4Cg5HZXRLZXlSZXNwb25zZRImCgNrZXkYASABKAsyGS50b2xsZ2F0ZS5hdXRoLnYxLktleUluZm8iYgoQVXBkYXRlS2V5UmVxdWVzdBIOCgZrZXlfaWQYASABKAkSKAoGYnVkZ2V0GAIgASgLMhgudG9sbGdhdGUuYXV0aC52MS5CdWRnZXQSFAoMY2xlYXJfYnVkZ2V0GAMgASgIIjsKEVVwZGF0ZUtleVJlc3BvbnNlEiYKA2tleRgBIAEoCzIZLnRvbGxnYXRlLmF1dGgudjEuS2V5SW5mbyJZChhTZXR0bGVSZXNlcnZhdGlvblJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEwoLYWN0dWFsX2Nvc3QYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkiYwoZU2V0dGxlUmVzZXJ2YXRpb25SZXNwb25zZRIwCgdvdXRjb21lGAEgASgOMh8udG9sbGdhdGUuYXV0aC52MS5TZXR0bGVPdXRjb21lEhQKDHNldHRsZWRfY29zdBgCIAEoCSJWChlTZXR0bGVSZXNlcnZhdGlvbnNSZXF1ZXN0EjkKBWl0ZW1zGAEgAygLMioudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvblJlcXVlc3QidQoXU2V0dGxlUmVzZXJ2YXRpb25SZXN1bHQSMAoHb3V0Y29tZRgBIAEoDjIfLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlT3V0Y29tZRIUCgxzZXR0bGVkX2Nvc3QYAiABKAkSEgoKZXJyb3JfY29kZRgDIAEoCSJYChpTZXR0bGVSZXNlcnZhdGlvbnNSZXNwb25zZRI6CgdyZXN1bHRzGAEgAygLMikudG9sbGdhdGUuYXV0aC52MS5TZXR0bGVSZXNlcnZhdGlvblJlc3VsdCKSAQoKS2V5UmV2b2tlZBIQCghrZXlfaGFzaBgBIAEoCRIOCgZrZXlfaWQYAiABKAkSLgoKcmV2b2tlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMgoGcmVhc29uGAQgASgOMiIudG9sbGdhdGUuYXV0aC52MS5LZXlSZXZva2VkUmVhc29uKp8BCgVSb3V0ZRIVChFST1VURV9VTlNQRUNJRklFRBAAEhAKDFJPVVRFX01PREVMUxABEhoKFlJPVVRFX0NIQVRfQ09NUExFVElPTlMQAhIVChFST1VURV9DT01QTEVUSU9OUxADEhMKD1JPVVRFX1JFU1BPTlNFUxAEEg8KC1JPVVRFX1RISU5LEAUSFAoQUk9VVEVfRU1CRURESU5HUxAGKo0BCgxCdWRnZXRQZXJpb2QSHQoZQlVER0VUX1BFUklPRF9VTlNQRUNJRklFRBAAEhcKE0JVREdFVF9QRVJJT0RfTU9OVEgQARIWChJCVURHRVRfUEVSSU9EX1dFRUsQAhIVChFCVURHRVRfUEVSSU9EX0RBWRADEhYKEkJVREdFVF9QRVJJT0RfREFZUxAEKpgBCghLZXlTdGF0ZRIZChVLRVlfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBLRVlfU1RBVEVfQUNUSVZFEAESFgoSS0VZX1NUQVRFX1JPVEFUSU5HEAISFQoRS0VZX1NUQVRFX1JPVEFURUQQAxIVChFLRVlfU1RBVEVfRVhQSVJFRBAEEhUKEUtFWV9TVEFURV9SRVZPS0VEEAUqwAEKDVNldHRsZU91dGNvbWUSHgoaU0VUVExFX09VVENPTUVfVU5TUEVDSUZJRUQQABIaChZTRVRUTEVfT1VUQ09NRV9TRVRUTEVEEAESJwojU0VUVExFX09VVENPTUVfU0VUVExFRF9BRlRFUl9FWFBJUlkQAhIiCh5TRVRUTEVfT1VUQ09NRV9BTFJFQURZX1NFVFRMRUQQAxImCiJTRVRUTEVfT1VUQ09NRV9VTktOT1dOX1JFU0VSVkFUSU9OEAQqlgEKEEtleVJldm9rZWRSZWFzb24SIgoeS0VZX1JFVk9LRURfUkVBU09OX1VOU1BFQ0lGSUVEEAASHgoaS0VZX1JFVk9LRURfUkVBU09OX1JFVk9LRUQQARIeChpLRVlfUkVWT0tFRF9SRUFTT05fUk9UQVRFRBACEh4KGktFWV9SRVZPS0VEX1JFQVNPTl9FWFBJUkVEEAMyuw0KC0F1dGhTZXJ2aWNlElQKCUF1dGhvcml6ZRIiLnRvbGxnYXRlLmF1dGgudjEuQXV0aG9yaXplUmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuQXV0aG9yaXplUmVzcG9uc2USYAoNQ3JlYXRlQWNjb3VudBImLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQWNjb3VudFJlcXVlc3QaJy50b2xsZ2F0ZS5hdXRoLnYxLkNyZWF0ZUFjY291bnRSZXNwb25zZRJpChBDcmVhdGVDb25uZWN0aW9uEikudG9sbGdhdGUuYXV0aC52MS5DcmVhdGVDb25uZWN0aW9uUmVxdWVzdBoqLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlQ29ubmVjdGlvblJlc3BvbnNlElQKCUNyZWF0ZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuQ3JlYXRlS2V5UmVzcG9uc2USUQoITGlzdEtleXMSIS50b2xsZ2F0ZS5hdXRoLnYxLkxpc3RLZXlzUmVxdWVzdBoiLnRvbGxnYXRlLmF1dGgudjEuTGlzdEtleXNSZXNwb25zZRJUCglSZXZva2VLZXkSIi50b2xsZ2F0ZS5hdXRoLnYxLlJldm9rZUtleVJlcXVlc3QaIy50b2xsZ2F0ZS5hdXRoLnYxLlJldm9rZUtleVJlc3BvbnNlElQKCVJvdGF0ZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuUm90YXRlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuUm90YXRlS2V5UmVzcG9uc2USXQoMTGlzdEFjY291bnRzEiUudG9sbGdhdGUuYXV0aC52MS5MaXN0QWNjb3VudHNSZXF1ZXN0GiYudG9sbGdhdGUuYXV0aC52MS5MaXN0QWNjb3VudHNSZXNwb25zZRJXCgpHZXRBY2NvdW50EiMudG9sbGdhdGUuYXV0aC52MS5HZXRBY2NvdW50UmVxdWVzdBokLnRvbGxnYXRlLmF1dGgudjEuR2V0QWNjb3VudFJlc3BvbnNlEmAKDVVwZGF0ZUFjY291bnQSJi50b2xsZ2F0ZS5hdXRoLnYxLlVwZGF0ZUFjY291bnRSZXF1ZXN0GicudG9sbGdhdGUuYXV0aC52MS5VcGRhdGVBY2NvdW50UmVzcG9uc2USYAoNRGVsZXRlQWNjb3VudBImLnRvbGxnYXRlLmF1dGgudjEuRGVsZXRlQWNjb3VudFJlcXVlc3QaJy50b2xsZ2F0ZS5hdXRoLnYxLkRlbGV0ZUFjY291bnRSZXNwb25zZRJgCg1HZXRDb25uZWN0aW9uEiYudG9sbGdhdGUuYXV0aC52MS5HZXRDb25uZWN0aW9uUmVxdWVzdBonLnRvbGxnYXRlLmF1dGgudjEuR2V0Q29ubmVjdGlvblJlc3BvbnNlEmkKEFVwZGF0ZUNvbm5lY3Rpb24SKS50b2xsZ2F0ZS5hdXRoLnYxLlVwZGF0ZUNvbm5lY3Rpb25SZXF1ZXN0GioudG9sbGdhdGUuYXV0aC52MS5VcGRhdGVDb25uZWN0aW9uUmVzcG9uc2USaQoQRGVsZXRlQ29ubmVjdGlvbhIpLnRvbGxnYXRlLmF1dGgudjEuRGVsZXRlQ29ubmVjdGlvblJlcXVlc3QaKi50b2xsZ2F0ZS5hdXRoLnYxLkRlbGV0ZUNvbm5lY3Rpb25SZXNwb25zZRJLCgZHZXRLZXkSHy50b2xsZ2F0ZS5hdXRoLnYxLkdldEtleVJlcXVlc3QaIC50b2xsZ2F0ZS5hdXRoLnYxLkdldEtleVJlc3BvbnNlElQKCVVwZGF0ZUtleRIiLnRvbGxnYXRlLmF1dGgudjEuVXBkYXRlS2V5UmVxdWVzdBojLnRvbGxnYXRlLmF1dGgudjEuVXBkYXRlS2V5UmVzcG9uc2USbAoRU2V0dGxlUmVzZXJ2YXRpb24SKi50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uUmVxdWVzdBorLnRvbGxnYXRlLmF1dGgudjEuU2V0dGxlUmVzZXJ2YXRpb25SZXNwb25zZRJvChJTZXR0bGVSZXNlcnZhdGlvbnMSKy50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uc1JlcXVlc3QaLC50b2xsZ2F0ZS5hdXRoLnYxLlNldHRsZVJlc2VydmF0aW9uc1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message tollgate.auth.v1.AuthorizeRequest
@@ -544,6 +544,14 @@ export type Connection = Message<"tollgate.auth.v1.Connection"> & {
    * @generated from field: tollgate.auth.v1.Budget budget = 10;
    */
   budget?: Budget | undefined;
+
+  /**
+   * Spend in the budget's current period; set by GetConnection and UpdateConnection when the
+   * connection has a budget.
+   *
+   * @generated from field: tollgate.auth.v1.BudgetUsage budget_usage = 11;
+   */
+  budgetUsage?: BudgetUsage | undefined;
 };
 
 /**
@@ -552,6 +560,48 @@ export type Connection = Message<"tollgate.auth.v1.Connection"> & {
  */
 export const ConnectionSchema: GenMessage<Connection> = /*@__PURE__*/
   messageDesc(file_tollgate_auth_v1_auth, 10);
+
+/**
+ * BudgetUsage is a budget's current period: what was spent (settled usage), what is held by
+ * requests still running, and what is left, in base units (decimal strings).
+ *
+ * @generated from message tollgate.auth.v1.BudgetUsage
+ */
+export type BudgetUsage = Message<"tollgate.auth.v1.BudgetUsage"> & {
+  /**
+   * @generated from field: string spent = 1;
+   */
+  spent: string;
+
+  /**
+   * @generated from field: string held = 2;
+   */
+  held: string;
+
+  /**
+   * amount - spent - held, never below zero.
+   *
+   * @generated from field: string remaining = 3;
+   */
+  remaining: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp period_start = 4;
+   */
+  periodStart?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp period_end = 5;
+   */
+  periodEnd?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.BudgetUsage.
+ * Use `create(BudgetUsageSchema)` to create a new message.
+ */
+export const BudgetUsageSchema: GenMessage<BudgetUsage> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 11);
 
 /**
  * KeyInfo describes a key without its secret or hash.
@@ -639,6 +689,14 @@ export type KeyInfo = Message<"tollgate.auth.v1.KeyInfo"> & {
    * @generated from field: tollgate.auth.v1.Budget budget = 13;
    */
   budget?: Budget | undefined;
+
+  /**
+   * Spend in the key's budget's current period; set by GetKey and UpdateKey when the key has
+   * a budget.
+   *
+   * @generated from field: tollgate.auth.v1.BudgetUsage budget_usage = 14;
+   */
+  budgetUsage?: BudgetUsage | undefined;
 };
 
 /**
@@ -646,7 +704,7 @@ export type KeyInfo = Message<"tollgate.auth.v1.KeyInfo"> & {
  * Use `create(KeyInfoSchema)` to create a new message.
  */
 export const KeyInfoSchema: GenMessage<KeyInfo> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 11);
+  messageDesc(file_tollgate_auth_v1_auth, 12);
 
 /**
  * @generated from message tollgate.auth.v1.CreateAccountRequest
@@ -668,7 +726,7 @@ export type CreateAccountRequest = Message<"tollgate.auth.v1.CreateAccountReques
  * Use `create(CreateAccountRequestSchema)` to create a new message.
  */
 export const CreateAccountRequestSchema: GenMessage<CreateAccountRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 12);
+  messageDesc(file_tollgate_auth_v1_auth, 13);
 
 /**
  * @generated from message tollgate.auth.v1.CreateAccountResponse
@@ -685,7 +743,7 @@ export type CreateAccountResponse = Message<"tollgate.auth.v1.CreateAccountRespo
  * Use `create(CreateAccountResponseSchema)` to create a new message.
  */
 export const CreateAccountResponseSchema: GenMessage<CreateAccountResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 13);
+  messageDesc(file_tollgate_auth_v1_auth, 14);
 
 /**
  * @generated from message tollgate.auth.v1.CreateConnectionRequest
@@ -754,7 +812,7 @@ export type CreateConnectionRequest = Message<"tollgate.auth.v1.CreateConnection
  * Use `create(CreateConnectionRequestSchema)` to create a new message.
  */
 export const CreateConnectionRequestSchema: GenMessage<CreateConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 14);
+  messageDesc(file_tollgate_auth_v1_auth, 15);
 
 /**
  * @generated from message tollgate.auth.v1.CreateConnectionResponse
@@ -771,7 +829,7 @@ export type CreateConnectionResponse = Message<"tollgate.auth.v1.CreateConnectio
  * Use `create(CreateConnectionResponseSchema)` to create a new message.
  */
 export const CreateConnectionResponseSchema: GenMessage<CreateConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 15);
+  messageDesc(file_tollgate_auth_v1_auth, 16);
 
 /**
  * @generated from message tollgate.auth.v1.CreateKeyRequest
@@ -815,7 +873,7 @@ export type CreateKeyRequest = Message<"tollgate.auth.v1.CreateKeyRequest"> & {
  * Use `create(CreateKeyRequestSchema)` to create a new message.
  */
 export const CreateKeyRequestSchema: GenMessage<CreateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 16);
+  messageDesc(file_tollgate_auth_v1_auth, 17);
 
 /**
  * @generated from message tollgate.auth.v1.CreateKeyResponse
@@ -839,7 +897,7 @@ export type CreateKeyResponse = Message<"tollgate.auth.v1.CreateKeyResponse"> & 
  * Use `create(CreateKeyResponseSchema)` to create a new message.
  */
 export const CreateKeyResponseSchema: GenMessage<CreateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 17);
+  messageDesc(file_tollgate_auth_v1_auth, 18);
 
 /**
  * @generated from message tollgate.auth.v1.ListKeysRequest
@@ -863,7 +921,7 @@ export type ListKeysRequest = Message<"tollgate.auth.v1.ListKeysRequest"> & {
  * Use `create(ListKeysRequestSchema)` to create a new message.
  */
 export const ListKeysRequestSchema: GenMessage<ListKeysRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 18);
+  messageDesc(file_tollgate_auth_v1_auth, 19);
 
 /**
  * @generated from message tollgate.auth.v1.ListKeysResponse
@@ -882,7 +940,7 @@ export type ListKeysResponse = Message<"tollgate.auth.v1.ListKeysResponse"> & {
  * Use `create(ListKeysResponseSchema)` to create a new message.
  */
 export const ListKeysResponseSchema: GenMessage<ListKeysResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 19);
+  messageDesc(file_tollgate_auth_v1_auth, 20);
 
 /**
  * @generated from message tollgate.auth.v1.RevokeKeyRequest
@@ -899,7 +957,7 @@ export type RevokeKeyRequest = Message<"tollgate.auth.v1.RevokeKeyRequest"> & {
  * Use `create(RevokeKeyRequestSchema)` to create a new message.
  */
 export const RevokeKeyRequestSchema: GenMessage<RevokeKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 20);
+  messageDesc(file_tollgate_auth_v1_auth, 21);
 
 /**
  * @generated from message tollgate.auth.v1.RevokeKeyResponse
@@ -916,7 +974,7 @@ export type RevokeKeyResponse = Message<"tollgate.auth.v1.RevokeKeyResponse"> & 
  * Use `create(RevokeKeyResponseSchema)` to create a new message.
  */
 export const RevokeKeyResponseSchema: GenMessage<RevokeKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 21);
+  messageDesc(file_tollgate_auth_v1_auth, 22);
 
 /**
  * @generated from message tollgate.auth.v1.RotateKeyRequest
@@ -948,7 +1006,7 @@ export type RotateKeyRequest = Message<"tollgate.auth.v1.RotateKeyRequest"> & {
  * Use `create(RotateKeyRequestSchema)` to create a new message.
  */
 export const RotateKeyRequestSchema: GenMessage<RotateKeyRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 22);
+  messageDesc(file_tollgate_auth_v1_auth, 23);
 
 /**
  * @generated from message tollgate.auth.v1.RotateKeyResponse
@@ -979,7 +1037,377 @@ export type RotateKeyResponse = Message<"tollgate.auth.v1.RotateKeyResponse"> & 
  * Use `create(RotateKeyResponseSchema)` to create a new message.
  */
 export const RotateKeyResponseSchema: GenMessage<RotateKeyResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 23);
+  messageDesc(file_tollgate_auth_v1_auth, 24);
+
+/**
+ * @generated from message tollgate.auth.v1.ListAccountsRequest
+ */
+export type ListAccountsRequest = Message<"tollgate.auth.v1.ListAccountsRequest"> & {
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ListAccountsRequest.
+ * Use `create(ListAccountsRequestSchema)` to create a new message.
+ */
+export const ListAccountsRequestSchema: GenMessage<ListAccountsRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 25);
+
+/**
+ * @generated from message tollgate.auth.v1.ListAccountsResponse
+ */
+export type ListAccountsResponse = Message<"tollgate.auth.v1.ListAccountsResponse"> & {
+  /**
+   * @generated from field: repeated tollgate.auth.v1.Account accounts = 1;
+   */
+  accounts: Account[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.ListAccountsResponse.
+ * Use `create(ListAccountsResponseSchema)` to create a new message.
+ */
+export const ListAccountsResponseSchema: GenMessage<ListAccountsResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 26);
+
+/**
+ * @generated from message tollgate.auth.v1.GetAccountRequest
+ */
+export type GetAccountRequest = Message<"tollgate.auth.v1.GetAccountRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetAccountRequest.
+ * Use `create(GetAccountRequestSchema)` to create a new message.
+ */
+export const GetAccountRequestSchema: GenMessage<GetAccountRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 27);
+
+/**
+ * @generated from message tollgate.auth.v1.GetAccountResponse
+ */
+export type GetAccountResponse = Message<"tollgate.auth.v1.GetAccountResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+
+  /**
+   * Ordered by id.
+   *
+   * @generated from field: repeated tollgate.auth.v1.Connection connections = 2;
+   */
+  connections: Connection[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetAccountResponse.
+ * Use `create(GetAccountResponseSchema)` to create a new message.
+ */
+export const GetAccountResponseSchema: GenMessage<GetAccountResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 28);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateAccountRequest
+ */
+export type UpdateAccountRequest = Message<"tollgate.auth.v1.UpdateAccountRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * Replaces the account's limits; unset fields are unlimited.
+   *
+   * @generated from field: tollgate.auth.v1.RateLimits limits = 2;
+   */
+  limits?: RateLimits | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateAccountRequest.
+ * Use `create(UpdateAccountRequestSchema)` to create a new message.
+ */
+export const UpdateAccountRequestSchema: GenMessage<UpdateAccountRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 29);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateAccountResponse
+ */
+export type UpdateAccountResponse = Message<"tollgate.auth.v1.UpdateAccountResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Account account = 1;
+   */
+  account?: Account | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateAccountResponse.
+ * Use `create(UpdateAccountResponseSchema)` to create a new message.
+ */
+export const UpdateAccountResponseSchema: GenMessage<UpdateAccountResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 30);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteAccountRequest
+ */
+export type DeleteAccountRequest = Message<"tollgate.auth.v1.DeleteAccountRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteAccountRequest.
+ * Use `create(DeleteAccountRequestSchema)` to create a new message.
+ */
+export const DeleteAccountRequestSchema: GenMessage<DeleteAccountRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 31);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteAccountResponse
+ */
+export type DeleteAccountResponse = Message<"tollgate.auth.v1.DeleteAccountResponse"> & {
+  /**
+   * The account's keys, revoked by this call (or before it).
+   *
+   * @generated from field: repeated tollgate.auth.v1.KeyInfo revoked_keys = 1;
+   */
+  revokedKeys: KeyInfo[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteAccountResponse.
+ * Use `create(DeleteAccountResponseSchema)` to create a new message.
+ */
+export const DeleteAccountResponseSchema: GenMessage<DeleteAccountResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 32);
+
+/**
+ * @generated from message tollgate.auth.v1.GetConnectionRequest
+ */
+export type GetConnectionRequest = Message<"tollgate.auth.v1.GetConnectionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetConnectionRequest.
+ * Use `create(GetConnectionRequestSchema)` to create a new message.
+ */
+export const GetConnectionRequestSchema: GenMessage<GetConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 33);
+
+/**
+ * @generated from message tollgate.auth.v1.GetConnectionResponse
+ */
+export type GetConnectionResponse = Message<"tollgate.auth.v1.GetConnectionResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Connection connection = 1;
+   */
+  connection?: Connection | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetConnectionResponse.
+ * Use `create(GetConnectionResponseSchema)` to create a new message.
+ */
+export const GetConnectionResponseSchema: GenMessage<GetConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 34);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateConnectionRequest
+ */
+export type UpdateConnectionRequest = Message<"tollgate.auth.v1.UpdateConnectionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+
+  /**
+   * Set: the connection's new budget. Unset: the budget stays, unless clear_budget.
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 3;
+   */
+  budget?: Budget | undefined;
+
+  /**
+   * Removes the budget (the connection's spend is no longer capped).
+   *
+   * @generated from field: bool clear_budget = 4;
+   */
+  clearBudget: boolean;
+
+  /**
+   * Set: replaces the connection's limits. Unset: they stay.
+   *
+   * @generated from field: tollgate.auth.v1.ConnectionLimits limits = 5;
+   */
+  limits?: ConnectionLimits | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateConnectionRequest.
+ * Use `create(UpdateConnectionRequestSchema)` to create a new message.
+ */
+export const UpdateConnectionRequestSchema: GenMessage<UpdateConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 35);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateConnectionResponse
+ */
+export type UpdateConnectionResponse = Message<"tollgate.auth.v1.UpdateConnectionResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.Connection connection = 1;
+   */
+  connection?: Connection | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateConnectionResponse.
+ * Use `create(UpdateConnectionResponseSchema)` to create a new message.
+ */
+export const UpdateConnectionResponseSchema: GenMessage<UpdateConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 36);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteConnectionRequest
+ */
+export type DeleteConnectionRequest = Message<"tollgate.auth.v1.DeleteConnectionRequest"> & {
+  /**
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteConnectionRequest.
+ * Use `create(DeleteConnectionRequestSchema)` to create a new message.
+ */
+export const DeleteConnectionRequestSchema: GenMessage<DeleteConnectionRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 37);
+
+/**
+ * @generated from message tollgate.auth.v1.DeleteConnectionResponse
+ */
+export type DeleteConnectionResponse = Message<"tollgate.auth.v1.DeleteConnectionResponse"> & {
+  /**
+   * The connection's keys, revoked by this call (or before it).
+   *
+   * @generated from field: repeated tollgate.auth.v1.KeyInfo revoked_keys = 1;
+   */
+  revokedKeys: KeyInfo[];
+};
+
+/**
+ * Describes the message tollgate.auth.v1.DeleteConnectionResponse.
+ * Use `create(DeleteConnectionResponseSchema)` to create a new message.
+ */
+export const DeleteConnectionResponseSchema: GenMessage<DeleteConnectionResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 38);
+
+/**
+ * @generated from message tollgate.auth.v1.GetKeyRequest
+ */
+export type GetKeyRequest = Message<"tollgate.auth.v1.GetKeyRequest"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetKeyRequest.
+ * Use `create(GetKeyRequestSchema)` to create a new message.
+ */
+export const GetKeyRequestSchema: GenMessage<GetKeyRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 39);
+
+/**
+ * @generated from message tollgate.auth.v1.GetKeyResponse
+ */
+export type GetKeyResponse = Message<"tollgate.auth.v1.GetKeyResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.KeyInfo key = 1;
+   */
+  key?: KeyInfo | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.GetKeyResponse.
+ * Use `create(GetKeyResponseSchema)` to create a new message.
+ */
+export const GetKeyResponseSchema: GenMessage<GetKeyResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 40);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateKeyRequest
+ */
+export type UpdateKeyRequest = Message<"tollgate.auth.v1.UpdateKeyRequest"> & {
+  /**
+   * @generated from field: string key_id = 1;
+   */
+  keyId: string;
+
+  /**
+   * Set: the key's new budget. Unset: the budget stays, unless clear_budget.
+   *
+   * @generated from field: tollgate.auth.v1.Budget budget = 2;
+   */
+  budget?: Budget | undefined;
+
+  /**
+   * Removes the key's own budget (its connection's still applies).
+   *
+   * @generated from field: bool clear_budget = 3;
+   */
+  clearBudget: boolean;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateKeyRequest.
+ * Use `create(UpdateKeyRequestSchema)` to create a new message.
+ */
+export const UpdateKeyRequestSchema: GenMessage<UpdateKeyRequest> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 41);
+
+/**
+ * @generated from message tollgate.auth.v1.UpdateKeyResponse
+ */
+export type UpdateKeyResponse = Message<"tollgate.auth.v1.UpdateKeyResponse"> & {
+  /**
+   * @generated from field: tollgate.auth.v1.KeyInfo key = 1;
+   */
+  key?: KeyInfo | undefined;
+};
+
+/**
+ * Describes the message tollgate.auth.v1.UpdateKeyResponse.
+ * Use `create(UpdateKeyResponseSchema)` to create a new message.
+ */
+export const UpdateKeyResponseSchema: GenMessage<UpdateKeyResponse> = /*@__PURE__*/
+  messageDesc(file_tollgate_auth_v1_auth, 42);
 
 /**
  * @generated from message tollgate.auth.v1.SettleReservationRequest
@@ -1012,7 +1440,7 @@ export type SettleReservationRequest = Message<"tollgate.auth.v1.SettleReservati
  * Use `create(SettleReservationRequestSchema)` to create a new message.
  */
 export const SettleReservationRequestSchema: GenMessage<SettleReservationRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 24);
+  messageDesc(file_tollgate_auth_v1_auth, 43);
 
 /**
  * @generated from message tollgate.auth.v1.SettleReservationResponse
@@ -1036,7 +1464,7 @@ export type SettleReservationResponse = Message<"tollgate.auth.v1.SettleReservat
  * Use `create(SettleReservationResponseSchema)` to create a new message.
  */
 export const SettleReservationResponseSchema: GenMessage<SettleReservationResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 25);
+  messageDesc(file_tollgate_auth_v1_auth, 44);
 
 /**
  * @generated from message tollgate.auth.v1.SettleReservationsRequest
@@ -1055,7 +1483,7 @@ export type SettleReservationsRequest = Message<"tollgate.auth.v1.SettleReservat
  * Use `create(SettleReservationsRequestSchema)` to create a new message.
  */
 export const SettleReservationsRequestSchema: GenMessage<SettleReservationsRequest> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 26);
+  messageDesc(file_tollgate_auth_v1_auth, 45);
 
 /**
  * SettleReservationResult is what became of one item of a SettleReservations call.
@@ -1091,7 +1519,7 @@ export type SettleReservationResult = Message<"tollgate.auth.v1.SettleReservatio
  * Use `create(SettleReservationResultSchema)` to create a new message.
  */
 export const SettleReservationResultSchema: GenMessage<SettleReservationResult> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 27);
+  messageDesc(file_tollgate_auth_v1_auth, 46);
 
 /**
  * @generated from message tollgate.auth.v1.SettleReservationsResponse
@@ -1110,7 +1538,7 @@ export type SettleReservationsResponse = Message<"tollgate.auth.v1.SettleReserva
  * Use `create(SettleReservationsResponseSchema)` to create a new message.
  */
 export const SettleReservationsResponseSchema: GenMessage<SettleReservationsResponse> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 28);
+  messageDesc(file_tollgate_auth_v1_auth, 47);
 
 /**
  * KeyRevoked is broadcast on core NATS (subject natsNames(ns).keyRevoked) whenever a key stops
@@ -1148,7 +1576,7 @@ export type KeyRevoked = Message<"tollgate.auth.v1.KeyRevoked"> & {
  * Use `create(KeyRevokedSchema)` to create a new message.
  */
 export const KeyRevokedSchema: GenMessage<KeyRevoked> = /*@__PURE__*/
-  messageDesc(file_tollgate_auth_v1_auth, 29);
+  messageDesc(file_tollgate_auth_v1_auth, 48);
 
 /**
  * Route names the account-door route being called, so policy can differ per route.
@@ -1459,6 +1887,99 @@ export const AuthService: GenService<{
     methodKind: "unary";
     input: typeof RotateKeyRequestSchema;
     output: typeof RotateKeyResponseSchema;
+  },
+  /**
+   * ListAccounts describes every account, ordered by id.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.ListAccounts
+   */
+  listAccounts: {
+    methodKind: "unary";
+    input: typeof ListAccountsRequestSchema;
+    output: typeof ListAccountsResponseSchema;
+  },
+  /**
+   * GetAccount describes one account and its connections. NOT_FOUND ("account_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.GetAccount
+   */
+  getAccount: {
+    methodKind: "unary";
+    input: typeof GetAccountRequestSchema;
+    output: typeof GetAccountResponseSchema;
+  },
+  /**
+   * UpdateAccount replaces an account's limits. NOT_FOUND ("account_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.UpdateAccount
+   */
+  updateAccount: {
+    methodKind: "unary";
+    input: typeof UpdateAccountRequestSchema;
+    output: typeof UpdateAccountResponseSchema;
+  },
+  /**
+   * DeleteAccount revokes every key of the account, broadcasting each as RevokeKey does, then
+   * removes its connections and the account. NOT_FOUND ("account_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.DeleteAccount
+   */
+  deleteAccount: {
+    methodKind: "unary";
+    input: typeof DeleteAccountRequestSchema;
+    output: typeof DeleteAccountResponseSchema;
+  },
+  /**
+   * GetConnection describes one connection. NOT_FOUND ("account_not_found",
+   * "connection_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.GetConnection
+   */
+  getConnection: {
+    methodKind: "unary";
+    input: typeof GetConnectionRequestSchema;
+    output: typeof GetConnectionResponseSchema;
+  },
+  /**
+   * UpdateConnection sets or clears a connection's budget and replaces its limits.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.UpdateConnection
+   */
+  updateConnection: {
+    methodKind: "unary";
+    input: typeof UpdateConnectionRequestSchema;
+    output: typeof UpdateConnectionResponseSchema;
+  },
+  /**
+   * DeleteConnection revokes every key of the connection, broadcasting each as RevokeKey does,
+   * then removes the connection.
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.DeleteConnection
+   */
+  deleteConnection: {
+    methodKind: "unary";
+    input: typeof DeleteConnectionRequestSchema;
+    output: typeof DeleteConnectionResponseSchema;
+  },
+  /**
+   * GetKey describes one key, never its secret. NOT_FOUND ("key_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.GetKey
+   */
+  getKey: {
+    methodKind: "unary";
+    input: typeof GetKeyRequestSchema;
+    output: typeof GetKeyResponseSchema;
+  },
+  /**
+   * UpdateKey sets or clears a key's own budget. NOT_FOUND ("key_not_found").
+   *
+   * @generated from rpc tollgate.auth.v1.AuthService.UpdateKey
+   */
+  updateKey: {
+    methodKind: "unary";
+    input: typeof UpdateKeyRequestSchema;
+    output: typeof UpdateKeyResponseSchema;
   },
   /**
    * SettleReservation turns a budget reservation taken by Authorize into spend: it removes the

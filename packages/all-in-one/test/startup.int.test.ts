@@ -1,0 +1,126 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterEach, describe, expect, it } from "vitest";
+
+const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url));
+const ADMIN_TOKEN = "admin-token-never-printed-0123456789";
+
+interface Run {
+  child: ChildProcess;
+  stderr(): string;
+  exited: Promise<number | null>;
+}
+
+const running: Run[] = [];
+const servers: Server[] = [];
+
+/** Runs the all-in-one main exactly as `npm start` does, with only `env` set. */
+function run(env: Record<string, string>): Run {
+  const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr!.on("data", (c: Buffer) => {
+    stderr += c.toString("utf8");
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const r = { child, stderr: () => stderr, exited };
+  running.push(r);
+  return r;
+}
+
+/** Holds a free loopback port, as a second instance would find it. */
+async function holdPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  servers.push(server);
+  return (server.address() as { port: number }).port;
+}
+
+afterEach(async () => {
+  for (const r of running.splice(0)) {
+    if (r.child.exitCode === null && r.child.signalCode === null) r.child.kill("SIGKILL");
+    await r.exited;
+  }
+  for (const s of servers.splice(0)) await new Promise((resolve) => s.close(resolve));
+});
+
+const noStack = (text: string) => expect(text).not.toMatch(/^\s+at /m);
+
+describe("the all-in-one process at startup", () => {
+  it("names the taken public address and PORT in one line, and exits non-zero", async () => {
+    const port = await holdPort();
+    const r = run({ PORT: String(port), METRICS_PORT: "0", TEMPO_DEVNET_PORT: "0" });
+    expect(await r.exited).not.toBe(0);
+    const text = r.stderr().trim();
+    expect(text.split("\n")).toHaveLength(1);
+    expect(text).toContain(`127.0.0.1:${port}`);
+    expect(text).toMatch(/already in use/);
+    expect(text).toMatch(/set PORT to a free port/);
+    noStack(text);
+  });
+
+  it("names ADMIN_PORT when the admin port is the one taken", async () => {
+    const port = await holdPort();
+    const r = run({
+      PORT: "0",
+      METRICS_PORT: "0",
+      TEMPO_DEVNET_PORT: "0",
+      ADMIN_TOKEN,
+      ADMIN_PORT: String(port),
+    });
+    expect(await r.exited).not.toBe(0);
+    const text = r.stderr();
+    expect(text).toContain(`127.0.0.1:${port}`);
+    expect(text).toMatch(/set ADMIN_PORT to a free port/);
+    expect(text).not.toContain(ADMIN_TOKEN);
+    noStack(text);
+  });
+
+  it("prints each configuration problem once, without a stack", async () => {
+    const r = run({ PORT: "not-a-port", ADMIN_TOKEN: "short" });
+    expect(await r.exited).not.toBe(0);
+    const text = r.stderr();
+    expect(text.match(/PORT: /g)).toHaveLength(1);
+    expect(text.match(/ADMIN_TOKEN: must be at least 16 characters/g)).toHaveLength(1);
+    expect(text).not.toContain("problems:");
+    noStack(text);
+  });
+
+  it("shows the admin API without its token and a curl example with a configured model", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "tollgate-startup-"));
+    const config = join(dir, "tollgate.yaml");
+    writeFileSync(
+      config,
+      [
+        "upstreams:",
+        "  - { id: local, baseUrl: 'http://127.0.0.1:9/v1' }",
+        "models:",
+        "  - { id: house-model, upstream: local, upstreamModel: m, runtime: vllm, pricing: { inputPerMillion: 1, outputPerMillion: 1 } }",
+        "accounts:",
+        "  - id: acme",
+        "    connections:",
+        "      - id: main",
+        "        models: [house-model]",
+        "        defaultModel: house-model",
+        "        keys: [{ id: k1, secret: tg_dev_0123456789abcdef }]",
+        "",
+      ].join("\n"),
+    );
+    const r = run({ PORT: "0", METRICS_PORT: "0", ADMIN_PORT: "0", ADMIN_TOKEN, TOLLGATE_CONFIG: config });
+    const deadline = Date.now() + 30_000;
+    while (!r.stderr().includes("Try it:") && r.child.exitCode === null && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const text = r.stderr();
+    expect(text).toMatch(/admin API: http:\/\/127\.0\.0\.1:\d+\/admin\/v1 \(on because ADMIN_TOKEN is set/);
+    expect(text).toContain('"model":"house-model"');
+    expect(text).not.toContain("tollgate-mini");
+    expect(text).not.toContain(ADMIN_TOKEN);
+  });
+});
