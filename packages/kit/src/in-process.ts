@@ -87,7 +87,7 @@ export function inProcessClient<M extends GenServiceMethods>(
           if (refused) throw fail(s, refused);
           const call = callOf(opts);
           // Stays CANCELLED when the consumer stops iterating before the stream ends.
-          let code = grpc.status.CANCELLED;
+          let code: grpc.status | "failed" = grpc.status.CANCELLED;
           let iterator: AsyncIterator<unknown> | undefined;
           try {
             iterator = runInSpan(s, () =>
@@ -101,14 +101,14 @@ export function inProcessClient<M extends GenServiceMethods>(
             code = grpc.status.OK;
           } catch (err) {
             const remote = fail(s, err);
-            code = -1;
+            code = "failed";
             throw remote;
           } finally {
             // The handler sees its caller go away, as on a cancelled gRPC stream, and its own
             // cleanup (e.g. billing the tokens produced) runs.
             call.done(code !== grpc.status.OK);
             void iterator?.return?.().catch(() => {});
-            if (code !== -1) endRpcSpan(s, SpanKind.CLIENT, code);
+            if (code !== "failed") endRpcSpan(s, SpanKind.CLIENT, code);
           }
         })();
     } else {
