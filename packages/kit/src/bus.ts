@@ -217,6 +217,7 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
 
 /** The in-memory bus, and what it holds (for tests of its memory). */
 export interface MemoryBus extends EventBus {
+  subscribeBatch: NonNullable<EventBus["subscribeBatch"]>;
   /** Messages kept for a subscription, and msgIds remembered for the duplicate window. */
   retained(): { messages: number; msgIds: number };
 }
