@@ -235,8 +235,11 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
   let offset = 0;
   const end = () => offset + entries.length;
   const at = (n: number) => entries[n - offset];
-  // msgId → when first published, in publication order, so the oldest are at the front.
+  // msgId → when first published; `published` lists them in publication order (oldest from
+  // `first` on), so forgetting the expired ones never walks the live ones.
   const seen = new Map<string, number>();
+  let published: Array<{ msgId: string; t: number }> = [];
+  let first = 0;
   const consumers = new Set<() => void>();
   const cursors = new Set<{ cursor: number }>();
   let closed = false;
@@ -255,9 +258,13 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
 
   // Forgets the msgIds published before the duplicate window.
   const forget = (now: number) => {
-    for (const [id, t] of seen) {
-      if (now - t < duplicateWindowMs) break;
-      seen.delete(id);
+    while (first < published.length && now - published[first]!.t >= duplicateWindowMs) {
+      const { msgId, t } = published[first++]!;
+      if (seen.get(msgId) === t) seen.delete(msgId);
+    }
+    if (first >= 1_024 && first * 2 >= published.length) {
+      published = published.slice(first);
+      first = 0;
     }
   };
 
@@ -274,9 +281,8 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
       forget(now);
       const t = seen.get(msgId);
       if (t !== undefined && now - t < duplicateWindowMs) return;
-      // Re-inserted at the back, so that the map stays in publication order.
-      seen.delete(msgId);
       seen.set(msgId, now);
+      published.push({ msgId, t: now });
       entries.push({ subject, data, msgId });
       for (const wake of consumers) wake();
     },
