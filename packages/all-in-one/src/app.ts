@@ -9,6 +9,7 @@ import { start as startInferenceRouter } from "@tollgate/inference-router";
 import { upstreamKeysFrom } from "@tollgate/inference-router/config";
 import { createMemoryBus, type EventBus } from "@tollgate/kit/bus";
 import { type InternalAuth, inProcessAuth, type ServiceIdentity } from "@tollgate/kit/credentials";
+import { inProcessClient } from "@tollgate/kit/in-process";
 import { createLogger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, mergeMetrics, serveMetrics } from "@tollgate/kit/metrics";
 import { stopInOrder } from "@tollgate/kit/shutdown";
@@ -44,7 +45,10 @@ const LOOPBACK = "127.0.0.1";
 
 /**
  * Starts all five services in this process (docs/architecture.md, "Three ways to run it"): the same
- * start() functions the standalone processes call, wired over loopback gRPC. Without NATS_URL
+ * start() functions the standalone processes call. The services call one another in process,
+ * through the same clients and handlers as over gRPC (kit's inProcessClient), with each caller's
+ * identity checked against the callee's access table; each still serves its loopback gRPC port
+ * for what calls it from outside (the admin API's usage reports, tests). Without NATS_URL
  * the usage bus is in memory; without REDIS_URL the stores are; without TOLLGATE_CONFIG the
  * demo configuration runs against the bundled fake upstream.
  */
@@ -100,7 +104,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       ...dialOptions("metering", peer),
     },
     logger("metering"),
-    { ...deps, metrics: registries.metering },
+    { ...deps, metrics: registries.metering, authPolicy: inProcessClient(auth.inProcess, "metering") },
   );
   running.set("metering", metering);
   // The paid door runs when the configuration has plans; without them its route does not exist.
@@ -163,7 +167,15 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
         : {}),
     },
     logger("api-edge"),
-    { metrics: registries.edge },
+    {
+      metrics: registries.edge,
+      clients: {
+        auth: inProcessClient(auth.inProcess, "api-edge"),
+        inference: inProcessClient(router.inProcess, "api-edge"),
+        ...(payment ? { payment: inProcessClient(payment.inProcess, "api-edge") } : {}),
+        metering: inProcessClient(metering.inProcess, "api-edge"),
+      },
+    },
   );
   let metricsServer: MetricsServer | undefined;
   // Front to back: stop taking requests, finish in-flight work, then the consumers.

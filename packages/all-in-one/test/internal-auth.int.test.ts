@@ -22,6 +22,7 @@ import {
   serveGrpc,
 } from "@tollgate/kit/grpc";
 import { checkGrpcHealth } from "@tollgate/kit/health";
+import { inProcessClient } from "@tollgate/kit/in-process";
 import { createLogger } from "@tollgate/kit/log";
 import { meteringAccess } from "@tollgate/metering/access";
 import { paymentAccess } from "@tollgate/mpp-payment/access";
@@ -179,6 +180,44 @@ suite("tokens", () => {
     as: (s) => tokenAuth({ token: tokens[s]!, peers }),
     none: undefined,
   };
+});
+
+describe("internal calls in process (the all-in-one)", () => {
+  /** The status of one call through kit's in-process client as `who`. */
+  async function inProcessStatus(
+    entry: (typeof SERVICES)[number],
+    method: DescMethod,
+    who: ServiceIdentity,
+  ): Promise<GrpcStatus> {
+    const client = inProcessClient(
+      { service: entry.service, handlers: emptyHandlers(entry.service), access: entry.access as never, log },
+      who,
+    ) as unknown as Record<string, (req: object) => Promise<unknown> | AsyncIterable<unknown>>;
+    try {
+      const call = client[method.localName]!({});
+      if (method.methodKind === "server_streaming") {
+        for await (const _ of call as AsyncIterable<unknown>) {
+          /* drain */
+        }
+      } else await call;
+      return GrpcStatus.OK;
+    } catch (err) {
+      if (err instanceof RemoteError) return err.status;
+      throw err;
+    }
+  }
+
+  it.each(cases())("$label: every identity it lists is served", async ({ entry, method, allowed }) => {
+    expect(allowed.length).toBeGreaterThan(0);
+    for (const who of allowed) expect(await inProcessStatus(entry, method, who), who).toBe(GrpcStatus.OK);
+  });
+
+  it.each(cases().filter((c) => c.other))(
+    "$label: another service is denied",
+    async ({ entry, method, other }) => {
+      expect(await inProcessStatus(entry, method, other!)).toBe(GrpcStatus.PERMISSION_DENIED);
+    },
+  );
 });
 
 let pkiDir: string;

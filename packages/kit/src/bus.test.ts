@@ -54,6 +54,38 @@ describe("createMemoryBus", () => {
     expect(await sub.pending()).toBe(0);
   });
 
+  it("keeps its memory flat: handled messages are dropped, msgIds forgotten after the window", async () => {
+    const memory = createMemoryBus(30);
+    bus = memory;
+    let single = 0;
+    let batched = 0;
+    await subscribe("one", "usage.>", async () => {
+      single++;
+    });
+    subs.push(
+      await memory.subscribeBatch("many", "usage.>", async (msgs) => {
+        batched += msgs.length;
+        return msgs.map(() => "ack" as const);
+      }),
+    );
+    // Rounds of requests, each round past the duplicate window of the one before.
+    const rounds = 5;
+    const perRound = 2_000;
+    for (let r = 0; r < rounds; r++) {
+      for (let i = 0; i < perRound; i++) {
+        await memory.publish("usage.recorded", encoder.encode("x"), `req_${r}_${i}`);
+      }
+      await until(() => single === (r + 1) * perRound && batched === (r + 1) * perRound);
+      await new Promise((resolve) => setTimeout(resolve, 40));
+    }
+    // One more publish sweeps the msgIds of the last round and the messages every durable handled.
+    await memory.publish("usage.recorded", encoder.encode("x"), "last");
+    await until(() => single === rounds * perRound + 1 && batched === rounds * perRound + 1);
+    await memory.publish("usage.recorded", encoder.encode("x"), "last");
+    expect(memory.retained().msgIds).toBeLessThanOrEqual(1);
+    expect(memory.retained().messages).toBeLessThan(perRound);
+  });
+
   it("stores the same msgId again once the duplicate window has passed", async () => {
     bus = createMemoryBus(20);
     await bus.publish("s", encoder.encode("a"), "same");

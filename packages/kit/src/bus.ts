@@ -215,36 +215,88 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
   }
 }
 
+/** The in-memory bus, and what it holds (for tests of its memory). */
+export interface MemoryBus extends EventBus {
+  subscribeBatch: NonNullable<EventBus["subscribeBatch"]>;
+  /** Messages kept for a subscription, and msgIds remembered for the duplicate window. */
+  retained(): { messages: number; msgIds: number };
+}
+
 /**
  * The in-memory bus for the all-in-one process without NATS: the same contract (dedupe by
- * msgId, at-least-once per durable, redelivery after a failed handler) inside one process.
+ * msgId, at-least-once per durable, redelivery after a failed handler) inside one process. Its
+ * memory stays flat under sustained load: a message every running subscription has handled is
+ * dropped, and a msgId is forgotten once the duplicate window has passed (as JetStream does).
  */
-export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
-  const log: Array<{ subject: string; data: Uint8Array; msgId: string }> = [];
+export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
+  type Entry = { subject: string; data: Uint8Array; msgId: string };
+  // entries[i] is message number offset + i; a cursor is a message number.
+  let entries: Entry[] = [];
+  let offset = 0;
+  const end = () => offset + entries.length;
+  const at = (n: number) => entries[n - offset];
+  // msgId → when first published; `published` lists them in publication order (oldest from
+  // `first` on), so forgetting the expired ones never walks the live ones.
   const seen = new Map<string, number>();
+  let published: Array<{ msgId: string; t: number }> = [];
+  let first = 0;
   const consumers = new Set<() => void>();
+  const cursors = new Set<{ cursor: number }>();
   let closed = false;
 
+  // Drops the messages every running subscription is past, in chunks (amortised O(1)).
+  const trim = () => {
+    if (cursors.size === 0) return;
+    let min = end();
+    for (const c of cursors) min = Math.min(min, c.cursor);
+    const drop = min - offset;
+    if (drop > 0 && (drop >= 1_024 || drop * 2 >= entries.length)) {
+      entries = entries.slice(drop);
+      offset = min;
+    }
+  };
+
+  // Forgets the msgIds published before the duplicate window.
+  const forget = (now: number) => {
+    while (first < published.length && now - published[first]!.t >= duplicateWindowMs) {
+      const { msgId, t } = published[first++]!;
+      if (seen.get(msgId) === t) seen.delete(msgId);
+    }
+    if (first >= 1_024 && first * 2 >= published.length) {
+      published = published.slice(first);
+      first = 0;
+    }
+  };
+
+  const follow = () => {
+    const c = { cursor: offset };
+    cursors.add(c);
+    return c;
+  };
+
   return {
+    retained: () => ({ messages: entries.length, msgIds: seen.size }),
     async publish(subject, data, msgId) {
       const now = Date.now();
-      const at = seen.get(msgId);
-      if (at !== undefined && now - at < duplicateWindowMs) return;
+      forget(now);
+      const t = seen.get(msgId);
+      if (t !== undefined && now - t < duplicateWindowMs) return;
       seen.set(msgId, now);
-      log.push({ subject, data, msgId });
+      published.push({ msgId, t: now });
+      entries.push({ subject, data, msgId });
       for (const wake of consumers) wake();
     },
     async subscribe(_durable, filterSubject, handler) {
       const prefix = filterSubject.endsWith(">") ? filterSubject.slice(0, -1) : undefined;
       const matches = (s: string) => (prefix !== undefined ? s.startsWith(prefix) : s === filterSubject);
-      let cursor = 0;
+      const position = follow();
       let running = true;
       let wake: () => void = () => {};
       const wakeUp = () => wake();
       consumers.add(wakeUp);
       const loop = (async () => {
         while (running && !closed) {
-          const next = log[cursor];
+          const next = position.cursor < end() ? at(position.cursor) : undefined;
           if (!next) {
             await new Promise<void>((resolve) => {
               wake = resolve;
@@ -252,7 +304,8 @@ export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
             continue;
           }
           if (!matches(next.subject)) {
-            cursor++;
+            position.cursor++;
+            trim();
             continue;
           }
           let deliveryCount = 1;
@@ -266,7 +319,8 @@ export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
               if (!running) return;
             }
           }
-          cursor++;
+          position.cursor++;
+          trim();
         }
       })();
       return {
@@ -275,9 +329,10 @@ export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
           consumers.delete(wakeUp);
           wake();
           await loop;
+          cursors.delete(position);
         },
         async pending() {
-          return log.length - cursor;
+          return end() - position.cursor;
         },
       };
     },
@@ -286,27 +341,27 @@ export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
       const matches = (s: string) => (prefix !== undefined ? s.startsWith(prefix) : s === filterSubject);
       const max = opts.maxMessages ?? DEFAULT_BATCH;
       const lingerMs = opts.lingerMs ?? 0;
-      let cursor = 0;
+      const position = follow();
       let running = true;
       let wake: () => void = () => {};
       const wakeUp = () => wake();
       consumers.add(wakeUp);
       const loop = (async () => {
         while (running && !closed) {
-          if (cursor >= log.length) {
+          if (position.cursor >= end()) {
             await new Promise<void>((resolve) => {
               wake = resolve;
             });
             continue;
           }
-          if (lingerMs > 0 && log.length - cursor < max) {
+          if (lingerMs > 0 && end() - position.cursor < max) {
             await new Promise((r) => setTimeout(r, lingerMs));
           }
-          let end = cursor;
+          let next = position.cursor;
           let batch: BusMessage[] = [];
-          while (end < log.length && batch.length < max) {
-            const next = log[end++]!;
-            if (matches(next.subject)) batch.push({ ...next, deliveryCount: 1 });
+          while (next < end() && batch.length < max) {
+            const m = at(next++)!;
+            if (matches(m.subject)) batch.push({ ...m, deliveryCount: 1 });
           }
           // Delivers again, after a delay, only the messages whose verdict was "retry".
           while (batch.length > 0) {
@@ -324,7 +379,8 @@ export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
               if (!running) return;
             }
           }
-          cursor = end;
+          position.cursor = next;
+          trim();
         }
       })();
       return {
@@ -333,9 +389,10 @@ export function createMemoryBus(duplicateWindowMs = 120_000): EventBus {
           consumers.delete(wakeUp);
           wake();
           await loop;
+          cursors.delete(position);
         },
         async pending() {
-          return log.length - cursor;
+          return end() - position.cursor;
         },
       };
     },

@@ -157,12 +157,12 @@ export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
 }
 
 /** One RPC's span name and attributes (OpenTelemetry RPC conventions), computed once per method. */
-interface RpcSpec {
+export interface RpcSpec {
   name: string;
   attributes: Attributes;
 }
 
-function rpcSpec(service: DescService, m: DescMethod): RpcSpec {
+export function rpcSpec(service: DescService, m: DescMethod): RpcSpec {
   return {
     name: `${service.typeName}/${m.name}`,
     attributes: { [ATTR.rpcSystem]: "grpc", [ATTR.rpcService]: service.typeName, [ATTR.rpcMethod]: m.name },
@@ -180,7 +180,7 @@ const SERVER_FAULTS: ReadonlySet<grpc.status> = new Set([
 ]);
 
 /** Ends an RPC span with its status; `errorType` is the domain code when there was one. */
-function endRpcSpan(span: Span, kind: SpanKind, code: grpc.status, errorType?: string): void {
+export function endRpcSpan(span: Span, kind: SpanKind, code: grpc.status, errorType?: string): void {
   if (span === NOOP_SPAN) return;
   span.setAttribute(ATTR.rpcGrpcStatus, code);
   const failed = kind === SpanKind.CLIENT ? code !== grpc.status.OK : SERVER_FAULTS.has(code);
@@ -198,7 +198,7 @@ function errorTypeOf(err: unknown): string {
 export const STORE_UNAVAILABLE = "store_unavailable";
 
 /** Maps a thrown value to a gRPC status object; unknown failures become INTERNAL without detail. */
-function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc.StatusObject> {
+export function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc.StatusObject> {
   if (err instanceof StatusError) {
     const metadata = new grpc.Metadata();
     metadata.set(ERROR_CODE_KEY, err.code);
@@ -427,7 +427,8 @@ export function shutdownServer(server: grpc.Server, graceMs = 10_000): Promise<v
   });
 }
 
-function toRemoteError(err: unknown): Error {
+/** The error a client call rejects with for a gRPC status (a RemoteError when it carries a code). */
+export function toRemoteError(err: unknown): Error {
   const e = err as grpc.ServiceError;
   if (typeof e?.code !== "number") return err as Error;
   const code = e.metadata?.get(ERROR_CODE_KEY)[0];

@@ -1,5 +1,5 @@
 import type { InternalAuth } from "@tollgate/kit/credentials";
-import { createClient } from "@tollgate/kit/grpc";
+import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
 import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
@@ -96,6 +96,16 @@ export interface ApiEdgeOptions {
 export interface ApiEdgeDeps {
   /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
   metrics?: Registry;
+  /**
+   * Clients of the services behind the edge the caller already has (the all-in-one calls them
+   * in process); each one given replaces the gRPC client its address would dial.
+   */
+  clients?: {
+    auth?: Client<MethodsOf<typeof AuthService>>;
+    inference?: Client<MethodsOf<typeof InferenceService>>;
+    payment?: Client<MethodsOf<typeof PaymentService>>;
+    metering?: Client<MethodsOf<typeof MeteringService>>;
+  };
 }
 
 /** A running api-edge. */
@@ -222,10 +232,14 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
 export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps = {}): Promise<ApiEdge> {
   const who = opts.internalAuth;
-  const auth = createClient(AuthService, opts.authPolicyAddr, who);
-  const inference = createClient(InferenceService, opts.inferenceRouterAddr, who);
-  const payment = opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr, who) : undefined;
-  const metering = opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined;
+  const given = deps.clients ?? {};
+  const auth = given.auth ?? createClient(AuthService, opts.authPolicyAddr, who);
+  const inference = given.inference ?? createClient(InferenceService, opts.inferenceRouterAddr, who);
+  const payment =
+    given.payment ??
+    (opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr, who) : undefined);
+  const metering =
+    given.metering ?? (opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined);
   const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge") : undefined;
   const registry = deps.metrics ?? createMetrics("api-edge");
   const { app, drain } = buildApp(

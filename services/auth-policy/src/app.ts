@@ -1,6 +1,7 @@
 import type { GatewayConfig } from "@tollgate/config";
 import type { InternalAuth } from "@tollgate/kit/credentials";
-import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
+import { type GrpcServer, implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
+import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
@@ -78,6 +79,8 @@ export interface AuthPolicy {
   port: number;
   /** The bound /metrics port, when metricsPort was given. */
   metricsPort?: number;
+  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
+  inProcess: InProcessService<MethodsOf<typeof AuthService>>;
   stop(): Promise<void>;
 }
 
@@ -169,6 +172,25 @@ export async function start(
       ledger,
       ...(opts.rotationGraceSeconds !== undefined ? { defaultGraceSeconds: opts.rotationGraceSeconds } : {}),
     });
+    const inProcess: InProcessService<MethodsOf<typeof AuthService>> = {
+      service: AuthService,
+      handlers: countAuthCalls(
+        authHandlers({
+          store,
+          ledger,
+          admin,
+          log,
+          prices: new Map(opts.gateway.models.map((m) => [m.id, m.pricing])),
+          reasoningModels: new Set(opts.gateway.models.filter((m) => m.reasoning).map((m) => m.id)),
+          embeddingModels: new Set(
+            opts.gateway.models.filter((m) => m.kind === "embedding").map((m) => m.id),
+          ),
+        }),
+        metrics,
+      ),
+      access: authAccess,
+      log,
+    };
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,
@@ -176,26 +198,7 @@ export async function start(
       ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
       log,
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
-      services: [
-        implement(
-          AuthService,
-          countAuthCalls(
-            authHandlers({
-              store,
-              ledger,
-              admin,
-              log,
-              prices: new Map(opts.gateway.models.map((m) => [m.id, m.pricing])),
-              reasoningModels: new Set(opts.gateway.models.filter((m) => m.reasoning).map((m) => m.id)),
-              embeddingModels: new Set(
-                opts.gateway.models.filter((m) => m.kind === "embedding").map((m) => m.id),
-              ),
-            }),
-            metrics,
-          ),
-          authAccess,
-        ),
-      ],
+      services: [implement(AuthService, inProcess.handlers, authAccess)],
     });
     if (opts.metricsPort !== undefined) {
       metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
@@ -212,6 +215,7 @@ export async function start(
     return {
       port: grpc.port,
       ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
+      inProcess,
       stop: teardown,
     };
   } catch (err) {

@@ -2,8 +2,9 @@ import { randomUUID } from "node:crypto";
 import { type GatewayConfig, pricingSnapshotId, upstreamPolicy } from "@tollgate/config";
 import { createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
 import type { InternalAuth } from "@tollgate/kit/credentials";
-import { implement, serveGrpc } from "@tollgate/kit/grpc";
+import { implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
 import type { HealthCheck } from "@tollgate/kit/health";
+import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
@@ -59,6 +60,8 @@ export interface InferenceRouter {
   port: number;
   /** The bound /metrics port, when metricsPort was given. */
   metricsPort?: number;
+  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
+  inProcess: InProcessService<MethodsOf<typeof InferenceService>>;
   stop(): Promise<void>;
 }
 
@@ -191,6 +194,12 @@ export async function start(
     },
   );
 
+  const inProcess: InProcessService<MethodsOf<typeof InferenceService>> = {
+    service: InferenceService,
+    handlers: inferenceHandlers(inference),
+    access: inferenceAccess,
+    log,
+  };
   const grpc = await serveGrpc({
     host: opts.grpcHost,
     port: opts.grpcPort,
@@ -198,7 +207,7 @@ export async function start(
     ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
     log,
     checks,
-    services: [implement(InferenceService, inferenceHandlers(inference), inferenceAccess)],
+    services: [implement(InferenceService, inProcess.handlers, inferenceAccess)],
   });
   let metricsServer: MetricsServer | undefined;
   const stop = () =>
@@ -223,6 +232,7 @@ export async function start(
   return {
     port: grpc.port,
     ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
+    inProcess,
     stop,
   };
 }

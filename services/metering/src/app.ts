@@ -1,16 +1,21 @@
 import { toBinary } from "@bufbuild/protobuf";
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
 import type { InternalAuth } from "@tollgate/kit/credentials";
-import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
+import { type Client, type GrpcServer, implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
+import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
+import type { AuthService } from "@tollgate/proto/auth";
 import { MeteringService } from "@tollgate/proto/metering";
 import { natsNames } from "@tollgate/proto/subjects";
 import { UsageRecordedSchema } from "@tollgate/proto/usage";
-import { createGrpcReservationSettler } from "./adapters/grpc-reservation-settler.js";
+import {
+  createGrpcReservationSettler,
+  createReservationSettler,
+} from "./adapters/grpc-reservation-settler.js";
 import { createMemoryUsageStore } from "./adapters/memory-usage-store.js";
 import { createRedisUsageStore } from "./adapters/redis-usage-store.js";
 import { meteringMetrics } from "./metrics.js";
@@ -63,6 +68,11 @@ const DEFAULT_BATCH_LINGER_MS = 100;
 /** Dependencies the caller already owns; the all-in-one process passes its in-memory bus. */
 export interface MeteringDeps {
   bus?: EventBus;
+  /**
+   * auth-policy's client, when the caller already has one (the all-in-one calls it in process);
+   * it replaces the gRPC client authPolicyAddr would dial.
+   */
+  authPolicy?: Client<MethodsOf<typeof AuthService>>;
   /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
   metrics?: Registry;
 }
@@ -75,6 +85,8 @@ export interface Metering {
   metricsPort?: number;
   /** Usage events published but not yet applied (consumer lag). */
   pending(): Promise<number>;
+  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
+  inProcess: InProcessService<MethodsOf<typeof MeteringService>>;
   stop(): Promise<void>;
 }
 
@@ -89,9 +101,11 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
   let grpc: GrpcServer | undefined;
   let subscription: BusSubscription | undefined;
   let metricsServer: MetricsServer | undefined;
-  const settler = opts.authPolicyAddr
-    ? createGrpcReservationSettler(opts.authPolicyAddr, opts.internalAuth)
-    : undefined;
+  const settler = deps.authPolicy
+    ? createReservationSettler(deps.authPolicy)
+    : opts.authPolicyAddr
+      ? createGrpcReservationSettler(opts.authPolicyAddr, opts.internalAuth)
+      : undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
@@ -126,6 +140,15 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       maxEvents: opts.batchMaxEvents ?? DEFAULT_BATCH_MAX_EVENTS,
       lingerMs: opts.batchLingerMs ?? DEFAULT_BATCH_LINGER_MS,
     });
+    const inProcess: InProcessService<MethodsOf<typeof MeteringService>> = {
+      service: MeteringService,
+      handlers: meteringHandlers(store, undefined, (usage) =>
+        // Published like the router's own event: a second one under the same id is not stored.
+        bus.publish(names.usageRecorded, toBinary(UsageRecordedSchema, usage), usage.eventId),
+      ),
+      access: meteringAccess,
+      log,
+    };
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,
@@ -133,16 +156,7 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
       log,
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
-      services: [
-        implement(
-          MeteringService,
-          meteringHandlers(store, undefined, (usage) =>
-            // Published like the router's own event: a second one under the same id is not stored.
-            bus.publish(names.usageRecorded, toBinary(UsageRecordedSchema, usage), usage.eventId),
-          ),
-          meteringAccess,
-        ),
-      ],
+      services: [implement(MeteringService, inProcess.handlers, meteringAccess)],
     });
     if (opts.metricsPort !== undefined) {
       metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
@@ -156,6 +170,7 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       port: grpc.port,
       ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
       pending: () => consumer.pending(),
+      inProcess,
       stop: teardown,
     };
   } catch (err) {

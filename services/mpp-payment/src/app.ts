@@ -2,7 +2,8 @@ import { hostname } from "node:os";
 import type { GatewayConfig } from "@tollgate/config";
 import { ConfigError } from "@tollgate/kit/config";
 import type { InternalAuth } from "@tollgate/kit/credentials";
-import { type GrpcServer, implement, serveGrpc } from "@tollgate/kit/grpc";
+import { type GrpcServer, implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
+import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
@@ -98,6 +99,8 @@ export interface MppPayment {
   metricsPort?: number;
   /** Runs one settlement pass now (also when the interval is 0). */
   settleOnce(): Promise<void>;
+  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
+  inProcess: InProcessService<MethodsOf<typeof PaymentService>>;
   stop(): Promise<void>;
 }
 
@@ -192,6 +195,12 @@ export async function start(
       { store, chain, log, lockTtlMs: Math.max(2 * intervalSeconds, 120) * 1000 },
       intervalSeconds * 1000,
     );
+    const inProcess: InProcessService<MethodsOf<typeof PaymentService>> = {
+      service: PaymentService,
+      handlers: countPaymentCalls(paymentHandlers(payments), metrics),
+      access: paymentAccess,
+      log,
+    };
     grpc = await serveGrpc({
       host: opts.grpcHost,
       port: opts.grpcPort,
@@ -199,9 +208,7 @@ export async function start(
       ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
       log,
       checks: redis ? [redisHealth(redis)] : [],
-      services: [
-        implement(PaymentService, countPaymentCalls(paymentHandlers(payments), metrics), paymentAccess),
-      ],
+      services: [implement(PaymentService, inProcess.handlers, paymentAccess)],
     });
     if (opts.metricsPort !== undefined) {
       metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
@@ -222,6 +229,7 @@ export async function start(
       port: grpc.port,
       ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
       settleOnce: () => running.runOnce(),
+      inProcess,
       stop: teardown,
     };
   } catch (err) {

@@ -11,8 +11,20 @@ interface BudgetState {
   spent: bigint;
   held: bigint;
   /** Live (or expired, not yet purged) holds: reservation id → amount and expiry. */
-  holds: Map<string, { amount: bigint; expiresMs: number; primary: boolean }>;
+  holds: Map<string, Hold>;
+  /** The same holds by expiry, soonest first. */
+  expiries: ExpiryHeap;
   keepUntilMs: number;
+}
+
+interface Hold {
+  reservationId: string;
+  amount: bigint;
+  expiresMs: number;
+  /** Whether this is the reservation's first budget, where its expiry is reported. */
+  primary: boolean;
+  /** Its place in its budget's expiry heap. */
+  index: number;
 }
 
 interface ReservationState {
@@ -24,11 +36,79 @@ interface ReservationState {
 }
 
 /**
+ * A binary min-heap of a budget's holds by expiry, each knowing its index: the next hold to
+ * expire is read in O(1), and adding, expiring or settling one is O(log n).
+ */
+class ExpiryHeap {
+  private readonly items: Hold[] = [];
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  peek(): Hold | undefined {
+    return this.items[0];
+  }
+
+  push(e: Hold): void {
+    e.index = this.items.length;
+    this.items.push(e);
+    this.up(e.index);
+  }
+
+  remove(e: Hold): void {
+    const last = this.items.pop()!;
+    if (last === e) return;
+    this.items[e.index] = last;
+    last.index = e.index;
+    this.up(last.index);
+    this.down(last.index);
+  }
+
+  private swap(i: number, j: number): void {
+    const a = this.items[i]!;
+    const b = this.items[j]!;
+    this.items[i] = b;
+    this.items[j] = a;
+    a.index = j;
+    b.index = i;
+  }
+
+  private up(i: number): void {
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (this.items[parent]!.expiresMs <= this.items[i]!.expiresMs) return;
+      this.swap(i, parent);
+      i = parent;
+    }
+  }
+
+  private down(i: number): void {
+    const n = this.items.length;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let least = i;
+      if (l < n && this.items[l]!.expiresMs < this.items[least]!.expiresMs) least = l;
+      if (r < n && this.items[r]!.expiresMs < this.items[least]!.expiresMs) least = r;
+      if (least === i) return;
+      this.swap(i, least);
+      i = least;
+    }
+  }
+}
+
+/** What the memory ledger holds (for tests of its memory). */
+export interface MemoryLedger extends Ledger {
+  retained(): { holds: number; reservations: number; budgets: number };
+}
+
+/**
  * Rate-limit counters, budget holds and spend in this process's memory, for the all-in-one
  * process without REDIS_URL: the Redis ledger's semantics on the caller's clock. Every method
  * runs to completion without awaiting, so each is atomic.
  */
-export function createMemoryLedger(opts: LedgerOptions = {}): Ledger {
+export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
   const holdMs = opts.holdMs ?? DEFAULT_RESERVATION_TTL_SECONDS * 1_000;
   const windowMs = opts.settlementWindowMs ?? DEFAULT_SETTLEMENT_WINDOW_SECONDS * 1_000;
   const windows = new Map<string, Map<number, number>>();
@@ -44,20 +124,38 @@ export function createMemoryLedger(opts: LedgerOptions = {}): Ledger {
     for (const [id, b] of budgets) if (b.keepUntilMs <= nowMs) budgets.delete(id);
   };
 
-  // Drops the holds of a budget that have expired at nowMs; counts the reservations whose first
-  // budget this is, so that each expired reservation is reported once.
+  const newBudget = (keepUntilMs: number): BudgetState => ({
+    spent: 0n,
+    held: 0n,
+    holds: new Map(),
+    expiries: new ExpiryHeap(),
+    keepUntilMs,
+  });
+
+  const drop = (b: BudgetState, h: Hold) => {
+    b.held -= h.amount;
+    b.holds.delete(h.reservationId);
+    b.expiries.remove(h);
+  };
+
+  // Drops the holds of a budget that have expired at nowMs, soonest first and O(log n) each,
+  // never looking at a live one; counts the reservations whose first budget this is, so that
+  // each expired reservation is reported once.
   const purge = (b: BudgetState, nowMs: number): number => {
     let expired = 0;
-    for (const [id, h] of b.holds) {
-      if (h.expiresMs > nowMs) continue;
-      b.held -= h.amount;
-      b.holds.delete(id);
+    for (let h = b.expiries.peek(); h && h.expiresMs <= nowMs; h = b.expiries.peek()) {
+      drop(b, h);
       if (h.primary) expired++;
     }
     return expired;
   };
 
-  const ledger: Ledger = {
+  const ledger: MemoryLedger = {
+    retained: () => {
+      let holds = 0;
+      for (const b of budgets.values()) holds += b.holds.size;
+      return { holds, reservations: reservations.size, budgets: budgets.size };
+    },
     async admit(list, ask, now) {
       const nowMs = now.getTime();
       sweep(nowMs);
@@ -99,9 +197,19 @@ export function createMemoryLedger(opts: LedgerOptions = {}): Ledger {
         if (hold) {
           const expiresMs = nowMs + holdMs;
           checks.forEach((check, j) => {
-            const b = budgets.get(check.id) ?? { spent: 0n, held: 0n, holds: new Map(), keepUntilMs: 0 };
+            const b = budgets.get(check.id) ?? newBudget(0);
+            const before = b.holds.get(hold.reservationId);
+            if (before) drop(b, before);
+            const h: Hold = {
+              reservationId: hold.reservationId,
+              amount: hold.amount,
+              expiresMs,
+              primary: j === 0,
+              index: 0,
+            };
             b.held += hold.amount;
-            b.holds.set(hold.reservationId, { amount: hold.amount, expiresMs, primary: j === 0 });
+            b.holds.set(hold.reservationId, h);
+            b.expiries.push(h);
             b.keepUntilMs = Math.max(b.keepUntilMs, check.periodEndMs + windowMs);
             budgets.set(check.id, b);
           });
@@ -134,12 +242,9 @@ export function createMemoryLedger(opts: LedgerOptions = {}): Ledger {
       if (!r || r.keepUntilMs <= nowMs) return { outcome: "unknown" };
       if (r.settled) return { outcome: "already_settled", cost: r.settled.cost };
       for (const id of r.budgets) {
-        const b = budgets.get(id) ?? { spent: 0n, held: 0n, holds: new Map(), keepUntilMs: r.keepUntilMs };
+        const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
         const h = b.holds.get(reservationId);
-        if (h) {
-          b.held -= h.amount;
-          b.holds.delete(reservationId);
-        }
+        if (h) drop(b, h);
         b.spent += cost;
         budgets.set(id, b);
       }

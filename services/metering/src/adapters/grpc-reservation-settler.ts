@@ -1,5 +1,5 @@
 import type { InternalAuth } from "@tollgate/kit/credentials";
-import { createClient, GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { type Client, createClient, GrpcStatus, type MethodsOf, RemoteError } from "@tollgate/kit/grpc";
 import { AuthService, SettleOutcome } from "@tollgate/proto/auth";
 import type { ReservationSettler, SettleItem, SettlementOutcome } from "../domain/ports.js";
 
@@ -33,7 +33,13 @@ export function createGrpcReservationSettler(
   address: string,
   internalAuth?: InternalAuth,
 ): ReservationSettler & { close(): void } {
-  const auth = createClient(AuthService, address, internalAuth);
+  return createReservationSettler(createClient(AuthService, address, internalAuth));
+}
+
+/** The same settler over a client the caller already has (the all-in-one's in-process one). */
+export function createReservationSettler(
+  auth: Client<MethodsOf<typeof AuthService>>,
+): ReservationSettler & { close(): void } {
   // Until when to settle one by one after an UNIMPLEMENTED (ms since the epoch).
   let oneByOneUntil = 0;
 

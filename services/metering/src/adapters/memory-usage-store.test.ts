@@ -15,4 +15,17 @@ describe("memory usage store", () => {
     now = 1_000;
     expect(await store.record(e)).toBe("recorded");
   });
+
+  it("keeps its memory flat: event ids past the dedupe window are forgotten as new ones arrive", async () => {
+    let now = 0;
+    const store = createMemoryUsageStore({ eventTtlMs: 1_000, now: () => now });
+    // 50 000 events, 10 a millisecond: five dedupe windows.
+    for (let i = 0; i < 50_000; i++) {
+      now = Math.floor(i / 10);
+      expect(await store.record(usageEvent({ eventId: `evt_${i}` }))).toBe("recorded");
+    }
+    expect(store.retained().eventIds).toBeLessThanOrEqual(10_000);
+    // A repeat inside the window still counts once.
+    expect(await store.record(usageEvent({ eventId: "evt_49999" }))).toBe("duplicate");
+  });
 });

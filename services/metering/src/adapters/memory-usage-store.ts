@@ -21,27 +21,42 @@ export interface MemoryUsageStoreOptions {
   now?: () => number;
 }
 
+/** The in-memory store, and what it holds (for tests of its memory). */
+export interface MemoryUsageStore extends UsageStore {
+  /** Event ids remembered for the dedupe window. */
+  retained(): { eventIds: number };
+}
+
 const GRANULARITIES: readonly Granularity[] = ["hour", "day"];
 
 /**
  * The usage store of the all-in-one process without Redis and of unit tests. It has the
  * Redis store's semantics; record() is atomic because it never awaits between check and update.
  */
-export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): UsageStore {
+export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): MemoryUsageStore {
   const ttlMs = opts.eventTtlMs ?? 7 * 24 * 3_600_000;
   const now = opts.now ?? Date.now;
+  // event id → when it may be applied again; `applied` lists them in the order applied (the
+  // order they expire in), so forgetting the expired ones never walks the live ones.
   const seen = new Map<string, number>();
+  let applied: Array<{ id: string; expires: number }> = [];
+  let first = 0;
   // "hour:<start ms>" → dimensions key → totals
   const buckets = new Map<string, Map<string, UsageTotals>>();
-  let nextSweep = now() + ttlMs;
 
   const sweep = (at: number) => {
-    if (at < nextSweep) return;
-    for (const [id, expires] of seen) if (expires <= at) seen.delete(id);
-    nextSweep = at + ttlMs;
+    while (first < applied.length && applied[first]!.expires <= at) {
+      const { id, expires } = applied[first++]!;
+      if (seen.get(id) === expires) seen.delete(id);
+    }
+    if (first >= 1_024 && first * 2 >= applied.length) {
+      applied = applied.slice(first);
+      first = 0;
+    }
   };
 
-  const store: UsageStore = {
+  const store: MemoryUsageStore = {
+    retained: () => ({ eventIds: seen.size }),
     async recordMany(events) {
       return events.map((e) => recordNow(e));
     },
@@ -71,6 +86,7 @@ export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): Usag
     const expires = seen.get(event.eventId);
     if (expires !== undefined && expires > at) return "duplicate";
     seen.set(event.eventId, at + ttlMs);
+    applied.push({ id: event.eventId, expires: at + ttlMs });
     const dims = dimensionsKey(event);
     const add = totalsOf(event);
     for (const g of GRANULARITIES) {

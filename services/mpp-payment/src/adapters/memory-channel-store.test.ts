@@ -18,6 +18,20 @@ describe("memory channel store", () => {
     expect((await store.commit(c.channelId, "r1", 5n, 2_100)).kind).toBe("unknown");
   });
 
+  it("keeps no finished reservation much past its retention under sustained load", async () => {
+    const store = createMemoryChannelStore();
+    const c = newChannel();
+    await store.create(c);
+    // 30 hours of paid requests, one every 10 s, each committed at once; retention is 24 h.
+    const step = 10_000;
+    for (let i = 0; i < 10_800; i++) {
+      const now = i * step;
+      expect(await store.reserve(c.channelId, `r${i}`, 1n, now, now + 1_000)).toBe("reserved");
+      expect((await store.commit(c.channelId, `r${i}`, 1n, now)).kind).toBe("committed");
+    }
+    expect(store.retained().reservations).toBeLessThanOrEqual((24 * 3_600_000 + 60_000) / step + 2);
+  });
+
   it("lets a lease lapse after its time to live", async () => {
     let now = 0;
     const store = createMemoryChannelStore({ now: () => now });

@@ -28,12 +28,20 @@ interface Channel {
   holds: Map<string, { amount: bigint; expiresAt: number }>;
 }
 
+/** How often finished reservations past their retention are dropped, at most. */
+const FORGET_EVERY_MS = 60_000;
+
+/** The memory channel store, and what it holds (for tests of its memory). */
+export interface MemoryChannelStore extends ChannelStore {
+  retained(): { reservations: number };
+}
+
 /**
  * The channel store of the all-in-one process without Redis, and of unit tests. It has the
  * Redis store's semantics; every operation is atomic because it never awaits between its check
  * and its update. State lives only as long as the process.
  */
-export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): ChannelStore {
+export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): MemoryChannelStore {
   const retentionMs = opts.reservationRetentionMs ?? 24 * 3_600_000;
   const clock = opts.now ?? Date.now;
   const channels = new Map<Hex, Channel>();
@@ -63,10 +71,12 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
   const forget = (now: number) => {
     if (now < nextForget) return;
     for (const [k, r] of reservations) if (r.forgetAt <= now) reservations.delete(k);
-    nextForget = now + retentionMs;
+    // Once a minute (not once a retention): what is kept stays within the retention.
+    nextForget = now + Math.min(retentionMs, FORGET_EVERY_MS);
   };
 
   return {
+    retained: () => ({ reservations: reservations.size }),
     async get(channelId) {
       const c = channels.get(channelId);
       return c ? copy(c) : undefined;
