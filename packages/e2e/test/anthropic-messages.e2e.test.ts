@@ -1,9 +1,8 @@
 import Anthropic, { type APIError } from "@anthropic-ai/sdk";
 import type { AllInOne } from "@tollgate/all-in-one";
-import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
-import { MeteringService, type UsageTotals } from "@tollgate/proto/metering";
 import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Books } from "./books.js";
 import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
 
 const KEY = "tg_test_anthropic_messages_0123456789abcdef";
@@ -23,11 +22,8 @@ describe("POST /v1/messages with the Anthropic SDK (all-in-one, in process)", ()
   let running: ConfiguredGateway;
   let gateway: AllInOne;
   let upstream: FakeUpstream;
-  let metering: Client<MethodsOf<typeof MeteringService>>;
+  let books: Books;
   let client: Anthropic;
-  /** What callers were told they spent, and how many requests were billed. */
-  let told = 0n;
-  let billed = 0;
 
   beforeAll(async () => {
     running = await startConfiguredGateway(
@@ -48,64 +44,27 @@ accounts:
       { upstream: { outputTokens: 40, record: true } },
     );
     ({ gateway, upstream } = running);
-    metering = createClient(MeteringService, gateway.meteringAddr, gateway.internalAuth("api-edge"));
+    books = new Books(gateway, { id: "acct", key: KEY, budget: BUDGET });
     client = new Anthropic({ baseURL: gateway.url, apiKey: KEY, maxRetries: 0 });
   });
 
   afterAll(async () => {
-    metering?.$close();
+    books?.close();
     await running?.stop();
   });
-
-  async function meteringTotals(requests: number): Promise<UsageTotals | undefined> {
-    let totals: UsageTotals | undefined;
-    const deadline = Date.now() + 20_000;
-    do {
-      totals = (await metering.getUsage({ accountId: "acct" })).totals;
-      if (Number(totals?.requests ?? 0n) >= requests) break;
-      await new Promise((r) => setTimeout(r, 100));
-    } while (Date.now() < deadline);
-    return totals;
-  }
 
   /** A buffered message, its cost as the caller was told it (x-tollgate-cost). */
   async function buffered(params: Anthropic.MessageCreateParamsNonStreaming) {
     const { data, response } = await client.messages.create(params).withResponse();
     const cost = BigInt(response.headers.get("x-tollgate-cost") ?? "-1");
     const left = BigInt(response.headers.get("x-tollgate-budget-remaining") ?? "-1");
-    told += cost;
-    billed += 1;
+    books.tell(cost);
     return { message: data, cost, left };
-  }
-
-  /**
-   * A stream nobody was told the cost of (cut): its cost is what metering recorded for it since
-   * `before`, the totals read before it was sent.
-   */
-  async function billedUntold(before: UsageTotals | undefined): Promise<bigint> {
-    const after = await meteringTotals(billed + 1);
-    expect(Number(after?.requests)).toBe(billed + 1);
-    billed += 1;
-    const cost = BigInt(after?.cost ?? "0") - BigInt(before?.cost ?? "0");
-    told += cost;
-    return cost;
   }
 
   afterEach(async () => {
     upstream.configure({ tokensPerSecond: 0 });
-    const totals = await meteringTotals(billed);
-    expect(Number(totals?.requests ?? 0n)).toBe(billed);
-    expect(BigInt(totals?.cost ?? "0")).toBe(told);
-    // Settlements land right after metering records; then a probe sees the budget less exactly
-    // what was told (and its own cost): no hold is left behind.
-    await new Promise((r) => setTimeout(r, 200));
-    const spent = told;
-    const probe = await buffered({
-      model: "m",
-      max_tokens: 1,
-      messages: [{ role: "user", content: "probe" }],
-    });
-    expect(probe.left).toBe(BUDGET - spent - probe.cost);
+    await books.check();
   }, 60_000);
 
   it("answers messages.create with a message: text, stop reason, usage, and its cost", async () => {
@@ -164,8 +123,7 @@ accounts:
     expect(usage?.output_tokens).toBe(12);
     expect(usage?.input_tokens).toBeGreaterThan(0);
     expect(money?.cost).toMatch(/^[1-9]\d*$/);
-    told += BigInt(money!.cost);
-    billed += 1;
+    books.tell(BigInt(money!.cost));
   });
 
   it("streams messages.stream(): the SDK assembles the final message, its usage included", async () => {
@@ -187,8 +145,7 @@ accounts:
     // The upstream's whole answer (40 tokens) is under max_tokens.
     expect(message.usage.output_tokens).toBe(40);
     expect(message.usage.input_tokens).toBeGreaterThan(0);
-    told += BigInt(money!.cost);
-    billed += 1;
+    books.tell(BigInt(money!.cost));
   });
 
   it("raises the SDK's own errors from Anthropic-shaped bodies, holding and billing nothing", async () => {
@@ -247,7 +204,7 @@ accounts:
 
   it("raises an error event on a stream whose upstream dies mid-way, billed for what was produced", async () => {
     upstream.failNext(1, { afterChunks: 3 });
-    const before = await meteringTotals(billed);
+    const before = await books.totals();
     const stream = await client.messages.create({
       model: "m",
       max_tokens: 30,
@@ -264,14 +221,14 @@ accounts:
       type: "error",
       error: { type: "api_error", code: "upstream_error" },
     });
-    expect(await billedUntold(before)).toBeGreaterThan(0n);
-    const after = await meteringTotals(billed);
+    expect(await books.billedUntold(before)).toBeGreaterThan(0n);
+    const after = await books.totals();
     expect(Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n))).toBe(3);
   });
 
   it("bills a stream its caller leaves mid-way for the tokens produced, and leaves no hold", async () => {
     upstream.configure({ tokensPerSecond: 10 });
-    const before = await meteringTotals(billed);
+    const before = await books.totals();
     const stream = await client.messages.create({
       model: "m",
       max_tokens: 40,
@@ -284,8 +241,8 @@ accounts:
       // Leaving the loop aborts the request: the caller goes away.
       if (deltas === 2) break;
     }
-    expect(await billedUntold(before)).toBeGreaterThan(0n);
-    const after = await meteringTotals(billed);
+    expect(await books.billedUntold(before)).toBeGreaterThan(0n);
+    const after = await books.totals();
     const produced = Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n));
     expect(produced).toBeGreaterThanOrEqual(2);
     expect(produced).toBeLessThan(40);

@@ -1,7 +1,7 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { ensureStream } from "@tollgate/kit/nats";
-import { connectRedis, isRedisUnavailable, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { natsNames } from "@tollgate/proto/subjects";
 import {
   type NatsClusterFixture,
@@ -28,6 +28,8 @@ import {
   servedCost,
   wireRecorder,
 } from "./paid-door-kit.js";
+import * as traffic from "./traffic.js";
+import { load, type Outcome, summary } from "./traffic.js";
 
 /**
  * The multi-process stack on a Redis Cluster (3 masters, 3 replicas) and a three-node NATS
@@ -107,177 +109,17 @@ describe("Redis Cluster and NATS cluster: masters and a stream leader fail under
     return secret;
   }
 
-  /** What one request came to, as its caller saw it. */
-  interface Outcome {
-    status: number;
-    /** When it was sent, ms since the fault's start (negative: before it). */
-    at: number;
-    ms: number;
-    streamed: boolean;
-    cost: bigint;
-    tokens: number;
-    done: boolean;
-    errorCode?: string;
-    errorType?: string;
-    requestIdInBody?: boolean;
-    tail: string;
-  }
-
-  async function send(key: string, i: number, t0: () => number, stream: boolean): Promise<Outcome> {
-    const started = performance.now();
-    const at = Date.now() - t0();
-    let res: Response;
-    try {
-      res = await fetch(`${stack.url}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-        body: JSON.stringify({
-          model: "tollgate-mini",
-          max_tokens: 4,
-          stream,
-          ...(stream ? { stream_options: { include_usage: true } } : {}),
-          messages: [{ role: "user", content: `cluster ${i}` }],
-        }),
-        signal: AbortSignal.timeout(15_000),
-      });
-    } catch (err) {
-      throw new Error(`request ${i} got no answer: ${(err as Error).message}`);
-    }
-    const text = await res.text();
-    const out: Outcome = {
-      status: res.status,
-      at,
-      ms: performance.now() - started,
-      streamed: stream,
-      cost: 0n,
-      tokens: 0,
-      done: false,
-      tail: text.slice(-400),
-    };
-    const readError = (json: { error?: { code?: string; type?: string; request_id?: string } }) => {
-      out.errorCode = json.error?.code;
-      out.errorType = json.error?.type;
-      out.requestIdInBody = json.error?.request_id === res.headers.get("x-request-id");
-    };
-    if (res.status !== 200 || !stream) {
-      const json = JSON.parse(text);
-      if (res.status !== 200) readError(json);
-      else {
-        out.cost = BigInt(res.headers.get("x-tollgate-cost") ?? "0");
-        out.tokens = json.usage.completion_tokens;
-      }
-      return out;
-    }
-    for (const line of text.split("\n")) {
-      if (!line.startsWith("data: ")) continue;
-      const data = line.slice(6);
-      if (data === "[DONE]") {
-        out.done = true;
-        continue;
-      }
-      const json = JSON.parse(data);
-      if (json.error) readError(json);
-      else if (json.choices?.length === 0 && json.usage) out.cost = BigInt(json.x_tollgate?.cost ?? "0");
-      else if (json.choices?.[0]?.delta?.content) out.tokens++;
-    }
-    return out;
-  }
-
-  /** `clients` concurrent callers sending requests one after another until `stop` resolves. */
-  async function load(clients: number, stop: Promise<void>, request: (n: number) => Promise<Outcome>) {
-    let stopped = false;
-    void stop.then(() => {
-      stopped = true;
-    });
-    let n = 0;
-    const outcomes: Outcome[] = [];
-    await Promise.all(
-      Array.from({ length: clients }, async () => {
-        while (!stopped) outcomes.push(await request(n++));
-      }),
-    );
-    return outcomes;
-  }
-
-  interface Books {
-    requests: number;
-    outputTokens: number;
-    cost: bigint;
-    spent: bigint;
-    held: bigint;
-  }
-
-  /** Metering's analytics, and the budget's spent and held read from every master. */
-  async function books(accountId: string): Promise<Books> {
-    const res = await fetch(`${stack.adminUrls[0]}/admin/v1/usage?account=${accountId}`, {
-      headers: { authorization: `Bearer ${stack.adminToken}` },
-    });
-    expect(res.status).toBe(200);
-    const { totals } = (await res.json()) as {
-      totals: { requests: number; output_tokens: number; cost: string };
-    };
-    let spent = 0n;
-    let held = 0n;
-    const keys: string[] = [];
-    for await (const batch of scanStream(peek, { match: `${prefix}auth:budget:{${accountId}}:connection:*` }))
-      keys.push(...batch);
-    for (const key of keys.filter((k) => !k.endsWith(":holds"))) {
-      const [s, h] = await read(() => peek.hmget(key, "spent", "held"));
-      spent += BigInt(s ?? "0");
-      held += BigInt(h ?? "0");
-    }
-    return {
-      requests: Number(totals.requests),
-      outputTokens: Number(totals.output_tokens),
-      cost: BigInt(totals.cost),
-      spent,
-      held,
-    };
-  }
-
-  /**
-   * Waits until the books show `requests` applied and no hold left (or `timeoutMs` passed), then
-   * returns them with how long that took.
-   */
-  async function settledBooks(
-    accountId: string,
-    requests: number,
-    timeoutMs = 25_000,
-  ): Promise<Books & { waitedMs: number }> {
-    const started = Date.now();
-    for (;;) {
-      const b = await books(accountId).catch(() => undefined);
-      const late = Date.now() - started > timeoutMs;
-      if (b && ((b.requests >= requests && b.held === 0n) || late))
-        return { ...b, waitedMs: Date.now() - started };
-      if (!b && late) return { ...(await books(accountId)), waitedMs: Date.now() - started };
-      await new Promise((r) => setTimeout(r, 250));
-    }
-  }
-
-  /** A read of the test's own connection, retried while its view of the cluster catches up with a failover. */
-  async function read<T>(command: () => Promise<T>): Promise<T> {
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      try {
-        return await command();
-      } catch (err) {
-        if (!isRedisUnavailable(err) || Date.now() > deadline) throw err;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
-  }
-
-  /** Outcomes by status, error and speed, for the test output and failure messages. */
-  function summary(outcomes: Outcome[]): Record<string, number> {
-    const counts: Record<string, number> = {};
-    for (const o of outcomes) {
-      const speed = o.ms < 1_000 ? "<1s" : o.ms < 5_000 ? "1-5s" : ">5s";
-      const k = o.status === 200 ? `200 ${speed}` : `${o.status} ${o.errorType}/${o.errorCode} ${speed}`;
-      counts[k] = (counts[k] ?? 0) + 1;
-    }
-    return counts;
-  }
+  const ledgers = (): traffic.Ledgers => ({
+    adminUrl: stack.adminUrls[0]!,
+    adminToken: stack.adminToken,
+    peek,
+    prefix,
+  });
+  const send = (key: string, i: number, t0: () => number, stream: boolean) =>
+    traffic.sendChat(stack.url, key, i, { stream, maxTokens: 4, t0 });
+  const settledBooks = (accountId: string, requests: number, timeoutMs?: number) =>
+    traffic.settledBooks(ledgers(), accountId, requests, timeoutMs);
+  const read = traffic.retryRead;
 
   /** The caller's view of a failover, printed: outcomes, the first and last failure, the slowest. */
   function report(label: string, outcomes: Outcome[], extra: Record<string, unknown>): void {

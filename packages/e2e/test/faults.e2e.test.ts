@@ -10,6 +10,8 @@ import {
 import { type Stack, startStack } from "@tollgate/testkit/stack";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adminCreate } from "./gateways.js";
+import * as traffic from "./traffic.js";
+import { isFastRetryable503, load, summary } from "./traffic.js";
 
 /**
  * Faults survived with nothing lost (docs/money.md, "Records"): one multi-process stack with two routers on a
@@ -72,174 +74,16 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     return secret;
   }
 
-  /** What one request came to, as its caller saw it. */
-  interface Outcome {
-    status: number;
-    ms: number;
-    streamed: boolean;
-    /** Cost the caller was told (header, or the usage chunk of a stream); 0n when none. */
-    cost: bigint;
-    /** Content chunks relayed to the caller (streams), or completion tokens (buffered). */
-    tokens: number;
-    /** A stream ended with `data: [DONE]`. */
-    done: boolean;
-    /** The error body's code (a JSON error, or a stream's final error event). */
-    errorCode?: string;
-    errorType?: string;
-    retryAfter?: string | null;
-    requestIdInBody?: boolean;
-    /** The end of the body, for failure messages. */
-    tail: string;
-  }
-
-  async function send(
-    key: string,
-    i: number,
-    opts: { stream: boolean; maxTokens: number; idempotencyKey?: string },
-  ): Promise<Outcome> {
-    const started = performance.now();
-    const headers: Record<string, string> = {
-      authorization: `Bearer ${key}`,
-      "content-type": "application/json",
-    };
-    if (opts.idempotencyKey) headers["idempotency-key"] = opts.idempotencyKey;
-    let res: Response;
-    try {
-      res = await fetch(`${stack.url}/v1/chat/completions`, {
-        method: "POST",
-        headers,
-        body: JSON.stringify({
-          model: "tollgate-mini",
-          max_tokens: opts.maxTokens,
-          stream: opts.stream,
-          ...(opts.stream ? { stream_options: { include_usage: true } } : {}),
-          messages: [{ role: "user", content: `fault ${i}` }],
-        }),
-        signal: AbortSignal.timeout(15_000),
-      });
-    } catch (err) {
-      throw new Error(`request ${i} got no answer: ${(err as Error).message}`);
-    }
-    const text = await res.text();
-    const ms = performance.now() - started;
-    const out: Outcome = {
-      status: res.status,
-      ms,
-      streamed: opts.stream,
-      cost: 0n,
-      tokens: 0,
-      done: false,
-      retryAfter: res.headers.get("retry-after"),
-      tail: text.slice(-400),
-    };
-    const readError = (json: { error?: { code?: string; type?: string; request_id?: string } }) => {
-      out.errorCode = json.error?.code;
-      out.errorType = json.error?.type;
-      out.requestIdInBody = json.error?.request_id === res.headers.get("x-request-id");
-    };
-    if (res.status !== 200 || !opts.stream) {
-      const json = JSON.parse(text);
-      if (res.status !== 200) readError(json);
-      else {
-        out.cost = BigInt(res.headers.get("x-tollgate-cost") ?? "0");
-        out.tokens = json.usage.completion_tokens;
-      }
-      return out;
-    }
-    for (const line of text.split("\n")) {
-      if (!line.startsWith("data: ")) continue;
-      const data = line.slice(6);
-      if (data === "[DONE]") {
-        out.done = true;
-        continue;
-      }
-      const json = JSON.parse(data);
-      if (json.error) readError(json);
-      else if (json.choices?.length === 0 && json.usage) out.cost = BigInt(json.x_tollgate?.cost ?? "0");
-      else if (json.choices?.[0]?.delta?.content) out.tokens++;
-    }
-    return out;
-  }
-
-  /** `clients` concurrent callers sending requests one after another until `stop` resolves. */
-  async function load(
-    clients: number,
-    stop: Promise<void>,
-    request: (n: number) => Promise<Outcome>,
-  ): Promise<Outcome[]> {
-    let stopped = false;
-    void stop.then(() => {
-      stopped = true;
-    });
-    let n = 0;
-    const outcomes: Outcome[] = [];
-    await Promise.all(
-      Array.from({ length: clients }, async () => {
-        while (!stopped) outcomes.push(await request(n++));
-      }),
-    );
-    return outcomes;
-  }
-
-  interface Books {
-    requests: number;
-    outputTokens: number;
-    cost: bigint;
-    spent: bigint;
-    held: bigint;
-  }
-
-  /** Metering's analytics and the budget's spent and held, straight from Redis. */
-  async function books(accountId: string): Promise<Books> {
-    const res = await fetch(`${stack.adminUrls[0]}/admin/v1/usage?account=${accountId}`, {
-      headers: { authorization: `Bearer ${stack.adminToken}` },
-    });
-    expect(res.status).toBe(200);
-    const { totals } = (await res.json()) as {
-      totals: { requests: number; output_tokens: number; cost: string };
-    };
-    let spent = 0n;
-    let held = 0n;
-    const keys = await peek.keys(`${prefix}auth:budget:{${accountId}}:connection:*`);
-    for (const key of keys.filter((k) => !k.endsWith(":holds"))) {
-      const [s, h] = await peek.hmget(key, "spent", "held");
-      spent += BigInt(s ?? "0");
-      held += BigInt(h ?? "0");
-    }
-    return {
-      requests: Number(totals.requests),
-      outputTokens: Number(totals.output_tokens),
-      cost: BigInt(totals.cost),
-      spent,
-      held,
-    };
-  }
-
-  /** Waits until the books show `requests` applied and no hold left, then returns them. */
-  async function settledBooks(accountId: string, requests: number): Promise<Books> {
-    let b = await books(accountId);
-    const deadline = Date.now() + 20_000;
-    while ((b.requests < requests || b.held !== 0n) && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 200));
-      b = await books(accountId);
-    }
-    return b;
-  }
-
-  /** The spec's 5xx error body: a retryable 503 with the request id, answered fast. */
-  function isFastRetryable503(o: Outcome): boolean {
-    return o.status === 503 && o.errorType === "server_error" && o.requestIdInBody === true && o.ms < 1_000;
-  }
-
-  /** Outcomes by status, code and speed, so a failed comparison shows what happened. */
-  function summary(outcomes: Outcome[]): Record<string, number> {
-    const counts: Record<string, number> = {};
-    for (const o of outcomes) {
-      const k = `${o.status} ${o.errorType}/${o.errorCode} ${o.ms < 1_000 ? "fast" : `slow`} id:${o.requestIdInBody}`;
-      counts[k] = (counts[k] ?? 0) + 1;
-    }
-    return counts;
-  }
+  const ledgers = (): traffic.Ledgers => ({
+    adminUrl: stack.adminUrls[0]!,
+    adminToken: stack.adminToken,
+    peek,
+    prefix,
+  });
+  const send = (key: string, i: number, opts: traffic.ChatOptions) =>
+    traffic.sendChat(stack.url, key, i, opts);
+  const settledBooks = (accountId: string, requests: number) =>
+    traffic.settledBooks(ledgers(), accountId, requests);
 
   it("restarts Redis (append-only) under traffic: outage requests fail fast with 503, nothing is lost or counted twice", async () => {
     const key = await account("redis-fault");

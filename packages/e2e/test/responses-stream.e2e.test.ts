@@ -1,9 +1,8 @@
 import type { AllInOne } from "@tollgate/all-in-one";
-import { type Client, createClient, type MethodsOf } from "@tollgate/kit/grpc";
-import { MeteringService, type UsageTotals } from "@tollgate/proto/metering";
 import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
 import OpenAI from "openai";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Books } from "./books.js";
 import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
 
 const KEY = "tg_test_responses_stream_0123456789abcdef";
@@ -23,11 +22,8 @@ describe("POST /v1/responses streamed to the openai SDK (all-in-one, in process)
   let running: ConfiguredGateway;
   let gateway: AllInOne;
   let upstream: FakeUpstream;
-  let metering: Client<MethodsOf<typeof MeteringService>>;
+  let books: Books;
   let client: OpenAI;
-  /** What callers were told they spent, and how many requests were billed. */
-  let told = 0n;
-  let billed = 0;
 
   beforeAll(async () => {
     running = await startConfiguredGateway(
@@ -48,56 +44,18 @@ accounts:
       { upstream: { outputTokens: 40 } },
     );
     ({ gateway, upstream } = running);
-    metering = createClient(MeteringService, gateway.meteringAddr, gateway.internalAuth("api-edge"));
+    books = new Books(gateway, { id: "acct", key: KEY, budget: BUDGET });
     client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: KEY, maxRetries: 0 });
   });
 
   afterAll(async () => {
-    metering?.$close();
+    books?.close();
     await running?.stop();
   });
 
-  async function meteringTotals(requests: number): Promise<UsageTotals | undefined> {
-    let totals: UsageTotals | undefined;
-    const deadline = Date.now() + 20_000;
-    do {
-      totals = (await metering.getUsage({ accountId: "acct" })).totals;
-      if (Number(totals?.requests ?? 0n) >= requests) break;
-      await new Promise((r) => setTimeout(r, 100));
-    } while (Date.now() < deadline);
-    return totals;
-  }
-
-  /**
-   * A stream nobody was told the cost of (cut): its cost is what metering recorded for it since
-   * `before`, the totals read before it was sent.
-   */
-  async function billedUntold(before: UsageTotals | undefined): Promise<bigint> {
-    const after = await meteringTotals(billed + 1);
-    expect(Number(after?.requests)).toBe(billed + 1);
-    billed += 1;
-    const cost = BigInt(after?.cost ?? "0") - BigInt(before?.cost ?? "0");
-    told += cost;
-    return cost;
-  }
-
   afterEach(async () => {
     upstream.configure({ tokensPerSecond: 0 });
-    const totals = await meteringTotals(billed);
-    expect(Number(totals?.requests ?? 0n)).toBe(billed);
-    expect(BigInt(totals?.cost ?? "0")).toBe(told);
-    // Settlements land right after metering records; then a probe sees the budget less exactly
-    // what was told (and its own cost): no hold is left behind.
-    await new Promise((r) => setTimeout(r, 200));
-    const probe = await client.chat.completions
-      .create({ model: "m", max_tokens: 1, messages: [{ role: "user", content: "probe" }] })
-      .withResponse();
-    const cost = BigInt(probe.response.headers.get("x-tollgate-cost") ?? "-1");
-    expect(BigInt(probe.response.headers.get("x-tollgate-budget-remaining") ?? "-1")).toBe(
-      BUDGET - told - cost,
-    );
-    told += cost;
-    billed += 1;
+    await books.check();
   }, 60_000);
 
   it("streams responses.create({ stream: true }): the Responses events in order, the text, usage and cost", async () => {
@@ -143,9 +101,8 @@ accounts:
     expect(final?.usage?.output_tokens).toBe(12);
     expect(final?.usage?.total_tokens).toBe((final?.usage?.input_tokens ?? 0) + 12);
     expect(money?.cost).toMatch(/^[1-9]\d*$/);
-    told += BigInt(money!.cost);
-    billed += 1;
-    const totals = await meteringTotals(billed);
+    books.tell(BigInt(money!.cost));
+    const totals = await books.totals();
     expect(Number(totals?.outputTokens)).toBe(12);
     expect(Number(totals?.inputTokens)).toBe(final?.usage?.input_tokens);
   });
@@ -170,13 +127,12 @@ accounts:
     // The upstream's whole answer (40 tokens) is under the policy's default cap of 64.
     expect(response.usage?.output_tokens).toBe(40);
     expect(money?.cost).toMatch(/^[1-9]\d*$/);
-    told += BigInt(money!.cost);
-    billed += 1;
+    books.tell(BigInt(money!.cost));
   });
 
   it("ends a stream whose upstream dies mid-way with response.failed, billed for what was produced", async () => {
     upstream.failNext(1, { afterChunks: 3 });
-    const before = await meteringTotals(billed);
+    const before = await books.totals();
     const stream = await client.responses.create({
       model: "m",
       input: "Say something",
@@ -194,15 +150,15 @@ accounts:
     expect(types).not.toContain("response.completed");
     expect(failed?.status).toBe("failed");
     expect(failed?.error?.code).toBe("upstream_error");
-    expect(await billedUntold(before)).toBeGreaterThan(0n);
-    const after = await meteringTotals(billed);
+    expect(await books.billedUntold(before)).toBeGreaterThan(0n);
+    const after = await books.totals();
     // The three tokens produced before the cut, as a cut chat stream is billed.
     expect(Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n))).toBe(3);
   });
 
   it("bills a stream its caller leaves mid-way for the tokens produced, and leaves no hold", async () => {
     upstream.configure({ tokensPerSecond: 10 });
-    const before = await meteringTotals(billed);
+    const before = await books.totals();
     const stream = await client.responses.create({
       model: "m",
       input: "Say something",
@@ -215,8 +171,8 @@ accounts:
       // Leaving the loop aborts the request: the caller goes away.
       if (deltas === 2) break;
     }
-    const cost = await billedUntold(before);
-    const after = await meteringTotals(billed);
+    const cost = await books.billedUntold(before);
+    const after = await books.totals();
     const produced = Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n));
     expect(produced).toBeGreaterThanOrEqual(2);
     expect(produced).toBeLessThan(40);

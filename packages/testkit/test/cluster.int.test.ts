@@ -87,8 +87,10 @@ describe("kit's Redis and NATS connections on a Redis Cluster and a NATS cluster
     );
     expect(errors.length).toBeGreaterThan(0);
     for (const e of errors) expect(isRedisUnavailable(e), String(e)).toBe(true);
-    // Every acknowledged INCR counted; none counted twice (an INCR lost with its reply may count once).
-    expect(value).toBeGreaterThanOrEqual(ok);
+    // None counted twice (an INCR lost with its reply may count once). Redis replicates
+    // asynchronously, so INCRs the dying master acknowledged but had not yet sent to its replica
+    // are lost with it: seen in CI (2,709 of 23,466 on a busy machine); docs/runbooks/README.md.
+    console.log(`acknowledged but lost in the failover: ${Math.max(0, ok - value)}`);
     expect(value).toBeLessThanOrEqual(issued);
     expect(await redisCluster.masterOf(key)).not.toBe(victim);
   }, 30_000);
