@@ -274,6 +274,67 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
     return c;
   };
 
+  const subscribeBatch: MemoryBus["subscribeBatch"] = async (_durable, filterSubject, handler, opts = {}) => {
+    const prefix = filterSubject.endsWith(">") ? filterSubject.slice(0, -1) : undefined;
+    const matches = (s: string) => (prefix !== undefined ? s.startsWith(prefix) : s === filterSubject);
+    const max = opts.maxMessages ?? DEFAULT_BATCH;
+    const lingerMs = opts.lingerMs ?? 0;
+    const position = follow();
+    let running = true;
+    let wake: () => void = () => {};
+    const wakeUp = () => wake();
+    consumers.add(wakeUp);
+    const loop = (async () => {
+      while (running && !closed) {
+        if (position.cursor >= end()) {
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+          });
+          continue;
+        }
+        if (lingerMs > 0 && end() - position.cursor < max) {
+          await new Promise((r) => setTimeout(r, lingerMs));
+        }
+        let next = position.cursor;
+        let batch: BusMessage[] = [];
+        while (next < end() && batch.length < max) {
+          const m = at(next++)!;
+          if (matches(m.subject)) batch.push({ ...m, deliveryCount: 1 });
+        }
+        // Delivers again, after a delay, only the messages whose verdict was "retry".
+        while (batch.length > 0) {
+          let verdicts: BatchVerdict[] = [];
+          try {
+            verdicts = await handler(batch);
+          } catch {
+            // The whole batch again.
+          }
+          batch = batch
+            .filter((_, i) => (verdicts[i] ?? "retry") === "retry")
+            .map((m) => ({ ...m, deliveryCount: m.deliveryCount + 1 }));
+          if (batch.length > 0) {
+            await new Promise((r) => setTimeout(r, REDELIVERY_DELAY_MS));
+            if (!running) return;
+          }
+        }
+        position.cursor = next;
+        trim();
+      }
+    })();
+    return {
+      async stop() {
+        running = false;
+        consumers.delete(wakeUp);
+        wake();
+        await loop;
+        cursors.delete(position);
+      },
+      async pending() {
+        return end() - position.cursor;
+      },
+    };
+  };
+
   return {
     retained: () => ({ messages: entries.length, msgIds: seen.size }),
     async publish(subject, data, msgId) {
@@ -286,116 +347,19 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
       entries.push({ subject, data, msgId });
       for (const wake of consumers) wake();
     },
-    async subscribe(_durable, filterSubject, handler) {
-      const prefix = filterSubject.endsWith(">") ? filterSubject.slice(0, -1) : undefined;
-      const matches = (s: string) => (prefix !== undefined ? s.startsWith(prefix) : s === filterSubject);
-      const position = follow();
-      let running = true;
-      let wake: () => void = () => {};
-      const wakeUp = () => wake();
-      consumers.add(wakeUp);
-      const loop = (async () => {
-        while (running && !closed) {
-          const next = position.cursor < end() ? at(position.cursor) : undefined;
-          if (!next) {
-            await new Promise<void>((resolve) => {
-              wake = resolve;
-            });
-            continue;
-          }
-          if (!matches(next.subject)) {
-            position.cursor++;
-            trim();
-            continue;
-          }
-          let deliveryCount = 1;
-          for (;;) {
-            try {
-              await handler({ ...next, deliveryCount });
-              break;
-            } catch {
-              deliveryCount++;
-              await new Promise((r) => setTimeout(r, REDELIVERY_DELAY_MS));
-              if (!running) return;
-            }
-          }
-          position.cursor++;
-          trim();
-        }
-      })();
-      return {
-        async stop() {
-          running = false;
-          consumers.delete(wakeUp);
-          wake();
-          await loop;
-          cursors.delete(position);
+    // One message at a time is a batch of one: a handler that throws has it delivered again.
+    subscribe(durable, filterSubject, handler) {
+      return subscribeBatch(
+        durable,
+        filterSubject,
+        async ([msg]) => {
+          await handler(msg!);
+          return ["ack"];
         },
-        async pending() {
-          return end() - position.cursor;
-        },
-      };
+        { maxMessages: 1 },
+      );
     },
-    async subscribeBatch(_durable, filterSubject, handler, opts = {}) {
-      const prefix = filterSubject.endsWith(">") ? filterSubject.slice(0, -1) : undefined;
-      const matches = (s: string) => (prefix !== undefined ? s.startsWith(prefix) : s === filterSubject);
-      const max = opts.maxMessages ?? DEFAULT_BATCH;
-      const lingerMs = opts.lingerMs ?? 0;
-      const position = follow();
-      let running = true;
-      let wake: () => void = () => {};
-      const wakeUp = () => wake();
-      consumers.add(wakeUp);
-      const loop = (async () => {
-        while (running && !closed) {
-          if (position.cursor >= end()) {
-            await new Promise<void>((resolve) => {
-              wake = resolve;
-            });
-            continue;
-          }
-          if (lingerMs > 0 && end() - position.cursor < max) {
-            await new Promise((r) => setTimeout(r, lingerMs));
-          }
-          let next = position.cursor;
-          let batch: BusMessage[] = [];
-          while (next < end() && batch.length < max) {
-            const m = at(next++)!;
-            if (matches(m.subject)) batch.push({ ...m, deliveryCount: 1 });
-          }
-          // Delivers again, after a delay, only the messages whose verdict was "retry".
-          while (batch.length > 0) {
-            let verdicts: BatchVerdict[] = [];
-            try {
-              verdicts = await handler(batch);
-            } catch {
-              // The whole batch again.
-            }
-            batch = batch
-              .filter((_, i) => (verdicts[i] ?? "retry") === "retry")
-              .map((m) => ({ ...m, deliveryCount: m.deliveryCount + 1 }));
-            if (batch.length > 0) {
-              await new Promise((r) => setTimeout(r, REDELIVERY_DELAY_MS));
-              if (!running) return;
-            }
-          }
-          position.cursor = next;
-          trim();
-        }
-      })();
-      return {
-        async stop() {
-          running = false;
-          consumers.delete(wakeUp);
-          wake();
-          await loop;
-          cursors.delete(position);
-        },
-        async pending() {
-          return end() - position.cursor;
-        },
-      };
-    },
+    subscribeBatch,
     async close() {
       closed = true;
       for (const wake of consumers) wake();
