@@ -33,3 +33,15 @@ export const port = (fallback: number) => z.coerce.number().int().min(0).max(655
 export const logLevel = z
   .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
   .default("info");
+
+/** `host:port,host:port`: the nodes of a Redis Cluster. */
+export const REDIS_CLUSTER_NODES = /^\s*[^\s:/@,]+:\d+\s*(,\s*[^\s:/@,]+:\d+\s*)*$/;
+
+/** REDIS_CLUSTER_NODES: a Redis Cluster's nodes; REDIS_URL then only gives credentials and TLS. */
+export const redisClusterNodes = z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional();
+
+/** NATS_SERVERS: the servers of a NATS cluster, comma-separated; wins over NATS_URL (which may list them too). */
+export const natsServers = z.string().optional();
+
+/** NATS_STREAM_REPLICAS: replicas of the usage stream (3 on a three-node JetStream cluster); an existing stream with fewer is raised. */
+export const streamReplicas = z.coerce.number().int().min(1).max(5).default(1);

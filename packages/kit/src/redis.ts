@@ -8,8 +8,7 @@ import type { HealthCheck } from "./health.js";
  */
 export type Redis = SingleRedis | Cluster;
 
-/** A list of Redis Cluster nodes: `host:port,host:port`. */
-export const REDIS_CLUSTER_NODES = /^\s*[^\s:/@,]+:\d+\s*(,\s*[^\s:/@,]+:\d+\s*)*$/;
+export { REDIS_CLUSTER_NODES } from "./config.js";
 
 /** The scheme of a cluster URL: `redis+cluster://[user:password@]h1:p1,h2:p2` (rediss+cluster: TLS). */
 const CLUSTER_URL = /^(rediss?)\+cluster:\/\/(?:([^@/]*)@)?([^/?#]+)\/?$/;

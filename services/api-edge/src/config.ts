@@ -1,6 +1,6 @@
-import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { logLevel, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
-import { REDIS_CLUSTER_NODES, redisUrlOf } from "@tollgate/kit/redis";
+import { redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { AdminServerOptions } from "./admin/server.js";
@@ -54,8 +54,7 @@ const envSchema = z.object({
   LOG_LEVEL: logLevel,
   /** Redis for idempotency records shared by every replica; unset keeps them in memory. */
   REDIS_URL: z.string().optional(),
-  /** A Redis Cluster's nodes (`host:port,host:port`): REDIS_URL then only gives credentials and TLS. */
-  REDIS_CLUSTER_NODES: z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional(),
+  REDIS_CLUSTER_NODES: redisClusterNodes,
   REDIS_PREFIX: z.string().default("tollgate:"),
   /** The admin API's own port (never the public one); it starts only when ADMIN_TOKEN is set. */
   ADMIN_HOST: z.string().default("127.0.0.1"),

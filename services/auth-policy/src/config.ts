@@ -1,8 +1,8 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
-import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { logLevel, natsServers, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { natsUrlOf } from "@tollgate/kit/nats";
-import { REDIS_CLUSTER_NODES, redisUrlOf } from "@tollgate/kit/redis";
+import { redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import { DEFAULT_KEY_CACHE_TTL_MS } from "./adapters/cached-key-store.js";
@@ -22,13 +22,11 @@ const envSchema = z
     LOG_LEVEL: logLevel,
     /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
     REDIS_URL: z.string().optional(),
-    /** A Redis Cluster's nodes (`host:port,host:port`): REDIS_URL then only gives credentials and TLS. */
-    REDIS_CLUSTER_NODES: z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional(),
+    REDIS_CLUSTER_NODES: redisClusterNodes,
     REDIS_PREFIX: z.string().default("tollgate:"),
     /** Unset: revocations are not broadcast (fine for one process with no cache in front). */
     NATS_URL: z.string().optional(),
-    /** The servers of a NATS cluster, comma-separated; wins over NATS_URL (which may list them too). */
-    NATS_SERVERS: z.string().optional(),
+    NATS_SERVERS: natsServers,
     NATS_NAMESPACE: z.string().default(""),
     KEY_ROTATION_GRACE_SECONDS: z.coerce
       .number()

@@ -1,5 +1,5 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
-import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { logLevel, natsServers, parseEnv, port, streamReplicas } from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
 import { natsUrlOf } from "@tollgate/kit/nats";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
@@ -13,11 +13,9 @@ const envSchema = z
     GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
     GRPC_PORT: port(50053),
     NATS_URL: z.string().optional(),
-    /** The servers of a NATS cluster, comma-separated; wins over NATS_URL (which may list them too). */
-    NATS_SERVERS: z.string().optional(),
+    NATS_SERVERS: natsServers,
     NATS_NAMESPACE: z.string().default(""),
-    /** Replicas of the usage stream (3 on a three-node JetStream cluster); an existing stream with fewer is raised. */
-    NATS_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+    NATS_STREAM_REPLICAS: streamReplicas,
     LOG_LEVEL: logLevel,
     /** Prometheus /metrics; 0 picks a free port. */
     METRICS_HOST: z.string().default("127.0.0.1"),

@@ -1,7 +1,14 @@
-import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import {
+  logLevel,
+  natsServers,
+  parseEnv,
+  port,
+  redisClusterNodes,
+  streamReplicas,
+} from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { natsUrlOf } from "@tollgate/kit/nats";
-import { REDIS_CLUSTER_NODES, redisUrlOf } from "@tollgate/kit/redis";
+import { redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { MeteringOptions } from "./app.js";
@@ -14,14 +21,11 @@ const envSchema = z
     GRPC_PORT: port(50054),
     LOG_LEVEL: logLevel,
     NATS_URL: z.string().optional(),
-    /** The servers of a NATS cluster, comma-separated; wins over NATS_URL (which may list them too). */
-    NATS_SERVERS: z.string().optional(),
+    NATS_SERVERS: natsServers,
     NATS_NAMESPACE: z.string().default(""),
-    /** Replicas of the usage stream (3 on a three-node JetStream cluster); an existing stream with fewer is raised. */
-    NATS_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+    NATS_STREAM_REPLICAS: streamReplicas,
     REDIS_URL: z.string().optional(),
-    /** A Redis Cluster's nodes (`host:port,host:port`): REDIS_URL then only gives credentials and TLS. */
-    REDIS_CLUSTER_NODES: z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional(),
+    REDIS_CLUSTER_NODES: redisClusterNodes,
     REDIS_PREFIX: z.string().default("tollgate:"),
     /** Prometheus /metrics; 0 picks a free port. */
     METRICS_HOST: z.string().default("127.0.0.1"),

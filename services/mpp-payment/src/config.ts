@@ -1,8 +1,8 @@
 import { readFileSync } from "node:fs";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
-import { ConfigError, logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { ConfigError, logLevel, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
-import { REDIS_CLUSTER_NODES, redisUrlOf } from "@tollgate/kit/redis";
+import { redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import type { Address, Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
@@ -32,8 +32,7 @@ const envSchema = z.object({
   GRPC_PORT: port(50052),
   LOG_LEVEL: logLevel,
   REDIS_URL: z.string().optional(),
-  /** A Redis Cluster's nodes (`host:port,host:port`): REDIS_URL then only gives credentials and TLS. */
-  REDIS_CLUSTER_NODES: z.string().regex(REDIS_CLUSTER_NODES, "host:port,host:port").optional(),
+  REDIS_CLUSTER_NODES: redisClusterNodes,
   REDIS_PREFIX: z.string().default(DEFAULTS.redisPrefix),
   MPP_REALM: z.string().default(DEFAULTS.realm),
   TEMPO_RPC_URL: z.url({ error: "required: URL of the Tempo JSON-RPC endpoint" }),
