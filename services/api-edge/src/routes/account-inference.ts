@@ -1,5 +1,5 @@
-import { randomBytes } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { randomHex } from "@tollgate/kit/ids";
 import type { AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import { type CompletionInputSchema, Door, type Operation, type Usage } from "@tollgate/proto/inference";
 import type { UsageRecorded } from "@tollgate/proto/usage";
@@ -110,7 +110,26 @@ export function completionInput(
 
 /** A fresh object id with OpenAI's prefix style ("resp_…", "msg_…"). */
 export function objectId(prefix: string): string {
-  return `${prefix}_${randomBytes(16).toString("hex")}`;
+  return `${prefix}_${randomHex(16)}`;
+}
+
+/**
+ * Runs an authorized chat completion buffered for a route that answers in its own shape
+ * (responses, messages, think): the money headers are set and the chat answer is read back for
+ * the route to translate.
+ */
+export async function completeChat(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  grant: AuthorizeResponse,
+  input: MessageInitShape<typeof CompletionInputSchema>,
+): Promise<{ answer: ChatAnswer; usage: TokenUsage }> {
+  const res = await completeOrRelease(ctx, req, grant, () =>
+    ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+  );
+  moneyHeaders(reply, grant, res.usage?.cost);
+  return chatResultOf(res);
 }
 
 /** Unix seconds now. */

@@ -6,19 +6,18 @@ import {
   MessagesStream,
   messageFromChat,
 } from "../domain/messages.js";
-import { callerGone } from "../http/caller.js";
 import { anthropicKey } from "../http/credentials.js";
 import { anthropicErrorBody, toHttpError } from "../http/errors.js";
 import { translatedFormat } from "../http/sse.js";
 import {
-  chatResultOf,
+  completeChat,
   completionInput,
   guardIdempotency,
   objectId,
   parseAccountBody,
   streamCompletion,
 } from "./account-inference.js";
-import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.js";
+import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 import type { RouteImpl } from "./register.js";
 
@@ -54,11 +53,7 @@ export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
         const format = translatedFormat(new MessagesStream(labels));
         return streamCompletion(ctx, req, reply, grant, input, { includeUsage: false, format });
       }
-      const res = await completeOrRelease(ctx, req, grant, () =>
-        ctx.inference.complete({ input }, { signal: callerGone(reply) }),
-      );
-      moneyHeaders(reply, grant, res.usage?.cost);
-      const { answer, usage } = chatResultOf(res);
+      const { answer, usage } = await completeChat(ctx, req, reply, grant, input);
       return messageFromChat(answer, usage, labels);
     },
     errorBody: anthropicErrorBody,

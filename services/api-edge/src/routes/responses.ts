@@ -2,10 +2,9 @@ import { Operation } from "@tollgate/proto/inference";
 import { OPERATIONS, ROUTES } from "@tollgate/proto/routes";
 import { chatBodyFromResponses, type ResponseLabels, responseFromChat } from "../domain/responses.js";
 import { ResponsesStream } from "../domain/responses-stream.js";
-import { callerGone } from "../http/caller.js";
 import { translatedFormat } from "../http/sse.js";
 import {
-  chatResultOf,
+  completeChat,
   completionInput,
   guardIdempotency,
   objectId,
@@ -13,7 +12,7 @@ import {
   streamCompletion,
   unixNow,
 } from "./account-inference.js";
-import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.js";
+import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 import type { RouteImpl } from "./register.js";
 
@@ -50,11 +49,7 @@ export function responsesRoute(ctx: AccountRouteContext): RouteImpl {
         const format = translatedFormat(new ResponsesStream(body, labels));
         return streamCompletion(ctx, req, reply, grant, input, { includeUsage: false, format });
       }
-      const res = await completeOrRelease(ctx, req, grant, () =>
-        ctx.inference.complete({ input }, { signal: callerGone(reply) }),
-      );
-      moneyHeaders(reply, grant, res.usage?.cost);
-      const { answer, usage } = chatResultOf(res);
+      const { answer, usage } = await completeChat(ctx, req, reply, grant, input);
       return responseFromChat(body, answer, usage, labels);
     },
   };

@@ -1,17 +1,16 @@
 import { Operation } from "@tollgate/proto/inference";
 import { OPERATIONS, ROUTES } from "@tollgate/proto/routes";
 import { chatBodyFromThink, thinkFromChat } from "../domain/think.js";
-import { callerGone } from "../http/caller.js";
 import { thinkOutputCapOf } from "../schemas/think.js";
 import {
-  chatResultOf,
+  completeChat,
   completionInput,
   guardIdempotency,
   objectId,
   parseAccountBody,
   unixNow,
 } from "./account-inference.js";
-import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.js";
+import { authorizeRequest } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 import type { RouteImpl } from "./register.js";
 
@@ -39,11 +38,7 @@ export function thinkRoute(ctx: AccountRouteContext): RouteImpl {
       const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)), {
         requireReasoning: true,
       });
-      const res = await completeOrRelease(ctx, req, grant, () =>
-        ctx.inference.complete({ input }, { signal: callerGone(reply) }),
-      );
-      moneyHeaders(reply, grant, res.usage?.cost);
-      const { answer, usage } = chatResultOf(res);
+      const { answer, usage } = await completeChat(ctx, req, reply, grant, input);
       return thinkFromChat(answer, usage, { id: objectId("think"), model: grant.model, now: unixNow() });
     },
   };
