@@ -157,6 +157,8 @@ const usageQuery = z.strictObject({
   from: isoTime.optional(),
   to: isoTime.optional(),
   granularity: z.enum(["hour", "day"]).optional(),
+  /** `model`: one bucket per model and period. */
+  group_by: z.enum(["model"]).optional(),
 });
 
 const listKeysQuery = z.strictObject({ connection: z.string().optional() });
@@ -292,7 +294,7 @@ export function listKeysFilter(query: unknown): string {
   return parse(listKeysQuery, query, "query").connection ?? "";
 }
 
-/** GET /admin/v1/usage?account=&connection=&key=&model=&from=&to=&granularity= */
+/** GET /admin/v1/usage?account=&connection=&key=&model=&from=&to=&granularity=&group_by=model */
 export function usageRequest(query: unknown): MessageInitShape<typeof GetUsageRequestSchema> {
   const q = parse(usageQuery, query, "query");
   if (q.from && q.to && q.from.getTime() >= q.to.getTime()) {
@@ -306,6 +308,7 @@ export function usageRequest(query: unknown): MessageInitShape<typeof GetUsageRe
     ...(q.from ? { from: timestampFromDate(q.from) } : {}),
     ...(q.to ? { to: timestampFromDate(q.to) } : {}),
     granularity: q.granularity ? GRANULARITY[q.granularity] : Granularity.UNSPECIFIED,
+    byModel: q.group_by === "model",
   };
 }
 
@@ -420,12 +423,20 @@ function totalsJson(t: UsageTotals | undefined) {
   };
 }
 
-/** A usage report: totals over the range and one bucket per hour or day that saw usage. */
-export function usageJson(res: GetUsageResponse, granularity: Granularity) {
+/**
+ * A usage report: totals over the range and one bucket per hour or day that saw usage (per model
+ * and period, each bucket naming its model, when asked to group by model).
+ */
+export function usageJson(res: GetUsageResponse, granularity: Granularity, byModel = false) {
   return {
     object: "usage",
     granularity: granularity === Granularity.DAY ? "day" : "hour",
+    ...(byModel ? { group_by: "model" } : {}),
     totals: totalsJson(res.totals),
-    buckets: res.buckets.map((b) => ({ start: iso(b.start), ...totalsJson(b.totals) })),
+    buckets: res.buckets.map((b) => ({
+      start: iso(b.start),
+      ...(byModel ? { model: b.model } : {}),
+      ...totalsJson(b.totals),
+    })),
   };
 }

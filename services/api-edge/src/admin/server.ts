@@ -248,7 +248,7 @@ export function buildAdminApp(deps: {
   app.get("/admin/v1/usage", async (req) => {
     const ask = usageRequest(req.query);
     const res = await metering.getUsage(ask, call);
-    return usageJson(res, ask.granularity ?? 0);
+    return usageJson(res, ask.granularity ?? 0, ask.byModel === true);
   });
 
   return app;
