@@ -308,7 +308,7 @@ export function usageRequest(query: unknown): MessageInitShape<typeof GetUsageRe
     ...(q.from ? { from: timestampFromDate(q.from) } : {}),
     ...(q.to ? { to: timestampFromDate(q.to) } : {}),
     granularity: q.granularity ? GRANULARITY[q.granularity] : Granularity.UNSPECIFIED,
-    byModel: q.group_by === "model",
+    ...(q.group_by === "model" ? { byModel: true } : {}),
   };
 }
 
