@@ -1,0 +1,102 @@
+// What both OpenAPI documents (public and admin) are made of: JSON Schemas converted from the
+// zod schemas the routes validate with, the error codes of the error table, and the document
+// types. Pure: no fastify, no file system.
+
+import { ERRORS, type ErrorDoor } from "@tollgate/proto/errors";
+import { z } from "zod";
+
+/** A JSON Schema (draft 2020-12, the dialect of OpenAPI 3.1). */
+export type JsonSchema = Record<string, unknown>;
+
+export interface Operation {
+  operationId: string;
+  summary: string;
+  description?: string;
+  tags?: string[];
+  security?: Record<string, string[]>[];
+  parameters?: unknown[];
+  requestBody?: unknown;
+  responses: Record<string, unknown>;
+  [extension: `x-${string}`]: unknown;
+}
+
+export type PathItem = Partial<Record<"get" | "post" | "put" | "patch" | "delete", Operation>>;
+
+export interface OpenApiDocument {
+  openapi: "3.1.0";
+  info: {
+    title: string;
+    version: string;
+    license: { name: string; identifier: string };
+    description: string;
+  };
+  servers: { url: string }[];
+  security: Record<string, string[]>[];
+  paths: Record<string, PathItem>;
+  components: {
+    securitySchemes: Record<string, unknown>;
+    parameters?: Record<string, unknown>;
+    responses: Record<string, unknown>;
+    schemas: Record<string, JsonSchema>;
+  };
+}
+
+/** The version both documents carry: api-edge's. */
+export const API_VERSION = "0.1.0";
+
+export const LICENSE = { name: "Apache-2.0", identifier: "Apache-2.0" };
+
+/**
+ * The JSON Schema of what a zod schema accepts (its input side: a field with a default or a
+ * transform is described as the caller sends it). Refinements (`superRefine`) have no JSON
+ * Schema form; the route's own messages describe them, so they are left to the descriptions.
+ */
+export function jsonSchemaOf(schema: z.ZodType): JsonSchema {
+  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, {
+    target: "draft-2020-12",
+    io: "input",
+    reused: "inline",
+    unrepresentable: "any",
+  });
+  return rest;
+}
+
+/** fastify's `:name` as OpenAPI's `{name}`. */
+export function openApiPath(path: string): string {
+  return path.replace(/:([A-Za-z]+)/g, "{$1}");
+}
+
+/** The path parameters of a fastify path, each a required string. */
+export function pathParameters(path: string): unknown[] {
+  return [...path.matchAll(/:([A-Za-z]+)/g)].map(([, name]) => ({
+    name,
+    in: "path",
+    required: true,
+    schema: { type: "string" },
+  }));
+}
+
+/** The codes of the error table (packages/proto/src/errors.ts) a door answers, in table order. */
+export function errorCodes(doors: readonly ErrorDoor[]): string[] {
+  return Object.entries(ERRORS)
+    .filter(([, spec]) => spec.doors.some((d) => doors.includes(d)))
+    .map(([code]) => code);
+}
+
+/** A JSON request body of this schema. */
+export function jsonBody(schema: z.ZodType, required = true): unknown {
+  return { required, content: { "application/json": { schema: jsonSchemaOf(schema) } } };
+}
+
+/** A response whose body is a named component schema. */
+export function jsonResponse(description: string, ref: string): unknown {
+  return {
+    description,
+    content: { "application/json": { schema: { $ref: `#/components/schemas/${ref}` } } },
+  };
+}
+
+/** The document's bytes as served: JSON, built once. */
+export function documentBytes(doc: OpenApiDocument): Buffer {
+  return Buffer.from(JSON.stringify(doc));
+}
