@@ -102,12 +102,19 @@ const totals = z.object({
 const usage = z.object({
   object: z.string(),
   granularity: z.string().describe("hour or day"),
+  group_by: z.string().optional().describe("model, when asked with group_by=model"),
   totals,
-  buckets: z.array(totals.extend({ start: time })),
+  buckets: z.array(
+    totals.extend({
+      start: time,
+      model: z.string().optional().describe("With group_by=model: the bucket's model"),
+    }),
+  ),
 });
 
-// mapping.ts's output must be what these shapes describe: a field added there and not here fails.
-type Fits<Actual extends Expected, Expected> = Actual;
+// mapping.ts's output must be what these shapes describe: a field of another type there, or a
+// top-level field there and not here, does not compile.
+type Fits<Actual extends Expected & Record<Exclude<keyof Actual, keyof Expected>, never>, Expected> = Actual;
 export type AdminAnswerShapes = [
   Fits<ReturnType<typeof accountJson>, z.input<typeof account>>,
   Fits<ReturnType<typeof connectionJson>, z.input<typeof connection>>,
@@ -295,10 +302,12 @@ export const ADMIN_OPERATIONS = {
     method: "GET",
     path: "/admin/v1/usage",
     summary: "Usage and cost over a time range, by account, connection, key or model",
+    description: "`group_by=model`: one bucket per model and period, each naming its model.",
     query: usageQuery,
     status: 200,
     answer: usage,
-    answerDescription: "Totals over the range and one bucket per hour or day that saw usage.",
+    answerDescription:
+      "Totals over the range and one bucket per hour or day (and model, with group_by=model) that saw usage.",
   },
   getOpenApi: {
     method: "GET",
