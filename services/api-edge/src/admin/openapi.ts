@@ -6,13 +6,13 @@
 import { OPERATION_NAMES } from "@tollgate/proto/routes";
 import { z } from "zod";
 import {
-  API_VERSION,
+  addOperation,
   errorCodes,
+  errorSchema,
+  jsonBody,
   jsonSchemaOf,
-  LICENSE,
   type OpenApiDocument,
-  type Operation,
-  openApiPath,
+  openApiDocument,
   type PathItem,
   pathParameters,
 } from "../openapi/document.js";
@@ -345,19 +345,12 @@ export function adminDocument(): OpenApiDocument {
   const paths: Record<string, PathItem> = {};
   for (const [operationId, spec] of Object.entries(ADMIN_OPERATIONS) as [string, AdminOperation][]) {
     const params = [...pathParameters(spec.path), ...(spec.query ? queryParameters(spec.query) : [])];
-    const op: Operation = {
+    addOperation(paths, spec.method, spec.path, {
       operationId,
       summary: spec.summary,
       ...(spec.description ? { description: spec.description } : {}),
       ...(params.length > 0 ? { parameters: params } : {}),
-      ...(spec.body
-        ? {
-            requestBody: {
-              required: true,
-              content: { "application/json": { schema: jsonSchemaOf(spec.body) } },
-            },
-          }
-        : {}),
+      ...(spec.body ? { requestBody: jsonBody(spec.body) } : {}),
       responses: {
         [String(spec.status)]: {
           description: spec.answerDescription,
@@ -365,22 +358,12 @@ export function adminDocument(): OpenApiDocument {
         },
         default: { $ref: "#/components/responses/Error" },
       },
-    };
-    const path = openApiPath(spec.path);
-    paths[path] = { ...paths[path], [spec.method.toLowerCase()]: op };
+    });
   }
-  const error = z.object({
-    error: z.object({
-      message: z.string(),
-      type: z.string(),
-      code: z.enum(errorCodes(["admin"]) as [string, ...string[]]),
-      request_id: z.string(),
-    }),
-  });
-  return {
-    openapi: "3.1.0",
-    info: { title: "Tollgate admin API", version: API_VERSION, license: LICENSE, description: DESCRIPTION },
-    servers: [{ url: "http://127.0.0.1:8081" }],
+  return openApiDocument({
+    title: "Tollgate admin API",
+    description: DESCRIPTION,
+    server: "http://127.0.0.1:8081",
     security: [{ adminToken: [] }],
     paths,
     components: {
@@ -391,16 +374,10 @@ export function adminDocument(): OpenApiDocument {
           description: "The ADMIN_TOKEN api-edge was started with.",
         },
       },
-      responses: {
-        Error: {
-          description: "An error; `error.code` names it.",
-          content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } },
-        },
-      },
       schemas: {
-        Error: jsonSchemaOf(error),
+        Error: jsonSchemaOf(errorSchema(z.enum(errorCodes(["admin"]) as [string, ...string[]]))),
         RouteName: { ...jsonSchemaOf(z.enum(OPERATION_NAMES)), description: "The account-door operations." },
       },
     },
-  };
+  });
 }

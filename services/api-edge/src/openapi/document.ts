@@ -42,9 +42,9 @@ export interface OpenApiDocument {
 }
 
 /** The version both documents carry: api-edge's. */
-export const API_VERSION = "0.1.0";
+const API_VERSION = "0.1.0";
 
-export const LICENSE = { name: "Apache-2.0", identifier: "Apache-2.0" };
+const LICENSE = { name: "Apache-2.0", identifier: "Apache-2.0" };
 
 /**
  * The JSON Schema of what a zod schema accepts (its input side: a field with a default or a
@@ -83,9 +83,57 @@ export function errorCodes(doors: readonly ErrorDoor[]): string[] {
     .map(([code]) => code);
 }
 
-/** A JSON request body of this schema. */
-export function jsonBody(schema: z.ZodType, required = true): unknown {
-  return { required, content: { "application/json": { schema: jsonSchemaOf(schema) } } };
+/** A required JSON request body of this schema. */
+export function jsonBody(schema: z.ZodType): unknown {
+  return { required: true, content: { "application/json": { schema: jsonSchemaOf(schema) } } };
+}
+
+/** The error body both ports answer: `{ error: { message, type, code, request_id } }`. */
+export function errorSchema(code: z.ZodType) {
+  return z.object({
+    error: z.object({ message: z.string(), type: z.string(), code, request_id: z.string() }),
+  });
+}
+
+/** Adds an operation at its method and fastify path. */
+export function addOperation(
+  paths: Record<string, PathItem>,
+  method: string,
+  path: string,
+  op: Operation,
+): void {
+  const at = openApiPath(path);
+  paths[at] = { ...paths[at], [method.toLowerCase()]: op };
+}
+
+/** What tells the two documents apart; the rest (version, license, the Error response) is shared. */
+export interface DocumentParts {
+  title: string;
+  description: string;
+  server: string;
+  security: Record<string, string[]>[];
+  paths: Record<string, PathItem>;
+  components: Omit<OpenApiDocument["components"], "responses">;
+}
+
+/** An OpenAPI 3.1 document of these parts; its `Error` response is the `Error` schema. */
+export function openApiDocument(parts: DocumentParts): OpenApiDocument {
+  return {
+    openapi: "3.1.0",
+    info: { title: parts.title, version: API_VERSION, license: LICENSE, description: parts.description },
+    servers: [{ url: parts.server }],
+    security: parts.security,
+    paths: parts.paths,
+    components: {
+      ...parts.components,
+      responses: {
+        Error: {
+          description: "An error; `error.code` names it.",
+          content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } },
+        },
+      },
+    },
+  };
 }
 
 /** A response whose body is a named component schema. */

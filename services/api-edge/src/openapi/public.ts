@@ -9,14 +9,14 @@ import { requestSchemas } from "../schemas/requests.js";
 import { responseObjectSchema } from "../schemas/responses.js";
 import { thinkResponseSchema } from "../schemas/think.js";
 import {
-  API_VERSION,
+  addOperation,
   errorCodes,
+  errorSchema,
+  jsonBody,
   jsonResponse,
   jsonSchemaOf,
-  LICENSE,
   type OpenApiDocument,
-  type Operation,
-  openApiPath,
+  openApiDocument,
   type PathItem,
   pathParameters,
 } from "./document.js";
@@ -112,14 +112,7 @@ const modelSchema = z.object({
 /** Response shapes of the public port, by component name. */
 function responseSchemas(): OpenApiDocument["components"]["schemas"] {
   const errorCode = z.enum(errorCodes(["account", "paid"]) as [string, ...string[]]);
-  const error = z.object({
-    error: z.object({
-      message: z.string(),
-      type: z.string(),
-      code: z.string(),
-      request_id: z.string(),
-    }),
-  });
+  const error = errorSchema(z.string());
   return {
     ErrorCode: {
       ...jsonSchemaOf(errorCode),
@@ -239,29 +232,20 @@ export function publicDocument(opts: PublicDocumentOptions): OpenApiDocument {
       ...pathParameters(spec.path),
       ...(idempotent ? [{ $ref: "#/components/parameters/IdempotencyKey" }] : []),
     ];
-    const op: Operation = {
+    addOperation(paths, spec.method, spec.path, {
       ...PROSE[id],
       tags: [spec.door],
       ...(security ? { security } : {}),
       ...(params.length > 0 ? { parameters: params } : {}),
-      ...(spec.schema
-        ? {
-            requestBody: {
-              required: true,
-              content: { "application/json": { schema: jsonSchemaOf(schemas[spec.schema]) } },
-            },
-          }
-        : {}),
+      ...(spec.schema ? { requestBody: jsonBody(schemas[spec.schema]) } : {}),
       responses: { ...successOf(id, spec), ...ERROR },
       ...(spec.door === "paid" ? { "x-payment-info": paymentInfo(opts.offer) } : {}),
-    };
-    const path = openApiPath(spec.path);
-    paths[path] = { ...paths[path], [spec.method.toLowerCase()]: op };
+    });
   }
-  return {
-    openapi: "3.1.0",
-    info: { title: "Tollgate public API", version: API_VERSION, license: LICENSE, description: DESCRIPTION },
-    servers: [{ url: "http://127.0.0.1:8080" }],
+  return openApiDocument({
+    title: "Tollgate public API",
+    description: DESCRIPTION,
+    server: "http://127.0.0.1:8080",
     security: [{ virtualKey: [] }],
     paths,
     components: {
@@ -294,13 +278,7 @@ export function publicDocument(opts: PublicDocumentOptions): OpenApiDocument {
           schema: { type: "string", maxLength: 255 },
         },
       },
-      responses: {
-        Error: {
-          description: "An error; `error.code` names it.",
-          content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } },
-        },
-      },
       schemas: responseSchemas(),
     },
-  };
+  });
 }
