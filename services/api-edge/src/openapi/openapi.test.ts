@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { gunzipSync } from "node:zlib";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { loadGatewayConfig } from "@tollgate/config";
 import { createLogger } from "@tollgate/kit/log";
@@ -64,6 +65,24 @@ describe("GET /openapi.json on the public port", () => {
     const doc = await served(app);
     expect(doc.openapi).toBe("3.1.0");
     await served(app);
+    expect(calls).toEqual([]);
+    // The same bytes gzipped to a client that takes gzip; a bodiless 304 to one that has them.
+    const plain = await app.inject({ method: "GET", url: "/openapi.json" });
+    const gz = await app.inject({
+      method: "GET",
+      url: "/openapi.json",
+      headers: { "accept-encoding": "gzip" },
+    });
+    expect(gz.headers["content-encoding"]).toBe("gzip");
+    expect(gunzipSync(gz.rawPayload).equals(plain.rawPayload)).toBe(true);
+    expect(gz.rawPayload.length).toBeLessThan(plain.rawPayload.length / 3);
+    const etag = String(plain.headers["etag"]);
+    const again = await app.inject({
+      method: "GET",
+      url: "/openapi.json",
+      headers: { "if-none-match": etag },
+    });
+    expect([again.statusCode, again.body]).toEqual([304, ""]);
     expect(calls).toEqual([]);
     const post = await app.inject({ method: "POST", url: "/openapi.json" });
     expect(post.statusCode).toBe(405);
