@@ -227,7 +227,8 @@ export function publicDocument(opts: PublicDocumentOptions): OpenApiDocument {
   for (const id of ROUTE_IDS.filter((r) => opts.routes.includes(r))) {
     const spec: RouteSpec = ROUTES[id];
     const security = securityOf(id, spec);
-    const idempotent = spec.door === "account" && spec.method === "POST" && id !== "messages";
+    // Every account-door POST takes an Idempotency-Key (the guard of routes/account-inference.ts).
+    const idempotent = spec.door === "account" && spec.method === "POST";
     const params = [
       ...pathParameters(spec.path),
       ...(idempotent ? [{ $ref: "#/components/parameters/IdempotencyKey" }] : []),
