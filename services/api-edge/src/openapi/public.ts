@@ -134,6 +134,15 @@ function responseSchemas(): OpenApiDocument["components"]["schemas"] {
       ),
       description: "The paid door's errors: RFC 9457 problem details with the error object beside them.",
     },
+    AnthropicError: refCode(
+      jsonSchemaOf(
+        z.object({
+          type: z.literal("error"),
+          error: z.object({ type: z.string(), message: z.string(), code: z.string() }),
+          request_id: z.string(),
+        }),
+      ),
+    ),
     Model: jsonSchemaOf(modelSchema),
     ModelList: jsonSchemaOf(z.object({ object: z.literal("list"), data: z.array(modelSchema) })),
     JsonObject: { type: "object", additionalProperties: true },
@@ -150,7 +159,21 @@ function refCode(schema: Record<string, unknown>): Record<string, unknown> {
   return schema;
 }
 
-const ERROR = { default: { $ref: "#/components/responses/Error" } };
+/** A route's error answer: the OpenAI-style error; Anthropic's shape on Messages; problem details on the paid door. */
+function errorOf(id: RouteId, spec: RouteSpec): Record<string, unknown> {
+  const body = (type: string, schema: string, description: string) => ({
+    default: { description, content: { [type]: { schema: { $ref: `#/components/schemas/${schema}` } } } },
+  });
+  if (spec.door === "paid") return body("application/problem+json", "Problem", "An error; `code` names it.");
+  if (id === "messages") {
+    return body(
+      "application/json",
+      "AnthropicError",
+      "An error in Anthropic's shape; `error.code` names it.",
+    );
+  }
+  return { default: { $ref: "#/components/responses/Error" } };
+}
 
 /** The success answer of a route, by what it returns. */
 function successOf(id: RouteId, spec: RouteSpec): Record<string, unknown> {
@@ -239,7 +262,7 @@ export function publicDocument(opts: PublicDocumentOptions): OpenApiDocument {
       ...(security ? { security } : {}),
       ...(params.length > 0 ? { parameters: params } : {}),
       ...(spec.schema ? { requestBody: jsonBody(schemas[spec.schema]) } : {}),
-      responses: { ...successOf(id, spec), ...ERROR },
+      responses: { ...successOf(id, spec), ...errorOf(id, spec) },
       ...(spec.door === "paid" ? { "x-payment-info": paymentInfo(opts.offer) } : {}),
     });
   }
