@@ -22,53 +22,63 @@ import {
 } from "./document.js";
 import { type PaidOffer, paymentInfo } from "./payment-info.js";
 
-/** How one route's operation reads: the one place its prose lives. */
-interface Prose {
+/** How one route's operation reads and what it answers when it succeeds: the one place of its prose. */
+interface RouteDoc {
   operationId: string;
   summary: string;
   description?: string;
+  /** Its success answers by status (its errors follow its door: errorOf). */
+  answers: Record<string, unknown>;
 }
 
-/** Every route's prose: a route added to the table and not here does not compile. */
-const PROSE: Record<RouteId, Prose> = {
+/** Every route's operation: a route added to the table and not here does not compile. */
+const ROUTE_DOCS: Record<RouteId, RouteDoc> = {
   models: {
     operationId: "listModels",
     summary: "The models the key's connection may use (operation `models`)",
+    answers: { "200": jsonResponse("A list of models.", "ModelList") },
   },
   model: {
     operationId: "retrieveModel",
     summary: "One model the key's connection may use (operation `models`)",
+    answers: { "200": jsonResponse("The model.", "Model") },
   },
   chat: {
     operationId: "createChatCompletion",
     summary: "OpenAI Chat Completions, buffered or streamed (operation `chat`)",
     description: "`n` choices are priced into the quote (docs/spend.md).",
+    answers: { "200": streamOrJson("JsonObject") },
   },
   completions: {
     operationId: "createCompletion",
     summary: "OpenAI legacy Completions, buffered or streamed (operation `completions`)",
     description: "One choice per prompt; every prompt and choice is priced into the quote.",
+    answers: { "200": streamOrJson("JsonObject") },
   },
   responses: {
     operationId: "createResponse",
     summary:
       "OpenAI Responses (text subset), buffered or streamed as the Responses event sequence (operation `responses`)",
     description: "Nothing is stored: `previous_response_id` and tools are refused with 400.",
+    answers: { "200": streamOrJson("Response") },
   },
   messages: {
     operationId: "createMessage",
     summary: "Anthropic Messages (text subset), buffered or streamed (operation `chat`)",
     description: "Tools, tool results, images, documents and extended thinking are refused with 400.",
+    answers: { "200": streamOrJson("JsonObject") },
   },
   think: {
     operationId: "think",
     summary: "A reasoning model's answer, buffered (operation `think`)",
     description:
       "Give `messages` or `prompt`, not both. A model configured without reasoning is a 400 `model_cannot_reason`.",
+    answers: { "200": jsonResponse("The answer.", "ThinkResponse") },
   },
   embeddings: {
     operationId: "createEmbedding",
     summary: "Embeddings of one or more inputs, priced per input token (operation `embeddings`)",
+    answers: { "200": jsonResponse("The embeddings, in input order, with usage.", "JsonObject") },
   },
   mppChat: {
     operationId: "createPaidChatCompletion",
@@ -78,10 +88,39 @@ const PROSE: Record<RouteId, Prose> = {
       "`max_tokens` (or `max_completion_tokens`). Without a payment credential the answer is 402 with " +
       "`WWW-Authenticate: Payment …`; a paid request carries `Authorization: Payment …` and is answered " +
       "with a `Payment-Receipt`. `x-payment-info` lists the plans, their models and prices (docs/paid-door.md).",
+    answers: {
+      "200": {
+        description: "The completion, with a Payment-Receipt header.",
+        headers: { "Payment-Receipt": { schema: { type: "string" } } },
+        content: { "application/json": { schema: { $ref: "#/components/schemas/JsonObject" } } },
+      },
+      "402": {
+        description: "Payment required; the challenge is in WWW-Authenticate.",
+        headers: { "WWW-Authenticate": { schema: { type: "string" } } },
+        content: { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } },
+      },
+    },
   },
-  livez: { operationId: "livez", summary: "Liveness probe" },
-  readyz: { operationId: "readyz", summary: "Readiness probe (the gRPC channels, Redis, not draining)" },
-  openapi: { operationId: "getOpenApi", summary: "This document (no key; never billed or rate limited)" },
+  livez: {
+    operationId: "livez",
+    summary: "Liveness probe",
+    answers: { "200": { description: "The process is alive." } },
+  },
+  readyz: {
+    operationId: "readyz",
+    summary: "Readiness probe (the gRPC channels, Redis, not draining)",
+    answers: { "200": { description: "Ready to serve." }, "503": { description: "Not ready." } },
+  },
+  openapi: {
+    operationId: "getOpenApi",
+    summary: "This document (no key; never billed or rate limited)",
+    answers: {
+      "200": {
+        description: "This document.",
+        content: { "application/json": { schema: { type: "object" } } },
+      },
+    },
+  },
 };
 
 const DESCRIPTION = `The public port of api-edge (default 127.0.0.1:8080). Two doors: the account door takes a
@@ -151,7 +190,7 @@ function responseSchemas(): OpenApiDocument["components"]["schemas"] {
   };
 }
 
-/** The error object's `code` as a reference to ErrorCode (zod keeps the string type beside it). */
+/** The error object's `code` as a reference to ErrorCode: one list of codes for every error body. */
 function refCode(schema: Record<string, unknown>): Record<string, unknown> {
   const error = (schema["properties"] as Record<string, Record<string, unknown>>)["error"]!;
   const props = error["properties"] as Record<string, unknown>;
@@ -173,46 +212,6 @@ function errorOf(id: RouteId, spec: RouteSpec): Record<string, unknown> {
     );
   }
   return { default: { $ref: "#/components/responses/Error" } };
-}
-
-/** The success answer of a route, by what it returns. */
-function successOf(id: RouteId, spec: RouteSpec): Record<string, unknown> {
-  switch (id) {
-    case "models":
-      return { "200": jsonResponse("A list of models.", "ModelList") };
-    case "model":
-      return { "200": jsonResponse("The model.", "Model") };
-    case "think":
-      return { "200": jsonResponse("The answer.", "ThinkResponse") };
-    case "responses":
-      return { "200": streamOrJson("Response") };
-    case "livez":
-      return { "200": { description: "The process is alive." } };
-    case "readyz":
-      return { "200": { description: "Ready to serve." }, "503": { description: "Not ready." } };
-    case "openapi":
-      return {
-        "200": {
-          description: "This document.",
-          content: { "application/json": { schema: { type: "object" } } },
-        },
-      };
-    case "mppChat":
-      return {
-        "200": {
-          description: "The completion, with a Payment-Receipt header.",
-          headers: { "Payment-Receipt": { schema: { type: "string" } } },
-          content: { "application/json": { schema: { $ref: "#/components/schemas/JsonObject" } } },
-        },
-        "402": {
-          description: "Payment required; the challenge is in WWW-Authenticate.",
-          headers: { "WWW-Authenticate": { schema: { type: "string" } } },
-          content: { "application/problem+json": { schema: { $ref: "#/components/schemas/Problem" } } },
-        },
-      };
-    default:
-      return { "200": spec.streams ? streamOrJson("JsonObject") : jsonResponse("The answer.", "JsonObject") };
-  }
 }
 
 function streamOrJson(schema: string): unknown {
@@ -249,6 +248,7 @@ export function publicDocument(opts: PublicDocumentOptions): OpenApiDocument {
   const paths: Record<string, PathItem> = {};
   for (const id of ROUTE_IDS.filter((r) => opts.routes.includes(r))) {
     const spec: RouteSpec = ROUTES[id];
+    const { answers, ...doc } = ROUTE_DOCS[id];
     const security = securityOf(id, spec);
     // Every account-door POST takes an Idempotency-Key (the guard of routes/account-inference.ts).
     const idempotent = spec.door === "account" && spec.method === "POST";
@@ -257,12 +257,12 @@ export function publicDocument(opts: PublicDocumentOptions): OpenApiDocument {
       ...(idempotent ? [{ $ref: "#/components/parameters/IdempotencyKey" }] : []),
     ];
     addOperation(paths, spec.method, spec.path, {
-      ...PROSE[id],
+      ...doc,
       tags: [spec.door],
       ...(security ? { security } : {}),
       ...(params.length > 0 ? { parameters: params } : {}),
       ...(spec.schema ? { requestBody: jsonBody(schemas[spec.schema]) } : {}),
-      responses: { ...successOf(id, spec), ...errorOf(id, spec) },
+      responses: { ...answers, ...errorOf(id, spec) },
       ...(spec.door === "paid" ? { "x-payment-info": paymentInfo(opts.offer) } : {}),
     });
   }
