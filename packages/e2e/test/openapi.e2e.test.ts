@@ -145,3 +145,34 @@ describe("GET /openapi.json of the all-in-one gateway", () => {
     await books.check();
   });
 });
+
+describe("GET /openapi.json with a subset of the plans, or none", () => {
+  const PLANS = /^plans:\n(?: {2}.*\n)+/m;
+  const withPlans = (plans: string) => (upstreamUrl: string) =>
+    readFileSync(DEMO_CONFIG, "utf8").replace("http://127.0.0.1:18000/v1", upstreamUrl).replace(PLANS, plans);
+
+  const served = async (g: ConfiguredGateway) =>
+    (await (await fetch(`${g.gateway.url}/openapi.json`)).json()) as Doc;
+
+  it("lists only the plans the running configuration offers, and no paid operation without any", async () => {
+    const starter = await startConfiguredGateway(
+      withPlans("plans:\n  Starter: { models: [tollgate-mini], default: tollgate-mini }\n"),
+    );
+    try {
+      const info = (await served(starter)).paths["/v1/mpp/chat/completions"]?.["post"]?.["x-payment-info"];
+      expect(info?.plans.map((p) => [p.name, p.default_model, p.models.map((m) => m.id)])).toEqual([
+        ["Starter", "tollgate-mini", ["tollgate-mini"]],
+      ]);
+    } finally {
+      await starter.stop();
+    }
+    const none = await startConfiguredGateway(withPlans(""));
+    try {
+      const doc = await served(none);
+      expect(doc.paths["/v1/mpp/chat/completions"]).toBeUndefined();
+      expect(doc.paths["/v1/chat/completions"]).toBeDefined();
+    } finally {
+      await none.stop();
+    }
+  });
+});
