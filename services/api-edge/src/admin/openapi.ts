@@ -11,6 +11,7 @@ import {
   errorSchema,
   jsonBody,
   jsonSchemaOf,
+  type NamedSchemas,
   type OpenApiDocument,
   openApiDocument,
   type PathItem,
@@ -52,52 +53,63 @@ const budgetUsage = z
   .describe("The budget's current period; shown for one connection or key when a budget applies")
   .optional();
 
-const account = z.object({ id: z.string(), object: z.string(), limits, created_at: time });
+/** The answers' entities, each a named component of the document. */
+const NAMED = z.registry<{ id: string }>();
 
-const connection = z.object({
-  id: z.string(),
-  object: z.string(),
-  account_id: z.string(),
-  models: z.array(z.string()),
-  default_model: z.string(),
-  default_max_output_tokens: z.number().int(),
-  max_output_tokens: z.number().int(),
-  routes: z.array(z.enum(OPERATION_NAMES)).nullable().describe("null: every route"),
-  limits: limits.extend({
-    key_requests_per_minute: z.number().int().nullable(),
-    key_tokens_per_minute: z.number().int().nullable(),
-    routes: z.partialRecord(z.enum(OPERATION_NAMES), limits),
-  }),
-  budget,
-  budget_usage: budgetUsage,
-  created_at: time,
-});
+const account = z
+  .object({ id: z.string(), object: z.string(), limits, created_at: time })
+  .register(NAMED, { id: "Account" });
 
-const key = z.object({
-  id: z.string(),
-  object: z.string(),
-  account_id: z.string(),
-  connection_id: z.string(),
-  name: z.string(),
-  state: z.string().describe("active, rotating, rotated, expired or revoked"),
-  last4: z.string(),
-  created_at: time,
-  expires_at: time,
-  revoked_at: time,
-  rotated_from: z.string().nullable(),
-  rotated_to: z.string().nullable(),
-  grace_ends_at: time,
-  budget,
-  budget_usage: budgetUsage,
-});
+const connection = z
+  .object({
+    id: z.string(),
+    object: z.string(),
+    account_id: z.string(),
+    models: z.array(z.string()),
+    default_model: z.string(),
+    default_max_output_tokens: z.number().int(),
+    max_output_tokens: z.number().int(),
+    routes: z.array(z.enum(OPERATION_NAMES)).nullable().describe("null: every route"),
+    limits: limits.extend({
+      key_requests_per_minute: z.number().int().nullable(),
+      key_tokens_per_minute: z.number().int().nullable(),
+      routes: z.partialRecord(z.enum(OPERATION_NAMES), limits),
+    }),
+    budget,
+    budget_usage: budgetUsage,
+    created_at: time,
+  })
+  .register(NAMED, { id: "Connection" });
 
-const totals = z.object({
-  requests: z.number().int(),
-  input_tokens: z.number().int(),
-  output_tokens: z.number().int(),
-  reasoning_tokens: z.number().int(),
-  cost: money,
-});
+const key = z
+  .object({
+    id: z.string(),
+    object: z.string(),
+    account_id: z.string(),
+    connection_id: z.string(),
+    name: z.string(),
+    state: z.string().describe("active, rotating, rotated, expired or revoked"),
+    last4: z.string(),
+    created_at: time,
+    expires_at: time,
+    revoked_at: time,
+    rotated_from: z.string().nullable(),
+    rotated_to: z.string().nullable(),
+    grace_ends_at: time,
+    budget,
+    budget_usage: budgetUsage,
+  })
+  .register(NAMED, { id: "Key" });
+
+const totals = z
+  .object({
+    requests: z.number().int(),
+    input_tokens: z.number().int(),
+    output_tokens: z.number().int(),
+    reasoning_tokens: z.number().int(),
+    cost: money,
+  })
+  .register(NAMED, { id: "Totals" });
 
 const usage = z.object({
   object: z.string(),
@@ -343,6 +355,7 @@ function queryParameters(query: z.ZodObject): unknown[] {
 /** The admin API's OpenAPI 3.1 document. */
 export function adminDocument(): OpenApiDocument {
   const paths: Record<string, PathItem> = {};
+  const named: NamedSchemas = { registry: NAMED, schemas: {} };
   for (const [operationId, spec] of Object.entries(ADMIN_OPERATIONS) as [string, AdminOperation][]) {
     const params = [...pathParameters(spec.path), ...(spec.query ? queryParameters(spec.query) : [])];
     addOperation(paths, spec.method, spec.path, {
@@ -354,7 +367,7 @@ export function adminDocument(): OpenApiDocument {
       responses: {
         [String(spec.status)]: {
           description: spec.answerDescription,
-          content: { "application/json": { schema: jsonSchemaOf(spec.answer) } },
+          content: { "application/json": { schema: jsonSchemaOf(spec.answer, named) } },
         },
         default: { $ref: "#/components/responses/Error" },
       },
@@ -375,6 +388,7 @@ export function adminDocument(): OpenApiDocument {
         },
       },
       schemas: {
+        ...named.schemas,
         Error: jsonSchemaOf(errorSchema(z.enum(errorCodes(["admin"]) as [string, ...string[]]))),
         RouteName: { ...jsonSchemaOf(z.enum(OPERATION_NAMES)), description: "The account-door operations." },
       },

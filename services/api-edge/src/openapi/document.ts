@@ -47,18 +47,41 @@ const API_VERSION = "0.1.0";
 const LICENSE = { name: "Apache-2.0", identifier: "Apache-2.0" };
 
 /**
+ * Schemas a document names: each one registered in `registry` with an id is written once, in
+ * `schemas` (the document's `components.schemas`), and referenced wherever it is used.
+ */
+export interface NamedSchemas {
+  registry: z.core.$ZodRegistry<{ id: string }>;
+  schemas: Record<string, JsonSchema>;
+}
+
+/** zod's local `$defs` references as the document's components. */
+const asComponents = <T>(schema: T): T =>
+  JSON.parse(JSON.stringify(schema).replaceAll('"#/$defs/', '"#/components/schemas/')) as T;
+
+/**
  * The JSON Schema of what a zod schema accepts (its input side: a field with a default or a
  * transform is described as the caller sends it). Refinements (`superRefine`) have no JSON
  * Schema form; the route's own messages describe them, so they are left to the descriptions.
+ * Without `named` every part is written in place: a `$defs` inside an OpenAPI document would
+ * resolve against the document, not the schema.
  */
-export function jsonSchemaOf(schema: z.ZodType): JsonSchema {
-  const { $schema: _dialect, ...rest } = z.toJSONSchema(schema, {
+export function jsonSchemaOf(schema: z.ZodType, named?: NamedSchemas): JsonSchema {
+  const {
+    $schema: _dialect,
+    $defs,
+    ...rest
+  } = z.toJSONSchema(schema, {
     target: "draft-2020-12",
     io: "input",
     reused: "inline",
     unrepresentable: "any",
+    ...(named ? { metadata: named.registry } : {}),
   });
-  return rest;
+  for (const [id, def] of Object.entries($defs ?? {})) {
+    if (named) named.schemas[id] = asComponents(def) as JsonSchema;
+  }
+  return asComponents(rest);
 }
 
 /** fastify's `:name` as OpenAPI's `{name}`. */
