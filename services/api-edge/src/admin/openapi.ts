@@ -376,7 +376,6 @@ export function adminDocument(): OpenApiDocument {
   return openApiDocument({
     title: "Tollgate admin API",
     description: DESCRIPTION,
-    server: "http://127.0.0.1:8081",
     security: [{ adminToken: [] }],
     paths,
     components: {

@@ -133,7 +133,6 @@ export function addOperation(
 export interface DocumentParts {
   title: string;
   description: string;
-  server: string;
   security: Record<string, string[]>[];
   paths: Record<string, PathItem>;
   components: Omit<OpenApiDocument["components"], "responses">;
@@ -144,7 +143,8 @@ export function openApiDocument(parts: DocumentParts): OpenApiDocument {
   return {
     openapi: "3.1.0",
     info: { title: parts.title, version: API_VERSION, license: LICENSE, description: parts.description },
-    servers: [{ url: parts.server }],
+    // Relative: the paths are on the host and port that served the document, wherever it runs.
+    servers: [{ url: "/" }],
     security: parts.security,
     paths: parts.paths,
     components: {

@@ -269,7 +269,6 @@ export function publicDocument(opts: PublicDocumentOptions): OpenApiDocument {
   return openApiDocument({
     title: "Tollgate public API",
     description: DESCRIPTION,
-    server: "http://127.0.0.1:8080",
     security: [{ virtualKey: [] }],
     paths,
     components: {
