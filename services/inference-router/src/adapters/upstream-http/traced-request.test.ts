@@ -10,7 +10,7 @@ import {
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import type { ProviderRequest } from "../../domain/ports.js";
-import { createOpenAICompatibleProvider } from "./provider.js";
+import { createOpenAICompatibleProvider } from "../openai-compatible/provider.js";
 
 const PROMPT = "Tell me about the violet-heron-4411 lighthouse";
 const exporter = new InMemorySpanExporter();
