@@ -89,6 +89,8 @@ function fromChat(raw: unknown): { system: TextBlock[]; messages: AnthropicMessa
 
 /** A text completion's prompt: one user message (a list of one prompt is that prompt). */
 function fromPrompt(raw: unknown): { system: TextBlock[]; messages: AnthropicMessage[] } {
+  if (Array.isArray(raw) && raw.length > 0 && raw.every((t) => typeof t === "number"))
+    refuse("prompts given as token ids");
   const prompt = Array.isArray(raw) && raw.length === 1 ? raw[0] : raw;
   if (Array.isArray(prompt)) refuse("a list of prompts");
   if (typeof prompt !== "string") refuse("prompts given as token ids");
