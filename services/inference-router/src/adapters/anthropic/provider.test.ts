@@ -291,8 +291,8 @@ describe("Anthropic provider", () => {
     const chunks: ProviderChunk[] = [];
     const overloaded = await failure(drain(provider().stream(streamChat(), signal()), chunks));
     expect(overloaded.upstream?.kind).toBe("status_5xx");
-    // message_start's role chunk came before the event.
-    expect(chunks).toHaveLength(1);
+    // Nothing went on before the event: another upstream may still answer.
+    expect(chunks).toHaveLength(0);
     fake.failNext(1, { errorEvent: "invalid_request_error", afterChunks: 2 });
     const rejected = await failure(drain(provider().stream(streamChat(), signal())));
     expect(rejected.code).toBe("upstream_rejected");
@@ -347,9 +347,13 @@ describe("Anthropic stream events", () => {
       { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 9 } },
       { type: "message_stop" },
     ]);
-    expect(out[0]!.chunks[0]!.usage).toEqual({ inputTokens: 35, outputTokens: 0, reasoningTokens: 0 });
+    // The role chunk waits for the first text, then carries message_start's input.
+    expect(out[0]!.chunks).toEqual([]);
     expect(out[1]!.chunks).toEqual([]);
-    expect(out[3]!.chunks[0]!.usage).toEqual({ inputTokens: 35, outputTokens: 1, reasoningTokens: 0 });
+    expect(out[3]!.chunks.map((c) => c.usage)).toEqual([
+      undefined,
+      { inputTokens: 35, outputTokens: 1, reasoningTokens: 0 },
+    ]);
     expect(out[5]!.chunks[0]!.json.choices).toEqual([
       { index: 0, delta: {}, finish_reason: "stop", logprobs: null },
     ]);
@@ -370,7 +374,11 @@ describe("Anthropic stream events", () => {
       },
       { type: "message_stop" },
     ]);
-    expect(later[1]!.chunks[0]!.json.choices).toMatchObject([{ finish_reason: "length" }]);
+    // No text at all: the role chunk goes out with the finish.
+    expect(later[1]!.chunks.map((c) => c.json.choices)).toMatchObject([
+      [{ delta: { role: "assistant" } }],
+      [{ finish_reason: "length" }],
+    ]);
     expect(later[2]!.chunks[0]!.usage).toEqual({ inputTokens: 37, outputTokens: 3, reasoningTokens: 0 });
   });
 

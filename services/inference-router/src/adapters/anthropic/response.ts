@@ -54,10 +54,13 @@ export function completionOf(message: Record<string, unknown>, req: ProviderRequ
 
 /**
  * A decoder of one Messages API stream (its events' `data:` payloads, each naming its `type`)
- * into the router's chunks: a role chunk at message_start (carrying the input tokens, so a stream
- * cut short is billed its exact input and one output token per text chunk, as the router counts),
- * a chunk per text delta (each with the counts so far), a finish chunk at message_delta, and at message_stop the usage chunk
- * (no choices) with the upstream's final counts. ping and block boundaries yield nothing; an
+ * into the router's chunks: a chunk per text delta, each with the counts so far (the exact input
+ * of message_start and one output token per text chunk, as the router counts, so a stream cut
+ * short is billed what it produced), a finish chunk at message_delta, and at message_stop the
+ * usage chunk (no choices) with the upstream's final counts. On chat, the role chunk goes out
+ * with the first text (or the finish), not at message_start: until the caller has seen a chunk
+ * the attempt may still fail over (an overloaded error event right after message_start), and the
+ * first-token timeout runs until the first token. ping and block boundaries yield nothing; an
  * error event fails the attempt as its error type says.
  */
 export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEvent {
@@ -68,17 +71,27 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
   /** Text chunks so far: the output tokens counted until the upstream's own count comes. */
   let pieces = 0;
   let finish: string | undefined;
+  let roleSent = !chat;
   const chunk = (choice: Record<string, unknown>, usage?: TokenCounts): ProviderChunk => ({
     json: { ...head, choices: [{ index: 0, ...choice, logprobs: null }] },
     usage,
   });
   /** The counts so far: the exact input, one output token per text chunk. */
   const soFar = (): TokenCounts => ({ ...anthropicUsage(input)!, outputTokens: pieces });
+  const withRole = (next: ProviderChunk): DecodedEvent => {
+    if (roleSent) return { chunks: [next], done: false };
+    roleSent = true;
+    // The counts ride on the chunk it goes with.
+    const role = chunk({ delta: { role: "assistant", content: "" }, finish_reason: null });
+    return { chunks: [role, next], done: false };
+  };
   const piece = (text: string, field: "content" | "reasoning_content") => {
     pieces++;
-    return chat
-      ? chunk({ delta: { [field]: text }, finish_reason: null }, soFar())
-      : chunk({ text, finish_reason: null }, soFar());
+    return withRole(
+      chat
+        ? chunk({ delta: { [field]: text }, finish_reason: null }, soFar())
+        : chunk({ text, finish_reason: null }, soFar()),
+    );
   };
   const none: DecodedEvent = { chunks: [], done: false };
 
@@ -99,16 +112,14 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
           model: message.model ?? req.body.model,
         };
         input = (message.usage ?? {}) as Record<string, unknown>;
-        if (!chat) return none;
-        const role = chunk({ delta: { role: "assistant", content: "" }, finish_reason: null }, soFar());
-        return { chunks: [role], done: false };
+        return none;
       }
       case "content_block_delta": {
         const delta = (event.delta ?? {}) as Record<string, unknown>;
         if (delta.type === "text_delta" && typeof delta.text === "string")
-          return { chunks: [piece(delta.text, "content")], done: false };
+          return piece(delta.text, "content");
         if (chat && delta.type === "thinking_delta" && typeof delta.thinking === "string")
-          return { chunks: [piece(delta.thinking, "reasoning_content")], done: false };
+          return piece(delta.thinking, "reasoning_content");
         return none;
       }
       case "message_delta": {
@@ -118,12 +129,9 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
         // Newer API versions repeat the input counts here; they win when given.
         if (usage.input_tokens !== undefined && usage.input_tokens !== null) input = { ...input, ...usage };
         finish = finishReason(delta.stop_reason);
-        return {
-          chunks: [
-            chat ? chunk({ delta: {}, finish_reason: finish }) : chunk({ text: "", finish_reason: finish }),
-          ],
-          done: false,
-        };
+        return withRole(
+          chat ? chunk({ delta: {}, finish_reason: finish }) : chunk({ text: "", finish_reason: finish }),
+        );
       }
       case "message_stop": {
         // A stream stopped before its message_delta has no final counts: it is unfinished.
