@@ -519,11 +519,7 @@ async function streamMessage(
   failure: InjectedFailure | undefined,
   recorded?: RecordedRequest,
 ): Promise<void> {
-  res.writeHead(200, {
-    "content-type": "text/event-stream",
-    "cache-control": "no-cache",
-    connection: "keep-alive",
-  });
+  startSse(res);
   const event = (type: string, data: Record<string, unknown>) =>
     `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
   const usage = output.usage;
@@ -575,6 +571,15 @@ async function streamMessage(
       }) +
       event("message_stop", {}),
   );
+}
+
+/** The 200 head of an event stream. */
+function startSse(res: ServerResponse): void {
+  res.writeHead(200, {
+    "content-type": "text/event-stream",
+    "cache-control": "no-cache",
+    connection: "keep-alive",
+  });
 }
 
 function errorBody(message: string, type: string, code: string | null): string {
@@ -1052,11 +1057,7 @@ async function stream(
   cutAfter: number | undefined,
   recorded?: RecordedRequest,
 ): Promise<void> {
-  res.writeHead(200, {
-    "content-type": "text/event-stream",
-    "cache-control": "no-cache",
-    connection: "keep-alive",
-  });
+  startSse(res);
   if (s.ttftMs > 0) {
     await sleep(s.ttftMs, res);
     if (gone(res)) return;

@@ -107,6 +107,31 @@ accounts:
     expectedOutput({ model: "fake-small", messages: MESSAGES, max_tokens: maxTokens }, { outputTokens: 20 });
   const priced = (input: number, output: number) =>
     costOf({ inputTokens: input, outputTokens: output }, PRICES);
+  /** A streamed chat completion read to its end: its text, finish reason, usage and told cost (booked). */
+  async function streamChat(model: string, maxTokens: number) {
+    const stream = await openai.chat.completions.create({
+      model,
+      max_tokens: maxTokens,
+      messages: MESSAGES,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = "";
+    let finish: string | null | undefined;
+    let usage: OpenAI.CompletionUsage | undefined;
+    let money: XTollgate | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? "";
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      if (chunk.usage) {
+        usage = chunk.usage;
+        money = (chunk as unknown as { x_tollgate: XTollgate }).x_tollgate;
+      }
+    }
+    const cost = BigInt(money?.cost ?? "-1");
+    books.tell(cost);
+    return { text, finish, usage, cost };
+  }
   const lastMessagesCall = () => claude.requests.filter((r) => r.path === "/v1/messages").at(-1)!;
 
   it("answers a buffered chat completion (openai SDK) from the Anthropic upstream, priced from its usage", async () => {
@@ -134,31 +159,12 @@ accounts:
   });
 
   it("streams a chat completion (openai SDK): the text, the usage chunk, and its cost", async () => {
-    const stream = await openai.chat.completions.create({
-      model: "c",
-      max_tokens: 12,
-      messages: MESSAGES,
-      stream: true,
-      stream_options: { include_usage: true },
-    });
-    let text = "";
-    let finish: string | null | undefined;
-    let usage: OpenAI.CompletionUsage | undefined;
-    let money: XTollgate | undefined;
-    for await (const chunk of stream) {
-      text += chunk.choices[0]?.delta.content ?? "";
-      finish = chunk.choices[0]?.finish_reason ?? finish;
-      if (chunk.usage) {
-        usage = chunk.usage;
-        money = (chunk as unknown as { x_tollgate: XTollgate }).x_tollgate;
-      }
-    }
+    const { text, finish, usage, cost } = await streamChat("c", 12);
     const want = expected(12);
     expect(text).toBe(want.texts[0]);
     expect(finish).toBe("length");
     expect(usage).toMatchObject({ prompt_tokens: want.usage.prompt_tokens, completion_tokens: 12 });
-    expect(BigInt(money!.cost)).toBe(priced(want.usage.prompt_tokens, 12));
-    books.tell(BigInt(money!.cost));
+    expect(cost).toBe(priced(want.usage.prompt_tokens, 12));
     expect(lastMessagesCall().body).toMatchObject({ stream: true, max_tokens: 12 });
   });
 
@@ -217,44 +223,18 @@ accounts:
     expect(cost).toBe(priced(want.usage.prompt_tokens, 6));
     books.tell(cost);
 
-    const stream = await openai.chat.completions.create({
-      model: "c-ha",
-      max_tokens: 6,
-      messages: MESSAGES,
-      stream: true,
-      stream_options: { include_usage: true },
-    });
-    let text = "";
-    let money: XTollgate | undefined;
-    for await (const chunk of stream) {
-      text += chunk.choices[0]?.delta.content ?? "";
-      if (chunk.usage) money = (chunk as unknown as { x_tollgate: XTollgate }).x_tollgate;
-    }
-    expect(text).toBe(want.texts[0]);
-    expect(BigInt(money!.cost)).toBe(cost);
-    books.tell(BigInt(money!.cost));
+    const streamed = await streamChat("c-ha", 6);
+    expect(streamed.text).toBe(want.texts[0]);
+    expect(streamed.cost).toBe(cost);
     expect(backup.requests.length - backupCalls).toBe(2);
     expect(backup.requests.at(-1)?.path).toBe("/v1/chat/completions");
   });
 
   it("fails over a stream whose Anthropic upstream sends an overloaded error event before any text", async () => {
     claude.failNext(1, { errorEvent: "overloaded_error" });
-    const stream = await openai.chat.completions.create({
-      model: "c-ha",
-      max_tokens: 4,
-      messages: MESSAGES,
-      stream: true,
-      stream_options: { include_usage: true },
-    });
-    let text = "";
-    let money: XTollgate | undefined;
-    for await (const chunk of stream) {
-      text += chunk.choices[0]?.delta.content ?? "";
-      if (chunk.usage) money = (chunk as unknown as { x_tollgate: XTollgate }).x_tollgate;
-    }
+    const { text, cost } = await streamChat("c-ha", 4);
     expect(text).toBe(expected(4).texts[0]);
-    expect(BigInt(money!.cost)).toBe(priced(expected(4).usage.prompt_tokens, 4));
-    books.tell(BigInt(money!.cost));
+    expect(cost).toBe(priced(expected(4).usage.prompt_tokens, 4));
   });
 
   it("bills a stream its caller leaves mid-way: the exact input and the text it received", async () => {
