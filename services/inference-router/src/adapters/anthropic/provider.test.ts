@@ -220,6 +220,25 @@ describe("Anthropic provider", () => {
     });
   });
 
+  it("streams a text completion as text_completion chunks, no role chunk, the usage last", async () => {
+    const body = { model: "fake-small", prompt: "Once upon a time", max_tokens: 3, stream: true };
+    const chunks = await drain(provider().stream({ operation: "text", body }, signal()));
+    const expected = expectedOutput(body, { route: "completions" });
+    const texts = chunks.map((c) => (c.json.choices as Array<{ text?: string }>)[0]?.text ?? "");
+    expect(texts.join("")).toBe(expected.texts[0]);
+    // three words, finish, usage
+    expect(chunks).toHaveLength(5);
+    expect(chunks.every((c) => c.json.object === "text_completion")).toBe(true);
+    expect(chunks[3]!.json.choices).toEqual([
+      { index: 0, text: "", finish_reason: "length", logprobs: null },
+    ]);
+    expect(chunks[4]!.usage).toEqual({
+      inputTokens: expected.usage.prompt_tokens,
+      outputTokens: 3,
+      reasoningTokens: 0,
+    });
+  });
+
   it("streams chat chunks: a role chunk, one per text delta, the finish, then the usage chunk", async () => {
     const chunks = await drain(provider().stream(streamChat(), signal()));
     const expected = asChat();
