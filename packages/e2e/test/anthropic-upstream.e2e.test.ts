@@ -1,14 +1,12 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
-import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
+import type { AllInOne } from "@tollgate/all-in-one";
 import { costOf } from "@tollgate/config";
 import { expectedOutput, type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
-import { captureLogs, type LogCapture } from "@tollgate/testkit/logs";
+import type { LogCapture } from "@tollgate/testkit/logs";
 import OpenAI from "openai";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Books } from "./books.js";
+import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
 
 const KEY = "tg_test_anthropic_upstream_0123456789abcdef";
 const UPSTREAM_KEY = "sk-ant-e2e-upstream-key";
@@ -27,25 +25,23 @@ type XTollgate = { cost: string; budget_remaining: string };
  * recorded == what the budget lost, no hold left.
  */
 describe("a model served by an Anthropic Messages API upstream (all-in-one, in process)", () => {
+  let running: ConfiguredGateway;
   let gateway: AllInOne;
   let claude: FakeUpstream;
   let backup: FakeUpstream;
   let logs: LogCapture;
-  let dir: string;
   let books: Books;
   let openai: OpenAI;
   let anthropic: Anthropic;
 
   beforeAll(async () => {
-    claude = await startFakeUpstream({ apiKey: UPSTREAM_KEY, outputTokens: 20, record: true });
+    // The second upstream first: the gateway's own fake (the yaml's `url`) is the Anthropic one.
     backup = await startFakeUpstream({ outputTokens: 20, record: true });
-    dir = mkdtempSync(join(tmpdir(), "tollgate-e2e-"));
     const pricing = `pricing: { inputPerMillion: ${PRICES.inputPerMillion}, outputPerMillion: ${PRICES.outputPerMillion} }`;
-    writeFileSync(
-      join(dir, "tollgate.yaml"),
-      `
+    running = await startConfiguredGateway(
+      (url) => `
 upstreams:
-  - { id: claude, kind: anthropic, baseUrl: "${claude.url.replace(/\/v1$/, "")}", apiKeyEnv: E2E_ANTHROPIC_KEY }
+  - { id: claude, kind: anthropic, baseUrl: "${url.replace(/\/v1$/, "")}", apiKeyEnv: E2E_ANTHROPIC_KEY }
   - { id: backup, baseUrl: "${backup.url}" }
 resilience: { retry: { maxAttempts: 2, baseBackoffMs: 1, maxBackoffMs: 5 } }
 models:
@@ -65,21 +61,12 @@ accounts:
         budget: { amount: ${BUDGET} }
         keys: [{ id: k, secret: ${KEY} }]
 `,
-    );
-    logs = captureLogs();
-    gateway = await startAllInOne(
       {
-        host: "127.0.0.1",
-        port: 0,
-        configPath: join(dir, "tollgate.yaml"),
-        natsNamespace: "",
-        redisPrefix: "tollgate:",
-        logLevel: "info",
-        tempoDevnetPort: 0,
+        upstream: { apiKey: UPSTREAM_KEY, outputTokens: 20, record: true },
         env: { E2E_ANTHROPIC_KEY: UPSTREAM_KEY },
       },
-      logs.stream,
     );
+    ({ gateway, upstream: claude, logs } = running);
     books = new Books(gateway, { id: "acct", key: KEY, budget: BUDGET });
     openai = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: KEY, maxRetries: 0 });
     anthropic = new Anthropic({ baseURL: gateway.url, apiKey: KEY, maxRetries: 0 });
@@ -87,10 +74,8 @@ accounts:
 
   afterAll(async () => {
     books?.close();
-    await gateway?.stop();
-    await claude?.close();
+    await running?.stop();
     await backup?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   afterEach(async () => {
