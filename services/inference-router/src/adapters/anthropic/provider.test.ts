@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { InferenceError } from "../../domain/errors.js";
 import type { ProviderChunk, ProviderRequest } from "../../domain/ports.js";
 import type { UpstreamTimeouts } from "../upstream-http/http-provider.js";
+import { drain, failure } from "../upstream-http/testing.js";
 import { ANTHROPIC_VERSION, createAnthropicProvider } from "./provider.js";
 import { messagesBody } from "./request.js";
 import { streamDecoder } from "./response.js";
@@ -50,23 +51,6 @@ const chat = (extra: Record<string, unknown> = {}): ProviderRequest => ({
 
 const streamChat = (extra: Record<string, unknown> = {}): ProviderRequest =>
   chat({ stream: true, stream_options: { include_usage: true }, ...extra });
-
-async function drain(
-  chunks: AsyncIterable<ProviderChunk>,
-  out: ProviderChunk[] = [],
-): Promise<ProviderChunk[]> {
-  for await (const c of chunks) out.push(c);
-  return out;
-}
-
-async function failure(p: Promise<unknown>): Promise<InferenceError> {
-  const err = await p.then(
-    () => expect.unreachable("expected a rejection"),
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(InferenceError);
-  return err as InferenceError;
-}
 
 const text = (chunks: ProviderChunk[]) =>
   chunks
