@@ -1,0 +1,193 @@
+import OpenAI from "openai";
+import { describe, expect, it } from "vitest";
+import {
+  EMBED_MODEL,
+  KEYS,
+  MODEL,
+  REFUSALS,
+  type Refusal,
+  ROUTE_REFUSAL,
+  rejection,
+  UPSTREAM_OUTPUT_TOKENS,
+  useClientGateway,
+} from "./fixture.js";
+
+/**
+ * The official openai SDK, configured as its users do (`baseURL` at the gateway's /v1, the
+ * Virtual Key as `apiKey`, retries off so a refusal is seen once), on every route it calls:
+ * chat completions, legacy completions and Responses, buffered and streamed, embeddings and
+ * models; usage as the SDK's own objects report it; refusals as the SDK's own error classes. The
+ * books of every account used are checked after each case.
+ */
+describe("the openai SDK against the account door", () => {
+  const gateway = useClientGateway();
+  const client = (key: string = KEYS.served) =>
+    new OpenAI({ baseURL: `${gateway().url}/v1`, apiKey: key, maxRetries: 0, fetch: gateway().wire.fetch });
+
+  it("lists and retrieves the key's models", async () => {
+    const ids: string[] = [];
+    for await (const m of client().models.list()) ids.push(m.id);
+    expect(ids).toEqual([MODEL, EMBED_MODEL]);
+    expect(await client().models.retrieve(MODEL)).toMatchObject({ id: MODEL, object: "model" });
+  });
+
+  it("chat.completions.create: buffered text, its usage, and its cost", async () => {
+    const res = await client().chat.completions.create({
+      model: MODEL,
+      max_tokens: 8,
+      messages: [{ role: "user", content: "Say something" }],
+    });
+    expect(res.model).toBe(MODEL);
+    expect(res.choices[0]?.message.content?.trim().split(" ")).toHaveLength(8);
+    expect(res.choices[0]?.finish_reason).toBe("length");
+    expect(res.usage?.completion_tokens).toBe(8);
+    expect(res.usage?.prompt_tokens).toBeGreaterThan(0);
+    expect(res.usage?.total_tokens).toBe((res.usage?.prompt_tokens ?? 0) + 8);
+    expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+  });
+
+  it("chat.completions.create({ stream: true }): the text in chunks, usage last", async () => {
+    const stream = await client().chat.completions.create({
+      model: MODEL,
+      messages: [{ role: "user", content: "Say something" }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = "";
+    let usage: OpenAI.CompletionUsage | null | undefined;
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? "";
+      finish ??= chunk.choices[0]?.finish_reason;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    // The upstream's whole answer is under the connection's default cap.
+    expect(text.trim().split(" ")).toHaveLength(UPSTREAM_OUTPUT_TOKENS);
+    expect(finish).toBe("stop");
+    expect(usage?.completion_tokens).toBe(UPSTREAM_OUTPUT_TOKENS);
+    expect(usage?.prompt_tokens).toBeGreaterThan(0);
+    expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+  });
+
+  it("chat.completions.stream(): the SDK assembles the final completion", async () => {
+    const stream = client().chat.completions.stream({
+      model: MODEL,
+      max_tokens: 5,
+      messages: [{ role: "user", content: "Say something" }],
+      stream_options: { include_usage: true },
+    });
+    let deltas = "";
+    stream.on("content", (delta) => {
+      deltas += delta;
+    });
+    const final = await stream.finalChatCompletion();
+    expect(final.choices[0]?.message.content).toBe(deltas);
+    expect(final.choices[0]?.finish_reason).toBe("length");
+    expect(final.usage?.completion_tokens).toBe(5);
+  });
+
+  it("completions.create: legacy text completion, buffered and streamed", async () => {
+    const res = await client().completions.create({ model: MODEL, prompt: "Once upon", max_tokens: 6 });
+    expect(res.choices[0]?.text.trim().split(" ")).toHaveLength(6);
+    expect(res.usage?.completion_tokens).toBe(6);
+    const stream = await client().completions.create({
+      model: MODEL,
+      prompt: "Once upon",
+      max_tokens: 6,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = "";
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.text ?? "";
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(text).toBe(res.choices[0]?.text);
+    expect(usage?.completion_tokens).toBe(6);
+  });
+
+  it("responses.create: buffered output_text and usage", async () => {
+    const res = await client().responses.create({
+      model: MODEL,
+      instructions: "Be brief.",
+      input: "Say something",
+      max_output_tokens: 10,
+    });
+    expect(res.status).toBe("incomplete");
+    expect(res.incomplete_details?.reason).toBe("max_output_tokens");
+    expect(res.output_text.trim().split(" ")).toHaveLength(10);
+    expect(res.usage?.output_tokens).toBe(10);
+    expect(res.usage?.total_tokens).toBe((res.usage?.input_tokens ?? 0) + 10);
+    expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+  });
+
+  it("responses.stream(): the text as deltas, the final response with its usage", async () => {
+    const stream = client().responses.stream({
+      model: MODEL,
+      input: [{ role: "user", content: "Say something" }],
+    });
+    let deltas = "";
+    stream.on("response.output_text.delta", (e) => {
+      deltas += e.delta;
+    });
+    const res = await stream.finalResponse();
+    expect(res.status).toBe("completed");
+    expect(res.output_text).toBe(deltas);
+    expect(res.usage?.output_tokens).toBe(UPSTREAM_OUTPUT_TOKENS);
+    expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+  });
+
+  it("embeddings.create: one vector per input, and usage", async () => {
+    const res = await client().embeddings.create({ model: EMBED_MODEL, input: ["alpha", "beta"] });
+    expect(res.data.map((d) => d.index)).toEqual([0, 1]);
+    expect(res.data[0]?.embedding.length).toBeGreaterThan(0);
+    expect(res.usage.prompt_tokens).toBeGreaterThan(0);
+    expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+  });
+
+  /** The SDK's error for `refusal`, the class it raises for that status, and its code. */
+  async function expectRefused(call: (sdk: OpenAI) => Promise<unknown>, refusal: Refusal) {
+    const err = await rejection(call(client(refusal.key)));
+    const expected = {
+      401: OpenAI.AuthenticationError,
+      // The SDK has no class of its own for 402: its base APIError, with the status.
+      402: OpenAI.APIError,
+      403: OpenAI.PermissionDeniedError,
+      429: OpenAI.RateLimitError,
+    }[refusal.status];
+    expect(err).toBeInstanceOf(expected);
+    const apiError = err as InstanceType<typeof OpenAI.APIError>;
+    expect(apiError.status).toBe(refusal.status);
+    expect(apiError.code).toBe(refusal.code);
+    expect(apiError.requestID).toMatch(/.+/);
+    return apiError;
+  }
+
+  it("raises the SDK's own error classes for 401, 402, 403 and 429 on chat, streamed chat and Responses", async () => {
+    await gateway().fillRateLimit();
+    for (const refusal of Object.values(REFUSALS)) {
+      const params = { model: refusal.model, messages: [{ role: "user" as const, content: "hi" }] };
+      await expectRefused((sdk) => sdk.chat.completions.create(params), refusal);
+      await expectRefused((sdk) => sdk.chat.completions.create({ ...params, stream: true }), refusal);
+      await expectRefused((sdk) => sdk.responses.create({ model: refusal.model, input: "hi" }), refusal);
+    }
+    const limited = await expectRefused(
+      (sdk) => sdk.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }] }),
+      REFUSALS.rateLimit,
+    );
+    expect(Number(limited.headers?.get("retry-after"))).toBeGreaterThan(0);
+  });
+
+  it("raises PermissionDeniedError for a route the key's connection does not allow", async () => {
+    await expectRefused((sdk) => sdk.responses.create({ model: MODEL, input: "hi" }), ROUTE_REFUSAL);
+    await expectRefused((sdk) => sdk.embeddings.create({ model: MODEL, input: "hi" }), ROUTE_REFUSAL);
+    // The same key is served on the route it may use.
+    const res = await client(KEYS.chatOnly).chat.completions.create({
+      model: MODEL,
+      max_tokens: 3,
+      messages: [{ role: "user", content: "hi" }],
+    });
+    expect(res.usage?.completion_tokens).toBe(3);
+  });
+});
