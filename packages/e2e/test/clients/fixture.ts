@@ -88,6 +88,8 @@ accounts:
 
 /** What one response through the tap told its caller. */
 export interface Told {
+  /** The route the client called, e.g. `/v1/responses`. */
+  path: string;
   status: number;
   /** The cost the gateway told (the header, or a stream's `x_tollgate`); undefined when none. */
   cost?: bigint;
@@ -131,7 +133,8 @@ export class Wire {
     const books = this.#books.get(key);
     if (books) this.#touched.add(books);
     const res = await fetch(input, init);
-    const record: Told = { status: res.status };
+    const url = input instanceof Request ? input.url : input.toString();
+    const record: Told = { path: new URL(url).pathname, status: res.status };
     if (!res.ok || !res.body) {
       this.told.push(record);
       return res;
@@ -179,6 +182,8 @@ export interface ClientGateway {
   url: string;
   upstream: FakeUpstream;
   wire: Wire;
+  /** The served account's books, for a stream cut before anyone was told its cost. */
+  servedBooks: Books;
   /** Fills the limited connection's rate-limit window with one billed chat request (once a file). */
   fillRateLimit(): Promise<void>;
 }
@@ -194,7 +199,9 @@ export function useClientGateway(): () => ClientGateway {
   const allBooks: Books[] = [];
 
   beforeAll(async () => {
-    running = await startConfiguredGateway(config, { upstream: { outputTokens: UPSTREAM_OUTPUT_TOKENS } });
+    running = await startConfiguredGateway(config, {
+      upstream: { outputTokens: UPSTREAM_OUTPUT_TOKENS, record: true },
+    });
     const gateway = running.gateway;
     const served = new Books(gateway, { id: "served", key: KEYS.served, budget: SERVED_BUDGET });
     const chatOnly = new Books(gateway, { id: "chat-only", key: KEYS.chatOnly, budget: SERVED_BUDGET });
@@ -214,6 +221,7 @@ export function useClientGateway(): () => ClientGateway {
       url: gateway.url,
       upstream: running.upstream,
       wire,
+      servedBooks: served,
       async fillRateLimit() {
         if (filled) return;
         const res = await wire.fetch(`${gateway.url}/v1/chat/completions`, {
@@ -229,6 +237,7 @@ export function useClientGateway(): () => ClientGateway {
   });
 
   afterEach(async () => {
+    running?.upstream.configure({ tokensPerSecond: 0 });
     for (const books of current?.wire.takeTouched() ?? []) await books.check();
   }, 60_000);
 
@@ -249,6 +258,11 @@ export interface Refusal {
   code: string;
   key: string;
   model: string;
+  /**
+   * The output cap the refusal needs (the connection's default, which clients that send no cap
+   * get), for a client that must send one.
+   */
+  cap: number;
 }
 
 /**
@@ -257,10 +271,16 @@ export interface Refusal {
  * connection, and a full rate-limit window (call `fillRateLimit()` first).
  */
 export const REFUSALS = {
-  badKey: { status: 401, code: "invalid_api_key", key: KEYS.unknown, model: MODEL },
-  budget: { status: 402, code: "budget_exceeded", key: KEYS.broke, model: MODEL },
-  model: { status: 403, code: "model_not_allowed", key: KEYS.served, model: FORBIDDEN_MODEL },
-  rateLimit: { status: 429, code: "rate_limited", key: KEYS.limited, model: MODEL },
+  badKey: { status: 401, code: "invalid_api_key", key: KEYS.unknown, model: MODEL, cap: DEFAULT_CAP },
+  budget: { status: 402, code: "budget_exceeded", key: KEYS.broke, model: MODEL, cap: BROKE_CAP },
+  model: {
+    status: 403,
+    code: "model_not_allowed",
+    key: KEYS.served,
+    model: FORBIDDEN_MODEL,
+    cap: DEFAULT_CAP,
+  },
+  rateLimit: { status: 429, code: "rate_limited", key: KEYS.limited, model: MODEL, cap: LIMITED_CAP },
 } as const satisfies Record<string, Refusal>;
 
 /** A route the chat-only connection does not allow (its key on the Responses or embeddings routes). */
@@ -269,6 +289,7 @@ export const ROUTE_REFUSAL = {
   code: "route_not_allowed",
   key: KEYS.chatOnly,
   model: MODEL,
+  cap: DEFAULT_CAP,
 } as const satisfies Refusal;
 
 /** What a promise rejected with; fails the test when it resolved. */

@@ -1,0 +1,141 @@
+import { createOpenAI } from "@ai-sdk/openai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { APICallError, generateText, type LanguageModel, streamText } from "ai";
+import { describe, expect, it } from "vitest";
+import {
+  KEYS,
+  MODEL,
+  REFUSALS,
+  type Refusal,
+  ROUTE_REFUSAL,
+  rejection,
+  UPSTREAM_OUTPUT_TOKENS,
+  useClientGateway,
+} from "./fixture.js";
+
+/**
+ * Vercel's AI SDK (`ai`'s generateText and streamText), with its two providers for an
+ * OpenAI-compatible server, each configured as its docs show (`baseURL` at the gateway's /v1,
+ * the Virtual Key as `apiKey`): `@ai-sdk/openai`'s default model (`openai(modelId)`, which calls
+ * the Responses API) and `@ai-sdk/openai-compatible`'s chat model (chat completions, with
+ * `includeUsage` so a stream reports its usage). Buffered and streamed text, usage as the SDK's
+ * own `usage` reports it, and refusals as its users see them: the SDK maps every HTTP error to
+ * `APICallError` with `statusCode` (no class per status), and a stream's error reaches `onError`
+ * and the `error` part of `fullStream` rather than a throw. The books of every account used are
+ * checked after each case.
+ */
+describe("Vercel AI SDK against the account door", () => {
+  const gateway = useClientGateway();
+
+  const providers: {
+    name: string;
+    path: "/v1/responses" | "/v1/chat/completions";
+    model: (key: string, modelId?: string) => LanguageModel;
+  }[] = [
+    {
+      name: "@ai-sdk/openai, default model (Responses API)",
+      path: "/v1/responses",
+      model: (key, modelId = MODEL) =>
+        createOpenAI({ baseURL: `${gateway().url}/v1`, apiKey: key, fetch: gateway().wire.fetch })(modelId),
+    },
+    {
+      name: "@ai-sdk/openai-compatible (chat completions)",
+      path: "/v1/chat/completions",
+      model: (key, modelId = MODEL) =>
+        createOpenAICompatible({
+          name: "tollgate",
+          baseURL: `${gateway().url}/v1`,
+          apiKey: key,
+          includeUsage: true,
+          fetch: gateway().wire.fetch,
+        }).chatModel(modelId),
+    },
+  ];
+
+  describe.each(providers)("$name", ({ path, model }) => {
+    it("generateText: the text, its usage and finish reason", async () => {
+      const result = await generateText({
+        model: model(KEYS.served),
+        system: "Be brief.",
+        prompt: "Say something",
+        maxOutputTokens: 9,
+        maxRetries: 0,
+      });
+      expect(result.text.trim().split(" ")).toHaveLength(9);
+      expect(result.finishReason).toBe("length");
+      expect(result.usage.outputTokens).toBe(9);
+      expect(result.usage.inputTokens).toBeGreaterThan(0);
+      expect(result.usage.totalTokens).toBe((result.usage.inputTokens ?? 0) + 9);
+      expect(result.response.modelId).toBe(MODEL);
+      expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+      expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+    });
+
+    it("streamText: the text as it comes, then its usage and finish reason", async () => {
+      const errors: unknown[] = [];
+      const result = streamText({
+        model: model(KEYS.served),
+        prompt: "Say something",
+        maxRetries: 0,
+        onError: ({ error }) => {
+          errors.push(error);
+        },
+      });
+      const parts: string[] = [];
+      for await (const part of result.textStream) parts.push(part);
+      expect(parts.length).toBeGreaterThan(1);
+      // The upstream's whole answer is under the connection's default cap.
+      expect(parts.join("").trim().split(" ")).toHaveLength(UPSTREAM_OUTPUT_TOKENS);
+      expect(await result.finishReason).toBe("stop");
+      const usage = await result.usage;
+      expect(usage.outputTokens).toBe(UPSTREAM_OUTPUT_TOKENS);
+      expect(usage.inputTokens).toBeGreaterThan(0);
+      expect(errors).toEqual([]);
+      expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+      expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+    });
+
+    /** The error generateText raises for `refusal`: APICallError with its status and our code. */
+    async function expectRefused(refusal: Refusal) {
+      const err = await rejection(
+        generateText({ model: model(refusal.key, refusal.model), prompt: "hi", maxRetries: 0 }),
+      );
+      expect(err).toBeInstanceOf(APICallError);
+      const call = err as APICallError;
+      expect(call.statusCode).toBe(refusal.status);
+      expect(JSON.parse(call.responseBody ?? "{}")).toMatchObject({ error: { code: refusal.code } });
+      // The SDK would retry a 429 (and 5xx) by itself unless told not to; the rest never.
+      expect(call.isRetryable).toBe(refusal.status === 429);
+      return call;
+    }
+
+    it("generateText raises APICallError with the status for 401, 402, 403 and 429", async () => {
+      await gateway().fillRateLimit();
+      for (const refusal of Object.values(REFUSALS)) await expectRefused(refusal);
+      if (path === "/v1/responses") await expectRefused(ROUTE_REFUSAL);
+    });
+
+    it("streamText hands a refusal to onError and fullStream's error part, with no text", async () => {
+      await gateway().fillRateLimit();
+      const seen: unknown[] = [];
+      const result = streamText({
+        model: model(REFUSALS.rateLimit.key),
+        prompt: "hi",
+        maxRetries: 0,
+        onError: ({ error }) => {
+          seen.push(error);
+        },
+      });
+      const types: string[] = [];
+      let streamed: unknown;
+      for await (const part of result.fullStream) {
+        types.push(part.type);
+        if (part.type === "error") streamed = part.error;
+      }
+      expect(types).not.toContain("text-delta");
+      expect(streamed).toBeInstanceOf(APICallError);
+      expect((streamed as APICallError).statusCode).toBe(429);
+      expect(seen).toEqual([streamed]);
+    });
+  });
+});
