@@ -29,18 +29,27 @@ describe("Vercel AI SDK against the account door", () => {
 
   const providers: {
     name: string;
+    /**
+     * What a conversation needs: @ai-sdk/openai's Responses model stores answers by default and
+     * sends an earlier answer back as a reference to the stored item; the gateway stores nothing
+     * (see "storing left on" below), so its users turn storing off, as for any stateless
+     * Responses server.
+     */
+    conversation: Record<string, { store: boolean }>;
     path: "/v1/responses" | "/v1/chat/completions";
     model: (key: string, modelId?: string) => LanguageModel;
   }[] = [
     {
       name: "@ai-sdk/openai, default model (Responses API)",
       path: "/v1/responses",
+      conversation: { openai: { store: false } },
       model: (key, modelId = MODEL) =>
         createOpenAI({ baseURL: `${gateway().url}/v1`, apiKey: key, fetch: gateway().wire.fetch })(modelId),
     },
     {
       name: "@ai-sdk/openai-compatible (chat completions)",
       path: "/v1/chat/completions",
+      conversation: {},
       model: (key, modelId = MODEL) =>
         createOpenAICompatible({
           name: "tollgate",
@@ -52,7 +61,7 @@ describe("Vercel AI SDK against the account door", () => {
     },
   ];
 
-  describe.each(providers)("$name", ({ path, model }) => {
+  describe.each(providers)("$name", ({ path, conversation, model }) => {
     it("generateText: the text, its usage and finish reason", async () => {
       const result = await generateText({
         model: model(KEYS.served),
@@ -94,6 +103,62 @@ describe("Vercel AI SDK against the account door", () => {
       expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
       expect(gateway().wire.last().cost).toBeGreaterThan(0n);
     });
+
+    it("a conversation: the earlier turns, the model's own answer included, go back as input", async () => {
+      const first = await generateText({
+        model: model(KEYS.served),
+        prompt: "Hello",
+        maxOutputTokens: 4,
+        maxRetries: 0,
+        providerOptions: conversation,
+      });
+      const second = await generateText({
+        model: model(KEYS.served),
+        messages: [
+          { role: "user", content: "Hello" },
+          ...first.response.messages,
+          { role: "user", content: "Again" },
+        ],
+        maxOutputTokens: 4,
+        maxRetries: 0,
+        providerOptions: conversation,
+      });
+      expect(second.text.trim().split(" ")).toHaveLength(4);
+      // The second request carried the first answer's text: three messages' worth of input.
+      expect(second.usage.inputTokens).toBeGreaterThan(first.usage.inputTokens ?? 0);
+      expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.text.trim());
+    });
+
+    if (path === "/v1/responses") {
+      it("a conversation with storing left on refers to an item the gateway never stored: APICallError 400", async () => {
+        const first = await generateText({
+          model: model(KEYS.served),
+          prompt: "Hello",
+          maxOutputTokens: 4,
+          maxRetries: 0,
+        });
+        const err = await rejection(
+          generateText({
+            model: model(KEYS.served),
+            messages: [
+              { role: "user", content: "Hello" },
+              ...first.response.messages,
+              { role: "user", content: "Again" },
+            ],
+            maxOutputTokens: 4,
+            maxRetries: 0,
+          }),
+        );
+        expect(err).toBeInstanceOf(APICallError);
+        expect((err as APICallError).statusCode).toBe(400);
+        expect((err as APICallError).requestBodyValues).toMatchObject({
+          input: expect.arrayContaining([{ type: "item_reference", id: expect.stringMatching(/^msg_/) }]),
+        });
+        expect(JSON.parse((err as APICallError).responseBody ?? "{}")).toMatchObject({
+          error: { code: "invalid_request" },
+        });
+      });
+    }
 
     /** The error generateText raises for `refusal`: APICallError with its status and our code. */
     async function expectRefused(refusal: Refusal) {

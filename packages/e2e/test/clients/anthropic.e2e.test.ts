@@ -66,6 +66,24 @@ describe("POST /v1/messages with the Anthropic SDK (all-in-one, in process)", ()
     expect(sent.max_tokens).toBe(8);
   });
 
+  it("answers a conversation whose earlier answer goes back as the assistant turn", async () => {
+    const user = { role: "user" as const, content: "Hello" };
+    const first = await buffered({ model: MODEL, max_tokens: 4, messages: [user] });
+    const second = await buffered({
+      model: MODEL,
+      max_tokens: 4,
+      messages: [
+        user,
+        { role: "assistant", content: first.message.content },
+        { role: "user", content: "Again" },
+      ],
+    });
+    expect(second.message.usage.output_tokens).toBe(4);
+    expect(second.message.usage.input_tokens).toBeGreaterThan(first.message.usage.input_tokens);
+    const said = first.message.content[0]?.type === "text" ? first.message.content[0].text : "";
+    expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(said.trim());
+  });
+
   it("streams messages.create({ stream: true }): Anthropic's events, the text, usage and cost", async () => {
     const stream = await sdk().messages.create({
       model: MODEL,

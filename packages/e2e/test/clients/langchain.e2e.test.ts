@@ -88,6 +88,15 @@ describe("LangChain ChatOpenAI against the account door", () => {
       expect(gateway().wire.last().cost).toBeGreaterThan(0n);
     });
 
+    it("a conversation: the earlier AIMessage goes back as input", async () => {
+      const model = chat(KEYS.served, { maxTokens: 4 });
+      const first = await model.invoke("Hello");
+      const second = await model.invoke([["human", "Hello"], first, ["human", "Again"]]);
+      expect(second.text.trim().split(" ")).toHaveLength(4);
+      expect(second.usage_metadata?.input_tokens).toBeGreaterThan(first.usage_metadata?.input_tokens ?? 0);
+      expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.text.trim());
+    });
+
     /** The error `invoke` raises for `refusal`: the openai SDK's class, LangChain's code added. */
     async function expectRefused(refusal: Refusal, call: "invoke" | "stream") {
       const model = chat(refusal.key, { model: refusal.model });

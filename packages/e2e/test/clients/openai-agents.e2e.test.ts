@@ -82,6 +82,17 @@ describe("OpenAI Agents SDK against the account door", () => {
       expect(gateway().wire.last().cost).toBeGreaterThan(0n);
     });
 
+    it("a conversation: the first run's history, its answer included, is the second run's input", async () => {
+      const first = await runner().run(agent(MODEL, 4), "Hello");
+      const second = await runner().run(agent(MODEL, 4), [
+        ...first.history,
+        { role: "user", content: "Again" },
+      ]);
+      expect(second.finalOutput?.trim().split(" ")).toHaveLength(4);
+      expect(second.runContext.usage.inputTokens).toBeGreaterThan(first.runContext.usage.inputTokens);
+      expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.finalOutput?.trim());
+    });
+
     /** The error a run rejects with for `refusal`: the openai SDK's class for its status. */
     async function expectRefused(refusal: Refusal, stream: boolean) {
       const run = stream

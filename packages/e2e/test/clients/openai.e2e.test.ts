@@ -138,6 +138,23 @@ describe("the openai SDK against the account door", () => {
     expect(gateway().wire.last().cost).toBeGreaterThan(0n);
   });
 
+  it("responses.create: a conversation, the first response's output items sent back as input", async () => {
+    const input: OpenAI.Responses.ResponseInput = [{ role: "user", content: "Hello" }];
+    const first = await client().responses.create({ model: MODEL, input, max_output_tokens: 4 });
+    const second = await client().responses.create({
+      model: MODEL,
+      input: [
+        ...input,
+        ...(first.output as OpenAI.Responses.ResponseInputItem[]),
+        { role: "user", content: "Again" },
+      ],
+      max_output_tokens: 4,
+    });
+    expect(second.output_text.trim().split(" ")).toHaveLength(4);
+    expect(second.usage?.input_tokens).toBeGreaterThan(first.usage?.input_tokens ?? 0);
+    expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.output_text.trim());
+  });
+
   it("embeddings.create: one vector per input, and usage", async () => {
     const res = await client().embeddings.create({ model: EMBED_MODEL, input: ["alpha", "beta"] });
     expect(res.data.map((d) => d.index)).toEqual([0, 1]);
