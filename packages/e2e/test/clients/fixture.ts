@@ -148,17 +148,17 @@ export class Wire {
       this.told.push(record);
       return res;
     }
-    // A stream: its cost comes with its last events, once the caller has read them.
+    // A stream: its cost comes with its last events, told as soon as the caller has read them
+    // (a client may stop reading once it has its final event).
     this.told.push(record);
     const decoder = new TextDecoder();
     let tail = "";
     const observed = res.body.pipeThrough(
       new TransformStream<Uint8Array, Uint8Array>({
         transform(chunk, controller) {
-          tail = (tail + decoder.decode(chunk, { stream: true })).slice(-4096);
           controller.enqueue(chunk);
-        },
-        flush() {
+          if (record.cost !== undefined) return;
+          tail = (tail + decoder.decode(chunk, { stream: true })).slice(-4096);
           const cost = /"x_tollgate":\{"cost":"(\d+)"/.exec(tail)?.[1];
           if (cost === undefined) return;
           record.cost = BigInt(cost);
