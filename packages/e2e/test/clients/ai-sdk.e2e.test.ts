@@ -62,7 +62,7 @@ describe("Vercel AI SDK against the account door", () => {
   ];
 
   describe.each(providers)("$name", ({ path, conversation, model }) => {
-    it("generateText: the text, its usage and finish reason", async () => {
+    it("generateText: the text, its usage, finish reason and cost", async () => {
       const result = await generateText({
         model: model(KEYS.served),
         system: "Be brief.",
@@ -77,21 +77,30 @@ describe("Vercel AI SDK against the account door", () => {
       expect(result.usage.totalTokens).toBe((result.usage.inputTokens ?? 0) + 9);
       expect(result.response.modelId).toBe(MODEL);
       expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+      // The cost as the SDK's users read it: the response's headers.
       expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+      expect(result.response.headers?.["x-tollgate-cost"]).toBe(String(gateway().wire.last().cost));
     });
 
-    it("streamText: the text as it comes, then its usage and finish reason", async () => {
+    it("streamText: the text as it comes, then its usage, finish reason and cost", async () => {
       const errors: unknown[] = [];
       const result = streamText({
         model: model(KEYS.served),
         prompt: "Say something",
         maxRetries: 0,
+        includeRawChunks: true,
         onError: ({ error }) => {
           errors.push(error);
         },
       });
       const parts: string[] = [];
-      for await (const part of result.textStream) parts.push(part);
+      let told: string | undefined;
+      for await (const part of result.fullStream) {
+        if (part.type === "text-delta") parts.push(part.text);
+        // The cost as the SDK's users read it: the raw usage event's `x_tollgate`.
+        if (part.type === "raw")
+          told ??= (part.rawValue as { x_tollgate?: { cost: string } }).x_tollgate?.cost;
+      }
       expect(parts.length).toBeGreaterThan(1);
       // The upstream's whole answer is under the connection's default cap.
       expect(parts.join("").trim().split(" ")).toHaveLength(UPSTREAM_OUTPUT_TOKENS);
@@ -102,6 +111,7 @@ describe("Vercel AI SDK against the account door", () => {
       expect(errors).toEqual([]);
       expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
       expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+      expect(told).toBe(String(gateway().wire.last().cost));
     });
 
     it("a conversation: the earlier turns, the model's own answer included, go back as input", async () => {

@@ -32,11 +32,13 @@ describe("the openai SDK against the account door", () => {
   });
 
   it("chat.completions.create: buffered text, its usage, and its cost", async () => {
-    const res = await client().chat.completions.create({
-      model: MODEL,
-      max_tokens: 8,
-      messages: [{ role: "user", content: "Say something" }],
-    });
+    const { data: res, response } = await client()
+      .chat.completions.create({
+        model: MODEL,
+        max_tokens: 8,
+        messages: [{ role: "user", content: "Say something" }],
+      })
+      .withResponse();
     expect(res.model).toBe(MODEL);
     expect(res.choices[0]?.message.content?.trim().split(" ")).toHaveLength(8);
     expect(res.choices[0]?.finish_reason).toBe("length");
@@ -44,9 +46,10 @@ describe("the openai SDK against the account door", () => {
     expect(res.usage?.prompt_tokens).toBeGreaterThan(0);
     expect(res.usage?.total_tokens).toBe((res.usage?.prompt_tokens ?? 0) + 8);
     expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+    expect(response.headers.get("x-tollgate-cost")).toBe(String(gateway().wire.last().cost));
   });
 
-  it("chat.completions.create({ stream: true }): the text in chunks, usage last", async () => {
+  it("chat.completions.create({ stream: true }): the text in chunks, usage and cost last", async () => {
     const stream = await client().chat.completions.create({
       model: MODEL,
       messages: [{ role: "user", content: "Say something" }],
@@ -56,10 +59,14 @@ describe("the openai SDK against the account door", () => {
     let text = "";
     let usage: OpenAI.CompletionUsage | null | undefined;
     let finish: string | null | undefined;
+    let told: string | undefined;
     for await (const chunk of stream) {
       text += chunk.choices[0]?.delta.content ?? "";
       finish ??= chunk.choices[0]?.finish_reason;
-      if (chunk.usage) usage = chunk.usage;
+      if (chunk.usage) {
+        usage = chunk.usage;
+        told = (chunk as unknown as { x_tollgate: { cost: string } }).x_tollgate.cost;
+      }
     }
     // The upstream's whole answer is under the connection's default cap.
     expect(text.trim().split(" ")).toHaveLength(UPSTREAM_OUTPUT_TOKENS);
@@ -67,6 +74,7 @@ describe("the openai SDK against the account door", () => {
     expect(usage?.completion_tokens).toBe(UPSTREAM_OUTPUT_TOKENS);
     expect(usage?.prompt_tokens).toBeGreaterThan(0);
     expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+    expect(told).toBe(String(gateway().wire.last().cost));
   });
 
   it("chat.completions.stream(): the SDK assembles the final completion", async () => {
