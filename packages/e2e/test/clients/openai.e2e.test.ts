@@ -12,12 +12,16 @@ import {
   useClientGateway,
 } from "./fixture.js";
 
+/** The `x_tollgate` extension the gateway puts on a stream's usage event. */
+type XTollgate = { cost: string; budget_remaining: string };
+
 /**
  * The official openai SDK, configured as its users do (`baseURL` at the gateway's /v1, the
  * Virtual Key as `apiKey`, retries off so a refusal is seen once), on every route it calls:
- * chat completions, legacy completions and Responses, buffered and streamed, embeddings and
- * models; usage as the SDK's own objects report it; refusals as the SDK's own error classes. The
- * books of every account used are checked after each case.
+ * chat completions, legacy completions and Responses, buffered and streamed (the Responses
+ * events in order, and streams cut either way billed as chat streams are), embeddings and models;
+ * usage as the SDK's own objects report it; refusals as the SDK's own error classes. The books of
+ * every account used are checked after each case.
  */
 describe("the openai SDK against the account door", () => {
   const gateway = useClientGateway();
@@ -130,10 +134,57 @@ describe("the openai SDK against the account door", () => {
     expect(gateway().wire.last().cost).toBeGreaterThan(0n);
   });
 
-  it("responses.stream(): the text as deltas, the final response with its usage", async () => {
+  it("responses.create({ stream: true }): the Responses events in order, the text, usage and cost", async () => {
+    const stream = await client().responses.create({
+      model: MODEL,
+      input: "Say something",
+      max_output_tokens: 12,
+      stream: true,
+    });
+    const types: string[] = [];
+    const sequence: number[] = [];
+    let text = "";
+    let final: OpenAI.Responses.Response | undefined;
+    let money: XTollgate | undefined;
+    for await (const event of stream) {
+      types.push(event.type);
+      sequence.push(event.sequence_number);
+      if (event.type === "response.output_text.delta") text += event.delta;
+      if (event.type === "response.completed" || event.type === "response.incomplete") {
+        final = event.response;
+        money = (event as unknown as { x_tollgate: XTollgate }).x_tollgate;
+      }
+    }
+    expect(types.slice(0, 4)).toEqual([
+      "response.created",
+      "response.in_progress",
+      "response.output_item.added",
+      "response.content_part.added",
+    ]);
+    expect(types.slice(-4)).toEqual([
+      "response.output_text.done",
+      "response.content_part.done",
+      "response.output_item.done",
+      "response.incomplete",
+    ]);
+    // One delta per token the upstream produced (it streams one token a chunk).
+    expect(types.filter((t) => t === "response.output_text.delta")).toHaveLength(12);
+    expect(sequence).toEqual(sequence.map((_, i) => i));
+    expect(final?.status).toBe("incomplete");
+    expect(final?.incomplete_details?.reason).toBe("max_output_tokens");
+    expect(final?.output_text).toBe(text);
+    expect(text.length).toBeGreaterThan(0);
+    expect(final?.usage?.output_tokens).toBe(12);
+    expect(final?.usage?.total_tokens).toBe((final?.usage?.input_tokens ?? 0) + 12);
+    expect(money?.cost).toMatch(/^[1-9]\d*$/);
+    expect(gateway().wire.last().cost).toBe(BigInt(money!.cost));
+  });
+
+  it("responses.stream(): the SDK assembles the final response; a finished answer is completed", async () => {
     const stream = client().responses.stream({
       model: MODEL,
-      input: [{ role: "user", content: "Say something" }],
+      instructions: "Be brief.",
+      input: [{ role: "user", content: [{ type: "input_text", text: "Say something" }] }],
     });
     let deltas = "";
     stream.on("response.output_text.delta", (e) => {
@@ -142,8 +193,60 @@ describe("the openai SDK against the account door", () => {
     const res = await stream.finalResponse();
     expect(res.status).toBe("completed");
     expect(res.output_text).toBe(deltas);
+    // The upstream's whole answer is under the connection's default cap.
     expect(res.usage?.output_tokens).toBe(UPSTREAM_OUTPUT_TOKENS);
     expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+  });
+
+  it("ends a Responses stream whose upstream dies mid-way with response.failed, billed for what was produced", async () => {
+    const books = gateway().servedBooks;
+    gateway().upstream.failNext(1, { afterChunks: 3 });
+    const before = await books.totals();
+    const stream = await client().responses.create({
+      model: MODEL,
+      input: "Say something",
+      max_output_tokens: 30,
+      stream: true,
+    });
+    const types: string[] = [];
+    let failed: OpenAI.Responses.Response | undefined;
+    for await (const event of stream) {
+      types.push(event.type);
+      if (event.type === "response.failed") failed = event.response;
+    }
+    expect(types.filter((t) => t === "response.output_text.delta")).toHaveLength(3);
+    expect(types.at(-1)).toBe("response.failed");
+    expect(types).not.toContain("response.completed");
+    expect(failed?.status).toBe("failed");
+    expect(failed?.error?.code).toBe("upstream_error");
+    expect(await books.billedUntold(before)).toBeGreaterThan(0n);
+    const after = await books.totals();
+    // The three tokens produced before the cut, as a cut chat stream is billed.
+    expect(Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n))).toBe(3);
+  });
+
+  it("bills a Responses stream its caller leaves mid-way for the tokens produced, and leaves no hold", async () => {
+    const books = gateway().servedBooks;
+    gateway().upstream.configure({ tokensPerSecond: 10 });
+    const before = await books.totals();
+    const stream = await client().responses.create({
+      model: MODEL,
+      input: "Say something",
+      max_output_tokens: 40,
+      stream: true,
+    });
+    let deltas = 0;
+    for await (const event of stream) {
+      if (event.type === "response.output_text.delta") deltas += 1;
+      // Leaving the loop aborts the request: the caller goes away.
+      if (deltas === 2) break;
+    }
+    const cost = await books.billedUntold(before);
+    const after = await books.totals();
+    const produced = Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n));
+    expect(produced).toBeGreaterThanOrEqual(2);
+    expect(produced).toBeLessThan(40);
+    expect(cost).toBeGreaterThan(0n);
   });
 
   it("responses.create: a conversation, the first response's output items sent back as input", async () => {
