@@ -114,25 +114,24 @@ describe("Vercel AI SDK against the account door", () => {
       expect(told).toBe(String(gateway().wire.last().cost));
     });
 
-    it("a conversation: the earlier turns, the model's own answer included, go back as input", async () => {
-      const first = await generateText({
-        model: model(KEYS.served),
-        prompt: "Hello",
-        maxOutputTokens: 4,
-        maxRetries: 0,
-        providerOptions: conversation,
-      });
-      const second = await generateText({
-        model: model(KEYS.served),
+    /** Two turns: a first answer, then the conversation so far with it, as the SDK's docs show. */
+    async function converse(providerOptions?: Record<string, { store: boolean }>) {
+      const settings = { model: model(KEYS.served), maxOutputTokens: 4, maxRetries: 0, providerOptions };
+      const first = await generateText({ ...settings, prompt: "Hello" });
+      const second = generateText({
+        ...settings,
         messages: [
           { role: "user", content: "Hello" },
           ...first.response.messages,
           { role: "user", content: "Again" },
         ],
-        maxOutputTokens: 4,
-        maxRetries: 0,
-        providerOptions: conversation,
       });
+      return { first, second };
+    }
+
+    it("a conversation: the earlier turns, the model's own answer included, go back as input", async () => {
+      const { first, second: answered } = await converse(conversation);
+      const second = await answered;
       expect(second.text.trim().split(" ")).toHaveLength(4);
       // The second request carried the first answer's text: three messages' worth of input.
       expect(second.usage.inputTokens).toBeGreaterThan(first.usage.inputTokens ?? 0);
@@ -141,24 +140,7 @@ describe("Vercel AI SDK against the account door", () => {
 
     if (path === "/v1/responses") {
       it("a conversation with storing left on refers to an item the gateway never stored: APICallError 400", async () => {
-        const first = await generateText({
-          model: model(KEYS.served),
-          prompt: "Hello",
-          maxOutputTokens: 4,
-          maxRetries: 0,
-        });
-        const err = await rejection(
-          generateText({
-            model: model(KEYS.served),
-            messages: [
-              { role: "user", content: "Hello" },
-              ...first.response.messages,
-              { role: "user", content: "Again" },
-            ],
-            maxOutputTokens: 4,
-            maxRetries: 0,
-          }),
-        );
+        const err = await rejection((await converse()).second);
         expect(err).toBeInstanceOf(APICallError);
         expect((err as APICallError).statusCode).toBe(400);
         expect((err as APICallError).requestBodyValues).toMatchObject({

@@ -4,6 +4,7 @@
 // `fetch` so the books learn what each caller was told, and the refusals each client must raise
 // as its own typed errors.
 import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
+import OpenAI from "openai";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
 import { Books } from "../books.js";
 import { type ConfiguredGateway, startConfiguredGateway } from "../gateways.js";
@@ -182,8 +183,11 @@ export interface ClientGateway {
   url: string;
   upstream: FakeUpstream;
   wire: Wire;
-  /** The served account's books, for a stream cut before anyone was told its cost. */
-  servedBooks: Books;
+  /**
+   * Call before a served stream that will be cut (nobody is told its cost): `billed()`, once it
+   * was cut, reads what metering billed it and tells the books that.
+   */
+  cutStream(): Promise<{ billed(): Promise<{ cost: bigint; outputTokens: number }> }>;
   /** Fills the limited connection's rate-limit window with one billed chat request (once a file). */
   fillRateLimit(): Promise<void>;
 }
@@ -221,7 +225,16 @@ export function useClientGateway(): () => ClientGateway {
       url: gateway.url,
       upstream: running.upstream,
       wire,
-      servedBooks: served,
+      async cutStream() {
+        const before = await served.totals();
+        return {
+          async billed() {
+            const cost = await served.billedUntold(before);
+            const after = await served.totals();
+            return { cost, outputTokens: Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n)) };
+          },
+        };
+      },
       async fillRateLimit() {
         if (filled) return;
         const res = await wire.fetch(`${gateway.url}/v1/chat/completions`, {
@@ -300,4 +313,23 @@ export async function rejection(promise: Promise<unknown>): Promise<unknown> {
     },
     (err: unknown) => err,
   );
+}
+
+/**
+ * What the openai SDK raises for `refusal`, as every client built on it hands it to its users
+ * (the SDK itself, LangChain, the Agents SDK): its class for the status, with the status and the
+ * gateway's code. The SDK has no class of its own for 402: that is its base APIError.
+ */
+export function expectOpenAIError(err: unknown, refusal: Refusal): InstanceType<typeof OpenAI.APIError> {
+  const expected = {
+    401: OpenAI.AuthenticationError,
+    402: OpenAI.APIError,
+    403: OpenAI.PermissionDeniedError,
+    429: OpenAI.RateLimitError,
+  }[refusal.status];
+  expect(err).toBeInstanceOf(expected);
+  const apiError = err as InstanceType<typeof OpenAI.APIError>;
+  expect(apiError.status).toBe(refusal.status);
+  expect(apiError.code).toBe(refusal.code);
+  return apiError;
 }

@@ -1,8 +1,8 @@
 import type { AIMessageChunk } from "@langchain/core/messages";
 import { ChatOpenAI, type ChatOpenAIFields } from "@langchain/openai";
-import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
 import {
+  expectOpenAIError,
   KEYS,
   MODEL,
   REFUSALS,
@@ -107,19 +107,9 @@ describe("LangChain ChatOpenAI against the account door", () => {
               for await (const _ of s);
             }),
       );
-      const expected = {
-        401: OpenAI.AuthenticationError,
-        // The openai SDK has no class of its own for 402: its base APIError, with the status.
-        402: OpenAI.APIError,
-        403: OpenAI.PermissionDeniedError,
-        429: OpenAI.RateLimitError,
-      }[refusal.status];
-      expect(err).toBeInstanceOf(expected);
-      const apiError = err as InstanceType<typeof OpenAI.APIError> & { lc_error_code?: string };
-      expect(apiError.status).toBe(refusal.status);
-      expect(apiError.code).toBe(refusal.code);
+      expectOpenAIError(err, refusal);
       const lcCode = { 401: "MODEL_AUTHENTICATION", 429: "MODEL_RATE_LIMIT" } as Record<number, string>;
-      expect(apiError.lc_error_code).toBe(lcCode[refusal.status]);
+      expect((err as { lc_error_code?: string }).lc_error_code).toBe(lcCode[refusal.status]);
     }
 
     it("invoke and stream raise the openai SDK's error classes for 401, 402, 403 and 429", async () => {

@@ -2,6 +2,7 @@ import { Agent, OpenAIProvider, Runner, setTracingDisabled } from "@openai/agent
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
 import {
+  expectOpenAIError,
   KEYS,
   MODEL,
   REFUSALS,
@@ -104,17 +105,7 @@ describe("OpenAI Agents SDK against the account door", () => {
             })
         : runner(refusal.key).run(agent(refusal.model), "hi");
       const err = await rejection(run);
-      const expected = {
-        401: OpenAI.AuthenticationError,
-        // The openai SDK has no class of its own for 402: its base APIError, with the status.
-        402: OpenAI.APIError,
-        403: OpenAI.PermissionDeniedError,
-        429: OpenAI.RateLimitError,
-      }[refusal.status];
-      expect(err).toBeInstanceOf(expected);
-      const apiError = err as InstanceType<typeof OpenAI.APIError>;
-      expect(apiError.status).toBe(refusal.status);
-      expect(apiError.code).toBe(refusal.code);
+      expectOpenAIError(err, refusal);
     }
 
     it("a run rejects with the openai SDK's error classes for 401, 402, 403 and 429", async () => {
