@@ -111,7 +111,7 @@ export class Wire {
     this.#books = books;
   }
 
-  /** The last answer's record (a stream's once it was read to its end). */
+  /** The last answer's record (a stream's cost once its cost event was read). */
   last(): Told {
     const last = this.told.at(-1);
     if (!last) throw new Error("nothing went through the wire tap");
@@ -200,18 +200,23 @@ export interface ClientGateway {
 export function useClientGateway(): () => ClientGateway {
   let running: ConfiguredGateway | undefined;
   let current: ClientGateway | undefined;
-  const allBooks: Books[] = [];
+  /** Each account's books, and its budget. */
+  const budgets = new Map<Books, bigint>();
 
   beforeAll(async () => {
     running = await startConfiguredGateway(config, {
       upstream: { outputTokens: UPSTREAM_OUTPUT_TOKENS, record: true },
     });
     const gateway = running.gateway;
-    const served = new Books(gateway, { id: "served", key: KEYS.served, budget: SERVED_BUDGET });
-    const chatOnly = new Books(gateway, { id: "chat-only", key: KEYS.chatOnly, budget: SERVED_BUDGET });
-    const broke = new Books(gateway, { id: "broke", key: KEYS.broke, budget: BROKE_BUDGET });
-    const limited = new Books(gateway, { id: "limited", key: KEYS.limited, budget: SERVED_BUDGET });
-    allBooks.push(served, chatOnly, broke, limited);
+    const books = (id: string, key: string, budget: bigint) => {
+      const kept = new Books(gateway, { id, key, budget });
+      budgets.set(kept, budget);
+      return kept;
+    };
+    const served = books("served", KEYS.served, SERVED_BUDGET);
+    const chatOnly = books("chat-only", KEYS.chatOnly, SERVED_BUDGET);
+    const broke = books("broke", KEYS.broke, BROKE_BUDGET);
+    const limited = books("limited", KEYS.limited, SERVED_BUDGET);
     const wire = new Wire(
       new Map([
         [KEYS.served, served],
@@ -251,11 +256,14 @@ export function useClientGateway(): () => ClientGateway {
 
   afterEach(async () => {
     running?.upstream.configure({ tokensPerSecond: 0 });
-    for (const books of current?.wire.takeTouched() ?? []) await books.check();
+    for (const books of current?.wire.takeTouched() ?? []) {
+      await books.check();
+      expect(books.told).toBeLessThanOrEqual(budgets.get(books)!);
+    }
   }, 60_000);
 
   afterAll(async () => {
-    for (const books of allBooks) books.close();
+    for (const books of budgets.keys()) books.close();
     await running?.stop();
   });
 
