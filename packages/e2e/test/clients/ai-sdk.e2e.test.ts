@@ -146,8 +146,12 @@ describe("Vercel AI SDK against the account door", () => {
         expect((err as APICallError).requestBodyValues).toMatchObject({
           input: expect.arrayContaining([{ type: "item_reference", id: expect.stringMatching(/^msg_/) }]),
         });
+        // The answer says what to change, in the SDK's own words.
         expect(JSON.parse((err as APICallError).responseBody ?? "{}")).toMatchObject({
-          error: { code: "invalid_request" },
+          error: {
+            code: "invalid_request",
+            message: expect.stringContaining("providerOptions.openai.store = false"),
+          },
         });
       });
     }
