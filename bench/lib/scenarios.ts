@@ -110,7 +110,7 @@ export const bodies = {
 
 const progress = (msg: string) => process.stderr.write(`  ${msg}\n`);
 
-interface Measured {
+export interface Measured {
   reqPerSec: number;
   latency: Summary;
   non2xx: number;
@@ -119,7 +119,7 @@ interface Measured {
 }
 
 /** One autocannon load point; latencies come from its per-response times (sub-millisecond). */
-async function cannon(
+export async function cannon(
   url: string,
   body: string,
   headers: Record<string, string>,
@@ -253,13 +253,13 @@ export async function buffered(t: Target, s: Settings, probe?: CpuProbe): Promis
   return rows;
 }
 
-interface StreamMeasured {
+export interface StreamMeasured {
   ttfb: Measured;
   ttft: Measured;
   gaps: Measured;
 }
 
-async function streams(
+export async function streams(
   url: string,
   headers: Record<string, string>,
   body: string,

@@ -56,6 +56,7 @@ export async function startAllInOne(
   logsDir: string,
   nodeArgs: string[] = [],
   runtime: Runtime = "tsx",
+  env: NodeJS.ProcessEnv = {},
 ): Promise<Running> {
   const steps: Array<() => Promise<void>> = [];
   try {
@@ -100,6 +101,7 @@ export async function startAllInOne(
         TEMPO_DEVNET_PORT: String(devnetPort),
         METRICS_PORT: "0",
         TOLLGATE_CONFIG: configPath,
+        ...env,
       },
       join(logsDir, "all-in-one.log"),
       nodeArgs,
