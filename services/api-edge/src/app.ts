@@ -52,6 +52,7 @@ import { embeddingsRoute } from "./routes/embeddings.js";
 import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
+import { paidCommitsSettled } from "./routes/paid-commit.js";
 import { type AccountRoutes, registerRoutes } from "./routes/register.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
@@ -298,6 +299,8 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         () => admin?.stop(),
         () => auth.$close(),
         () => inference.$close(),
+        // Commits sent after their answer (routes/paid-commit.ts) finish before their client closes.
+        () => paidCommitsSettled(),
         () => payment?.$close(),
         () => metering?.$close(),
         () => redis && quitRedis(redis),
