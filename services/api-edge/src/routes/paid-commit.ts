@@ -72,21 +72,23 @@ export function receiptWithCharge(reserved: string, charge: bigint, at: Date): s
 const pending = new Set<Promise<void>>();
 
 /**
- * Sends an answered request's Commit off the request path: started before the answer is written
- * (so it is on its way to mpp-payment when the caller reads the receipt), retried on another
- * replica for up to a minute, awaited by nobody but `paidCommitsSettled`. A Commit that still
- * fails is logged; its hold then lapses uncharged after its TTL (docs/money.md, "Paid door: the
- * commit after the answer").
+ * Sends an answered request's Commit off the request path: started as soon as the answer is
+ * written (the next turn of the event loop, so that none of its work, in process or on the wire,
+ * comes before the answer's bytes), retried on another replica for up to a minute, awaited by
+ * nobody but `paidCommitsSettled`. A Commit that still fails is logged; its hold then lapses
+ * uncharged after its TTL (docs/money.md, "Paid door: the commit after the answer").
  */
 export function commitAfterAnswer(
   commit: () => Promise<unknown>,
   log: FastifyBaseLogger,
   reservationId: string,
 ): void {
-  const sent = onAnyReplica(commit, AFTER_ANSWER_RETRY_MS).then(
-    () => undefined,
-    (err: unknown) => log.error({ err, reservationId }, "paid usage commit after the answer failed"),
-  );
+  const sent = new Promise<void>((r) => setImmediate(r))
+    .then(() => onAnyReplica(commit, AFTER_ANSWER_RETRY_MS))
+    .then(
+      () => undefined,
+      (err: unknown) => log.error({ err, reservationId }, "paid usage commit after the answer failed"),
+    );
   pending.add(sent);
   void sent.finally(() => pending.delete(sent));
 }

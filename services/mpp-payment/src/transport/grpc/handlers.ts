@@ -82,7 +82,8 @@ export function paymentHandlers(payments: Payments): Handlers<typeof PaymentServ
         return {
           reservationId: held?.reservationId ?? "",
           reservedReceipt: held?.receipt ?? "",
-          acceptedReceipt: v.acceptedReceipt ?? "",
+          // With the hold, its receipt is the accepted credential's too: the spend before the request.
+          acceptedReceipt: held?.receipt || (v.acceptedReceipt ?? ""),
           action: ACTIONS[v.action],
           channelId: v.channelId,
           challengeId: v.challengeId,
