@@ -291,7 +291,8 @@ export type VerifyResponse = Message<"tollgate.payment.v1.VerifyResponse"> & {
   /**
    * For a credential that pays for content (open or voucher): the receipt of the accepted
    * credential itself, charging nothing (the channel's spend before this request). An answer
-   * that fails after Verify carries it, so that the payer keeps the channel it funded.
+   * that fails after Verify carries it, so that the payer keeps the channel it funded. With
+   * reservation_id it is reserved_receipt (the same spend before the request).
    *
    * @generated from field: string accepted_receipt = 9;
    */
