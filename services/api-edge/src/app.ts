@@ -9,6 +9,7 @@ import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
 import { MeteringService } from "@tollgate/proto/metering";
 import { PaymentService } from "@tollgate/proto/payment";
+import type { RouteId } from "@tollgate/proto/routes";
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
@@ -39,6 +40,8 @@ import type { Drain } from "./http/drain.js";
 import { logResponses } from "./http/response-log.js";
 import { traceRequests } from "./http/tracing.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
+import type { PaidOffer } from "./openapi/payment-info.js";
+import { publicOpenApiRoute } from "./openapi/serve.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
 import type {
@@ -53,7 +56,7 @@ import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
 import { paidCommitsSettled } from "./routes/paid-commit.js";
-import { type AccountRoutes, registerRoutes } from "./routes/register.js";
+import { type AccountRoutes, type RouteImpl, registerRoutes } from "./routes/register.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
 import { requestSchemas } from "./schemas/requests.js";
@@ -91,6 +94,8 @@ export interface ApiEdgeOptions {
   metricsPort?: number;
   /** Default 127.0.0.1. */
   metricsHost?: string;
+  /** The paid door's plans and prices (the gateway configuration's), shown by GET /openapi.json. */
+  offer?: PaidOffer;
 }
 
 /** Dependencies the caller already owns. */
@@ -144,6 +149,8 @@ export interface ApiEdgePorts {
   metrics: Registry;
   /** Whether the services behind the edge answer (readiness); absent: always. */
   ready?: () => Promise<boolean>;
+  /** The paid door's plans and prices, shown by GET /openapi.json; absent: none shown. */
+  offer?: PaidOffer;
 }
 
 /** The public port's app, not yet listening, and its draining switch. */
@@ -216,7 +223,7 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
     log,
   };
   const ready = ports.ready ?? (async () => true);
-  registerRoutes(app, {
+  const routes: Partial<Record<RouteId, RouteImpl>> = {
     livez: { handler: async () => ({ status: "ok" }) },
     readyz: {
       handler: async (_req, reply) => {
@@ -226,7 +233,9 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
     },
     ...accountRoutes(ctx),
     ...(ports.payment ? { mppChat: mppChatCompletionsRoute({ ...ctx, payment: ports.payment }) } : {}),
-  });
+  };
+  routes.openapi = publicOpenApiRoute(routes, limits.maxMessages, ports.offer);
+  registerRoutes(app, routes);
   return { app, drain };
 }
 
@@ -254,6 +263,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         : createMemoryIdempotencyStore(),
       log,
       metrics: registry,
+      ...(opts.offer ? { offer: opts.offer } : {}),
       ready: () =>
         Promise.all([auth.$ready(500), inference.$ready(500), redis?.ping()]).then(
           () => true,

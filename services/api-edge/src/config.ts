@@ -1,3 +1,4 @@
+import { loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
 import { redisUrlOf } from "@tollgate/kit/redis";
@@ -5,6 +6,7 @@ import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/trac
 import { z } from "zod";
 import type { AdminServerOptions } from "./admin/server.js";
 import { DEFAULT_LIMITS, type EdgeLimits } from "./http/limits.js";
+import type { PaidOffer } from "./openapi/payment-info.js";
 
 const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
 
@@ -66,6 +68,11 @@ const envSchema = z.object({
   /** Prometheus /metrics on its own port, never the public one; 0 picks a free port. */
   METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9080),
+  /**
+   * The Tollgate configuration file, read only for the paid door's plans and prices that
+   * GET /openapi.json shows; unset: the document lists none (the 402 challenge still prices).
+   */
+  TOLLGATE_CONFIG: z.string().optional(),
   ...otelEnv,
 });
 
@@ -89,6 +96,14 @@ export interface ApiEdgeConfig {
   metricsPort: number;
   /** OpenTelemetry export; undefined (the default) keeps tracing off. */
   tracing?: TracingOptions;
+  /** The paid door's plans and prices (TOLLGATE_CONFIG), for the OpenAPI document. */
+  offer?: PaidOffer;
+}
+
+/** The plans and model prices of the configuration file: all the document needs of it. */
+function offerOf(path: string): PaidOffer {
+  const { plans, models } = loadGatewayConfig(path);
+  return { plans, models };
 }
 
 /** Reads the environment; throws ConfigError naming every problem. */
@@ -120,5 +135,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     tracing: tracingOptions(e, "api-edge"),
+    ...(e.TOLLGATE_CONFIG ? { offer: offerOf(e.TOLLGATE_CONFIG) } : {}),
   };
 }

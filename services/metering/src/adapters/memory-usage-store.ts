@@ -4,11 +4,9 @@ import {
   bucketStart,
   bucketStarts,
   dimensionsKey,
-  emptyTotals,
   type Granularity,
-  matchesFilter,
   parseDimensionsKey,
-  toReport,
+  reportOf,
   totalsOf,
   type UsageEvent,
   type UsageTotals,
@@ -65,16 +63,15 @@ export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): Memo
       return recordNow(event);
     },
 
-    async query(filter, from, to, granularity) {
-      return toReport(
-        bucketStarts(from, to, granularity).map((start) => {
-          let totals = emptyTotals();
-          for (const [dims, t] of buckets.get(`${granularity}:${start.getTime()}`) ?? []) {
-            if (matchesFilter(filter, parseDimensionsKey(dims))) totals = addTotals(totals, t);
-          }
-          return { start, totals };
-        }),
+    async query(filter, from, to, granularity, byModel = false) {
+      const rows = bucketStarts(from, to, granularity).flatMap((start) =>
+        [...(buckets.get(`${granularity}:${start.getTime()}`) ?? [])].map(([dims, totals]) => ({
+          start,
+          dims: parseDimensionsKey(dims),
+          totals,
+        })),
       );
+      return reportOf(rows, filter, byModel);
     },
   };
   return store;
