@@ -14,6 +14,8 @@
 // Settings (environment): BENCH_DURATION (s per load point, 5), BENCH_WARMUP (s, 1),
 // BENCH_CONNECTIONS (1,10,50), BENCH_MODES (all-in-one,portkey,stack), BENCH_RUNTIME (bundle:
 // the esbuild bundles the images run, under plain node, built first; tsx: from source),
+// BENCH_SCENARIOS (buffered,streaming,paid: which to run; `BENCH_SCENARIOS=paid
+// BENCH_MODES=all-in-one,stack` is the paid-over-account figure alone, about a minute a mode),
 // BENCH_LONG=1 (the memory soak, at most BENCH_SOAK_SECONDS per gateway, 240),
 // BENCH_KEEP_LOGS=1 keeps the processes' logs under bench/results/logs-<timestamp>/.
 
@@ -69,6 +71,12 @@ const modes = (process.env["BENCH_MODES"] || "all-in-one,portkey,stack")
   .map((m) => m.trim()) as Mode[];
 for (const m of modes)
   if (m !== "all-in-one" && m !== "stack" && m !== "portkey") throw new Error(`unknown mode ${m}`);
+const SCENARIOS = ["buffered", "streaming", "paid"] as const;
+const scenarios = new Set(
+  (process.env["BENCH_SCENARIOS"] || SCENARIOS.join(",")).split(",").map((x) => x.trim()),
+);
+for (const x of scenarios)
+  if (!(SCENARIOS as readonly string[]).includes(x)) throw new Error(`unknown scenario ${x}`);
 const long = process.env["BENCH_LONG"] === "1";
 const soakSeconds = numberEnv("BENCH_SOAK_SECONDS", 240, 900);
 
@@ -124,9 +132,9 @@ async function measure(mode: Mode): Promise<void> {
     checks[mode] = await sanityCheck(target);
     say(`  checks: ${JSON.stringify(checks[mode])}`);
     const probe = (loadPoint: string) => tracker.cpuWindow(loadPoint);
-    rows.push(...(await buffered(target, settings, probe)));
-    rows.push(...(await streaming(target, settings)));
-    if (mode !== "portkey") {
+    if (scenarios.has("buffered")) rows.push(...(await buffered(target, settings, probe)));
+    if (scenarios.has("streaming")) rows.push(...(await streaming(target, settings)));
+    if (mode !== "portkey" && scenarios.has("paid")) {
       const paid = probe("paid door (seq.)");
       rows.push(...(await paidDoor(target, settings)));
       paid();

@@ -34,8 +34,10 @@ type Plan = "Starter" | "Plus" | "Premium";
  *   request after request all pay exactly their own cost;
  * - a first paid request whose model fails after the open was broadcast leaves the payer with
  *   its channel: the same client pays on it, opens nothing else, and closes to the exact balances.
- * After each: what callers were told (x-tollgate-cost) == the channel's committed spend == what
- * the receipts add up to, and no hold is left.
+ * After each: what callers were told (x-tollgate-cost) == the channel's committed spend, one
+ * commit per answer, every receipt within it, and no hold is left. A paid answer goes out before
+ * its Commit lands (docs/paid-door.md, "One round trip"): the books are read once the holds have
+ * settled, and a close sent right after an answer pays it too.
  */
 
 const FUNDING = 50_000_000n;
@@ -101,8 +103,20 @@ async function channelState(channelId: string) {
     spent: BigInt(ch["spent"] ?? "-1"),
     held: BigInt(ch["held"] ?? "-1"),
     deposit: BigInt(ch["deposit"] ?? "-1"),
+    units: Number(ch["units"] ?? "-1"),
+    status: ch["status"],
     liveHolds: holds + expiries,
   };
+}
+
+/** The channel once no hold is live: the Commits api-edge sent after its answers have landed (bounded). */
+async function settledState(channelId: string) {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const state = await channelState(channelId);
+    if ((state.held === 0n && state.liveHolds === 0) || Date.now() > deadline) return state;
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }
 
 /** A fresh funded payer with an unmodified mppx session manager. */
@@ -151,30 +165,29 @@ async function served(res: Response, body: ReturnType<typeof chatBody>): Promise
 }
 
 /**
- * Every receipt moves the committed spend by exactly its own request's cost: ordered by the
- * spend they report, each step from the one before is that answer's x-tollgate-cost. So what
- * callers were told == the receipts' increments == the channel's committed spend, and no hold
- * is left.
+ * The books of a channel once its holds have settled: what callers were told (x-tollgate-cost)
+ * adds up to the committed spend, one committed request per answer, no hold left; and every
+ * receipt is true and valid: its spent covers its own cost and is never above the committed
+ * spend nor its accepted cumulative (a receipt is the spend read with its hold plus its cost;
+ * two requests held at once both count from the same spend).
  */
 async function expectMoneyAddsUp(channelId: string, answers: readonly Served[]) {
-  for (const a of answers) expect(a.receipt.channelId).toBe(channelId);
-  const ordered = [...answers].sort((a, b) => (BigInt(a.receipt.spent) < BigInt(b.receipt.spent) ? -1 : 1));
-  let before = 0n;
-  const steps = ordered.map((a) => {
-    const step = { increment: BigInt(a.receipt.spent) - before, cost: a.cost };
-    before = BigInt(a.receipt.spent);
-    return step;
-  });
-  expect(steps).toEqual(ordered.map((a) => ({ increment: a.cost, cost: a.cost })));
   const told = answers.reduce((sum, a) => sum + a.cost, 0n);
   expect(told).toBeGreaterThan(0n);
-  expect(before).toBe(told);
-  const state = await channelState(channelId);
-  expect({ spent: state.spent, held: state.held, liveHolds: state.liveHolds }).toEqual({
+  const state = await settledState(channelId);
+  expect({ spent: state.spent, units: state.units, held: state.held, liveHolds: state.liveHolds }).toEqual({
     spent: told,
+    units: answers.length,
     held: 0n,
     liveHolds: 0,
   });
+  for (const a of answers) {
+    expect(a.receipt.channelId).toBe(channelId);
+    const spent = BigInt(a.receipt.spent);
+    expect(spent).toBeGreaterThanOrEqual(a.cost);
+    expect(spent).toBeLessThanOrEqual(told);
+    expect(spent).toBeLessThanOrEqual(BigInt(a.receipt.acceptedCumulative));
+  }
   return told;
 }
 
@@ -377,12 +390,38 @@ describe("paid door money on the multi-process stack, with the unmodified mppx c
     expect(wire.entries.map(actionOf).filter((a) => a !== undefined)).toEqual(["open", "voucher"]);
     const cost = servedCost(body, planDefault("Starter"));
     expect(BigInt(res.receipt.spent)).toBe(cost);
-    expect(await channelState(channelId)).toMatchObject({ spent: cost, held: 0n, liveHolds: 0 });
+    expect(await settledState(channelId)).toMatchObject({ spent: cost, held: 0n, liveHolds: 0 });
 
     const closed = await session.close();
     expect(closed?.spent).toBe(cost);
     expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(cost);
     expect(await balanceOf(stack.tempoRpcUrl, payer.address)).toBe(FUNDING - cost);
+  });
+
+  it("one request at a time, then a close sent right after the last answer: the close pays exactly the committed spend, the last request included, and no receipt claimed more", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer();
+    const answers: Served[] = [];
+    for (const [i, plan] of (["Starter", "Premium", "Starter", "Premium"] as const).entries()) {
+      const body = chatBody(`one at a time ${i}`, plan);
+      answers.push(await served(await p.pay(body), body));
+    }
+    // No wait for the last Commit: the close is the next thing the payer sends.
+    const closed = await p.manager.close();
+    const told = answers.reduce((sum, a) => sum + a.cost, 0n);
+    expect(closed?.txHash).toMatch(/^0x[0-9a-f]{64}$/);
+    expect(BigInt(closed!.spent)).toBe(told);
+    for (const a of answers) expect(BigInt(a.receipt.spent)).toBeLessThanOrEqual(told);
+    expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(told);
+    expect(await balanceOf(stack.tempoRpcUrl, p.payer.address)).toBe(FUNDING - told);
+    const channelId = p.manager.channelId ?? answers[0]!.receipt.channelId;
+    expect(await channelState(channelId)).toMatchObject({
+      status: "closed",
+      spent: told,
+      units: answers.length,
+      held: 0n,
+      liveHolds: 0,
+    });
   });
 
   it("logs hold no credential, signature, receipt (error answers' included) or prompt text", async () => {

@@ -55,6 +55,7 @@ import { embeddingsRoute } from "./routes/embeddings.js";
 import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
+import { paidCommitsSettled } from "./routes/paid-commit.js";
 import { type AccountRoutes, type RouteImpl, registerRoutes } from "./routes/register.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
@@ -308,6 +309,8 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         () => admin?.stop(),
         () => auth.$close(),
         () => inference.$close(),
+        // Commits sent after their answer (routes/paid-commit.ts) finish before their client closes.
+        () => paidCommitsSettled(),
         () => payment?.$close(),
         () => metering?.$close(),
         () => redis && quitRedis(redis),

@@ -78,14 +78,14 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     const store = await makeStore();
     const c = newChannel(1_000_000n);
     await store.create(c);
-    expect(await store.reserve(c.channelId, "r1", 600_000n, T0, T0 + TTL)).toBe("reserved");
-    expect(await store.reserve(c.channelId, "r2", 400_001n, T0, T0 + TTL)).toBe("insufficient");
-    expect(await store.reserve(c.channelId, "r2", 400_000n, T0, T0 + TTL)).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r1", 600_000n, T0, T0 + TTL)).kind).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r2", 400_001n, T0, T0 + TTL)).kind).toBe("insufficient");
+    expect((await store.reserve(c.channelId, "r2", 400_000n, T0, T0 + TTL)).kind).toBe("reserved");
     expect(await store.get(c.channelId)).toMatchObject({ held: 1_000_000n, spent: 0n });
     // Reserving the same id again holds nothing more.
-    expect(await store.reserve(c.channelId, "r1", 600_000n, T0, T0 + TTL)).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r1", 600_000n, T0, T0 + TTL)).kind).toBe("reserved");
     expect((await store.get(c.channelId))?.held).toBe(1_000_000n);
-    expect(await store.reserve(newChannel().channelId, "r3", 1n, T0, T0 + TTL)).toBe("unknown");
+    expect((await store.reserve(newChannel().channelId, "r3", 1n, T0, T0 + TTL)).kind).toBe("unknown");
   });
 
   it("commits min(actual, hold), releases the rest, counts units and answers a repeat alike", async () => {
@@ -109,11 +109,11 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     });
     expect(await store.commit(c.channelId, "r1", 5n, T0 + 30)).toEqual(first);
     expect(await store.get(c.channelId)).toMatchObject({ spent: 420_000n, held: 0n, units: 2 });
-    expect(await store.reserve(c.channelId, "r3", 580_000n, T0, T0 + TTL)).toBe("reserved");
-    expect(await store.reserve(c.channelId, "r4", 1n, T0, T0 + TTL)).toBe("insufficient");
+    expect((await store.reserve(c.channelId, "r3", 580_000n, T0, T0 + TTL)).kind).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r4", 1n, T0, T0 + TTL)).kind).toBe("insufficient");
     expect(await store.commit(c.channelId, "nope", 1n, T0)).toEqual({ kind: "unknown" });
     // A finished reservation id cannot hold again.
-    expect(await store.reserve(c.channelId, "r1", 1n, T0, T0 + TTL)).toBe("conflict");
+    expect((await store.reserve(c.channelId, "r1", 1n, T0, T0 + TTL)).kind).toBe("conflict");
   });
 
   it("releases a hold once; a released reservation cannot be committed", async () => {
@@ -136,9 +136,9 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     const store = await makeStore();
     const c = newChannel(1_000_000n);
     await store.create(c);
-    expect(await store.reserve(c.channelId, "r1", 1_000_000n, T0, T0 + 1_000)).toBe("reserved");
-    expect(await store.reserve(c.channelId, "r2", 1n, T0 + 999, T0 + TTL)).toBe("insufficient");
-    expect(await store.reserve(c.channelId, "r2", 1_000_000n, T0 + 1_000, T0 + TTL)).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r1", 1_000_000n, T0, T0 + 1_000)).kind).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r2", 1n, T0 + 999, T0 + TTL)).kind).toBe("insufficient");
+    expect((await store.reserve(c.channelId, "r2", 1_000_000n, T0 + 1_000, T0 + TTL)).kind).toBe("reserved");
     expect(await store.commit(c.channelId, "r1", 10n, T0 + 1_001)).toEqual({ kind: "expired" });
     expect(await store.get(c.channelId)).toMatchObject({ held: 1_000_000n, spent: 0n });
   });
@@ -153,7 +153,7 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     const begun = await store.beginClose(c.channelId, T0 + 1, 60_000);
     expect(begun).toMatchObject({ kind: "ok", record: { status: "closing", spent: 10n } });
     if (begun.kind !== "ok") throw new Error("not begun");
-    expect(await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL)).toBe("not_open");
+    expect((await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL)).kind).toBe("not_open");
     expect(await store.acceptVoucher(c.channelId, { cumulative: 2_000_000n, signature: sig() })).toEqual({
       kind: "not_open",
     });
@@ -166,7 +166,7 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     if (takeover.kind !== "ok") throw new Error("not taken over");
     await store.abortClose(c.channelId, takeover.token);
     expect((await store.get(c.channelId))?.status).toBe("open");
-    expect(await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL)).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL)).kind).toBe("reserved");
     await store.release(c.channelId, "r2", T0);
     const again = await store.beginClose(c.channelId, T0 + 70_000, 60_000);
     expect(again.kind).toBe("ok");

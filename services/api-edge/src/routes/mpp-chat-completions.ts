@@ -1,7 +1,5 @@
 import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { GrpcStatus, RemoteError, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
-import { retrying } from "@tollgate/kit/retry";
 import type { ErrorCode } from "@tollgate/proto/errors";
 import { Door, Operation } from "@tollgate/proto/inference";
 import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
@@ -14,6 +12,7 @@ import { outputCapOf, outputSequencesOf, type PaidChatRequest } from "../schemas
 import type { RequestSchemas } from "../schemas/requests.js";
 import { describeInvalid } from "./account-inference.js";
 import type { RouteContext } from "./context.js";
+import { chargeOf, commitAfterAnswer, onAnyReplica, receiptWithCharge } from "./paid-commit.js";
 import type { RouteImpl } from "./register.js";
 
 const PATH = ROUTES.mppChat.path;
@@ -24,25 +23,6 @@ const PATH = ROUTES.mppChat.path;
  */
 const STOP_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["mpp_body_digest_mismatch"]);
 const PAYMENT_TIMEOUT_MS = 30_000;
-/** How long Commit and Release are retried when no mpp-payment replica or its Redis answered (ms). */
-const SETTLE_RETRY_MS = 5_000;
-
-/**
- * Runs an idempotent payment call (Commit and Release are idempotent by reservation id; the
- * hold lives in Redis, not in the replica) again while it fails without any replica's answer
- * (the replica that took it died, or none is connected yet) or because mpp-payment's Redis is
- * down or restarting (kit's bridge answers UNAVAILABLE with code store_unavailable; a call whose
- * reply the outage lost may have run, and its retry answers the same figures). A domain refusal
- * is never retried.
- */
-function onAnyReplica<T>(call: () => Promise<T>): Promise<T> {
-  return retrying(call, noReplicaAnswered, { delayMs: 50, maxDelayMs: 1_000, forMs: SETTLE_RETRY_MS });
-}
-
-const noReplicaAnswered = (err: unknown) =>
-  err instanceof RemoteError &&
-  err.status === GrpcStatus.UNAVAILABLE &&
-  (err.code === undefined || err.code === STORE_UNAVAILABLE);
 
 type Credential = { kind: "none" } | { kind: "payment"; header: string };
 
@@ -116,8 +96,8 @@ function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest
 
 /**
  * POST /v1/mpp/chat/completions: 402 with a challenge when unpaid; with a session credential,
- * verify and reserve (one call) → buffered inference → commit, and the receipt only after the
- * commit. HEAD is reserved for later rollouts and never runs a model (docs/contract.md, "The paid
+ * verify and reserve (one call) → buffered inference → the answer with the hold's receipt plus
+ * the request's charge, its Commit sent as the answer goes (docs/paid-door.md, "One round trip"). HEAD is reserved for later rollouts and never runs a model (docs/contract.md, "The paid
  * door"): like every method the route table does not give this path, registerRoutes answers it 405.
  */
 export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
@@ -173,15 +153,19 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
       // No hold from Verify: mpp-payment could not take it (Reserve now says why, or takes it), or
       // it predates reserve_request_id (a rolling upgrade). A new id: a hold Verify took while its
       // reply was lost is given back by mpp-payment, and must not be this one.
-      const reservationId =
+      const held =
         verified.reservationId !== ""
-          ? verified.reservationId
-          : (
-              await ctx.payment.reserve(
-                { channelId: verified.channelId, requestId: randomUUID(), quote: verified.quote },
-                { timeoutMs: PAYMENT_TIMEOUT_MS },
-              )
-            ).reservationId;
+          ? { reservationId: verified.reservationId, reservedReceipt: verified.reservedReceipt }
+          : await ctx.payment.reserve(
+              {
+                channelId: verified.channelId,
+                requestId: randomUUID(),
+                quote: verified.quote,
+                challengeId: verified.challengeId,
+              },
+              { timeoutMs: PAYMENT_TIMEOUT_MS },
+            );
+      const { reservationId } = held;
       let result: Awaited<ReturnType<RouteContext["inference"]["complete"]>>;
       try {
         const body = validate(req, ctx.schemas);
@@ -209,33 +193,46 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
         ).catch((releaseErr: unknown) => req.log.error({ err: releaseErr }, "hold release failed"));
         throw err;
       }
-      // A commit whose replica died mid-call may or may not have run: the retry on another
-      // replica commits it, or answers the first commit's figures (idempotent by reservation id).
-      const commit = await onAnyReplica(() =>
+      const charge = chargeOf(result.usage?.cost, verified.quote);
+      const commit = () =>
         ctx.payment.commit(
           {
             reservationId,
             channelId: verified.channelId,
             challengeId: verified.challengeId,
-            actualCost: result.usage?.cost ?? "0",
+            actualCost: charge.toString(),
           },
           { timeoutMs: PAYMENT_TIMEOUT_MS },
-        ),
-      ).catch((err: unknown) => {
-        req.log.error({ err }, "paid usage commit failed");
-        return { paymentReceipt: "" };
-      });
+        );
+      // One round trip (docs/paid-door.md): the receipt is the hold's plus this request's charge,
+      // and Commit leaves for mpp-payment as the answer does, retried there on any replica; a
+      // close waits for it. A hold without its receipt (a replica that predates it) is committed
+      // first, as before.
+      let receipt = receiptWithCharge(held.reservedReceipt, charge, new Date());
+      if (receipt !== undefined) {
+        commitAfterAnswer(commit, req.log, reservationId);
+      } else {
+        // A commit whose replica died mid-call may or may not have run: the retry on another
+        // replica commits it, or answers the first commit's figures (idempotent by reservation id).
+        receipt = await onAnyReplica(commit).then(
+          (c) => c.paymentReceipt,
+          (err: unknown) => {
+            req.log.error({ err }, "paid usage commit failed");
+            return "";
+          },
+        );
+      }
       // A 200 without Payment-Receipt never happens (docs/contract.md, "The paid door", rule 5):
       // no commit, no content.
-      if (commit.paymentReceipt === "") {
+      if (receipt === "") {
         throw new EdgeError(
           "mpp_commit_failed",
           "the paid usage could not be committed; no receipt was issued",
         );
       }
-      if (result.usage) reply.header("x-tollgate-cost", result.usage.cost);
+      if (result.usage) reply.header("x-tollgate-cost", charge.toString());
       return reply
-        .header("payment-receipt", commit.paymentReceipt)
+        .header("payment-receipt", receipt)
         .header("cache-control", "private")
         .type("application/json")
         .send(Buffer.from(result.body));

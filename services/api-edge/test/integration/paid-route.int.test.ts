@@ -26,12 +26,30 @@ const PATH = "/v1/mpp/chat/completions";
 const CHALLENGE =
   'Payment id="ch_1", realm="tollgate", method="tempo", intent="session", request="e30", expires="2999-01-01T00:00:00.000Z"';
 
+/** The receipt of a hold as mpp-payment writes it (VerifyResponse.reserved_receipt): 7 spent before it. */
+const HELD = {
+  method: "tempo",
+  intent: "session",
+  status: "success",
+  timestamp: "2026-10-01T12:00:00.000Z",
+  reference: "0xchan",
+  challengeId: "ch_1",
+  channelId: "0xchan",
+  acceptedCumulative: "1000000",
+  spent: "7",
+  units: 2,
+};
+const encode = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
+const decode = (v: string | null) => JSON.parse(Buffer.from(v ?? "", "base64url").toString("utf8"));
+
 const calls: string[] = [];
 let script: {
   verify?: () => never;
-  commit?: () => void;
+  commit?: () => void | Promise<void>;
   release?: () => void;
   receipt?: string;
+  /** A replica that predates reserved_receipt: no hold from Verify, Reserve without a receipt. */
+  legacy?: boolean;
 } = {};
 
 const payment: Handlers<typeof PaymentService> = {
@@ -51,6 +69,7 @@ const payment: Handlers<typeof PaymentService> = {
       acceptedCumulative: "1000000",
       quote: "100",
       paymentReceipt: bodyless ? "mgmt-receipt" : "",
+      ...(bodyless || script.legacy ? {} : { reservationId: "res_1", reservedReceipt: encode(HELD) }),
     };
   },
   async reserve() {
@@ -59,7 +78,7 @@ const payment: Handlers<typeof PaymentService> = {
   },
   async commit(req) {
     calls.push(`commit:${req.actualCost}`);
-    script.commit?.();
+    await script.commit?.();
     return { paymentReceipt: script.receipt ?? "receipt-after-commit" };
   },
   async release() {
@@ -190,7 +209,70 @@ describe("paid route control flow (api-edge)", () => {
     expect(upstream.requests.length).toBe(before);
   });
 
-  it("serves a paid request: verify, reserve, model, commit, then the receipt", async () => {
+  it("answers a paid request after one mpp-payment call: the hold's receipt plus the charge; Commit follows the answer", async () => {
+    let commitArrived!: () => void;
+    const arrived = new Promise<void>((r) => {
+      commitArrived = r;
+    });
+    let answered!: () => void;
+    const answer = new Promise<void>((r) => {
+      answered = r;
+    });
+    // The Commit is held until the caller has its answer: only an answer that does not wait for
+    // it can arrive.
+    script.commit = async () => {
+      commitArrived();
+      await answer;
+    };
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(200);
+    // Before the answer: Verify, which took the hold, and nothing else, but the Commit is on its way.
+    await arrived;
+    const onPath = [...calls];
+    answered();
+    const cost = res.headers.get("x-tollgate-cost");
+    expect(cost).toMatch(/^[1-9][0-9]*$/);
+    expect(onPath).toEqual(["verify", `commit:${cost}`]);
+    expect(decode(res.headers.get("payment-receipt"))).toEqual({
+      ...HELD,
+      spent: String(7n + BigInt(cost!)),
+      units: 3,
+      timestamp: expect.any(String),
+    });
+    expect(res.headers.get("cache-control")).toBe("private");
+    const json = (await res.json()) as { choices: Array<{ message: { content: string } }> };
+    expect(json.choices[0]?.message.content.length).toBeGreaterThan(0);
+    expect(calls).toEqual(["verify", `commit:${cost}`]);
+  });
+
+  it("runs a Commit sent after the answer again when it met a Redis outage", async () => {
+    const outage = new StatusError(GrpcStatus.UNAVAILABLE, "store_unavailable", "store unavailable");
+    let failures = 2;
+    let committed!: () => void;
+    const done = new Promise<void>((r) => {
+      committed = r;
+    });
+    script.commit = () => {
+      if (failures-- > 0) throw outage;
+      committed();
+    };
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(200);
+    expect(decode(res.headers.get("payment-receipt")).units).toBe(3);
+    await done;
+    expect(calls.filter((c) => c.startsWith("commit:"))).toHaveLength(3);
+  });
+
+  it("releases the hold Verify took and sends no receipt when inference fails", async () => {
+    upstream.failNext(1, { status: 500 });
+    const res = await post(body, { authorization: "Payment abc" });
+    expect(res.status).toBe(502);
+    expect(res.headers.get("payment-receipt")).toBeNull();
+    expect(calls).toEqual(["verify", "release"]);
+  });
+
+  it("with a replica that predates the hold's receipt: verify, reserve, model, commit, then the receipt", async () => {
+    script.legacy = true;
     const res = await post(body, { authorization: "Payment abc" });
     expect(res.status).toBe(200);
     expect(res.headers.get("payment-receipt")).toBe("receipt-after-commit");
@@ -205,6 +287,7 @@ describe("paid route control flow (api-edge)", () => {
   });
 
   it("releases the hold and sends no receipt when inference fails", async () => {
+    script.legacy = true;
     upstream.failNext(1, { status: 500 });
     const res = await post(body, { authorization: "Payment abc" });
     expect(res.status).toBe(502);
@@ -213,6 +296,7 @@ describe("paid route control flow (api-edge)", () => {
   });
 
   it("sends no content and no receipt when the commit fails (mpp_commit_failed)", async () => {
+    script.legacy = true;
     script.commit = () => {
       throw new StatusError(GrpcStatus.UNAVAILABLE, "mpp_commit_failed", "store down");
     };
@@ -225,6 +309,7 @@ describe("paid route control flow (api-edge)", () => {
   });
 
   it("runs a Commit that met a Redis outage again once the store answers: the receipt follows", async () => {
+    script.legacy = true;
     // What kit's bridge answers for a call whose Redis is down or restarting.
     const outage = new StatusError(GrpcStatus.UNAVAILABLE, "store_unavailable", "store unavailable");
     let failures = 2;
@@ -249,6 +334,7 @@ describe("paid route control flow (api-edge)", () => {
   });
 
   it("never answers 200 without a receipt, even if the commit returns none", async () => {
+    script.legacy = true;
     script.receipt = "";
     const res = await post(body, { authorization: "Payment abc" });
     expect(res.status).toBe(500);

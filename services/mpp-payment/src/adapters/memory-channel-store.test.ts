@@ -26,7 +26,7 @@ describe("memory channel store", () => {
     const step = 10_000;
     for (let i = 0; i < 10_800; i++) {
       const now = i * step;
-      expect(await store.reserve(c.channelId, `r${i}`, 1n, now, now + 1_000)).toBe("reserved");
+      expect((await store.reserve(c.channelId, `r${i}`, 1n, now, now + 1_000)).kind).toBe("reserved");
       expect((await store.commit(c.channelId, `r${i}`, 1n, now)).kind).toBe("committed");
     }
     expect(store.retained().reservations).toBeLessThanOrEqual((24 * 3_600_000 + 60_000) / step + 2);

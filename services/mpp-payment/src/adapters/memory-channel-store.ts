@@ -125,13 +125,21 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
     async reserve(channelId, reservationId, amount, now, expiresAt) {
       forget(now);
       const c = channels.get(channelId);
-      if (!c) return "unknown";
+      if (!c) return { kind: "unknown" };
       sweep(c, now);
+      const reserved = () =>
+        ({
+          kind: "reserved",
+          spent: c.record.spent,
+          accepted: c.record.highest.cumulative,
+          units: c.record.units,
+        }) as const;
       const existing = reservations.get(key(channelId, reservationId));
-      if (existing) return existing.state === "held" && c.holds.has(reservationId) ? "reserved" : "conflict";
-      if (c.record.status !== "open") return "not_open";
+      if (existing)
+        return existing.state === "held" && c.holds.has(reservationId) ? reserved() : { kind: "conflict" };
+      if (c.record.status !== "open") return { kind: "not_open" };
       const available = c.record.highest.cumulative - c.record.spent - c.record.held;
-      if (amount > available) return "insufficient";
+      if (amount > available) return { kind: "insufficient" };
       c.record.held += amount;
       c.holds.set(reservationId, { amount, expiresAt });
       reservations.set(key(channelId, reservationId), {
@@ -141,7 +149,7 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
         expiresAt,
         forgetAt: expiresAt + retentionMs,
       });
-      return "reserved";
+      return reserved();
     },
 
     async commit(channelId, reservationId, actual, now) {

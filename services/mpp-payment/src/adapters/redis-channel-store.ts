@@ -92,22 +92,24 @@ return 1
   mppReserve: {
     keys: 4,
     lua: `${SWEEP}
-if redis.call('EXISTS', KEYS[1]) == 0 then return 'unknown' end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
 sweep(KEYS[1], KEYS[2], KEYS[3], ARGV[3])
+local c = redis.call('HMGET', KEYS[1], 'status', 'highest', 'spent', 'held', 'units')
 local state = redis.call('HGET', KEYS[4], 'state')
 if state then
-  if state == 'held' and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 'reserved' end
-  return 'conflict'
+  if state == 'held' and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+    return {'reserved', c[3], c[2], c[5]}
+  end
+  return {'conflict'}
 end
-local c = redis.call('HMGET', KEYS[1], 'status', 'highest', 'spent', 'held')
-if c[1] ~= 'open' then return 'not_open' end
-if tonumber(ARGV[2]) > tonumber(c[2]) - tonumber(c[3]) - tonumber(c[4]) then return 'insufficient' end
+if c[1] ~= 'open' then return {'not_open'} end
+if tonumber(ARGV[2]) > tonumber(c[2]) - tonumber(c[3]) - tonumber(c[4]) then return {'insufficient'} end
 redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
 redis.call('HSET', KEYS[4], 'amount', ARGV[2], 'state', 'held', 'exp', ARGV[4])
 redis.call('PEXPIREAT', KEYS[4], ARGV[5])
-return 'reserved'
+return {'reserved', c[3], c[2], c[5]}
 `,
   },
   // KEYS: ch, holds, exps, res. ARGV: rid, actual, now, forgetAt
@@ -333,7 +335,7 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
 
     async reserve(channelId, reservationId, amount, now, expiresAt) {
       try {
-        return (await client.mppReserve(
+        const [kind, spent, accepted, units] = (await client.mppReserve(
           ch(channelId),
           holds(channelId),
           exps(channelId),
@@ -343,7 +345,11 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
           now,
           expiresAt,
           expiresAt + retentionMs,
-        )) as ReserveOutcome;
+        )) as string[];
+        if (kind === "reserved") {
+          return { kind, spent: BigInt(spent!), accepted: BigInt(accepted!), units: Number(units) };
+        }
+        return { kind } as ReserveOutcome;
       } catch (err) {
         // The connection dropped while the script ran: Redis may hold the amount without us
         // knowing (the reply was lost). The caller gets the error (503, no model runs), and the

@@ -15,7 +15,7 @@ describe("mpp-payment's Redis keys on a Redis Cluster: every script stays in one
         if (name === "mppCommit") return ["committed", "1", "10", "1", "0"];
         if (name === "mppBeginClose") return "busy";
         if (name === "mppTryLock" || name === "mppCreateChannel") return 1;
-        if (name === "mppReserve") return "reserved";
+        if (name === "mppReserve") return ["reserved", "0", "5", "0"];
         if (name === "mppRelease") return "released";
         return null;
       });

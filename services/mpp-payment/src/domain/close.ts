@@ -1,10 +1,11 @@
+import { retrying } from "@tollgate/kit/retry";
 import type { Hex } from "viem";
 import { loadOrAdopt } from "./adopt.js";
 import { maxOf } from "./amounts.js";
 import { failed, type PaymentContext } from "./context.js";
 import { authenticate, type CredentialedRequest, checkSignature, checkSource } from "./credential.js";
 import { PaymentError } from "./errors.js";
-import type { ChannelRecord, ChannelStore, OnChainState } from "./ports.js";
+import type { BeginCloseOutcome, ChannelRecord, OnChainState } from "./ports.js";
 import { sessionReceipt } from "./receipts.js";
 import { channelTag, safeCause } from "./safe-log.js";
 import type { SessionPayload } from "./session-payload.js";
@@ -43,6 +44,30 @@ function closedReceipt(
   });
 }
 
+/** What a close waiting for the channel's holds is told while some are still live. */
+const BUSY = Symbol("busy");
+
+/**
+ * Marks the channel closing once no hold is live, waiting for that at most `closeWaitMs`: a
+ * request answered just before the close may still have its Commit on the way (api-edge sends
+ * it after the answer, docs/paid-door.md, "One round trip"), and the close must capture it. A
+ * hold still live after the wait (a request still running) answers `busy`.
+ */
+async function beginCloseWhenSettled(ctx: PaymentContext, channelId: Hex): Promise<BeginCloseOutcome> {
+  return retrying(
+    async () => {
+      const begun = await ctx.store.beginClose(channelId, ctx.now(), ctx.staleCloseMs);
+      if (begun.kind === "busy") throw BUSY;
+      return begun;
+    },
+    (err) => err === BUSY,
+    { delayMs: 10, maxDelayMs: 200, forMs: ctx.closeWaitMs },
+  ).catch((err: unknown) => {
+    if (err === BUSY) return { kind: "busy" } as const;
+    throw err;
+  });
+}
+
 /** Closes the channel on chain from a close credential; returns the close receipt. */
 export async function close(ctx: PaymentContext, req: CredentialedRequest): Promise<string> {
   const { store, chain, log } = ctx;
@@ -59,9 +84,9 @@ export async function close(ctx: PaymentContext, req: CredentialedRequest): Prom
       "the close signer is not configured; the session stays open",
     );
   }
-  let begun: Awaited<ReturnType<ChannelStore["beginClose"]>>;
+  let begun: BeginCloseOutcome;
   try {
-    begun = await store.beginClose(p.channelId, ctx.now(), ctx.staleCloseMs);
+    begun = await beginCloseWhenSettled(ctx, p.channelId);
   } catch (err) {
     log.error({ channel: tag, err }, "close mark failed");
     throw new PaymentError(

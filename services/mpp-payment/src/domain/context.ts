@@ -21,6 +21,11 @@ export interface PaymentsDeps {
   chainStateTtlMs?: number;
   /** A closing mark older than this is taken to be a crashed close and may be taken over. Default 120 s. */
   staleCloseMs?: number;
+  /**
+   * How long a close waits for the channel's live holds to be committed or released before it
+   * answers that requests are in flight. Default 10 s.
+   */
+  closeWaitMs?: number;
 }
 
 /** The deps with their defaults filled in, and the per-instance on-chain state cache. */
@@ -32,6 +37,7 @@ export interface PaymentContext {
   log: Log;
   now: () => number;
   staleCloseMs: number;
+  closeWaitMs: number;
   /** Lowercased payer allowlist; undefined admits every payer. */
   allowlist: string[] | undefined;
   /** The channel's on-chain state, reused for `chainStateTtlMs` unless `fresh`. */
@@ -70,6 +76,7 @@ export function createContext(deps: PaymentsDeps): PaymentContext {
     log,
     now,
     staleCloseMs: deps.staleCloseMs ?? 120_000,
+    closeWaitMs: deps.closeWaitMs ?? 10_000,
     allowlist: s.payerAllowlist?.map((a) => a.toLowerCase()),
     chainState,
     forgetState: (channelId) => {

@@ -16,16 +16,28 @@ function channelIdOf(value: string, code: "mpp_reservation_failed" | "mpp_commit
   return value.toLowerCase() as Hex;
 }
 
+/** A hold, and the receipt of the channel with it (before its cost; "" without a challenge id). */
+export interface Reserved {
+  reservationId: string;
+  receipt: string;
+}
+
 /**
  * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
- * from the channel and `requestId` (a retry with the same id gets the same hold).
+ * from the channel and `requestId` (a retry with the same id gets the same hold), and the
+ * receipt of the hold before its cost: the channel's committed spend, accepted cumulative and
+ * committed requests read in the same step as the hold. Adding the request's charge (at most
+ * `quote`) to its spent and one to its units gives the receipt of the answer (docs/paid-door.md,
+ * "One round trip"): true once the hold is committed, and within the accepted cumulative, since
+ * spent + the hold never exceeds it.
  */
 export async function reserve(
   ctx: PaymentContext,
   channelIdText: string,
   requestId: string,
   quoteText: string,
-): Promise<string> {
+  challengeId = "",
+): Promise<Reserved> {
   const { s, store, log } = ctx;
   const quote = parseAmount(quoteText);
   if (quote === undefined || quote <= 0n) {
@@ -52,9 +64,22 @@ export async function reserve(
       cause: err,
     });
   }
-  switch (outcome) {
+  switch (outcome.kind) {
     case "reserved":
-      return reservationId;
+      return {
+        reservationId,
+        receipt:
+          challengeId === ""
+            ? ""
+            : sessionReceipt({
+                challengeId,
+                channelId,
+                acceptedCumulative: outcome.accepted,
+                spent: outcome.spent,
+                units: outcome.units,
+                at,
+              }),
+      };
     case "insufficient":
       throw new PaymentError(
         "mpp_voucher_bucket_refresh_required",

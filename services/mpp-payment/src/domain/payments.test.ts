@@ -40,7 +40,13 @@ interface Setup {
 }
 
 function setup(
-  opts: { settings?: Partial<PaymentSettings>; store?: ChannelStore; chain?: FakeChain; free?: boolean } = {},
+  opts: {
+    settings?: Partial<PaymentSettings>;
+    store?: ChannelStore;
+    chain?: FakeChain;
+    free?: boolean;
+    closeWaitMs?: number;
+  } = {},
 ): Setup {
   let clock = T0;
   const lines: string[] = [];
@@ -59,6 +65,7 @@ function setup(
     chain,
     log,
     now: () => clock,
+    ...(opts.closeWaitMs === undefined ? {} : { closeWaitMs: opts.closeWaitMs }),
   });
   const advance = (ms: number) => {
     clock += ms;
@@ -494,7 +501,7 @@ describe("Reserve, Commit, Release", () => {
   it("holds the quote inside the accepted voucher and commits the actual cost into a receipt", async () => {
     const s = setup();
     const { issued, channelId } = await opened(s);
-    const rid = await s.payments.reserve(channelId, "req_1", issued.quote.toString());
+    const rid = (await s.payments.reserve(channelId, "req_1", issued.quote.toString())).reservationId;
     expect((await s.store.get(channelId))?.held).toBe(issued.quote);
     const header = await s.payments.commit(rid, channelId, issued.id, "1234");
     const receipt = deserializeSessionReceipt(header);
@@ -520,8 +527,8 @@ describe("Reserve, Commit, Release", () => {
   it("charges at most the hold, and refuses what does not fit the bucket", async () => {
     const s = setup();
     const { issued, channelId } = await opened(s);
-    const r1 = await s.payments.reserve(channelId, "a", "600000");
-    const r2 = await s.payments.reserve(channelId, "b", "400000");
+    const r1 = (await s.payments.reserve(channelId, "a", "600000")).reservationId;
+    const r2 = (await s.payments.reserve(channelId, "b", "400000")).reservationId;
     await rejects(s.payments.reserve(channelId, "c", "1"), "mpp_voucher_bucket_refresh_required");
     expect(deserializeSessionReceipt(await s.payments.commit(r1, channelId, issued.id, "700000")).spent).toBe(
       "600000",
@@ -539,11 +546,26 @@ describe("Reserve, Commit, Release", () => {
     }
   });
 
+  it("gives each hold the receipt before its cost: spent and units of that moment, within the accepted voucher", async () => {
+    const s = setup();
+    const { issued, channelId } = await opened(s);
+    const first = await s.payments.reserve(channelId, "req_1", "300000", issued.id);
+    const concurrent = await s.payments.reserve(channelId, "req_2", "200000", issued.id);
+    const at = { challengeId: issued.id, channelId, acceptedCumulative: "1000000" };
+    expect(deserializeSessionReceipt(first.receipt)).toMatchObject({ ...at, spent: "0", units: 0 });
+    expect(deserializeSessionReceipt(concurrent.receipt)).toMatchObject({ ...at, spent: "0", units: 0 });
+    await s.payments.commit(first.reservationId, channelId, issued.id, "1234");
+    const next = await s.payments.reserve(channelId, "req_3", "100000", issued.id);
+    expect(deserializeSessionReceipt(next.receipt)).toMatchObject({ ...at, spent: "1234", units: 1 });
+    // A retried reserve of a live hold answers the figures of now; without a challenge id, no receipt.
+    expect((await s.payments.reserve(channelId, "req_2", "200000")).receipt).toBe("");
+  });
+
   it("gives a retried reserve of one request the same reservation, holding once", async () => {
     const s = setup();
     const { channelId } = await opened(s);
-    const a = await s.payments.reserve(channelId, "req_same", "300000");
-    const b = await s.payments.reserve(channelId, "req_same", "300000");
+    const a = (await s.payments.reserve(channelId, "req_same", "300000")).reservationId;
+    const b = (await s.payments.reserve(channelId, "req_same", "300000")).reservationId;
     expect(b).toBe(a);
     expect((await s.store.get(channelId))?.held).toBe(300_000n);
   });
@@ -551,8 +573,8 @@ describe("Reserve, Commit, Release", () => {
   it("gives every request id its own hold, and a voucher's accepted receipt reports the spend before it", async () => {
     const s = setup();
     const { req, payer, channelId } = await opened(s);
-    const a = await s.payments.reserve(channelId, "req_a", "300000");
-    const b = await s.payments.reserve(channelId, "req_b", "200000");
+    const a = (await s.payments.reserve(channelId, "req_a", "300000")).reservationId;
+    const b = (await s.payments.reserve(channelId, "req_b", "200000")).reservationId;
     expect(b).not.toBe(a);
     expect((await s.store.get(channelId))?.held).toBe(500_000n);
     await s.payments.commit(a, channelId, "ch", "1234");
@@ -577,7 +599,7 @@ describe("Reserve, Commit, Release", () => {
     const s = setup();
     const { issued, channelId } = await opened(s);
     const before = await s.store.get(channelId);
-    const rid = await s.payments.reserve(channelId, "req_fail", issued.quote.toString());
+    const rid = (await s.payments.reserve(channelId, "req_fail", issued.quote.toString())).reservationId;
     await s.payments.release(rid, channelId);
     await s.payments.release(rid, channelId);
     const after = await s.store.get(channelId);
@@ -588,7 +610,7 @@ describe("Reserve, Commit, Release", () => {
   it("lets an abandoned hold expire after the reservation TTL", async () => {
     const s = setup({ settings: { reservationTtlSeconds: 60 } });
     const { issued, channelId } = await opened(s);
-    const rid = await s.payments.reserve(channelId, "lost", String(UNIT));
+    const rid = (await s.payments.reserve(channelId, "lost", String(UNIT))).reservationId;
     await rejects(s.payments.reserve(channelId, "next", "1"), "mpp_voucher_bucket_refresh_required");
     s.advance(60_000);
     await s.payments.reserve(channelId, "next", String(UNIT));
@@ -607,26 +629,29 @@ describe("Reserve, Commit, Release", () => {
     };
     const b = setup({ store: broken, chain: s.chain });
     await rejects(b.payments.reserve(channelId, "y", "1"), "mpp_reservation_failed");
-    const rid = await s.payments.reserve(channelId, "z", "1");
+    const rid = (await s.payments.reserve(channelId, "z", "1")).reservationId;
     await rejects(b.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed");
     await rejects(s.payments.commit("rsv_unknown", channelId, issued.id, "1"), "mpp_commit_failed");
   });
 });
 
 describe("Close", () => {
-  async function closeWith(s: Setup, o: Awaited<ReturnType<typeof opened>>, cumulative: bigint) {
-    return s.payments.close({
+  async function closeCredential(o: Awaited<ReturnType<typeof opened>>, cumulative: bigint) {
+    return {
       authorization: o.payer.credential(o.issued.header, await o.payer.voucher(cumulative, "close")),
       httpMethod: "POST",
       path: PATH,
       body: new Uint8Array(),
-    });
+    };
+  }
+  async function closeWith(s: Setup, o: Awaited<ReturnType<typeof opened>>, cumulative: bigint) {
+    return s.payments.close(await closeCredential(o, cumulative));
   }
 
   it("captures exactly the spend, returns a receipt with the tx hash, and answers a retry alike", async () => {
     const s = setup();
     const o = await opened(s);
-    const rid = await s.payments.reserve(o.channelId, "r", "5000");
+    const rid = (await s.payments.reserve(o.channelId, "r", "5000")).reservationId;
     await s.payments.commit(rid, o.channelId, o.issued.id, "4321");
     // Verify recognizes a close credential without acting on it.
     const v = await s.payments.verify({
@@ -664,7 +689,7 @@ describe("Close", () => {
     const s = setup();
     const o = await opened(s);
     await s.payments.commit(
-      await s.payments.reserve(o.channelId, "r", "5000"),
+      (await s.payments.reserve(o.channelId, "r", "5000")).reservationId,
       o.channelId,
       o.issued.id,
       "5000",
@@ -688,10 +713,30 @@ describe("Close", () => {
     await rejects(closeWith(s, o, UNIT), "mpp_session_close_failed");
     expect((await s.store.get(o.channelId))?.status).toBe("open");
     s.chain.failClose = false;
-    const rid = await s.payments.reserve(o.channelId, "inflight", "1");
-    await rejects(closeWith(s, o, UNIT), "mpp_session_close_failed");
+    const rid = (await s.payments.reserve(o.channelId, "inflight", "1")).reservationId;
+    await rejects(
+      setup({ store: s.store, chain: s.chain, closeWaitMs: 50 }).payments.close(
+        await closeCredential(o, UNIT),
+      ),
+      "mpp_session_close_failed",
+    );
     await s.payments.release(rid, o.channelId);
     expect(deserializeSessionReceipt(await closeWith(s, o, UNIT)).spent).toBe("0");
+  });
+
+  it("waits for a Commit still on its way after the answer, and captures it", async () => {
+    const s = setup();
+    const o = await opened(s);
+    const held = await s.payments.reserve(o.channelId, "answered", "5000", o.issued.id);
+    // api-edge answered with the receipt of the hold plus its charge, and sends Commit after it;
+    // the payer's close arrives first.
+    const told = deserializeSessionReceipt(held.receipt);
+    const closing = closeWith(s, o, UNIT);
+    await new Promise((r) => setTimeout(r, 30));
+    await s.payments.commit(held.reservationId, o.channelId, o.issued.id, "4321");
+    const receipt = deserializeSessionReceipt(await closing);
+    expect(receipt.spent).toBe(String(BigInt(told.spent) + 4321n));
+    expect(await s.store.get(o.channelId)).toMatchObject({ status: "closed", held: 0n, spent: 4321n });
   });
 });
 
@@ -709,7 +754,7 @@ describe("logging", () => {
       body: o.req.body,
     });
     const receipt = await s.payments.commit(
-      await s.payments.reserve(o.channelId, "r", "10"),
+      (await s.payments.reserve(o.channelId, "r", "10")).reservationId,
       o.channelId,
       o.issued.id,
       "10",

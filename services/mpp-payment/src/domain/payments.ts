@@ -3,12 +3,13 @@ import type { IssuedChallenge } from "./challenge.js";
 import { close } from "./close.js";
 import { createContext, type PaymentsDeps } from "./context.js";
 import type { CredentialedRequest, Verified } from "./credential.js";
-import { commit, release, reserve } from "./holds.js";
+import { commit, type Reserved, release, reserve } from "./holds.js";
 import { challenge } from "./issue.js";
 import { verify } from "./verify.js";
 
 export type { PaymentsDeps } from "./context.js";
 export type { CredentialedRequest, Verified } from "./credential.js";
+export type { Reserved } from "./holds.js";
 
 /**
  * The paid door's payment operations (docs/architecture.md, "The paid door, one request"):
@@ -22,10 +23,11 @@ export interface Payments {
   verify(req: CredentialedRequest): Promise<Verified>;
   /**
    * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
-   * from the channel and `requestId` (a retry with the same id gets the same hold). `requestId`
+   * from the channel and `requestId` (a retry with the same id gets the same hold), and, given
+   * the verified challenge's id, the receipt of the hold before its cost (holds.ts). `requestId`
    * must be the gateway's own per-request id, never one a caller chose.
    */
-  reserve(channelId: string, requestId: string, quote: string): Promise<string>;
+  reserve(channelId: string, requestId: string, quote: string, challengeId?: string): Promise<Reserved>;
   /** Records the actual cost and returns the Payment-Receipt; only after the store update succeeded. */
   commit(reservationId: string, channelId: string, challengeId: string, actualCost: string): Promise<string>;
   /** Returns a hold that will not be committed. */
@@ -40,7 +42,8 @@ export function createPayments(deps: PaymentsDeps): Payments {
   return {
     challenge: (req) => challenge(ctx, req),
     verify: (req) => verify(ctx, req),
-    reserve: (channelId, requestId, quote) => reserve(ctx, channelId, requestId, quote),
+    reserve: (channelId, requestId, quote, challengeId) =>
+      reserve(ctx, channelId, requestId, quote, challengeId),
     commit: (reservationId, channelId, challengeId, actualCost) =>
       commit(ctx, reservationId, channelId, challengeId, actualCost),
     release: (reservationId, channelId) => release(ctx, reservationId, channelId),

@@ -73,8 +73,15 @@ export type AcceptVoucherOutcome =
   | { kind: "accepted" | "same" | "stale"; highest: bigint }
   | { kind: "not_open" | "unknown" };
 
-/** Result of a reserve: `conflict` means the reservation id is taken by a finished reservation. */
-export type ReserveOutcome = "reserved" | "insufficient" | "not_open" | "unknown" | "conflict";
+/**
+ * Result of a reserve: `conflict` means the reservation id is taken by a finished reservation.
+ * `reserved` carries the channel's committed spend, accepted cumulative and committed requests
+ * read in the same step, while the hold is live: spent + the hold ≤ accepted, so spent plus any
+ * charge within the hold is a spend the accepted voucher covers.
+ */
+export type ReserveOutcome =
+  | { kind: "reserved"; spent: bigint; accepted: bigint; units: number }
+  | { kind: "insufficient" | "not_open" | "unknown" | "conflict" };
 
 /** Result of a commit; a repeated commit returns the first one's figures. */
 export type CommitOutcome =
@@ -105,7 +112,7 @@ export interface ChannelStore {
   /**
    * Holds `amount` inside the accepted cumulative (available = highest − spent − held) until
    * `expiresAt` (ms); expired holds are dropped first. Reserving an id that is still held again
-   * is a no-op that answers `reserved`.
+   * is a no-op that answers `reserved` (with the figures of now).
    */
   reserve(
     channelId: Hex,

@@ -34,18 +34,26 @@ export async function verify(ctx: PaymentContext, req: CredentialedRequest): Pro
     binding: verified.binding,
     quote: verified.quote,
   };
-  const acceptedAs = (a: Accepted) => ({
-    ...base,
-    acceptedCumulative: a.cumulative,
-    acceptedReceipt: sessionReceipt({
-      challengeId: verified.challenge.id,
-      channelId: p.channelId,
+  // Built when read: a request whose hold is taken in the same call answers its errors with the
+  // hold's receipt instead (the same spend before the request), and never pays for this one.
+  const acceptedAs = (a: Accepted) => {
+    let receipt: string | undefined;
+    return {
+      ...base,
       acceptedCumulative: a.cumulative,
-      spent: a.spent,
-      units: a.units,
-      at: ctx.now(),
-    }),
-  });
+      get acceptedReceipt() {
+        receipt ??= sessionReceipt({
+          challengeId: verified.challenge.id,
+          channelId: p.channelId,
+          acceptedCumulative: a.cumulative,
+          spent: a.spent,
+          units: a.units,
+          at: ctx.now(),
+        });
+        return receipt;
+      },
+    };
+  };
   switch (p.action) {
     case "open":
       return acceptedAs(await verifyOpen(ctx, p, source));

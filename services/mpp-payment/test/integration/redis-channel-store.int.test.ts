@@ -64,7 +64,7 @@ describe("redis channel store", () => {
           stores[i % 4]!.reserve(c.channelId, `r${i}`, 30_000n, now, now + 60_000),
         ),
       );
-      expect(results.filter((r) => r === "reserved")).toHaveLength(33);
+      expect(results.filter((r) => r.kind === "reserved")).toHaveLength(33);
       expect((await stores[1]!.get(c.channelId))?.held).toBe(990_000n);
     } finally {
       await Promise.all(connections.map((r) => quitRedis(r)));
@@ -84,7 +84,7 @@ describe("redis channel store: a lost Reserve reply", () => {
       const c = newChannel();
       await s.create(c);
       const now = Date.now();
-      expect(await s.reserve(c.channelId, "r1", 5n, now, now + 600_000)).toBe("reserved");
+      expect((await s.reserve(c.channelId, "r1", 5n, now, now + 600_000)).kind).toBe("reserved");
 
       proxy.loseNextReply();
       await expect(s.reserve(c.channelId, "r2", 7n, now, now + 600_000)).rejects.toThrow();

@@ -73,13 +73,17 @@ export function paymentHandlers(payments: Payments): Handlers<typeof PaymentServ
         // open broadcast), and api-edge must get its receipt to answer with. It calls Reserve
         // on its own then, which takes the hold (same id) or answers why not.
         const paysForContent = (v.action === "open" || v.action === "voucher") && req.body.length > 0;
-        const reservationId =
+        const held =
           req.reserveRequestId !== "" && paysForContent
-            ? await payments.reserve(v.channelId, req.reserveRequestId, v.quote.toString()).catch(() => "")
-            : "";
+            ? await payments
+                .reserve(v.channelId, req.reserveRequestId, v.quote.toString(), v.challengeId)
+                .catch(() => undefined)
+            : undefined;
         return {
-          reservationId,
-          acceptedReceipt: v.acceptedReceipt ?? "",
+          reservationId: held?.reservationId ?? "",
+          reservedReceipt: held?.receipt ?? "",
+          // With the hold, its receipt is the accepted credential's too: the spend before the request.
+          acceptedReceipt: held?.receipt || (v.acceptedReceipt ?? ""),
           action: ACTIONS[v.action],
           channelId: v.channelId,
           challengeId: v.challengeId,
@@ -91,9 +95,10 @@ export function paymentHandlers(payments: Payments): Handlers<typeof PaymentServ
       }),
 
     reserve: (req) =>
-      mapped(async () => ({
-        reservationId: await payments.reserve(req.channelId, req.requestId, req.quote),
-      })),
+      mapped(async () => {
+        const held = await payments.reserve(req.channelId, req.requestId, req.quote, req.challengeId);
+        return { reservationId: held.reservationId, reservedReceipt: held.receipt };
+      }),
 
     commit: (req) =>
       mapped(async () => ({

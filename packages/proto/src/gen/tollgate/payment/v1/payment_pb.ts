@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/payment/v1/payment.proto.
  */
 export const file_tollgate_payment_v1_payment: GenFile = /*@__PURE__*/
-  fileDesc("CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSK8AQoLUGFpZFJlcXVlc3QSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEhoKEm1vZGVsX29wdGltaXphdGlvbhgEIAEoCBINCgVtb2RlbBgFIAEoCRISCgpvdXRwdXRfY2FwGAYgASgNEhUKDW1lc3NhZ2VfY291bnQYByABKA0SDAoEYm9keRgIIAEoDBIYChBvdXRwdXRfc2VxdWVuY2VzGAkgASgNIkUKEENoYWxsZW5nZVJlcXVlc3QSMQoHcmVxdWVzdBgBIAEoCzIgLnRvbGxnYXRlLnBheW1lbnQudjEuUGFpZFJlcXVlc3QicgoRQ2hhbGxlbmdlUmVzcG9uc2USGAoQd3d3X2F1dGhlbnRpY2F0ZRgBIAEoCRIUCgxjaGFsbGVuZ2VfaWQYAiABKAkSLQoHYmluZGluZxgDIAEoCzIcLnRvbGxnYXRlLnBheW1lbnQudjEuQmluZGluZyJzCg1WZXJpZnlSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCRIMCgRib2R5GAQgASgMEhoKEnJlc2VydmVfcmVxdWVzdF9pZBgFIAEoCSKNAgoOVmVyaWZ5UmVzcG9uc2USKwoGYWN0aW9uGAEgASgOMhsudG9sbGdhdGUucGF5bWVudC52MS5BY3Rpb24SEgoKY2hhbm5lbF9pZBgCIAEoCRIUCgxjaGFsbGVuZ2VfaWQYAyABKAkSLQoHYmluZGluZxgEIAEoCzIcLnRvbGxnYXRlLnBheW1lbnQudjEuQmluZGluZxIbChNhY2NlcHRlZF9jdW11bGF0aXZlGAUgASgJEhcKD3BheW1lbnRfcmVjZWlwdBgGIAEoCRINCgVxdW90ZRgHIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgIIAEoCRIYChBhY2NlcHRlZF9yZWNlaXB0GAkgASgJIkcKDlJlc2VydmVSZXF1ZXN0EhIKCmNoYW5uZWxfaWQYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRINCgVxdW90ZRgDIAEoCSIpCg9SZXNlcnZlUmVzcG9uc2USFgoOcmVzZXJ2YXRpb25faWQYASABKAkiZgoNQ29tbWl0UmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpjaGFubmVsX2lkGAIgASgJEhQKDGNoYWxsZW5nZV9pZBgDIAEoCRITCgthY3R1YWxfY29zdBgEIAEoCSIpCg5Db21taXRSZXNwb25zZRIXCg9wYXltZW50X3JlY2VpcHQYASABKAkiPAoOUmVsZWFzZVJlcXVlc3QSFgoOcmVzZXJ2YXRpb25faWQYASABKAkSEgoKY2hhbm5lbF9pZBgCIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UiSAoMQ2xvc2VSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCSIoCg1DbG9zZVJlc3BvbnNlEhcKD3BheW1lbnRfcmVjZWlwdBgBIAEoCSpqCgZBY3Rpb24SFgoSQUNUSU9OX1VOU1BFQ0lGSUVEEAASDwoLQUNUSU9OX09QRU4QARIRCg1BQ1RJT05fVE9QX1VQEAISEgoOQUNUSU9OX1ZPVUNIRVIQAxIQCgxBQ1RJT05fQ0xPU0UQBDKOBAoOUGF5bWVudFNlcnZpY2USWgoJQ2hhbGxlbmdlEiUudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXF1ZXN0GiYudG9sbGdhdGUucGF5bWVudC52MS5DaGFsbGVuZ2VSZXNwb25zZRJRCgZWZXJpZnkSIi50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlcXVlc3QaIy50b2xsZ2F0ZS5wYXltZW50LnYxLlZlcmlmeVJlc3BvbnNlElQKB1Jlc2VydmUSIy50b2xsZ2F0ZS5wYXltZW50LnYxLlJlc2VydmVSZXF1ZXN0GiQudG9sbGdhdGUucGF5bWVudC52MS5SZXNlcnZlUmVzcG9uc2USUQoGQ29tbWl0EiIudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXF1ZXN0GiMudG9sbGdhdGUucGF5bWVudC52MS5Db21taXRSZXNwb25zZRJUCgdSZWxlYXNlEiMudG9sbGdhdGUucGF5bWVudC52MS5SZWxlYXNlUmVxdWVzdBokLnRvbGxnYXRlLnBheW1lbnQudjEuUmVsZWFzZVJlc3BvbnNlEk4KBUNsb3NlEiEudG9sbGdhdGUucGF5bWVudC52MS5DbG9zZVJlcXVlc3QaIi50b2xsZ2F0ZS5wYXltZW50LnYxLkNsb3NlUmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("CiF0b2xsZ2F0ZS9wYXltZW50L3YxL3BheW1lbnQucHJvdG8SE3RvbGxnYXRlLnBheW1lbnQudjEingEKB0JpbmRpbmcSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEg0KBW1vZGVsGAQgASgJEg8KB3J1bnRpbWUYBSABKAkSGwoTcHJpY2luZ19zbmFwc2hvdF9pZBgGIAEoCRIRCglpbnB1dF9jYXAYByABKA0SEgoKb3V0cHV0X2NhcBgIIAEoDSK8AQoLUGFpZFJlcXVlc3QSEwoLaHR0cF9tZXRob2QYASABKAkSDAoEcGF0aBgCIAEoCRIMCgRwbGFuGAMgASgJEhoKEm1vZGVsX29wdGltaXphdGlvbhgEIAEoCBINCgVtb2RlbBgFIAEoCRISCgpvdXRwdXRfY2FwGAYgASgNEhUKDW1lc3NhZ2VfY291bnQYByABKA0SDAoEYm9keRgIIAEoDBIYChBvdXRwdXRfc2VxdWVuY2VzGAkgASgNIkUKEENoYWxsZW5nZVJlcXVlc3QSMQoHcmVxdWVzdBgBIAEoCzIgLnRvbGxnYXRlLnBheW1lbnQudjEuUGFpZFJlcXVlc3QicgoRQ2hhbGxlbmdlUmVzcG9uc2USGAoQd3d3X2F1dGhlbnRpY2F0ZRgBIAEoCRIUCgxjaGFsbGVuZ2VfaWQYAiABKAkSLQoHYmluZGluZxgDIAEoCzIcLnRvbGxnYXRlLnBheW1lbnQudjEuQmluZGluZyJzCg1WZXJpZnlSZXF1ZXN0EhUKDWF1dGhvcml6YXRpb24YASABKAkSEwoLaHR0cF9tZXRob2QYAiABKAkSDAoEcGF0aBgDIAEoCRIMCgRib2R5GAQgASgMEhoKEnJlc2VydmVfcmVxdWVzdF9pZBgFIAEoCSKnAgoOVmVyaWZ5UmVzcG9uc2USKwoGYWN0aW9uGAEgASgOMhsudG9sbGdhdGUucGF5bWVudC52MS5BY3Rpb24SEgoKY2hhbm5lbF9pZBgCIAEoCRIUCgxjaGFsbGVuZ2VfaWQYAyABKAkSLQoHYmluZGluZxgEIAEoCzIcLnRvbGxnYXRlLnBheW1lbnQudjEuQmluZGluZxIbChNhY2NlcHRlZF9jdW11bGF0aXZlGAUgASgJEhcKD3BheW1lbnRfcmVjZWlwdBgGIAEoCRINCgVxdW90ZRgHIAEoCRIWCg5yZXNlcnZhdGlvbl9pZBgIIAEoCRIYChBhY2NlcHRlZF9yZWNlaXB0GAkgASgJEhgKEHJlc2VydmVkX3JlY2VpcHQYCiABKAkiXQoOUmVzZXJ2ZVJlcXVlc3QSEgoKY2hhbm5lbF9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEg0KBXF1b3RlGAMgASgJEhQKDGNoYWxsZW5nZV9pZBgEIAEoCSJDCg9SZXNlcnZlUmVzcG9uc2USFgoOcmVzZXJ2YXRpb25faWQYASABKAkSGAoQcmVzZXJ2ZWRfcmVjZWlwdBgCIAEoCSJmCg1Db21taXRSZXF1ZXN0EhYKDnJlc2VydmF0aW9uX2lkGAEgASgJEhIKCmNoYW5uZWxfaWQYAiABKAkSFAoMY2hhbGxlbmdlX2lkGAMgASgJEhMKC2FjdHVhbF9jb3N0GAQgASgJIikKDkNvbW1pdFJlc3BvbnNlEhcKD3BheW1lbnRfcmVjZWlwdBgBIAEoCSI8Cg5SZWxlYXNlUmVxdWVzdBIWCg5yZXNlcnZhdGlvbl9pZBgBIAEoCRISCgpjaGFubmVsX2lkGAIgASgJIhEKD1JlbGVhc2VSZXNwb25zZSJICgxDbG9zZVJlcXVlc3QSFQoNYXV0aG9yaXphdGlvbhgBIAEoCRITCgtodHRwX21ldGhvZBgCIAEoCRIMCgRwYXRoGAMgASgJIigKDUNsb3NlUmVzcG9uc2USFwoPcGF5bWVudF9yZWNlaXB0GAEgASgJKmoKBkFjdGlvbhIWChJBQ1RJT05fVU5TUEVDSUZJRUQQABIPCgtBQ1RJT05fT1BFThABEhEKDUFDVElPTl9UT1BfVVAQAhISCg5BQ1RJT05fVk9VQ0hFUhADEhAKDEFDVElPTl9DTE9TRRAEMo4ECg5QYXltZW50U2VydmljZRJaCglDaGFsbGVuZ2USJS50b2xsZ2F0ZS5wYXltZW50LnYxLkNoYWxsZW5nZVJlcXVlc3QaJi50b2xsZ2F0ZS5wYXltZW50LnYxLkNoYWxsZW5nZVJlc3BvbnNlElEKBlZlcmlmeRIiLnRvbGxnYXRlLnBheW1lbnQudjEuVmVyaWZ5UmVxdWVzdBojLnRvbGxnYXRlLnBheW1lbnQudjEuVmVyaWZ5UmVzcG9uc2USVAoHUmVzZXJ2ZRIjLnRvbGxnYXRlLnBheW1lbnQudjEuUmVzZXJ2ZVJlcXVlc3QaJC50b2xsZ2F0ZS5wYXltZW50LnYxLlJlc2VydmVSZXNwb25zZRJRCgZDb21taXQSIi50b2xsZ2F0ZS5wYXltZW50LnYxLkNvbW1pdFJlcXVlc3QaIy50b2xsZ2F0ZS5wYXltZW50LnYxLkNvbW1pdFJlc3BvbnNlElQKB1JlbGVhc2USIy50b2xsZ2F0ZS5wYXltZW50LnYxLlJlbGVhc2VSZXF1ZXN0GiQudG9sbGdhdGUucGF5bWVudC52MS5SZWxlYXNlUmVzcG9uc2USTgoFQ2xvc2USIS50b2xsZ2F0ZS5wYXltZW50LnYxLkNsb3NlUmVxdWVzdBoiLnRvbGxnYXRlLnBheW1lbnQudjEuQ2xvc2VSZXNwb25zZWIGcHJvdG8z");
 
 /**
  * Binding is what a challenge binds besides the body digest; it is HMAC-protected.
@@ -291,11 +291,24 @@ export type VerifyResponse = Message<"tollgate.payment.v1.VerifyResponse"> & {
   /**
    * For a credential that pays for content (open or voucher): the receipt of the accepted
    * credential itself, charging nothing (the channel's spend before this request). An answer
-   * that fails after Verify carries it, so that the payer keeps the channel it funded.
+   * that fails after Verify carries it, so that the payer keeps the channel it funded. With
+   * reservation_id it is reserved_receipt (the same spend before the request).
    *
    * @generated from field: string accepted_receipt = 9;
    */
   acceptedReceipt: string;
+
+  /**
+   * With reservation_id: the receipt of the hold before its cost (docs/paid-door.md, "One round
+   * trip"): the channel's committed spend, accepted cumulative and committed requests read with
+   * the hold in one step. The answer's Payment-Receipt is this one with the request's exact
+   * charge (never above the quote) added to `spent` and one to `units`; api-edge sends it and
+   * then Commit, so no Commit stands between the model's answer and the caller. Empty from a
+   * replica that predates it: then the receipt is Commit's.
+   *
+   * @generated from field: string reserved_receipt = 10;
+   */
+  reservedReceipt: string;
 };
 
 /**
@@ -331,6 +344,13 @@ export type ReserveRequest = Message<"tollgate.payment.v1.ReserveRequest"> & {
    * @generated from field: string quote = 3;
    */
   quote: string;
+
+  /**
+   * The verified credential's challenge id, named by ReserveResponse.reserved_receipt.
+   *
+   * @generated from field: string challenge_id = 4;
+   */
+  challengeId: string;
 };
 
 /**
@@ -348,6 +368,13 @@ export type ReserveResponse = Message<"tollgate.payment.v1.ReserveResponse"> & {
    * @generated from field: string reservation_id = 1;
    */
   reservationId: string;
+
+  /**
+   * As VerifyResponse.reserved_receipt; empty when challenge_id is.
+   *
+   * @generated from field: string reserved_receipt = 2;
+   */
+  reservedReceipt: string;
 };
 
 /**
@@ -566,7 +593,9 @@ export const PaymentService: GenService<{
     output: typeof ReserveResponseSchema;
   },
   /**
-   * Commit records the served request's actual cost and returns the Payment-Receipt.
+   * Commit records the served request's actual cost and returns the Payment-Receipt. api-edge
+   * sends it after the answer (idempotent by reservation id), with the receipt it derived from
+   * the hold's reserved_receipt.
    *
    * @generated from rpc tollgate.payment.v1.PaymentService.Commit
    */
@@ -586,7 +615,8 @@ export const PaymentService: GenService<{
     output: typeof ReleaseResponseSchema;
   },
   /**
-   * Close settles a session on chain from a close credential.
+   * Close settles a session on chain from a close credential. It first waits, bounded, for the
+   * channel's holds to be committed or released, so that it captures every answered request.
    *
    * @generated from rpc tollgate.payment.v1.PaymentService.Close
    */
