@@ -66,6 +66,8 @@ const envSchema = z.object({
   /** Prometheus /metrics on its own port, never the public one; 0 picks a free port. */
   METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9080),
+  /** Account-door requests admitted on leases (docs/money.md, "Leases"); "off": each authorized alone. */
+  ACCOUNT_LEASES: z.enum(["on", "off"]).default("on"),
   ...otelEnv,
 });
 
@@ -89,6 +91,8 @@ export interface ApiEdgeConfig {
   metricsPort: number;
   /** OpenTelemetry export; undefined (the default) keeps tracing off. */
   tracing?: TracingOptions;
+  /** Whether account-door requests are admitted on leases (ACCOUNT_LEASES). */
+  leases: boolean;
 }
 
 /** Reads the environment; throws ConfigError naming every problem. */
@@ -120,5 +124,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     tracing: tracingOptions(e, "api-edge"),
+    leases: e.ACCOUNT_LEASES === "on",
   };
 }

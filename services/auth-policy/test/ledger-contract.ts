@@ -200,4 +200,57 @@ export function ledgerContract(make: LedgerFactory): void {
     expect((await hold(l, [b], 0n, HOLD_MS + 2)).admitted).toBe(false);
     expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 15n, held: 0n });
   });
+
+  it("charges a lease once per usage event and, returned, keeps only what is committed and not yet charged", async () => {
+    const l = await ledger();
+    const b = budget(1_000n);
+    const lease = rid();
+    const win: RateWindow = {
+      id: `{acct}:key:k${++seq}:requests`,
+      scope: "key",
+      unit: "requests",
+      limit: 10,
+      cost: 4,
+    };
+    const taken = await l.admit(
+      [win],
+      { hold: { reservationId: lease, amount: 400n, budgets: [b], lease: true } },
+      at(0),
+    );
+    expect(taken.admitted).toBe(true);
+    expect(await peek(l, b)).toEqual({ spent: 0n, held: 400n });
+    // Two requests ran on it: the first charged (twice delivered), the second still to come.
+    expect(await l.settle(lease, 30n, "evt_1", at(10))).toEqual({ outcome: "settled", cost: 30n });
+    expect(await l.settle(lease, 30n, "evt_1", at(11))).toEqual({ outcome: "already_settled", cost: 30n });
+    expect(await peek(l, b)).toEqual({ spent: 30n, held: 370n });
+    // Returned with 30 + 20 committed and one of its 4 units unused: 20 stays held, 350 goes back.
+    expect(
+      await l.returnLease(lease, { committed: 50n, unusedRequests: 3, unusedTokens: 0 }, at(20)),
+    ).toEqual({
+      released: 350n,
+    });
+    expect(await peek(l, b)).toEqual({ spent: 30n, held: 20n });
+    const after = await l.admit([{ ...win, cost: 0 }], undefined, at(21));
+    expect(after.counts[0]?.used).toBe(1);
+    // A second return changes nothing; the late charge ends the hold.
+    expect(
+      (await l.returnLease(lease, { committed: 0n, unusedRequests: 3, unusedTokens: 0 }, at(22))).released,
+    ).toBe(0n);
+    expect(await l.settle(lease, 20n, "evt_2", at(30))).toEqual({ outcome: "settled", cost: 20n });
+    expect(await peek(l, b)).toEqual({ spent: 50n, held: 0n });
+  });
+
+  it("lets a lease nobody returns lapse with the hold TTL, and still charges its late usage", async () => {
+    const l = await ledger();
+    const b = budget(1_000n);
+    const lease = rid();
+    await l.admit([], { hold: { reservationId: lease, amount: 500n, budgets: [b], lease: true } }, at(0));
+    expect(await l.settle(lease, 100n, "evt_a", at(1))).toEqual({ outcome: "settled", cost: 100n });
+    expect(await peek(l, b, HOLD_MS + 1)).toEqual({ spent: 100n, held: 0n });
+    expect(await l.settle(lease, 7n, "evt_b", at(HOLD_MS + 2))).toEqual({
+      outcome: "settled_after_expiry",
+      cost: 7n,
+    });
+    expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 107n, held: 0n });
+  });
 }

@@ -6,6 +6,7 @@ import {
 } from "../domain/budget.js";
 import type { Admission, Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
 import { BUCKET_MS, countWindow, WINDOW_BUCKETS } from "../domain/rate-limit.js";
+import type { Settlement } from "../domain/types.js";
 
 interface BudgetState {
   spent: bigint;
@@ -33,6 +34,14 @@ interface ReservationState {
   budgets: string[];
   keepUntilMs: number;
   settled?: { cost: bigint; eventId: string };
+  /** A lease: its windows and bucket, what was charged on it, by event id, and whether it was returned. */
+  lease?: {
+    windows: Array<{ id: string; unit: "requests" | "tokens" }>;
+    bucket: number;
+    charged: Map<string, bigint>;
+    total: bigint;
+    returned: boolean;
+  };
 }
 
 /**
@@ -150,6 +159,37 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
     return expired;
   };
 
+  // Sets what a reservation still holds in one budget: dropped at zero, else kept with its expiry.
+  const holdLeft = (b: BudgetState, h: Hold, left: bigint) => {
+    if (left <= 0n) return drop(b, h);
+    b.held -= h.amount - left;
+    h.amount = left;
+  };
+
+  // One usage event's cost charged against a lease: out of its hold (as far as it goes) into
+  // spend, once per event id.
+  const charge = (
+    reservationId: string,
+    r: ReservationState,
+    lease: NonNullable<ReservationState["lease"]>,
+    cost: bigint,
+    eventId: string,
+    nowMs: number,
+  ): Settlement => {
+    const prior = lease.charged.get(eventId);
+    if (prior !== undefined) return { outcome: "already_settled", cost: prior };
+    for (const id of r.budgets) {
+      const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
+      const h = b.holds.get(reservationId);
+      if (h) holdLeft(b, h, h.amount - cost);
+      b.spent += cost;
+      budgets.set(id, b);
+    }
+    lease.charged.set(eventId, cost);
+    lease.total += cost;
+    return { outcome: r.expiresMs <= nowMs ? "settled_after_expiry" : "settled", cost };
+  };
+
   const ledger: MemoryLedger = {
     retained: () => {
       let holds = 0;
@@ -218,6 +258,17 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
             expiresMs,
             budgets: checks.map((c) => c.id),
             keepUntilMs: nowMs + windowMs,
+            ...(hold.lease
+              ? {
+                  lease: {
+                    windows: list.map((w) => ({ id: w.id, unit: w.unit })),
+                    bucket: current,
+                    charged: new Map(),
+                    total: 0n,
+                    returned: false,
+                  },
+                }
+              : {}),
           });
         }
       }
@@ -236,11 +287,37 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
       return ledger.admit(list, undefined, now);
     },
 
+    async returnLease(leaseId, back, now) {
+      const r = reservations.get(leaseId);
+      if (!r?.lease || r.lease.returned || r.keepUntilMs <= now.getTime()) return { released: 0n };
+      r.lease.returned = true;
+      let keep = back.committed - r.lease.total;
+      if (keep < 0n) keep = 0n;
+      let released = 0n;
+      r.budgets.forEach((id, j) => {
+        const b = budgets.get(id);
+        const h = b?.holds.get(leaseId);
+        if (!b || !h) return;
+        const left = h.amount < keep ? h.amount : keep;
+        if (j === 0) released = h.amount - left;
+        holdLeft(b, h, left);
+      });
+      for (const w of r.lease.windows) {
+        const buckets = windows.get(w.id);
+        const units = buckets?.get(r.lease.bucket);
+        if (!buckets || units === undefined) continue;
+        const give = Math.min(units, w.unit === "tokens" ? back.unusedTokens : back.unusedRequests);
+        buckets.set(r.lease.bucket, units - give);
+      }
+      return { released };
+    },
+
     async settle(reservationId, cost, eventId, now) {
       const nowMs = now.getTime();
       const r = reservations.get(reservationId);
       if (!r || r.keepUntilMs <= nowMs) return { outcome: "unknown" };
       if (r.settled) return { outcome: "already_settled", cost: r.settled.cost };
+      if (r.lease) return charge(reservationId, r, r.lease, cost, eventId, nowMs);
       for (const id of r.budgets) {
         const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
         const h = b.holds.get(reservationId);

@@ -31,7 +31,9 @@ export interface RedisLedgerOptions extends LedgerOptions {
 //                                              (":1" appended in the reservation's first budget)
 //   budget:{a}:<…>:<period>:holds              ZSET reservation id by hold expiry (ms)
 //   reservation:rsv_<20>_{a}                   HASH amount, expiresAt, keepUntil, budgets, state,
-//                                              cost, eventId, settledAt
+//                                              cost, eventId, settledAt; a lease (state lease,
+//                                              then returned) also windows, bucket, charged and
+//                                              e:<event id> → cost per usage event charged
 // Amounts are decimal strings changed only with HINCRBY (exact int64). Lua compares them as
 // doubles, exact because budgets are at most 2^53 - 1: a sum above that compares as above any
 // budget. Budget keys live until their period ends plus the settlement window; reservation
@@ -60,7 +62,7 @@ end
 // the retry time of a refusal.
 //   KEYS: n windows, then per budget its hash and its holds zset, then (mode 'hold') the record
 //   ARGV: now ms ('' = Redis TIME), bucket ms, buckets per window, n, m, mode ('', 'peek',
-//         'hold'), reservation id, amount, hold ms, record ms, then limit and cost per window,
+//         'hold', 'lease': a hold whose record also names its windows and bucket), reservation id, amount, hold ms, record ms, then limit and cost per window,
 //         then limit, keep ms and id per budget
 //   Returns: rate ok (0/1), budgets ok (0/1), now ms, expired reservations (counted in their
 //            first budget only), then per window: used, newest bucket (-1 none), retry ms (0
@@ -166,7 +168,7 @@ for j = 1, m do
   local sh = redis.call('HMGET', h, 'spent', 'held')
   local spent = sh[1] or '0'
   local held = sh[2] or '0'
-  if mode == 'hold' and tonumber(spent) + tonumber(held) + tonumber(amount) > tonumber(ARGV[B + 3 * j - 2]) then
+  if (mode == 'hold' or mode == 'lease') and tonumber(spent) + tonumber(held) + tonumber(amount) > tonumber(ARGV[B + 3 * j - 2]) then
     budgetOk = 0
   end
   out[#out + 1] = spent
@@ -184,7 +186,7 @@ if rateOk == 1 and budgetOk == 1 then
       redis.call('PEXPIRE', key, (span + 1) * width)
     end
   end
-  if mode == 'hold' then
+  if mode == 'hold' or mode == 'lease' then
     local expires = now + tonumber(ARGV[9])
     local ids = {}
     for j = 1, m do
@@ -200,6 +202,12 @@ if rateOk == 1 and budgetOk == 1 then
     local rec = KEYS[n + 2 * m + 1]
     redis.call('HSET', rec, 'amount', amount, 'expiresAt', expires, 'keepUntil', now + tonumber(ARGV[10]),
       'budgets', table.concat(ids, ' '), 'state', 'held')
+    if mode == 'lease' then
+      local wins = {}
+      for i = 1, n do wins[i] = KEYS[i] end
+      redis.call('HSET', rec, 'state', 'lease', 'windows', table.concat(wins, ' '), 'bucket', current,
+        'charged', 0)
+    end
     redis.call('PEXPIRE', rec, tonumber(ARGV[10]))
   end
 end
@@ -223,6 +231,35 @@ if st[1] == 'settled' then return { 'already_settled', st[4] } end
 if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
 local rid, cost = ARGV[2], ARGV[3]
 local keep = redis.call('PTTL', KEYS[1])
+if st[1] == 'lease' or st[1] == 'returned' then
+  local eid = 'e:' .. ARGV[4]
+  local prior = redis.call('HGET', KEYS[1], eid)
+  if prior then return { 'already_settled', prior } end
+  for j = 1, (#KEYS - 1) / 2 do
+    local h, z = KEYS[2 * j], KEYS[2 * j + 1]
+    local a = redis.call('HGET', h, 'r:' .. rid)
+    if a then
+      local c = string.find(a, ':', 1, true)
+      local mark = ''
+      if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
+      local left = tonumber(a) - tonumber(cost)
+      if left < 0 then left = 0 end
+      redis.call('HINCRBY', h, 'held', string.format('%.0f', left - tonumber(a)))
+      if left == 0 then
+        redis.call('HDEL', h, 'r:' .. rid)
+        redis.call('ZREM', z, rid)
+      else
+        redis.call('HSET', h, 'r:' .. rid, string.format('%.0f', left) .. mark)
+      end
+    end
+    redis.call('HINCRBY', h, 'spent', cost)
+    if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
+  end
+  redis.call('HSET', KEYS[1], eid, cost)
+  redis.call('HINCRBY', KEYS[1], 'charged', cost)
+  if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
+  return { 'settled', cost }
+end
 for j = 1, (#KEYS - 1) / 2 do
   local h, z = KEYS[2 * j], KEYS[2 * j + 1]
   local a = redis.call('HGET', h, 'r:' .. rid)
@@ -241,6 +278,57 @@ if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
 return { 'settled', cost }
 `;
 
+// Ends a lease: keeps of its hold in each budget only what was committed on it and not yet
+// charged, releases the rest, gives its unused units back to the bucket it took them from (if
+// that bucket is still counted), and marks it returned. A repeat changes nothing.
+//   KEYS: the record, then per budget its hash and its holds zset, then its windows
+//   ARGV: reservation id, committed, unused requests, unused tokens, budget ids as read before,
+//         number of budgets
+//   Returns: outcome ('returned', 'not_lease'), base units released from the first budget
+const RETURN_LUA = `
+local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'charged', 'bucket')
+if st[1] ~= 'lease' then return { 'not_lease', '0' } end
+if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
+local rid = ARGV[1]
+local keep = tonumber(ARGV[2]) - tonumber(st[3] or '0')
+if keep < 0 then keep = 0 end
+local m = tonumber(ARGV[6])
+local released = 0
+for j = 1, m do
+  local h, z = KEYS[2 * j], KEYS[2 * j + 1]
+  local a = redis.call('HGET', h, 'r:' .. rid)
+  if a then
+    local c = string.find(a, ':', 1, true)
+    local mark = ''
+    if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
+    a = tonumber(a)
+    local left = keep
+    if left > a then left = a end
+    if j == 1 then released = a - left end
+    redis.call('HINCRBY', h, 'held', string.format('%.0f', left - a))
+    if left == 0 then
+      redis.call('HDEL', h, 'r:' .. rid)
+      redis.call('ZREM', z, rid)
+    else
+      redis.call('HSET', h, 'r:' .. rid, string.format('%.0f', left) .. mark)
+    end
+  end
+end
+for i = 2 * m + 2, #KEYS do
+  local key = KEYS[i]
+  local back = tonumber(ARGV[3])
+  if string.sub(key, -7) == ':tokens' then back = tonumber(ARGV[4]) end
+  local units = tonumber(redis.call('HGET', key, st[4]) or '0')
+  if back > units then back = units end
+  if back > 0 then
+    redis.call('HINCRBY', key, st[4], -back)
+    redis.call('HINCRBY', key, 't', -back)
+  end
+end
+redis.call('HSET', KEYS[1], 'state', 'returned')
+return { 'returned', string.format('%.0f', released) }
+`;
+
 /**
  * Reservations a replica remembers until settled, the oldest forgotten first: some 40 s of
  * admissions at 250 a second, while a settlement comes within seconds (about 1 MB).
@@ -253,6 +341,7 @@ const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
   authSettle(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
+  authReturnLease(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
 };
 
 const OUTCOMES: readonly SettleOutcome[] = ["settled", "settled_after_expiry", "already_settled", "unknown"];
@@ -270,6 +359,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     // No fixed key count: the first argument of each call says how many keys follow.
     client.defineCommand("authAdmit", { lua: ADMIT_LUA });
     client.defineCommand("authSettle", { lua: SETTLE_LUA });
+    client.defineCommand("authReturnLease", { lua: RETURN_LUA });
   }
   // The budgets of the reservations this replica took, until they are settled: a settlement
   // that finds its reservation here runs the settle script at once (one round trip), instead of
@@ -335,7 +425,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
           WINDOW_BUCKETS,
           windows.length,
           checks.length,
-          hold ? "hold" : checks.length > 0 ? "peek" : "",
+          hold ? (hold.lease ? "lease" : "hold") : checks.length > 0 ? "peek" : "",
           hold?.reservationId ?? "",
           hold ? hold.amount.toString() : "0",
           holdMs,
@@ -379,6 +469,30 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
 
     async consume(windows, now) {
       return ledger.admit(windows, undefined, now);
+    },
+
+    async returnLease(leaseId, back, _now) {
+      if (!isReservationId(leaseId)) return { released: 0n };
+      const record = recordKey(leaseId);
+      const [budgets, windows] = await redis.hmget(record, "budgets", "windows");
+      if (budgets === null || budgets === undefined) return { released: 0n };
+      const ids = budgets === "" ? [] : budgets.split(" ");
+      const keys = [
+        record,
+        ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)]),
+        ...(windows ? windows.split(" ") : []),
+      ];
+      const [, released] = await client.authReturnLease(
+        keys.length,
+        ...keys,
+        leaseId,
+        back.committed.toString(),
+        back.unusedRequests,
+        back.unusedTokens,
+        budgets,
+        ids.length,
+      );
+      return { released: BigInt(released) };
     },
 
     async settle(reservationId, cost, eventId, now) {
