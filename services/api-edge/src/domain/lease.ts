@@ -34,6 +34,8 @@ export type TicketEnd =
 
 /** One request admitted on a lease; ends once (later ends are ignored). */
 export interface Ticket {
+  /** Its number within the lease, from 1: its reservation is `<lease id>~<ticket>`. */
+  readonly ticket: number;
   readonly quote: bigint;
   end(how: TicketEnd): void;
   readonly ended: boolean;
@@ -49,6 +51,7 @@ export class EdgeLease {
   private tokensLeft: number | undefined;
   private running = 0;
   private admittedCount = 0;
+  private readonly unsure: Array<{ ticket: number; quote: bigint }> = [];
   /** Called when the last request in flight ends. */
   onIdle: (() => void) | undefined;
 
@@ -76,7 +79,9 @@ export class EdgeLease {
     this.running++;
     this.admittedCount++;
     let ended = false;
+    const number = this.admittedCount;
     const ticket: Ticket = {
+      ticket: number,
       quote,
       get ended() {
         return ended;
@@ -89,6 +94,7 @@ export class EdgeLease {
           // A cost above the quote cannot happen (the quote bounds it); never credit a negative.
           else if (how !== "unsure" && how.cost < quote) this.budgetLeft += quote - how.cost;
         }
+        if (how === "unsure") this.unsure.push({ ticket: number, quote });
         this.running--;
         if (this.running === 0) this.onIdle?.();
       },
@@ -116,13 +122,22 @@ export class EdgeLease {
     return unit === "requests" ? this.requestsLeft : this.tokensLeft;
   }
 
-  /** What the lease is returned with: the base units committed on it, and the unused units. */
-  returned(): { committed: bigint; unusedRequests: number; unusedTokens: number } {
+  /**
+   * What the lease is returned with: the base units committed on it (exact costs, and the
+   * quotes of the requests still running or unsure), the unused units, and the unsure tickets.
+   */
+  returned(): {
+    committed: bigint;
+    unusedRequests: number;
+    unusedTokens: number;
+    unsure: ReadonlyArray<{ ticket: number; quote: bigint }>;
+  } {
     const budget = this.terms.budget;
     return {
       committed: budget === undefined ? 0n : budget - (this.budgetLeft ?? 0n),
       unusedRequests: this.requestsLeft ?? 0,
       unusedTokens: this.tokensLeft ?? 0,
+      unsure: budget === undefined ? [] : [...this.unsure],
     };
   }
 }

@@ -26,6 +26,8 @@ interface Held {
   /** auth-policy's verdict for the shape, with the budgets left and the window after the lease. */
   verdict: AcquireLeaseResponse;
   retired: boolean;
+  /** When a request was last admitted on it. */
+  usedAtMs: number;
 }
 
 /** What the edge knows of one shape (key, route, model, cap, reasoning). */
@@ -42,6 +44,11 @@ interface Shape {
 const LEASE_TIMEOUT_MS = 5_000;
 /** How a return that met auth-policy away is tried again. */
 const RETURN_RETRY = { delayMs: 500, forMs: 30_000 };
+/**
+ * A lease no request used for this long goes back before its time is up, so what it holds is
+ * soon free for others again (and a caller that paused sees the whole budget left).
+ */
+const IDLE_MS = 100;
 /** Shapes remembered at most; past that, those without a lease are forgotten. */
 const MAX_SHAPES = 10_000;
 
@@ -72,8 +79,8 @@ export function ticketOf(grant: AuthorizeResponse): Ticket | undefined {
  * request whose shape holds a usable lease that covers it is admitted here, with no call to
  * auth-policy; otherwise a lease is acquired (one call, single-flight per shape), and when
  * none can be granted the request is left to Authorize. A lease is used for its `use_ms` (1 s,
- * the revocation bound: a revoked key or changed policy is seen at the next acquisition), then
- * returned once its last request ended.
+ * the revocation bound: a revoked key or changed policy is seen at the next acquisition), or
+ * until no request used it for IDLE_MS, then returned once its last request ended.
  */
 export class LeaseBook {
   private readonly shapes = new Map<string, Shape>();
@@ -146,6 +153,7 @@ export class LeaseBook {
     const tokens = cap * sequences + (ask.estimatedInputTokens ?? 0);
     const ticket = held.lease.admit({ ...(quote !== undefined ? { quote } : {}), tokens }, now);
     if (!ticket) return undefined;
+    held.usedAtMs = now;
     const left = held.lease.budgetLeftNow ?? 0n;
     const plus = (after: string) => (after === "" ? "" : (BigInt(after) + left).toString());
     const rl = g.rateLimit;
@@ -155,7 +163,7 @@ export class LeaseBook {
       ...(g.maxOutputTokens !== undefined ? { maxOutputTokens: g.maxOutputTokens } : {}),
       allowedModels: g.allowedModels,
       defaultModel: g.defaultModel,
-      reservationId: held.leaseId,
+      reservationId: held.leaseId === "" ? "" : `${held.leaseId}~${ticket.ticket}`,
       ...(rl
         ? {
             rateLimit: {
@@ -206,6 +214,13 @@ export class LeaseBook {
       leaseId: res.leaseId,
       verdict: res,
       retired: false,
+      usedAtMs: sentAt,
+    };
+    // Idle: once no request ran on it for IDLE_MS, it goes back early.
+    held.lease.onIdle = () => {
+      setTimeout(() => {
+        if (held.lease.inFlight === 0 && Date.now() - held.usedAtMs >= IDLE_MS) this.retire(shape, held);
+      }, IDLE_MS).unref();
     };
     shape.current = held;
     setTimeout(() => this.retire(shape, held), Math.max(0, usableUntilMs - Date.now()) + 5).unref();
@@ -234,6 +249,7 @@ export class LeaseBook {
             committed: back.committed.toString(),
             unusedRequests: back.unusedRequests,
             unusedTokens: back.unusedTokens,
+            unsure: back.unsure.map((u) => ({ ticket: u.ticket, quote: u.quote.toString() })),
           },
           { timeoutMs: LEASE_TIMEOUT_MS },
         )

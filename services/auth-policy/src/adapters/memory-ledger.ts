@@ -3,6 +3,7 @@ import {
   DEFAULT_RESERVATION_TTL_SECONDS,
   DEFAULT_SETTLEMENT_WINDOW_SECONDS,
   fits,
+  leaseTicketOf,
 } from "../domain/budget.js";
 import type { Admission, Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
 import { BUCKET_MS, countWindow, WINDOW_BUCKETS } from "../domain/rate-limit.js";
@@ -38,9 +39,12 @@ interface ReservationState {
   lease?: {
     windows: Array<{ id: string; unit: "requests" | "tokens" }>;
     bucket: number;
+    /** Cost charged per ticket (or per event id, for a charge naming no ticket). */
     charged: Map<string, bigint>;
     total: bigint;
     returned: boolean;
+    /** Once returned: the quote of each unsure ticket not yet charged. */
+    unsure: Map<string, bigint>;
   };
 }
 
@@ -166,26 +170,27 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
     h.amount = left;
   };
 
-  // One usage event's cost charged against a lease: out of its hold (as far as it goes) into
-  // spend, once per event id.
+  // One request's cost charged against a lease, once per ticket: out of its hold (as far as it
+  // goes; after the return, an unsure request's whole quote) into spend.
   const charge = (
     reservationId: string,
     r: ReservationState,
     lease: NonNullable<ReservationState["lease"]>,
     cost: bigint,
-    eventId: string,
+    by: string,
     nowMs: number,
   ): Settlement => {
-    const prior = lease.charged.get(eventId);
+    const prior = lease.charged.get(by);
     if (prior !== undefined) return { outcome: "already_settled", cost: prior };
+    const out = lease.unsure.get(by) ?? cost;
     for (const id of r.budgets) {
       const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
       const h = b.holds.get(reservationId);
-      if (h) holdLeft(b, h, h.amount - cost);
+      if (h) holdLeft(b, h, h.amount - out);
       b.spent += cost;
       budgets.set(id, b);
     }
-    lease.charged.set(eventId, cost);
+    lease.charged.set(by, cost);
     lease.total += cost;
     return { outcome: r.expiresMs <= nowMs ? "settled_after_expiry" : "settled", cost };
   };
@@ -266,6 +271,7 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
                     charged: new Map(),
                     total: 0n,
                     returned: false,
+                    unsure: new Map(),
                   },
                 }
               : {}),
@@ -291,7 +297,13 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
       const r = reservations.get(leaseId);
       if (!r?.lease || r.lease.returned || r.keepUntilMs <= now.getTime()) return { released: 0n };
       r.lease.returned = true;
-      let keep = back.committed - r.lease.total;
+      let charged = r.lease.total;
+      for (const u of back.unsure) {
+        const paid = r.lease.charged.get(`t:${u.ticket}`);
+        if (paid === undefined) r.lease.unsure.set(`t:${u.ticket}`, u.quote);
+        else charged += u.quote - paid;
+      }
+      let keep = back.committed - charged;
       if (keep < 0n) keep = 0n;
       let released = 0n;
       r.budgets.forEach((id, j) => {
@@ -312,12 +324,17 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
       return { released };
     },
 
-    async settle(reservationId, cost, eventId, now) {
+    async settle(id, cost, eventId, now) {
       const nowMs = now.getTime();
+      const ticket = leaseTicketOf(id);
+      const reservationId = ticket?.leaseId ?? id;
       const r = reservations.get(reservationId);
       if (!r || r.keepUntilMs <= nowMs) return { outcome: "unknown" };
       if (r.settled) return { outcome: "already_settled", cost: r.settled.cost };
-      if (r.lease) return charge(reservationId, r, r.lease, cost, eventId, nowMs);
+      if (r.lease) {
+        const by = ticket ? `t:${ticket.ticket}` : `e:${eventId}`;
+        return charge(reservationId, r, r.lease, cost, by, nowMs);
+      }
       for (const id of r.budgets) {
         const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
         const h = b.holds.get(reservationId);

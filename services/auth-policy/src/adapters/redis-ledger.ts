@@ -5,6 +5,7 @@ import {
   DEFAULT_RESERVATION_TTL_SECONDS,
   DEFAULT_SETTLEMENT_WINDOW_SECONDS,
   isReservationId,
+  leaseTicketOf,
   type Settlement,
   type SettleOutcome,
 } from "../domain/budget.js";
@@ -32,8 +33,9 @@ export interface RedisLedgerOptions extends LedgerOptions {
 //   budget:{a}:<…>:<period>:holds              ZSET reservation id by hold expiry (ms)
 //   reservation:rsv_<20>_{a}                   HASH amount, expiresAt, keepUntil, budgets, state,
 //                                              cost, eventId, settledAt; a lease (state lease,
-//                                              then returned) also windows, bucket, charged and
-//                                              e:<event id> → cost per usage event charged
+//                                              then returned) also windows, bucket, charged,
+//                                              t:<ticket> → cost per request charged, and once
+//                                              returned u:<ticket> → quote per unsure request
 // Amounts are decimal strings changed only with HINCRBY (exact int64). Lua compares them as
 // doubles, exact because budgets are at most 2^53 - 1: a sum above that compares as above any
 // budget. Budget keys live until their period ends plus the settlement window; reservation
@@ -220,8 +222,12 @@ return out
 
 // Settles a reservation once: removes its holds (if not yet dropped as expired), adds the cost
 // to the spend of each budget period it was made in, and marks the record settled.
+// A lease's record is charged instead, once per ticket (the request's `<lease id>~<n>`): the cost
+// comes out of the lease's hold (as far as it goes; after the return, an unsure request's whole
+// quote does) and into spend.
 //   KEYS: the record, then per budget its hash and its holds zset
-//   ARGV: now ms ('' = Redis TIME), reservation id, cost, event id, budget ids as read before
+//   ARGV: now ms ('' = Redis TIME), reservation id, cost, event id, budget ids as read before,
+//         ticket ('' when the id names no lease ticket)
 //   Returns: outcome, cost
 const SETTLE_LUA = `
 local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
@@ -233,8 +239,14 @@ local rid, cost = ARGV[2], ARGV[3]
 local keep = redis.call('PTTL', KEYS[1])
 if st[1] == 'lease' or st[1] == 'returned' then
   local eid = 'e:' .. ARGV[4]
+  if ARGV[6] ~= '' then eid = 't:' .. ARGV[6] end
   local prior = redis.call('HGET', KEYS[1], eid)
   if prior then return { 'already_settled', prior } end
+  local out = tonumber(cost)
+  if ARGV[6] ~= '' then
+    local unsure = redis.call('HGET', KEYS[1], 'u:' .. ARGV[6])
+    if unsure then out = tonumber(unsure) end
+  end
   for j = 1, (#KEYS - 1) / 2 do
     local h, z = KEYS[2 * j], KEYS[2 * j + 1]
     local a = redis.call('HGET', h, 'r:' .. rid)
@@ -242,7 +254,7 @@ if st[1] == 'lease' or st[1] == 'returned' then
       local c = string.find(a, ':', 1, true)
       local mark = ''
       if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
-      local left = tonumber(a) - tonumber(cost)
+      local left = tonumber(a) - out
       if left < 0 then left = 0 end
       redis.call('HINCRBY', h, 'held', string.format('%.0f', left - tonumber(a)))
       if left == 0 then
@@ -283,14 +295,26 @@ return { 'settled', cost }
 // that bucket is still counted), and marks it returned. A repeat changes nothing.
 //   KEYS: the record, then per budget its hash and its holds zset, then its windows
 //   ARGV: reservation id, committed, unused requests, unused tokens, budget ids as read before,
-//         number of budgets
+//         number of budgets, unsure tickets ('<ticket>:<quote>' separated by spaces): an unsure
+//         ticket charged already counts its quote, one not yet charged is remembered
 //   Returns: outcome ('returned', 'not_lease'), base units released from the first budget
 const RETURN_LUA = `
 local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'charged', 'bucket')
 if st[1] ~= 'lease' then return { 'not_lease', '0' } end
 if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
 local rid = ARGV[1]
-local keep = tonumber(ARGV[2]) - tonumber(st[3] or '0')
+local charged = tonumber(st[3] or '0')
+for pair in string.gmatch(ARGV[7], '%S+') do
+  local c = string.find(pair, ':', 1, true)
+  local ticket, quote = string.sub(pair, 1, c - 1), string.sub(pair, c + 1)
+  local paid = redis.call('HGET', KEYS[1], 't:' .. ticket)
+  if paid then
+    charged = charged - tonumber(paid) + tonumber(quote)
+  else
+    redis.call('HSET', KEYS[1], 'u:' .. ticket, quote)
+  end
+end
+local keep = tonumber(ARGV[2]) - charged
 if keep < 0 then keep = 0 end
 local m = tonumber(ARGV[6])
 local released = 0
@@ -491,17 +515,19 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
         back.unusedTokens,
         budgets,
         ids.length,
+        back.unsure.map((u) => `${u.ticket}:${u.quote}`).join(" "),
       );
       return { released: BigInt(released) };
     },
 
-    async settle(reservationId, cost, eventId, now) {
+    async settle(id, cost, eventId, now) {
+      const { reservationId, ticket } = reservationOf(id);
       if (!isReservationId(reservationId)) return { outcome: "unknown" };
       const here = heldHere.get(reservationId);
       heldHere.delete(reservationId);
       if (here !== undefined) {
         try {
-          return await settleWith(reservationId, here, cost, eventId, now);
+          return await settleWith(reservationId, here, cost, eventId, now, ticket);
         } catch (err) {
           if (isRedisUnavailable(err)) throw err;
           // The record says otherwise (it cannot, as ids are never reused): read it below.
@@ -511,7 +537,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       // script check that they are still what it was given (and that nobody settled first).
       const budgets = await redis.hget(recordKey(reservationId), "budgets");
       if (budgets === null) return { outcome: "unknown" };
-      return settleWith(reservationId, budgets, cost, eventId, now);
+      return settleWith(reservationId, budgets, cost, eventId, now, ticket);
     },
   };
 
@@ -521,6 +547,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     cost: bigint,
     eventId: string,
     now: Date,
+    ticket: string,
   ): Promise<Settlement> {
     const record = recordKey(reservationId);
     const ids = budgets === "" ? [] : budgets.split(" ");
@@ -533,11 +560,18 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       cost.toString(),
       eventId,
       budgets,
+      ticket,
     );
     return settlementOf(outcome, settled);
   }
   ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg);
   return ledger;
+}
+
+/** The reservation an id settles, and its lease ticket ("" when it names none). */
+function reservationOf(id: string): { reservationId: string; ticket: string } {
+  const t = leaseTicketOf(id);
+  return t ? { reservationId: t.leaseId, ticket: String(t.ticket) } : { reservationId: id, ticket: "" };
 }
 
 /** The settlement script's reply: its outcome and, once settled, the cost it settled at. */
@@ -568,11 +602,12 @@ function settleManyIn(
 ): NonNullable<Ledger["settleMany"]> {
   return async (items, now) => {
     const out: Array<Settlement | Error | undefined> = items.map((i) =>
-      isReservationId(i.reservationId) ? undefined : { outcome: "unknown" },
+      isReservationId(reservationOf(i.reservationId).reservationId) ? undefined : { outcome: "unknown" },
     );
     const reading = items.flatMap((item, k) => (out[k] === undefined ? [{ k, item }] : []));
     if (reading.length === 0) return out as Settlement[];
-    const recordOf = (r: { item: SettleItem }) => recordKey(r.item.reservationId);
+    const recordOf = (r: { item: SettleItem }) =>
+      recordKey(reservationOf(r.item.reservationId).reservationId);
     const read = await pipelined(redis, reading, recordOf, (p, r) => p.hget(recordOf(r), "budgets"));
     const settling: Array<{ k: number; item: SettleItem; budgets: string }> = [];
     reading.forEach(({ k, item }, n) => {
@@ -584,14 +619,16 @@ function settleManyIn(
     const replies = await pipelined(redis, settling, recordOf, (p, { item, budgets }) => {
       const ids = budgets === "" ? [] : budgets.split(" ");
       const keys = [recordOf({ item }), ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+      const { reservationId, ticket } = reservationOf(item.reservationId);
       (p as SettlePipeline).authSettle(
         keys.length,
         ...keys,
         clockArg(now),
-        item.reservationId,
+        reservationId,
         item.cost.toString(),
         item.eventId,
         budgets,
+        ticket,
       );
     });
     settling.forEach(({ k }, n) => {

@@ -118,16 +118,16 @@ describe("acquireLease", () => {
     expect(verdict.budgetRemaining).toBe(8_000n);
     expect(await budgetLeft()).toBe(8_000n);
     // Three requests ran: 100 charged by metering, 120 still to be charged.
-    await deps.ledger.settle(lease!.leaseId, 100n, "evt_1", NOW);
+    await deps.ledger.settle(`${lease!.leaseId}~1`, 100n, "evt_1", NOW);
     const back = await returnLease(
       deps.ledger,
       lease!.leaseId,
-      { committed: 220n, unusedRequests: 0, unusedTokens: 0 },
+      { committed: 220n, unusedRequests: 0, unusedTokens: 0, unsure: [] },
       NOW,
     );
     expect(back.released).toBe(1_780n);
     expect(await budgetLeft()).toBe(10_000n - 220n);
-    await deps.ledger.settle(lease!.leaseId, 120n, "evt_2", NOW);
+    await deps.ledger.settle(`${lease!.leaseId}~2`, 120n, "evt_2", NOW);
     expect(await budgetLeft()).toBe(10_000n - 220n);
   });
 
@@ -170,7 +170,7 @@ describe("acquireLease", () => {
     await returnLease(
       deps.ledger,
       lease!.leaseId,
-      { committed: 0n, unusedRequests: 3, unusedTokens: 0 },
+      { committed: 0n, unusedRequests: 3, unusedTokens: 0, unsure: [] },
       NOW,
     );
     const next = await authorize(deps, request(LIMITED, { maxOutputTokens: undefined }), NOW);

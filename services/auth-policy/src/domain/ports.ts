@@ -220,6 +220,11 @@ export interface LeaseReturn {
   /** Units the lease took and did not use, given back to the bucket they were taken in. */
   unusedRequests: number;
   unusedTokens: number;
+  /**
+   * The tickets whose cost the edge never learnt: their quotes are in `committed`; each one's
+   * hold ends with its charge, whenever it comes.
+   */
+  unsure: ReadonlyArray<{ ticket: number; quote: bigint }>;
 }
 
 /** The outcome of one admission: rate-limit windows and budgets decided together. */

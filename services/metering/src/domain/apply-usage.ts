@@ -23,8 +23,7 @@ const asError = (err: unknown): Error => (err instanceof Error ? err : new Error
  * Applies a batch of usage events exactly once in effect (docs/architecture.md, "The account
  * door, one request", step 5, and "Metering in batches"): records them all in the rollups in one
  * store round trip (deduplicated by event id), then settles all their budget reservations in
- * one call (idempotent by reservation id, or for a lease by event id: an event named twice in the
- * batch is sent once, and each event charging one lease is sent).
+ * one call (idempotent by reservation id; a reservation named twice in the batch is sent once).
  * The settlement runs for duplicates too, because a delivery that recorded an event may have
  * failed before settling it. An event whose recording or settlement failed is answered as
  * failed and must not be acknowledged: it is delivered again and both steps repeat harmlessly.
@@ -39,11 +38,9 @@ export async function applyUsageBatch(
   const recorded = await store.recordMany(events);
   const slot = new Map<string, number>();
   const items: SettleItem[] = [];
-  // A lease (docs/money.md, "Leases") is named by the events of many requests: one item each.
-  const slotOf = (e: UsageEvent) => `${e.reservationId} ${e.eventId}`;
   events.forEach((e, i) => {
-    if (!settler || !e.reservationId || recorded[i] instanceof Error || slot.has(slotOf(e))) return;
-    slot.set(slotOf(e), items.length);
+    if (!settler || !e.reservationId || recorded[i] instanceof Error || slot.has(e.reservationId)) return;
+    slot.set(e.reservationId, items.length);
     items.push({ reservationId: e.reservationId, cost: e.cost, eventId: e.eventId });
   });
   let settled: Array<SettlementOutcome | Error> = [];
@@ -57,7 +54,7 @@ export async function applyUsageBatch(
   return events.map((e, i): Applied => {
     const outcome = recorded[i] ?? new Error("the store answered too few events");
     if (outcome instanceof Error) return { failed: outcome, stage: "record" };
-    const k = e.reservationId ? slot.get(slotOf(e)) : undefined;
+    const k = e.reservationId ? slot.get(e.reservationId) : undefined;
     if (k === undefined) return { outcome };
     const settlement = settled[k] ?? new Error("the settler answered too few items");
     if (settlement instanceof Error) return { failed: settlement, stage: "settle", outcome };

@@ -299,6 +299,7 @@ export function authHandlers(
           committed: baseUnitsIn("committed", req.committed),
           unusedRequests: req.unusedRequests,
           unusedTokens: req.unusedTokens,
+          unsure: req.unsure.map((u) => ({ ticket: u.ticket, quote: baseUnitsIn("quote", u.quote) })),
         });
         return { released: released.toString() };
       }),
