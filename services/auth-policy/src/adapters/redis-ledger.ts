@@ -220,6 +220,30 @@ table.insert(out, 1, rateOk)
 return out
 `;
 
+// What a lease still holds in one budget (hash h, holds zset z), set to left(a) of its amount a
+// (never below 0 nor above a; dropped at 0, the first budget's mark kept); returns what it freed.
+const LEASE_HOLD_LUA = `
+local function leaseHold(h, z, rid, left)
+  local a = redis.call('HGET', h, 'r:' .. rid)
+  if not a then return 0 end
+  local c = string.find(a, ':', 1, true)
+  local mark = ''
+  if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
+  a = tonumber(a)
+  local l = left(a)
+  if l < 0 then l = 0 end
+  if l > a then l = a end
+  redis.call('HINCRBY', h, 'held', string.format('%.0f', l - a))
+  if l == 0 then
+    redis.call('HDEL', h, 'r:' .. rid)
+    redis.call('ZREM', z, rid)
+  else
+    redis.call('HSET', h, 'r:' .. rid, string.format('%.0f', l) .. mark)
+  end
+  return a - l
+end
+`;
+
 // Settles a reservation once: removes its holds (if not yet dropped as expired), adds the cost
 // to the spend of each budget period it was made in, and marks the record settled.
 // A lease's record is charged instead, once per ticket (the request's `<lease id>~<n>`): the cost
@@ -230,7 +254,7 @@ return out
 //         ticket ('' when the id names no lease ticket)
 //   Returns: outcome, cost
 const SETTLE_LUA = `
-local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
+${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
 if not st[1] then return { 'unknown', '' } end
 ${NOW_LUA}if tonumber(st[5]) <= now then return { 'unknown', '' } end
 if st[1] == 'settled' then return { 'already_settled', st[4] } end
@@ -249,21 +273,7 @@ if st[1] == 'lease' or st[1] == 'returned' then
   end
   for j = 1, (#KEYS - 1) / 2 do
     local h, z = KEYS[2 * j], KEYS[2 * j + 1]
-    local a = redis.call('HGET', h, 'r:' .. rid)
-    if a then
-      local c = string.find(a, ':', 1, true)
-      local mark = ''
-      if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
-      local left = tonumber(a) - out
-      if left < 0 then left = 0 end
-      redis.call('HINCRBY', h, 'held', string.format('%.0f', left - tonumber(a)))
-      if left == 0 then
-        redis.call('HDEL', h, 'r:' .. rid)
-        redis.call('ZREM', z, rid)
-      else
-        redis.call('HSET', h, 'r:' .. rid, string.format('%.0f', left) .. mark)
-      end
-    end
+    leaseHold(h, z, rid, function(a) return a - out end)
     redis.call('HINCRBY', h, 'spent', cost)
     if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
   end
@@ -299,7 +309,7 @@ return { 'settled', cost }
 //         ticket charged already counts its quote, one not yet charged is remembered
 //   Returns: outcome ('returned', 'not_lease'), base units released from the first budget
 const RETURN_LUA = `
-local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'charged', 'bucket')
+${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'charged', 'bucket')
 if st[1] ~= 'lease' then return { 'not_lease', '0' } end
 if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
 local rid = ARGV[1]
@@ -319,24 +329,8 @@ if keep < 0 then keep = 0 end
 local m = tonumber(ARGV[6])
 local released = 0
 for j = 1, m do
-  local h, z = KEYS[2 * j], KEYS[2 * j + 1]
-  local a = redis.call('HGET', h, 'r:' .. rid)
-  if a then
-    local c = string.find(a, ':', 1, true)
-    local mark = ''
-    if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
-    a = tonumber(a)
-    local left = keep
-    if left > a then left = a end
-    if j == 1 then released = a - left end
-    redis.call('HINCRBY', h, 'held', string.format('%.0f', left - a))
-    if left == 0 then
-      redis.call('HDEL', h, 'r:' .. rid)
-      redis.call('ZREM', z, rid)
-    else
-      redis.call('HSET', h, 'r:' .. rid, string.format('%.0f', left) .. mark)
-    end
-  end
+  local freed = leaseHold(KEYS[2 * j], KEYS[2 * j + 1], rid, function() return keep end)
+  if j == 1 then released = freed end
 end
 for i = 2 * m + 2, #KEYS do
   local key = KEYS[i]
