@@ -61,7 +61,7 @@ export function authMetrics(registry: Registry): AuthMetrics {
     leases,
     authorize: new Counter({
       name: `${METRIC_PREFIX}authorize_total`,
-      help: "Authorize calls by route and outcome (ok or the refusal code)",
+      help: "Authorize calls by route and outcome (ok or the refusal code); AcquireLease refusals too",
       labelNames: ["route", "outcome"],
       registers,
     }),
@@ -83,8 +83,19 @@ export function countAuthCalls(
 ): Handlers<typeof AuthService> {
   // The thrown error is needed for the rate-limit scope, which countUnaryCalls does not pass on.
   const authorize = handlers.authorize;
+  const acquireLease = handlers.acquireLease;
   const counted: Handlers<typeof AuthService> = {
     ...handlers,
+    // A lease's refusal is the refusal Authorize would have given the same request.
+    acquireLease: async (req, ctx) => {
+      try {
+        return await acquireLease(req, ctx);
+      } catch (err) {
+        const route = operationOf(req.request?.route ?? 0) ?? "unspecified";
+        m.authorize.inc({ route, outcome: errorOutcome(err) });
+        throw err;
+      }
+    },
     authorize: async (req, ctx) => {
       const route = operationOf(req.route) ?? "unspecified";
       try {

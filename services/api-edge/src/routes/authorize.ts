@@ -54,6 +54,9 @@ export async function authorizeRequest(
     ...(ask.checkOnly ? { checkOnly: true } : {}),
     ...(ask.requireReasoning ? { requireReasoning: true } : {}),
   };
+  // The models route shows the budget as auth-policy counts it: this replica's idle leases of
+  // the key go back first.
+  if (ctx.leases && ask.route === Route.MODELS) await ctx.leases.returnIdle(init.key ?? "");
   const leased =
     ctx.leases && !ask.checkOnly && ask.route !== Route.MODELS ? await ctx.leases.admit(init) : undefined;
   const grant = leased ?? (await ctx.auth.authorize(init, { timeoutMs: AUTH_TIMEOUT_MS }));

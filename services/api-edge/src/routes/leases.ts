@@ -28,6 +28,8 @@ interface Held {
   retired: boolean;
   /** When a request was last admitted on it. */
   usedAtMs: number;
+  /** Its return, once started. */
+  returning?: Promise<void>;
 }
 
 /** What the edge knows of one shape (key, route, model, cap, reasoning). */
@@ -113,6 +115,31 @@ export class LeaseBook {
       });
       await shape.acquiring;
     }
+  }
+
+  /**
+   * Returns every lease of this key that no request is running on, and resolves once they are
+   * back: what auth-policy then reports of the key's budgets (GET /v1/models) holds nothing
+   * this replica does not need.
+   */
+  async returnIdle(key: string): Promise<void> {
+    const prefix = `${keyHashOf(key)} `;
+    const back: Held[] = [];
+    for (const [id, shape] of this.shapes) {
+      const held = shape.current;
+      if (!id.startsWith(prefix) || !held || held.lease.inFlight > 0) continue;
+      this.retire(shape, held);
+      back.push(held);
+    }
+    // Never longer than a lease call: a return auth-policy cannot take now is retried behind.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled(back.flatMap((h) => (h.returning ? [h.returning] : []))),
+      new Promise((r) => {
+        timer = setTimeout(r, LEASE_TIMEOUT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
   }
 
   /** Stops leasing and returns every lease (after the requests in flight ended). */
@@ -259,13 +286,13 @@ export class LeaseBook {
       .catch((err: unknown) => this.log.warn({ err }, "lease not returned; its hold lapses with its TTL"))
       .finally(() => this.returning.delete(done));
     this.returning.add(done);
+    held.returning = done;
   }
 }
 
+const keyHashOf = (key: string) => createHash("sha256").update(key).digest("base64");
+
 /** A request's shape: what auth-policy's verdict depends on. The key is hashed, never kept. */
 function shapeOf(ask: AskInit): string {
-  const key = createHash("sha256")
-    .update(ask.key ?? "")
-    .digest("base64");
-  return `${key} ${ask.route ?? 0} ${ask.model ?? ""} ${ask.maxOutputTokens ?? "-"} ${ask.requireReasoning ? 1 : 0}`;
+  return `${keyHashOf(ask.key ?? "")} ${ask.route ?? 0} ${ask.model ?? ""} ${ask.maxOutputTokens ?? "-"} ${ask.requireReasoning ? 1 : 0}`;
 }
