@@ -1,4 +1,5 @@
 import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import {
   type NatsFixture,
   type RedisFixture,
@@ -26,17 +27,29 @@ describe("leases: two api-edge replicas sharing one budget", () => {
   let redis: RedisFixture;
   let stack: Stack;
   let peek: Redis;
+  let upstream: FakeUpstream;
 
   beforeAll(async () => {
     nats = await useNats();
     redis = await useRedis();
-    stack = await startStack({ natsUrl: nats.url, redisUrl: redis.url, namespace, routers: 1, edges: 2 });
+    // In process, so a test can slow its streams down.
+    upstream = await startFakeUpstream({ tokensPerSecond: 1_000 });
+    stack = await startStack({
+      natsUrl: nats.url,
+      redisUrl: redis.url,
+      namespace,
+      routers: 1,
+      edges: 2,
+      upstreamPort: upstream.port,
+      externalUpstream: true,
+    });
     peek = connectRedis(redis.url);
   }, 60_000);
 
   afterAll(async () => {
     if (peek) await quitRedis(peek);
     await stack?.stop();
+    await upstream?.close();
     await nats?.stop();
     await redis?.stop();
   });
@@ -182,4 +195,28 @@ describe("leases: two api-edge replicas sharing one budget", () => {
     for (const edge of [0, 1]) expect(late.filter((s) => s.edge === edge).length).toBeGreaterThan(0);
     for (const s of late) expect(s).toMatchObject({ status: 401, code: "revoked_api_key" });
   }, 30_000);
+
+  it("loses no usage when an api-edge dies mid-request: the router publishes it and metering charges the lease", async () => {
+    const { key } = await account("lease-dead", 10n ** 12n);
+    upstream.configure({ tokensPerSecond: 20 });
+    // Streams of about 2 s on the second edge, admitted on its lease, then the edge is killed.
+    const streams = Array.from({ length: 4 }, (_, i) =>
+      sendChat(stack.urls[1]!, key, i, { stream: true, maxTokens: 40 }).catch(() => undefined),
+    );
+    await new Promise((r) => setTimeout(r, 800));
+    await stack.stopProcess("api-edge-2", "SIGKILL");
+    await Promise.all(streams);
+    upstream.configure({ tokensPerSecond: 1_000 });
+
+    let b = await traffic.books(ledgers(), "lease-dead");
+    for (let i = 0; i < 100 && b.requests < 4; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      b = await traffic.books(ledgers(), "lease-dead");
+    }
+    // Every request the dead edge admitted was metered and charged exactly once.
+    expect(b.requests).toBe(4);
+    expect(b.cost).toBeGreaterThan(0n);
+    expect(b.spent).toBe(b.cost);
+    await stack.startProcess("api-edge-2");
+  }, 60_000);
 });
