@@ -14,7 +14,7 @@ const NEEDS_ISOLATION = [
   // manager; kit's test also checks that nothing has loaded the SDK before it is turned on.
   "packages/kit/src/tracing.test.ts",
   "services/api-edge/src/http/tracing.test.ts",
-  "services/inference-router/src/adapters/openai-compatible/traced-request.test.ts",
+  "services/inference-router/src/adapters/upstream-http/traced-request.test.ts",
 ];
 
 export default defineConfig({

@@ -115,4 +115,20 @@ describe("the bench's targets against the peer", () => {
     expect(table.split("\n")[0]).toMatch(/\| figure +\| all-in-one \| portkey \|/);
     expect(table).toMatch(/\| CPU-ms per request at 1 conn +\| +0\.80 \| +0\.90 \|/);
   });
+
+  it("prints the heap in use beside the RSS of the soak, and judges the RSS", () => {
+    const point = (n: number, rssMb: number, heapUsedMb: number): SoakPoint => ({
+      mode: "all-in-one",
+      requests: n,
+      aimedAt: n,
+      rssMb,
+      heapUsedMb,
+      seconds: 1,
+      non2xx: 0,
+      errors: 0,
+    });
+    const figures = peerFigures([], [], [point(10_000, 300, 80), point(100_000, 420, 110)], ["all-in-one"]);
+    expect(peerTable(figures)).toMatch(/\| +heap used after 10k → 100k \(MB\) +\| +80\.0 → 110\.0 \|/);
+    expect(evaluatePeerTargets(figures).find((t) => t.target.startsWith("RSS after 100k"))?.pass).toBe(false);
+  });
 });

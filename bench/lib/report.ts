@@ -109,6 +109,9 @@ export interface PeerFigures {
   idleRssMb: number | null;
   rssAfter10kMb: number | null;
   rssAfter100kMb: number | null;
+  /** V8's heap in use at the same points (garbage included), when the gateway reports it. */
+  heapUsedAfter10kMb: number | null;
+  heapUsedAfter100kMb: number | null;
 }
 
 /** Collects {@link PeerFigures} for each mode from the rows, RSS rows and soak points of a run. */
@@ -123,9 +126,9 @@ export function peerFigures(rows: Row[], rss: RssRow[], soak: SoakPoint[], modes
     const main = rss.filter(
       (r) => r.mode === mode && (r.role === "all-in-one" || r.role === "peer" || r.role === "service"),
     );
-    const soakAt = (n: number) => {
+    const soakAt = (n: number, figure: "rssMb" | "heapUsedMb" = "rssMb") => {
       const p = soak.find((s) => s.mode === mode && s.aimedAt === n);
-      return p && p.requests >= n ? p.rssMb : null;
+      return p && p.requests >= n ? (p[figure] ?? null) : null;
     };
     return {
       mode,
@@ -146,6 +149,8 @@ export function peerFigures(rows: Row[], rss: RssRow[], soak: SoakPoint[], modes
       idleRssMb: main.length > 0 ? round(main.reduce((a, r) => a + r.idleMb, 0)) : null,
       rssAfter10kMb: soakAt(10_000),
       rssAfter100kMb: soakAt(100_000),
+      heapUsedAfter10kMb: soakAt(10_000, "heapUsedMb"),
+      heapUsedAfter100kMb: soakAt(100_000, "heapUsedMb"),
     };
   });
 }
@@ -166,6 +171,10 @@ export function peerTable(figures: PeerFigures[]): string {
     ["idle RSS (MB; stack: services summed)", (f) => num(f.idleRssMb, 1)],
     ["RSS after 10k requests (MB)", (f) => num(f.rssAfter10kMb, 1)],
     ["RSS after 100k requests (MB)", (f) => num(f.rssAfter100kMb, 1)],
+    [
+      "  heap used after 10k → 100k (MB)",
+      (f) => `${num(f.heapUsedAfter10kMb, 1)} → ${num(f.heapUsedAfter100kMb, 1)}`,
+    ],
   ];
   return table(
     ["figure", ...figures.map((f) => f.mode)],

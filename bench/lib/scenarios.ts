@@ -24,6 +24,8 @@ export interface Target {
    * Tollgate's bench key; its requests name the upstream's model, as a direct request does.
    */
   peerHeaders?: Record<string, string>;
+  /** The gateway's Prometheus endpoint, when it serves one (the all-in-one): its heap in use. */
+  metricsUrl?: string;
 }
 
 /** A chat through the gateway: its URL, headers (without content-type) and body. */
@@ -110,7 +112,7 @@ export const bodies = {
 
 const progress = (msg: string) => process.stderr.write(`  ${msg}\n`);
 
-interface Measured {
+export interface Measured {
   reqPerSec: number;
   latency: Summary;
   non2xx: number;
@@ -119,7 +121,7 @@ interface Measured {
 }
 
 /** One autocannon load point; latencies come from its per-response times (sub-millisecond). */
-async function cannon(
+export async function cannon(
   url: string,
   body: string,
   headers: Record<string, string>,
@@ -253,13 +255,13 @@ export async function buffered(t: Target, s: Settings, probe?: CpuProbe): Promis
   return rows;
 }
 
-interface StreamMeasured {
+export interface StreamMeasured {
   ttfb: Measured;
   ttft: Measured;
   gaps: Measured;
 }
 
-async function streams(
+export async function streams(
   url: string,
   headers: Record<string, string>,
   body: string,
@@ -437,8 +439,13 @@ export interface SoakPoint {
   requests: number;
   /** The count this point aimed at; fewer were sent when the time cap came first. */
   aimedAt: number;
-  /** VmRSS (MiB) of the gateway process 1 s after the point's last request. */
+  /** VmRSS (MiB) of the gateway process 1 s after the point's last request: the RSS the user sees. */
   rssMb: number | null;
+  /**
+   * V8's heap in use (MiB) at the same moment, without forcing a collection (garbage not yet
+   * collected included), from the gateway's /metrics; null for a gateway without it (the peer).
+   */
+  heapUsedMb?: number | null;
   seconds: number;
   non2xx: number;
   errors: number;
@@ -471,16 +478,31 @@ export async function memorySoak(
     }
     await sleep(1000);
     const rss = memoryOf(pid)?.rss;
+    const heapUsed = t.metricsUrl ? await heapUsedOf(t.metricsUrl) : undefined;
     out.push({
       mode: t.mode,
       requests: answered,
       aimedAt,
       rssMb: rss === undefined ? null : round(rss),
+      heapUsedMb: heapUsed === undefined ? null : round(heapUsed),
       seconds: round((performance.now() - started) / 1000),
       non2xx,
       errors,
     });
-    progress(`memory: ${answered} requests, RSS ${rss === undefined ? "–" : rss.toFixed(1)} MB`);
+    progress(
+      `memory: ${answered} requests, RSS ${rss === undefined ? "–" : rss.toFixed(1)} MB` +
+        (heapUsed === undefined ? "" : `, heap used ${heapUsed.toFixed(1)} MB`),
+    );
   }
   return out;
+}
+
+/** `tollgate_nodejs_heap_size_used_bytes` of a Prometheus endpoint, in MiB; undefined when unreadable. */
+async function heapUsedOf(metricsUrl: string): Promise<number | undefined> {
+  const text = await fetch(metricsUrl).then(
+    (r) => (r.ok ? r.text() : ""),
+    () => "",
+  );
+  const bytes = /^tollgate_nodejs_heap_size_used_bytes (\S+)$/m.exec(text)?.[1];
+  return bytes === undefined ? undefined : Number(bytes) / 2 ** 20;
 }

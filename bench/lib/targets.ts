@@ -56,6 +56,7 @@ export async function startAllInOne(
   logsDir: string,
   nodeArgs: string[] = [],
   runtime: Runtime = "tsx",
+  env: NodeJS.ProcessEnv = {},
 ): Promise<Running> {
   const steps: Array<() => Promise<void>> = [];
   try {
@@ -92,14 +93,16 @@ export async function startAllInOne(
     writeFileSync(configPath, config);
     const port = await freePort();
     const devnetPort = await freePort();
+    const metricsPort = await freePort();
     const gateway = spawnScript(
       "packages/all-in-one/src/main.ts",
       {
         HOST: "127.0.0.1",
         PORT: String(port),
         TEMPO_DEVNET_PORT: String(devnetPort),
-        METRICS_PORT: "0",
+        METRICS_PORT: String(metricsPort),
         TOLLGATE_CONFIG: configPath,
+        ...env,
       },
       join(logsDir, "all-in-one.log"),
       nodeArgs,
@@ -120,6 +123,7 @@ export async function startAllInOne(
         upstreamUrl: `http://127.0.0.1:${upstreamPort}/v1`,
         key,
         rpcUrl: `http://127.0.0.1:${devnetPort}`,
+        metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
       },
       processes,
       stop: () => unwind(steps),

@@ -154,6 +154,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       internalAuth: trust["api-edge"],
       ...dialOptions("api-edge", peer),
       ...(cfg.limits ? { limits: cfg.limits } : {}),
+      offer: gateway,
       ...redis,
       ...(cfg.adminToken
         ? {

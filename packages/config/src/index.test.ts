@@ -160,6 +160,34 @@ describe("parseGatewayConfig", () => {
     expect(text).toContain('plans.Starter.models.0: "embed" is an embedding model');
   });
 
+  it("accepts anthropic upstreams, and refuses an embedding model they would serve", () => {
+    const doc = validDoc() as unknown as {
+      upstreams: Array<Record<string, unknown>>;
+      models: Array<Record<string, unknown>>;
+    };
+    doc.upstreams.push({
+      id: "claude",
+      kind: "anthropic",
+      baseUrl: "https://api.anthropic.com",
+      apiKeyEnv: "ANTHROPIC_API_KEY",
+    });
+    doc.models[1]!.upstream = "claude";
+    const cfg = parseGatewayConfig(doc);
+    expect(cfg.upstreams.map((u) => u.kind)).toEqual(["openai-compatible", "anthropic"]);
+    doc.models.push({
+      id: "embed",
+      upstreams: [{ id: "local" }, { id: "claude" }],
+      upstreamModel: "bge",
+      runtime: "vllm",
+      kind: "embedding",
+      pricing: { inputPerMillion: 20000, outputPerMillion: 0 },
+    });
+    doc.upstreams.push({ id: "other", kind: "gemini", baseUrl: "https://example.com" });
+    const text = problemsOf(() => parseGatewayConfig(doc)).join("\n");
+    expect(text).toContain('models.2: embedding model served by anthropic upstream "claude"');
+    expect(text).toContain("upstreams.2.kind");
+  });
+
   it("accepts an accounts-free document (paid door only)", () => {
     const { accounts: _, ...doc } = validDoc();
     expect(parseGatewayConfig(doc).accounts).toEqual([]);

@@ -89,11 +89,20 @@ const resilienceSchema = z.strictObject({
   cooldown: cooldownSchema.prefault({}),
 });
 
+/** The wire protocols an upstream may speak, one provider each. */
+export const upstreamKinds = ["openai-compatible", "anthropic"] as const;
+
 export const upstreamSchema = z.strictObject({
   id,
-  /** Provider implementation; every OpenAI-compatible server shares one. */
-  kind: z.enum(["openai-compatible"]).default("openai-compatible"),
-  /** OpenAI-compatible base URL, ending in /v1 (vLLM, Ollama, llama.cpp server, OpenAI, ...). */
+  /**
+   * The wire protocol the upstream speaks: `openai-compatible` (every OpenAI-compatible server
+   * shares one provider) or `anthropic` (Anthropic's Messages API).
+   */
+  kind: z.enum(upstreamKinds).default("openai-compatible"),
+  /**
+   * openai-compatible: the base URL, ending in /v1 (vLLM, Ollama, llama.cpp server, OpenAI, ...);
+   * anthropic: the API's base URL (https://api.anthropic.com), the calls go to {baseUrl}/v1/messages.
+   */
   baseUrl: z.url(),
   /** Name of the environment variable holding the upstream API key; never the key itself. */
   apiKeyEnv: z
@@ -330,6 +339,7 @@ export function crossCheck(doc: unknown): string[] {
   const upstreamIds = new Set(upstreams.map((u) => u?.id));
   const modelIds = new Set(models.map((m) => m?.id));
   const embeddingIds = new Set(models.filter((m) => m?.kind === "embedding").map((m) => m?.id));
+  const anthropicIds = new Set(upstreams.filter((u) => u?.kind === "anthropic").map((u) => u?.id));
   dupes(
     "upstreams",
     upstreams.map((u) => u?.id),
@@ -356,6 +366,13 @@ export function crossCheck(doc: unknown): string[] {
       `models.${i}.upstreams`,
       served.map((u) => u?.id),
     );
+    // The Messages API has no embeddings.
+    if (m?.kind === "embedding") {
+      for (const u of [m.upstream, ...served.map((s) => s?.id)]) {
+        if (anthropicIds.has(u))
+          problems.push(`models.${i}: embedding model served by anthropic upstream "${u}"`);
+      }
+    }
   });
   for (const [name, plan] of Object.entries(cfg.plans ?? {})) {
     const planModels = list(plan?.models);

@@ -74,7 +74,8 @@ export const TOPOLOGY = {
     ],
     nats: false,
     redis: true,
-    configFile: false,
+    // Read for the plans and prices its OpenAPI document shows (x-payment-info).
+    configFile: true,
     nodeFlags: [],
   },
   "auth-policy": {

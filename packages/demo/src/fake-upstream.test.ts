@@ -563,3 +563,107 @@ describe("fake upstream, failures one input triggers", () => {
     expect((await post("/chat/completions", poisoned)).status).toBe(200);
   });
 });
+
+describe("fake upstream, Anthropic Messages API", () => {
+  /** The events of a Messages API stream: each an `event:` line, then its `data:` line. */
+  const named = (text: string) =>
+    text
+      .split("\n\n")
+      .filter((e) => e !== "")
+      .map((e) => {
+        const [name, data] = e.split("\n");
+        const parsed = JSON.parse(data!.slice("data: ".length)) as Record<string, unknown>;
+        expect(name).toBe(`event: ${String(parsed.type)}`);
+        return parsed;
+      });
+  const VERSION = { "anthropic-version": "2023-06-01" };
+  const message = (extra: Record<string, unknown> = {}) => ({
+    model: "fake-small",
+    max_tokens: 5,
+    system: "Be brief.",
+    messages: [{ role: "user", content: [{ type: "text", text: "Hello" }] }],
+    ...extra,
+  });
+  /** The same conversation on the chat route: the fake answers both with the same words and counts. */
+  const asChat = expectedOutput({
+    model: "fake-small",
+    max_tokens: 5,
+    messages: [
+      { role: "system", content: "Be brief." },
+      { role: "user", content: "Hello" },
+    ],
+  });
+
+  it("answers POST /v1/messages with chat's words and counts, in Anthropic's shape", async () => {
+    const res = await post("/messages", message(), VERSION);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Record<string, unknown>;
+    expect(body).toMatchObject({
+      type: "message",
+      role: "assistant",
+      model: "fake-small",
+      content: [{ type: "text", text: asChat.texts[0] }],
+      stop_reason: "max_tokens",
+      stop_sequence: null,
+      usage: { input_tokens: asChat.usage.prompt_tokens, output_tokens: 5 },
+    });
+    expect(body.id).toMatch(/^msg_/);
+    expect(expectedOutput(message(), { route: "messages" }).usage).toEqual(asChat.usage);
+  });
+
+  it("streams the Messages API's events, one text delta per token, usage at start and end", async () => {
+    const res = await post("/messages", message({ stream: true }), VERSION);
+    const all = named(await res.text());
+    expect(all.map((e) => e.type)).toEqual([
+      "message_start",
+      "content_block_start",
+      "ping",
+      ...Array(5).fill("content_block_delta"),
+      "content_block_stop",
+      "message_delta",
+      "message_stop",
+    ]);
+    expect(all[0]).toMatchObject({ message: { usage: { input_tokens: asChat.usage.prompt_tokens } } });
+    const text = all
+      .filter((e) => e.type === "content_block_delta")
+      .map((e) => (e.delta as { text: string }).text)
+      .join("");
+    expect(text).toBe(asChat.texts[0]);
+    expect(all.at(-2)).toMatchObject({ delta: { stop_reason: "max_tokens" }, usage: { output_tokens: 5 } });
+  });
+
+  it("checks x-api-key and anthropic-version, requires max_tokens, and answers errors in Anthropic's shape", async () => {
+    fake.configure({ apiKey: "sk-ant" });
+    const noKey = await post("/messages", message(), VERSION);
+    expect(noKey.status).toBe(401);
+    expect(await noKey.json()).toEqual({
+      type: "error",
+      error: { type: "authentication_error", message: "Incorrect API key provided." },
+    });
+    // The Bearer header of the OpenAI routes is not the Messages API's.
+    expect((await post("/messages", message(), { ...VERSION, authorization: "Bearer sk-ant" })).status).toBe(
+      401,
+    );
+    const key = { ...VERSION, "x-api-key": "sk-ant" };
+    expect((await post("/messages", message(), key)).status).toBe(200);
+    expect((await post("/messages", message(), { "x-api-key": "sk-ant" })).status).toBe(400);
+    const noCap = await post("/messages", message({ max_tokens: undefined }), key);
+    expect(noCap.status).toBe(400);
+    expect(await noCap.json()).toMatchObject({ error: { type: "invalid_request_error" } });
+    fake.failNext(1, { status: 529 });
+    const overloaded = await post("/messages", message(), key);
+    expect(overloaded.status).toBe(529);
+    expect(await overloaded.json()).toMatchObject({ type: "error", error: { type: "overloaded_error" } });
+  });
+
+  it("sends an injected error event after the given deltas", async () => {
+    fake.failNext(1, { errorEvent: "overloaded_error", afterChunks: 2 });
+    const res = await post("/messages", message({ stream: true }), VERSION);
+    const all = named(await res.text());
+    expect(all.filter((e) => e.type === "content_block_delta")).toHaveLength(2);
+    expect(all.at(-1)).toEqual({
+      type: "error",
+      error: { type: "overloaded_error", message: "injected error event" },
+    });
+  });
+});

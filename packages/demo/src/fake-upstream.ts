@@ -58,7 +58,10 @@ export interface RecordedRequest {
  * `status` (or a failure with neither `hang` nor `afterChunks`, which means 500) answers an error.
  */
 export interface InjectedFailure {
-  /** Answer with this status and an OpenAI-style error body (500 when nothing else is set). */
+  /**
+   * Answer with this status and an OpenAI-style error body (500 when nothing else is set); on
+   * /v1/messages an Anthropic-style one, its error type the status's (529: overloaded_error).
+   */
   status?: number;
   /** Replaces the OpenAI-style error body. */
   body?: string;
@@ -66,6 +69,11 @@ export interface InjectedFailure {
   retryAfter?: string;
   /** For streams: send this many token chunks, then destroy the socket (buffered: destroy at once). */
   afterChunks?: number;
+  /**
+   * /v1/messages streams only: after `afterChunks` text deltas (0 when unset), send an `error`
+   * event of this Anthropic error type (e.g. "overloaded_error") and end the stream.
+   */
+  errorEvent?: string;
   /** Never answer; the connection ends when the client gives up or on close(). */
   hang?: boolean;
   /** Wait this long before failing (an error status, or the cut of a buffered request). */
@@ -138,8 +146,12 @@ const VOCABULARY = [
   "yankee", "zulu", "amber", "basil", "cedar", "dune", "ember", "fjord",
 ];
 
-/** "chat" is /v1/chat/completions, "completions" the legacy /v1/completions. */
-export type FakeRoute = "chat" | "completions";
+/**
+ * "chat" is /v1/chat/completions, "completions" the legacy /v1/completions, "messages"
+ * Anthropic's /v1/messages (the same words and token counts as chat for the same conversation,
+ * the system prompt counted as chat counts a system message).
+ */
+export type FakeRoute = "chat" | "completions" | "messages";
 type Route = FakeRoute;
 
 interface ParsedRequest {
@@ -258,6 +270,7 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
   }
   const seeds: string[] = [];
   const promptTokens: number[] = [];
+  if (route === "messages") return parseMessagesRequest(model, b);
   if (route === "chat") {
     const messages = b["messages"];
     if (!Array.isArray(messages) || messages.length === 0) {
@@ -328,6 +341,52 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
     stream: b["stream"] === true,
     includeUsage,
     continuousUsage: includeUsage && option("continuous_usage_stats"),
+  };
+}
+
+/**
+ * An Anthropic Messages request: `max_tokens` required, `system` (a string or text blocks, each
+ * block counted as a chat system message) before the messages, one choice.
+ */
+function parseMessagesRequest(model: string, b: Record<string, unknown>): ParsedRequest {
+  const messages = b["messages"];
+  if (!Array.isArray(messages) || messages.length === 0) {
+    throw new BadRequest(400, "invalid_request_error", null, "messages: field required");
+  }
+  const cap = b["max_tokens"];
+  if (typeof cap !== "number" || !Number.isInteger(cap) || cap < 1) {
+    throw new BadRequest(400, "invalid_request_error", null, "max_tokens: field required");
+  }
+  const system = b["system"];
+  const texts: string[] =
+    typeof system === "string"
+      ? [system]
+      : Array.isArray(system)
+        ? system.map((block) => contentText([block]))
+        : [];
+  for (const m of messages) {
+    const role = m && typeof m === "object" ? (m as { role?: unknown }).role : undefined;
+    if (role !== "user" && role !== "assistant") {
+      throw new BadRequest(400, "invalid_request_error", null, "messages: roles must be user or assistant");
+    }
+    texts.push(contentText((m as { content?: unknown }).content));
+  }
+  let all = model;
+  let tokens = 0;
+  for (const text of texts) {
+    tokens += tokensOf(text);
+    all += "\n" + text;
+  }
+  return {
+    model,
+    seeds: [all],
+    promptTokens: [tokens],
+    cap,
+    n: 1,
+    generated: 1,
+    stream: b["stream"] === true,
+    includeUsage: false,
+    continuousUsage: false,
   };
 }
 
@@ -403,6 +462,126 @@ export function expectedUsage(
   return expectedOutput(body, opts).usage;
 }
 
+const ID_PREFIXES = { chat: "chatcmpl-", completions: "cmpl-", messages: "msg_" } as const satisfies Record<
+  Route,
+  string
+>;
+
+/** The Anthropic error type of each status the Messages API answers. */
+function anthropicErrorType(status: number): string {
+  const types: Record<number, string> = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+  };
+  return types[status] ?? (status >= 500 ? "api_error" : "invalid_request_error");
+}
+
+function anthropicErrorBody(message: string, type: string): string {
+  return JSON.stringify({ type: "error", error: { type, message } });
+}
+
+/** The Messages API's stop reason of a fake answer. */
+function stopReasonOf(output: FakeOutput): string {
+  return output.finishReason === "length" ? "max_tokens" : "end_turn";
+}
+
+/** A buffered /v1/messages answer: one text block, its usage in Anthropic's shape. */
+function messageBody(id: string, model: string, output: FakeOutput): Record<string, unknown> {
+  return {
+    id,
+    type: "message",
+    role: "assistant",
+    model,
+    content: [{ type: "text", text: output.texts[0] ?? "" }],
+    stop_reason: stopReasonOf(output),
+    stop_sequence: null,
+    usage: { input_tokens: output.usage.prompt_tokens, output_tokens: output.usage.completion_tokens },
+  };
+}
+
+/**
+ * Streams a /v1/messages answer as the Messages API does: message_start (with the input tokens),
+ * content_block_start, a ping, one text_delta per token (paced as chat is), content_block_stop,
+ * message_delta with the stop reason and output tokens, message_stop. An injected cut destroys
+ * the socket after `afterChunks` deltas; an injected `errorEvent` sends that error event there
+ * and ends the stream.
+ */
+async function streamMessage(
+  res: ServerResponse,
+  id: string,
+  req: ParsedRequest,
+  output: FakeOutput,
+  s: State,
+  failure: InjectedFailure | undefined,
+  recorded?: RecordedRequest,
+): Promise<void> {
+  startSse(res);
+  const event = (type: string, data: Record<string, unknown>) =>
+    `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+  const usage = output.usage;
+  const first =
+    event("message_start", {
+      message: {
+        id,
+        type: "message",
+        role: "assistant",
+        model: req.model,
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { input_tokens: usage.prompt_tokens, output_tokens: 1 },
+      },
+    }) +
+    event("content_block_start", { index: 0, content_block: { type: "text", text: "" } }) +
+    event("ping", {});
+  await writeFlushed(res, first);
+  if (s.ttftMs > 0) {
+    await sleep(s.ttftMs, res);
+    if (gone(res)) return;
+  }
+  const deltas = splitWords(output.texts[0]).map((text) =>
+    event("content_block_delta", { index: 0, delta: { type: "text_delta", text } }),
+  );
+  const cutAfter = failure?.afterChunks ?? (failure?.errorEvent !== undefined ? 0 : undefined);
+  const count = cutAfter === undefined ? deltas.length : Math.min(cutAfter, deltas.length);
+  for (let i = 0; i < count; i++) {
+    if (i > 0 && s.tokenIntervalMs > 0) await sleep(s.tokenIntervalMs, res);
+    if (gone(res)) return;
+    await writeFlushed(res, deltas[i]!);
+    if (recorded) recorded.tokensWritten = i + 1;
+  }
+  if (gone(res)) return;
+  if (failure?.errorEvent !== undefined) {
+    res.end(event("error", { error: { type: failure.errorEvent, message: "injected error event" } }));
+    return;
+  }
+  if (cutAfter !== undefined) {
+    res.socket?.destroy();
+    return;
+  }
+  res.end(
+    event("content_block_stop", { index: 0 }) +
+      event("message_delta", {
+        delta: { stop_reason: stopReasonOf(output), stop_sequence: null },
+        usage: { output_tokens: usage.completion_tokens },
+      }) +
+      event("message_stop", {}),
+  );
+}
+
+/** The 200 head of an event stream. */
+function startSse(res: ServerResponse): void {
+  res.writeHead(200, {
+    "content-type": "text/event-stream",
+    "cache-control": "no-cache",
+    connection: "keep-alive",
+  });
+}
+
 function errorBody(message: string, type: string, code: string | null): string {
   return JSON.stringify({ error: { message, type, param: null, code } });
 }
@@ -454,6 +633,7 @@ interface State {
   reasoningModels: Set<string>;
   modelsBody: string;
   authorization: string | undefined;
+  apiKey: string | undefined;
   latencyMs: number;
   ttftMs: number;
   tokenIntervalMs: number;
@@ -472,6 +652,7 @@ function stateOf(o: FakeUpstreamOptions): State {
       data: models.map((id) => ({ id, object: "model", created, owned_by: "fake" })),
     }),
     authorization: o.apiKey === undefined ? undefined : `Bearer ${o.apiKey}`,
+    apiKey: o.apiKey,
     latencyMs: o.latencyMs ?? 0,
     ttftMs: o.ttftMs ?? 0,
     tokenIntervalMs: o.tokensPerSecond && o.tokensPerSecond > 0 ? 1000 / o.tokensPerSecond : 0,
@@ -505,7 +686,18 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
           ? "completions"
           : path === "/v1/embeddings"
             ? "embeddings"
-            : undefined;
+            : path === "/v1/messages"
+              ? "messages"
+              : undefined;
+    // Anthropic's route answers errors in Anthropic's shape.
+    const fail = (status: number, message: string, type: string, code: string | null) =>
+      sendJson(
+        res,
+        status,
+        route === "messages"
+          ? anthropicErrorBody(message, anthropicErrorType(status))
+          : errorBody(message, type, code),
+      );
 
     let body: unknown;
     let invalidJson = false;
@@ -519,12 +711,16 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
     }
     const recorded = record(req, path, body);
 
-    if (state.authorization !== undefined && req.headers.authorization !== state.authorization) {
-      sendJson(
-        res,
-        401,
-        errorBody("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
-      );
+    const authorized =
+      route === "messages"
+        ? state.apiKey === undefined || req.headers["x-api-key"] === state.apiKey
+        : state.authorization === undefined || req.headers.authorization === state.authorization;
+    if (!authorized) {
+      fail(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key");
+      return;
+    }
+    if (route === "messages" && req.headers["anthropic-version"] === undefined) {
+      fail(400, "anthropic-version: header is required", "invalid_request_error", null);
       return;
     }
 
@@ -562,11 +758,16 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       await sleep(firstByteDelay, res);
       if (gone(res)) return;
     }
-    if (failure && (failure.status !== undefined || failure.afterChunks === undefined)) {
+    const cutOnly = failure?.afterChunks !== undefined || failure?.errorEvent !== undefined;
+    if (failure && (failure.status !== undefined || !cutOnly)) {
       const status = failure.status ?? 500;
       const type = status >= 500 ? "server_error" : "invalid_request_error";
       const code = status === 429 ? "rate_limit_exceeded" : null;
-      const text = failure.body ?? errorBody(`injected failure (status ${status})`, type, code);
+      const text =
+        failure.body ??
+        (route === "messages"
+          ? anthropicErrorBody(`injected failure (status ${status})`, anthropicErrorType(status))
+          : errorBody(`injected failure (status ${status})`, type, code));
       sendJson(
         res,
         status,
@@ -576,7 +777,7 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       return;
     }
     if (invalidJson) {
-      sendJson(res, 400, errorBody("The request body is not valid JSON.", "invalid_request_error", null));
+      fail(400, "The request body is not valid JSON.", "invalid_request_error", null);
       return;
     }
     if (route === "embeddings") {
@@ -614,7 +815,7 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       parsed = parseRequest(route, body);
     } catch (err) {
       if (!(err instanceof BadRequest)) throw err;
-      sendJson(res, err.status, errorBody(err.message, err.type, err.code));
+      fail(err.status, err.message, err.type, err.code);
       return;
     }
     if (failure && !parsed.stream) {
@@ -623,18 +824,26 @@ export async function startFakeUpstream(opts: FakeUpstreamOptions = {}): Promise
       return;
     }
     if (!state.models.has(parsed.model)) {
-      sendJson(
-        res,
-        404,
-        errorBody(`The model \`${parsed.model}\` does not exist`, "invalid_request_error", "model_not_found"),
-      );
+      fail(404, `The model \`${parsed.model}\` does not exist`, "invalid_request_error", "model_not_found");
       return;
     }
 
     const s = state;
     const output = outputOf(route, parsed, s.outputTokens, s.reasoningModels.has(parsed.model));
     const created = Math.floor(Date.now() / 1000);
-    const id = `${route === "chat" ? "chatcmpl" : "cmpl"}-${idPrefix}${(nextId++).toString(16)}`;
+    const id = `${ID_PREFIXES[route]}${idPrefix}${(nextId++).toString(16)}`;
+    if (route === "messages") {
+      if (!parsed.stream) {
+        if (s.latencyMs > 0) {
+          await sleep(s.latencyMs, res);
+          if (gone(res)) return;
+        }
+        sendJson(res, 200, JSON.stringify(messageBody(id, parsed.model, output)));
+        return;
+      }
+      await streamMessage(res, id, parsed, output, s, failure, recorded);
+      return;
+    }
 
     if (!parsed.stream) {
       if (s.latencyMs > 0) {
@@ -848,11 +1057,7 @@ async function stream(
   cutAfter: number | undefined,
   recorded?: RecordedRequest,
 ): Promise<void> {
-  res.writeHead(200, {
-    "content-type": "text/event-stream",
-    "cache-control": "no-cache",
-    connection: "keep-alive",
-  });
+  startSse(res);
   if (s.ttftMs > 0) {
     await sleep(s.ttftMs, res);
     if (gone(res)) return;

@@ -348,6 +348,17 @@ describe("virtual key lifecycle through tollgatectl, two api-edge replicas", () 
     // The key filter sees the same (both requests used the live key).
     const byKey = await ctlJson<Usage>(["usage", "--key", liveKeyId]);
     expect(byKey.totals.cost).toBe(expectedCost.toString());
+    // By day and model: the served model's row carries the whole spend.
+    const byModel = await ctlJson<Omit<Usage, "buckets"> & { buckets: { model: string; cost: string }[] }>([
+      "usage",
+      "--account",
+      ACCOUNT,
+      "--by",
+      "day,model",
+    ]);
+    expect(byModel.buckets.map((b) => [b.model, b.cost])).toEqual([
+      ["tollgate-mini", expectedCost.toString()],
+    ]);
 
     const table = await tollgatectl(["usage", "--account", ACCOUNT]);
     expect(table.code).toBe(0);

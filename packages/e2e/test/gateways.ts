@@ -91,7 +91,12 @@ export interface ConfiguredGateway {
  */
 export async function startConfiguredGateway(
   yaml: (upstreamUrl: string) => string,
-  opts: { upstream?: FakeUpstreamOptions; metricsPort?: number } = {},
+  opts: {
+    upstream?: FakeUpstreamOptions;
+    metricsPort?: number;
+    /** The gateway's environment (e.g. the variables upstreams' apiKeyEnv name). */
+    env?: Record<string, string>;
+  } = {},
 ): Promise<ConfiguredGateway> {
   const upstream = await startFakeUpstream(opts.upstream);
   const dir = mkdtempSync(join(tmpdir(), "tollgate-e2e-"));
@@ -107,7 +112,7 @@ export async function startConfiguredGateway(
       logLevel: "info",
       tempoDevnetPort: 0,
       ...(opts.metricsPort !== undefined ? { metricsHost: "127.0.0.1", metricsPort: opts.metricsPort } : {}),
-      env: {},
+      env: opts.env ?? {},
     },
     logs.stream,
   );

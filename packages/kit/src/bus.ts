@@ -1,5 +1,6 @@
 import { AckPolicy, DeliverPolicy, type JsMsg, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { type NatsConnection, nanos } from "@nats-io/transport-node";
+import { ExpiringIds } from "./memory-window.js";
 import { ensureStream, type StreamSpec } from "./nats.js";
 
 /** One delivered event. */
@@ -235,11 +236,8 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
   let offset = 0;
   const end = () => offset + entries.length;
   const at = (n: number) => entries[n - offset];
-  // msgId → when first published; `published` lists them in publication order (oldest from
-  // `first` on), so forgetting the expired ones never walks the live ones.
-  const seen = new Map<string, number>();
-  let published: Array<{ msgId: string; t: number }> = [];
-  let first = 0;
+  // The msgIds published within the duplicate window.
+  const seen = new ExpiringIds(duplicateWindowMs);
   const consumers = new Set<() => void>();
   const cursors = new Set<{ cursor: number }>();
   let closed = false;
@@ -253,18 +251,6 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
     if (drop > 0 && (drop >= 1_024 || drop * 2 >= entries.length)) {
       entries = entries.slice(drop);
       offset = min;
-    }
-  };
-
-  // Forgets the msgIds published before the duplicate window.
-  const forget = (now: number) => {
-    while (first < published.length && now - published[first]!.t >= duplicateWindowMs) {
-      const { msgId, t } = published[first++]!;
-      if (seen.get(msgId) === t) seen.delete(msgId);
-    }
-    if (first >= 1_024 && first * 2 >= published.length) {
-      published = published.slice(first);
-      first = 0;
     }
   };
 
@@ -338,12 +324,7 @@ export function createMemoryBus(duplicateWindowMs = 120_000): MemoryBus {
   return {
     retained: () => ({ messages: entries.length, msgIds: seen.size }),
     async publish(subject, data, msgId) {
-      const now = Date.now();
-      forget(now);
-      const t = seen.get(msgId);
-      if (t !== undefined && now - t < duplicateWindowMs) return;
-      seen.set(msgId, now);
-      published.push({ msgId, t: now });
+      if (!seen.add(msgId, Date.now())) return;
       entries.push({ subject, data, msgId });
       for (const wake of consumers) wake();
     },

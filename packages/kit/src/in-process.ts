@@ -67,7 +67,7 @@ export function inProcessClient<M extends GenServiceMethods>(
         } catch (err) {
           work = Promise.reject(err);
         }
-        return Promise.race([work, call.ended]).then(
+        return call.race(work).then(
           (res) => {
             call.done();
             endRpcSpan(s, SpanKind.CLIENT, grpc.status.OK);
@@ -94,7 +94,7 @@ export function inProcessClient<M extends GenServiceMethods>(
               (handler(create(m.input, req), call.ctx) as AsyncIterable<unknown>)[Symbol.asyncIterator](),
             );
             for (;;) {
-              const next = await Promise.race([iterator.next(), call.ended]);
+              const next = await call.race(iterator.next());
               if (next.done) break;
               yield create(m.output, next.value as MessageInitShape<DescMessage>);
             }
@@ -135,10 +135,16 @@ function refusal(
     : new RemoteError(grpc.status.PERMISSION_DENIED, decision, `${caller} may not call ${m.name}`);
 }
 
-/** One call's context, and a promise that rejects when its caller cancels or its deadline passes. */
+/** One call's context, and its caller's cancel and deadline. */
 interface InProcessCall {
   ctx: CallContext;
-  ended: Promise<never>;
+  /**
+   * Settles as `work` does, or rejects when the caller cancels or the deadline passes first.
+   * It holds nothing once settled: a stream races every message, and racing each against one
+   * long-lived promise (Promise.race) would keep a reaction and the message per message, about
+   * 400 bytes each, until the stream ends.
+   */
+  race<T>(work: Promise<T>): Promise<T>;
   /** Stops listening to the caller; with `cancel`, aborts the handler's signal too. */
   done(cancel?: boolean): void;
 }
@@ -147,18 +153,14 @@ const EMPTY_METADATA = new grpc.Metadata();
 
 function callOf(opts: CallOptions): InProcessCall {
   let controller: AbortController | undefined;
-  let end: (err: RemoteError) => void = () => {};
   let endedWith: RemoteError | undefined;
-  const ended = new Promise<never>((_, reject) => {
-    end = reject;
-  });
-  // Nobody may await `ended` (the handler answered first): that is not an unhandled rejection.
-  ended.catch(() => {});
+  // Rejects the race in progress, if any.
+  let waiter: ((err: RemoteError) => void) | undefined;
   const stop = (err: RemoteError) => {
     if (endedWith) return;
     endedWith = err;
     controller?.abort();
-    end(err);
+    waiter?.(err);
   };
   const onAbort = () => stop(new RemoteError(grpc.status.CANCELLED, undefined, "Cancelled on client"));
   const timer = opts.timeoutMs
@@ -182,7 +184,26 @@ function callOf(opts: CallOptions): InProcessCall {
   };
   return {
     ctx,
-    ended,
+    race<T>(work: Promise<T>): Promise<T> {
+      if (endedWith) {
+        // Ended already: the work's own outcome no longer matters, nor is it unhandled.
+        work.catch(() => {});
+        return Promise.reject(endedWith);
+      }
+      return new Promise<T>((resolve, reject) => {
+        waiter = reject;
+        work.then(
+          (v) => {
+            if (waiter === reject) waiter = undefined;
+            resolve(v);
+          },
+          (err: unknown) => {
+            if (waiter === reject) waiter = undefined;
+            reject(err);
+          },
+        );
+      });
+    },
     done(cancel = false) {
       if (timer) clearTimeout(timer);
       opts.signal?.removeEventListener("abort", onAbort);

@@ -35,7 +35,7 @@ export function operationOf(route: Route): OperationName | undefined {
   return NAME_BY_ROUTE.get(route);
 }
 
-/** Who may call a route: a Virtual Key (account), a payment (paid), or anyone (public probes). */
+/** Who may call a route: a Virtual Key (account), a payment (paid), or anyone (public: probes, the API document). */
 export type RouteDoor = "account" | "paid" | "public";
 
 export type HttpMethod = "GET" | "POST";
@@ -140,6 +140,15 @@ export const ROUTES = {
   },
   livez: { method: "GET", path: "/livez", door: "public", operation: null, streams: false, schema: null },
   readyz: { method: "GET", path: "/readyz", door: "public", operation: null, streams: false, schema: null },
+  // The public OpenAPI document (services/api-edge/src/openapi/), with the paid door's prices.
+  openapi: {
+    method: "GET",
+    path: "/openapi.json",
+    door: "public",
+    operation: null,
+    streams: false,
+    schema: null,
+  },
 } as const satisfies Record<string, RouteSpec>;
 
 export type RouteId = keyof typeof ROUTES;

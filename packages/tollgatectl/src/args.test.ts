@@ -199,6 +199,13 @@ describe("tollgatectl command lines", () => {
     expect(request(["keys", "rotate", "key_1", "--grace", "0"]).body).toEqual({ grace_seconds: 0 });
   });
 
+  it("usage by day and model", () => {
+    const url = new URL(request(["usage", "--by", "day,model"]).path, "http://x");
+    expect(Object.fromEntries(url.searchParams)).toEqual({ granularity: "day", group_by: "model" });
+    const byModel = new URL(request(["usage", "--by", "model"]).path, "http://x");
+    expect(Object.fromEntries(byModel.searchParams)).toEqual({ group_by: "model" });
+  });
+
   it("usage with filters, range and granularity", () => {
     expect(request(["usage"])).toEqual({ method: "GET", path: "/admin/v1/usage" });
     const r = request([
@@ -274,6 +281,8 @@ describe("tollgatectl command lines", () => {
     [["keys", "rotate", "k", "--grace", "1 day"], "--grace"],
     [["keys", "rotate", "k", "--grace", "-1"], "grace"],
     [["usage", "--by", "week"], "--by"],
+    [["usage", "--by", "day,hour"], "--by"],
+    [["usage", "--by", "day,modle"], "--by"],
     [["usage", "extra"], "no arguments"],
     [["keys", "revoke", ""], "must not be empty"],
   ])("%j is a usage error (%s)", (argv, fragment) => {

@@ -82,7 +82,7 @@ Commands:
   keys revoke <keyId>
   keys rotate <keyId> [--grace 24h|90m|3600] [--expires ISO]
   usage [--account a] [--connection c] [--key k] [--model m]
-        [--from ISO] [--to ISO] [--by hour|day]
+        [--from ISO] [--to ISO] [--by hour|day|model|day,model|hour,model]
 
 Options:
   --json               print the admin API's JSON answer
@@ -518,8 +518,11 @@ export function parseCommandLine(argv: readonly string[]): Invocation {
     }
     default: {
       positionals(rest, [], command);
-      const by = str(values, "by");
-      if (by !== undefined && by !== "hour" && by !== "day") throw new UsageError("--by must be hour or day");
+      const by = str(values, "by")?.split(",");
+      const periods = by?.filter((b) => b === "hour" || b === "day") ?? [];
+      if (by && (by.some((b) => b !== "hour" && b !== "day" && b !== "model") || periods.length > 1)) {
+        throw new UsageError("--by must be hour, day or model, or a period and model (day,model)");
+      }
       const from = str(values, "from");
       const to = str(values, "to");
       const query = new URLSearchParams(
@@ -530,7 +533,8 @@ export function parseCommandLine(argv: readonly string[]): Invocation {
           model: str(values, "model"),
           from: from === undefined ? undefined : parseTime(from, "--from"),
           to: to === undefined ? undefined : parseTime(to, "--to"),
-          granularity: by,
+          granularity: periods[0],
+          group_by: by?.includes("model") ? "model" : undefined,
         }) as Record<string, string>,
       ).toString();
       return call({ method: "GET", path: `/admin/v1/usage${query ? `?${query}` : ""}` }, "usage");

@@ -135,11 +135,14 @@ function keyList(body: { data: KeyJson[] }): string {
 
 function usage(body: {
   granularity: string;
+  group_by?: "model";
   totals: TotalsJson;
-  buckets: (TotalsJson & { start: string })[];
+  buckets: (TotalsJson & { start: string; model?: string })[];
 }) {
-  const row = (label: string, t: TotalsJson) => [
+  const byModel = body.group_by === "model";
+  const row = (label: string, t: TotalsJson, model = "") => [
     label,
+    ...(byModel ? [model] : []),
     String(t.requests),
     String(t.input_tokens),
     String(t.output_tokens),
@@ -150,6 +153,7 @@ function usage(body: {
   return table(
     [
       body.granularity === "day" ? "DAY (UTC)" : "HOUR (UTC)",
+      ...(byModel ? ["MODEL"] : []),
       "REQUESTS",
       "INPUT",
       "OUTPUT",
@@ -157,8 +161,8 @@ function usage(body: {
       "SPEND (base units)",
       "SPEND (USD)",
     ],
-    [...body.buckets.map((b) => row(when(b.start), b)), row("TOTAL", body.totals)],
-    [1, 2, 3, 4, 5, 6],
+    [...body.buckets.map((b) => row(when(b.start), b, b.model)), row("TOTAL", body.totals)],
+    byModel ? [2, 3, 4, 5, 6, 7] : [1, 2, 3, 4, 5, 6],
   );
 }
 

@@ -227,6 +227,28 @@ describe("tollgatectl run", () => {
     expect(lines[1]).toMatch(/^2030-01-01T10:00:00Z\s+2\s+20\s+6\s+0\s+1234567\s+1\.234567$/);
     expect(lines[2]).toMatch(/^TOTAL\s+2\s+20\s+6\s+0\s+1234567\s+1\.234567$/);
   });
+
+  it("shows usage by day and model, one row per model and day", async () => {
+    const mini = { requests: 2, input_tokens: 20, output_tokens: 6, reasoning_tokens: 0, cost: "1200" };
+    const large = { requests: 1, input_tokens: 10, output_tokens: 3, reasoning_tokens: 0, cost: "34" };
+    const api = fakeApi(200, {
+      object: "usage",
+      granularity: "day",
+      group_by: "model",
+      totals: { requests: 3, input_tokens: 30, output_tokens: 9, reasoning_tokens: 0, cost: "1234" },
+      buckets: [
+        { start: "2030-01-01T00:00:00.000Z", model: "tollgate-large", ...large },
+        { start: "2030-01-01T00:00:00.000Z", model: "tollgate-mini", ...mini },
+      ],
+    });
+    const r = await tollgatectl(["usage", "--by", "day,model"], api);
+    expect(r.code).toBe(0);
+    const lines = r.out.trimEnd().split("\n");
+    expect(lines[0]).toMatch(/^DAY \(UTC\)\s+MODEL\s+REQUESTS\s+INPUT/);
+    expect(lines[1]).toMatch(/^2030-01-01\S*\s+tollgate-large\s+1\s+10\s+3\s+0\s+34\s+0\.000034$/);
+    expect(lines[2]).toMatch(/^2030-01-01\S*\s+tollgate-mini\s+2\s+20\s+6\s+0\s+1200\s+0\.001200$/);
+    expect(lines[3]).toMatch(/^TOTAL\s+3\s+30\s+9\s+0\s+1234\s+0\.001234$/);
+  });
 });
 
 describe("formatCost", () => {

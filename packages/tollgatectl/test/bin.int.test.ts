@@ -81,4 +81,39 @@ describe("the built tollgatectl", () => {
     expect(seen.at(-1)?.headers.authorization).toBe(`Bearer ${TOKEN}`);
     expect(listed.stdout + listed.stderr).not.toContain(TOKEN);
   });
+
+  it("packs into a tarball that `npm exec` runs from a folder outside the clone, with --json", async () => {
+    const packDir = mkdtempSync(join(tmpdir(), "tollgatectl-pack-"));
+    const packed = await run("npm", ["pack", dir, "--pack-destination", packDir, "--loglevel=error"], {
+      cwd: packDir,
+    });
+    const tarball = join(packDir, packed.stdout.trim().split("\n").at(-1)!);
+    const elsewhere = mkdtempSync(join(tmpdir(), "tollgatectl-elsewhere-"));
+    const listed = await run(
+      "npm",
+      [
+        "exec",
+        "--yes",
+        "--prefer-offline",
+        `--package=${tarball}`,
+        "--",
+        "tollgatectl",
+        "keys",
+        "list",
+        "acme",
+        "--json",
+      ],
+      {
+        cwd: elsewhere,
+        env: {
+          ...process.env,
+          TOLLGATE_ADMIN_URL: url,
+          TOLLGATE_ADMIN_TOKEN: TOKEN,
+          npm_config_loglevel: "error",
+        },
+      },
+    );
+    expect(JSON.parse(listed.stdout)).toMatchObject({ object: "list", data: [{ id: "key_1" }] });
+    expect(seen.at(-1)?.url).toBe("/admin/v1/accounts/acme/keys");
+  });
 });

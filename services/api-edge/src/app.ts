@@ -9,6 +9,7 @@ import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
 import { MeteringService } from "@tollgate/proto/metering";
 import { PaymentService } from "@tollgate/proto/payment";
+import type { RouteId } from "@tollgate/proto/routes";
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
@@ -39,6 +40,8 @@ import type { Drain } from "./http/drain.js";
 import { logResponses } from "./http/response-log.js";
 import { traceRequests } from "./http/tracing.js";
 import { countRequests, edgeMetrics, timeInference } from "./metrics.js";
+import type { PaidOffer } from "./openapi/payment-info.js";
+import { publicOpenApiRoute } from "./openapi/serve.js";
 import { chatCompletionsRoute } from "./routes/chat-completions.js";
 import { completionsRoute } from "./routes/completions.js";
 import type {
@@ -53,7 +56,7 @@ import { LeaseBook, type LeaseClient } from "./routes/leases.js";
 import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
-import { type AccountRoutes, registerRoutes } from "./routes/register.js";
+import { type AccountRoutes, type RouteImpl, registerRoutes } from "./routes/register.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
 import { requestSchemas } from "./schemas/requests.js";
@@ -93,6 +96,8 @@ export interface ApiEdgeOptions {
   metricsHost?: string;
   /** Admit account-door requests on leases (docs/money.md, "Leases"); default true. */
   leases?: boolean;
+  /** The paid door's plans and prices (the gateway configuration's), shown by GET /openapi.json. */
+  offer?: PaidOffer;
 }
 
 /** Dependencies the caller already owns. */
@@ -148,6 +153,8 @@ export interface ApiEdgePorts {
   metrics: Registry;
   /** Whether the services behind the edge answer (readiness); absent: always. */
   ready?: () => Promise<boolean>;
+  /** The paid door's plans and prices, shown by GET /openapi.json; absent: none shown. */
+  offer?: PaidOffer;
 }
 
 /** The public port's app, not yet listening, and its draining switch. */
@@ -224,7 +231,7 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
     log,
   };
   const ready = ports.ready ?? (async () => true);
-  registerRoutes(app, {
+  const routes: Partial<Record<RouteId, RouteImpl>> = {
     livez: { handler: async () => ({ status: "ok" }) },
     readyz: {
       handler: async (_req, reply) => {
@@ -234,7 +241,9 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
     },
     ...accountRoutes(ctx),
     ...(ports.payment ? { mppChat: mppChatCompletionsRoute({ ...ctx, payment: ports.payment }) } : {}),
-  });
+  };
+  routes.openapi = publicOpenApiRoute(routes, limits.maxMessages, ports.offer);
+  registerRoutes(app, routes);
   return { app, drain, ...(leases ? { leases } : {}) };
 }
 
@@ -263,6 +272,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         : createMemoryIdempotencyStore(),
       log,
       metrics: registry,
+      ...(opts.offer ? { offer: opts.offer } : {}),
       ready: () =>
         Promise.all([auth.$ready(500), inference.$ready(500), redis?.ping()]).then(
           () => true,

@@ -1,3 +1,4 @@
+import { loadGatewayConfig } from "@tollgate/config";
 import { logLevel, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
 import { redisUrlOf } from "@tollgate/kit/redis";
@@ -5,6 +6,7 @@ import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/trac
 import { z } from "zod";
 import type { AdminServerOptions } from "./admin/server.js";
 import { DEFAULT_LIMITS, type EdgeLimits } from "./http/limits.js";
+import type { PaidOffer } from "./openapi/payment-info.js";
 
 const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
 
@@ -68,6 +70,11 @@ const envSchema = z.object({
   METRICS_PORT: port(9080),
   /** Account-door requests admitted on leases (docs/money.md, "Leases"); "off": each authorized alone. */
   ACCOUNT_LEASES: z.enum(["on", "off"]).default("on"),
+  /**
+   * The Tollgate configuration file, read only for the paid door's plans and prices that
+   * GET /openapi.json shows; unset: the document lists none (the 402 challenge still prices).
+   */
+  TOLLGATE_CONFIG: z.string().optional(),
   ...otelEnv,
 });
 
@@ -93,6 +100,14 @@ export interface ApiEdgeConfig {
   tracing?: TracingOptions;
   /** Whether account-door requests are admitted on leases (ACCOUNT_LEASES). */
   leases: boolean;
+  /** The paid door's plans and prices (TOLLGATE_CONFIG), for the OpenAPI document. */
+  offer?: PaidOffer;
+}
+
+/** The plans and model prices of the configuration file: all the document needs of it. */
+function offerOf(path: string): PaidOffer {
+  const { plans, models } = loadGatewayConfig(path);
+  return { plans, models };
 }
 
 /** Reads the environment; throws ConfigError naming every problem. */
@@ -125,5 +140,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     metricsPort: e.METRICS_PORT,
     tracing: tracingOptions(e, "api-edge"),
     leases: e.ACCOUNT_LEASES === "on",
+    ...(e.TOLLGATE_CONFIG ? { offer: offerOf(e.TOLLGATE_CONFIG) } : {}),
   };
 }

@@ -120,6 +120,47 @@ export function usageStoreContract(makeStore: () => UsageStore | Promise<UsageSt
     expect((await store.query({ accountId: "nobody" }, from, to, "hour")).buckets).toEqual([]);
   });
 
+  it("breaks a report down by model and period, the totals unchanged", async () => {
+    const store = await makeStore();
+    const seen = [
+      { at: "2025-03-10T10:15:00Z", model: "m2", cost: 1n },
+      { at: "2025-03-10T11:15:00Z", model: "m1", cost: 10n },
+      { at: "2025-03-10T23:59:59Z", model: "m2", cost: 100n },
+      { at: "2025-03-11T00:00:00Z", model: "m1", cost: 1000n },
+      { at: "2025-03-11T05:00:00Z", model: "m1", cost: 10000n },
+    ];
+    for (const e of seen)
+      await store.record(usageEvent({ occurredAt: at(e.at), model: e.model, cost: e.cost }));
+    // Another account's usage of the same models stays out of a filtered report.
+    await store.record(usageEvent({ accountId: "acct_b", model: "m1", cost: 7n }));
+    const r = await store.query(
+      { accountId: "acct_a" },
+      at("2025-03-10T00:00:00Z"),
+      at("2025-03-12T00:00:00Z"),
+      "day",
+      true,
+    );
+    expect(
+      r.buckets.map((b) => [b.start.toISOString().slice(0, 10), b.model, b.totals.cost, b.totals.requests]),
+    ).toEqual([
+      ["2025-03-10", "m1", 10n, 1n],
+      ["2025-03-10", "m2", 101n, 2n],
+      ["2025-03-11", "m1", 11000n, 2n],
+    ]);
+    expect(r.totals.cost).toBe(11111n);
+    const plain = await store.query(
+      { accountId: "acct_a" },
+      at("2025-03-10T00:00:00Z"),
+      at("2025-03-12T00:00:00Z"),
+      "day",
+    );
+    expect(plain.totals).toEqual(r.totals);
+    expect(plain.buckets.map((b) => [b.model, b.totals.cost])).toEqual([
+      [undefined, 111n],
+      [undefined, 11000n],
+    ]);
+  });
+
   it("applies a batch across accounts and buckets, each event once, a repeat within it a duplicate", async () => {
     const store = await makeStore();
     const seen = usageEvent({ accountId: "a2", cost: 1n });

@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url";
 import { ConfigError } from "@tollgate/kit/config";
 import { describe, expect, it } from "vitest";
 import { loadConfig as load } from "../config.js";
@@ -62,5 +63,16 @@ describe("api-edge config: the public port's limits", () => {
     ).toMatchObject({ maxJsonDepth: 8, maxMessages: 10, maxConnections: 0, headersTimeoutMs: 500 });
     expect(() => loadConfig({ HEADERS_TIMEOUT_MS: "70000" })).toThrow(ConfigError);
     expect(() => loadConfig({ MAX_JSON_DEPTH: "0" })).toThrow(/MAX_JSON_DEPTH/);
+  });
+});
+
+describe("api-edge config: the OpenAPI document's prices", () => {
+  it("reads the plans and prices of TOLLGATE_CONFIG, and none without it", () => {
+    expect(loadConfig({}).offer).toBeUndefined();
+    const path = fileURLToPath(new URL("../../../../deploy/config/tollgate.yaml", import.meta.url));
+    const offer = loadConfig({ TOLLGATE_CONFIG: path }).offer;
+    expect(Object.keys(offer?.plans ?? {})).toEqual(["Starter", "Plus", "Premium"]);
+    expect(offer?.models.find((m) => m.id === "tollgate-mini")?.pricing.inputPerMillion).toBe(150_000n);
+    expect(() => loadConfig({ TOLLGATE_CONFIG: "/nonexistent/tollgate.yaml" })).toThrow(ConfigError);
   });
 });

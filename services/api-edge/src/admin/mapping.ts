@@ -104,7 +104,7 @@ function budgetIn(
   return { amount: b.amount, period };
 }
 
-const createAccountBody = z.strictObject({
+export const createAccountBody = z.strictObject({
   id: z.string().min(1),
   limits: rateLimitsBody.optional(),
 });
@@ -117,7 +117,7 @@ const connectionLimitsBody = z.strictObject({
   routes: z.partialRecord(z.enum(ROUTE_NAMES), rateLimitsBody).optional(),
 });
 
-const createConnectionBody = z.strictObject({
+export const createConnectionBody = z.strictObject({
   id: z.string().min(1),
   models: z.array(z.string().min(1)).min(1),
   default_model: z.string().min(1).optional(),
@@ -128,28 +128,28 @@ const createConnectionBody = z.strictObject({
   limits: connectionLimitsBody.optional(),
 });
 
-const updateAccountBody = z.strictObject({ limits: rateLimitsBody });
+export const updateAccountBody = z.strictObject({ limits: rateLimitsBody });
 
 /** A budget object sets it; null clears it; absent keeps it. */
-const updateConnectionBody = z.strictObject({
+export const updateConnectionBody = z.strictObject({
   budget: budgetBody.nullable().optional(),
   limits: connectionLimitsBody.optional(),
 });
 
-const updateKeyBody = z.strictObject({ budget: budgetBody.nullable() });
+export const updateKeyBody = z.strictObject({ budget: budgetBody.nullable() });
 
-const createKeyBody = z.strictObject({
+export const createKeyBody = z.strictObject({
   name: z.string().max(128).optional(),
   budget: budgetBody.optional(),
   expires_at: isoTime.optional(),
 });
 
-const rotateKeyBody = z.strictObject({
+export const rotateKeyBody = z.strictObject({
   grace_seconds: z.number().int().min(0).max(MAX_GRACE_SECONDS).optional(),
   expires_at: isoTime.optional(),
 });
 
-const usageQuery = z.strictObject({
+export const usageQuery = z.strictObject({
   account: z.string().optional(),
   connection: z.string().optional(),
   key: z.string().optional(),
@@ -157,9 +157,11 @@ const usageQuery = z.strictObject({
   from: isoTime.optional(),
   to: isoTime.optional(),
   granularity: z.enum(["hour", "day"]).optional(),
+  /** `model`: one bucket per model and period. */
+  group_by: z.enum(["model"]).optional(),
 });
 
-const listKeysQuery = z.strictObject({ connection: z.string().optional() });
+export const listKeysQuery = z.strictObject({ connection: z.string().optional() });
 
 /** Parses with a schema; a failure is a 400 naming every problem. An absent body is `{}`. */
 function parse<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
@@ -292,7 +294,7 @@ export function listKeysFilter(query: unknown): string {
   return parse(listKeysQuery, query, "query").connection ?? "";
 }
 
-/** GET /admin/v1/usage?account=&connection=&key=&model=&from=&to=&granularity= */
+/** GET /admin/v1/usage?account=&connection=&key=&model=&from=&to=&granularity=&group_by=model */
 export function usageRequest(query: unknown): MessageInitShape<typeof GetUsageRequestSchema> {
   const q = parse(usageQuery, query, "query");
   if (q.from && q.to && q.from.getTime() >= q.to.getTime()) {
@@ -306,6 +308,7 @@ export function usageRequest(query: unknown): MessageInitShape<typeof GetUsageRe
     ...(q.from ? { from: timestampFromDate(q.from) } : {}),
     ...(q.to ? { to: timestampFromDate(q.to) } : {}),
     granularity: q.granularity ? GRANULARITY[q.granularity] : Granularity.UNSPECIFIED,
+    ...(q.group_by === "model" ? { byModel: true } : {}),
   };
 }
 
@@ -420,12 +423,20 @@ function totalsJson(t: UsageTotals | undefined) {
   };
 }
 
-/** A usage report: totals over the range and one bucket per hour or day that saw usage. */
-export function usageJson(res: GetUsageResponse, granularity: Granularity) {
+/**
+ * A usage report: totals over the range and one bucket per hour or day that saw usage (per model
+ * and period, each bucket naming its model, when asked to group by model).
+ */
+export function usageJson(res: GetUsageResponse, granularity: Granularity, byModel = false) {
   return {
     object: "usage",
     granularity: granularity === Granularity.DAY ? "day" : "hour",
+    ...(byModel ? { group_by: "model" } : {}),
     totals: totalsJson(res.totals),
-    buckets: res.buckets.map((b) => ({ start: iso(b.start), ...totalsJson(b.totals) })),
+    buckets: res.buckets.map((b) => ({
+      start: iso(b.start),
+      ...(byModel ? { model: b.model } : {}),
+      ...totalsJson(b.totals),
+    })),
   };
 }

@@ -169,6 +169,7 @@ function fakes() {
             {
               start: timestampFromDate(new Date("2030-01-02T03:00:00Z")),
               totals: { requests: 3n, inputTokens: 30n, outputTokens: 9n, cost: "12345678901234567890" },
+              ...(req.byModel ? { model: "tollgate-mini" } : {}),
             },
           ],
         }),
@@ -487,6 +488,24 @@ describe("admin API: routes map to auth-policy and back", () => {
         },
       ],
     });
+  });
+
+  it("groups usage by model when asked, each bucket naming its model", async () => {
+    setup();
+    const res = await app.inject({
+      method: "GET",
+      url: "/admin/v1/usage?granularity=day&group_by=model",
+      headers: auth,
+    });
+    expect(res.statusCode).toBe(200);
+    expect(f.calls[0]?.req).toMatchObject({ granularity: Granularity.DAY, byModel: true });
+    expect(res.json()).toMatchObject({
+      granularity: "day",
+      group_by: "model",
+      buckets: [{ start: "2030-01-02T03:00:00.000Z", model: "tollgate-mini", cost: "12345678901234567890" }],
+    });
+    const bad = await app.inject({ method: "GET", url: "/admin/v1/usage?group_by=key", headers: auth });
+    expect(bad.statusCode).toBe(400);
   });
 });
 

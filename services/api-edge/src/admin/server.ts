@@ -9,6 +9,7 @@ import { closeConnectionsWhileDraining } from "../http/drain.js";
 import { acceptJsonOnly } from "../http/json-body.js";
 import { DEFAULT_LIMITS } from "../http/limits.js";
 import { logResponses } from "../http/response-log.js";
+import { openApiRoute } from "../openapi/serve.js";
 import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
 import {
   accountJson,
@@ -25,6 +26,7 @@ import {
   usageJson,
   usageRequest,
 } from "./mapping.js";
+import { ADMIN_OPERATIONS, adminDocument } from "./openapi.js";
 import { adminTokenCheck } from "./token.js";
 
 /** Where the admin server listens and what it needs besides the edge's auth client. */
@@ -245,10 +247,13 @@ export function buildAdminApp(deps: {
     return keyJson(res.key);
   });
 
+  // Behind the token like every admin route: the document is built once, with the app.
+  app.get(ADMIN_OPERATIONS.getOpenApi.path, openApiRoute(adminDocument()).handler);
+
   app.get("/admin/v1/usage", async (req) => {
     const ask = usageRequest(req.query);
     const res = await metering.getUsage(ask, call);
-    return usageJson(res, ask.granularity ?? 0);
+    return usageJson(res, ask.granularity ?? 0, ask.byModel === true);
   });
 
   return app;

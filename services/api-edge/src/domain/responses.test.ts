@@ -31,6 +31,7 @@ describe("chatBodyFromResponses", () => {
       input: "What is a tollgate?",
       instructions: "Answer in one line.",
       temperature: 0.2,
+      top_p: 0.9,
     });
     expect(chatBodyFromResponses(req, "tollgate-mini", 64)).toEqual({
       model: "tollgate-mini",
@@ -40,6 +41,7 @@ describe("chatBodyFromResponses", () => {
       ],
       max_tokens: 64,
       temperature: 0.2,
+      top_p: 0.9,
     });
   });
 
@@ -141,6 +143,19 @@ describe("responsesRequestSchema", () => {
       "tools are not supported",
     );
     expect(issues({ input: "hi", tools: [] })).toEqual([]);
+  });
+
+  it("says what to do with an item_reference to a stored answer (the AI SDK's default when storing)", () => {
+    const said = issues({
+      input: [
+        { role: "user", content: "a" },
+        { type: "item_reference", id: "msg_1" },
+        { role: "user", content: "b" },
+      ],
+    }).join();
+    expect(said).toMatch(/^input: 1\.type: an item_reference points at a stored response item/);
+    expect(said).toContain("store = false");
+    expect(issues({ input: "hi", top_p: 1.5 })).toHaveLength(1);
   });
 
   it("requires input, and says where a message list is wrong", () => {

@@ -15,6 +15,7 @@ export interface ResponsesRequest {
   input: string | readonly ResponsesInputMessage[];
   instructions?: string | null | undefined;
   temperature?: number | null | undefined;
+  top_p?: number | null | undefined;
 }
 
 /** Usage of a Responses answer, in OpenAI's shape. */
@@ -47,7 +48,7 @@ export interface ResponseObject {
   instructions: string | null;
   max_output_tokens: number | null;
   temperature: number | null;
-  top_p: null;
+  top_p: number | null;
   metadata: Record<string, string>;
   parallel_tool_calls: boolean;
   tool_choice: "none";
@@ -92,6 +93,7 @@ export function chatBodyFromResponses(
     messages,
     ...(maxOutputTokens !== undefined ? { max_tokens: maxOutputTokens } : {}),
     ...(req.temperature != null ? { temperature: req.temperature } : {}),
+    ...(req.top_p != null ? { top_p: req.top_p } : {}),
   };
 }
 
@@ -137,7 +139,7 @@ export function responseFromChat(
     instructions: req.instructions ?? null,
     max_output_tokens: labels.maxOutputTokens ?? null,
     temperature: req.temperature ?? null,
-    top_p: null,
+    top_p: req.top_p ?? null,
     metadata: {},
     parallel_tool_calls: false,
     tool_choice: "none",

@@ -14,9 +14,15 @@ export interface SseEvent {
 
 /** Writes Server-Sent Events, honouring backpressure. */
 export class SseWriter {
+  #written = false;
+
   constructor(private readonly res: ServerResponse) {}
 
-  /** Sends the status line and SSE headers. */
+  /**
+   * Sets the status line and SSE headers. They leave with the first events, in the same write
+   * (one packet, no separate round of the caller's parser before the first byte of the body),
+   * or with flush() when there are none to send yet.
+   */
   open(headers: Record<string, string>): void {
     this.res.writeHead(200, {
       ...headers,
@@ -25,6 +31,12 @@ export class SseWriter {
       connection: "keep-alive",
       "x-accel-buffering": "no",
     });
+  }
+
+  /** Sends the headers now if no event has carried them yet. */
+  flush(): void {
+    if (this.#written || this.res.destroyed) return;
+    this.#written = true;
     this.res.flushHeaders();
   }
 
@@ -32,6 +44,7 @@ export class SseWriter {
   async send(events: readonly SseEvent[]): Promise<void> {
     if (this.res.destroyed || events.length === 0) return;
     const text = events.map((e) => `${e.event ? `event: ${e.event}\n` : ""}data: ${e.data}\n\n`).join("");
+    this.#written = true;
     const ok = this.res.write(text);
     if (!ok && !this.res.destroyed) {
       await new Promise<void>((resolve) => {
@@ -198,6 +211,9 @@ export async function relayStream(
         usage = event.value;
         if (money) trailers = await money(event.value);
       }
+      // The first event was in hand when the headers were set: they are out by now, with it
+      // or (when it wrote nothing, e.g. a usage chunk held back) on their own.
+      sse.flush();
       next = await events.next();
     }
     // Usage is the last message of every finished stream: a stream that stops without it lost

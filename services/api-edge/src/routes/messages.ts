@@ -24,16 +24,24 @@ import type { RouteImpl } from "./register.js";
 const { operation, schema } = ROUTES.messages;
 
 /**
+ * Anthropic's name for the request id: its SDKs read this header (`message._request_id`,
+ * `error.requestID`), not `x-request-id`, which every answer carries too.
+ */
+const ANTHROPIC_REQUEST_ID = "request-id";
+
+/**
  * POST /v1/messages: the text subset of Anthropic's Messages API (docs/account-door.md,
  * "Routes"), for Anthropic's SDKs: the key comes as `x-api-key` (or `Authorization: Bearer`),
  * the request is translated to a chat request through the same quote, hold and output cap
  * (`max_tokens`), and the answer back to a `message`, or with `stream: true` the chat chunks to
  * Anthropic's event sequence, billed like a chat stream. Errors take Anthropic's shape, with the
- * status of the gateway's error table.
+ * status of the gateway's error table. Every answer names its request id as Anthropic does too.
  */
 export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
   return {
     handler: async (req, reply) => {
+      // Before anything can fail: a refusal and a stream's headers keep it.
+      reply.header(ANTHROPIC_REQUEST_ID, req.id);
       const route = OPERATIONS[operation];
       const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema], anthropicKey);
       const streaming = body.stream === true;
@@ -59,6 +67,7 @@ export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
     errorBody: anthropicErrorBody,
     errorHandler: (err, req, reply) => {
       const e = toHttpError(err, req.log);
+      reply.header(ANTHROPIC_REQUEST_ID, req.id);
       if (e.headers) reply.headers(e.headers);
       return reply.code(e.status).send(anthropicErrorBody(e, req.id));
     },

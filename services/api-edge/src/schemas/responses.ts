@@ -27,7 +27,14 @@ const textPart = z.looseObject({
 
 /** One input message of the Responses API ("easy input message" or a `message` item). */
 const inputMessage = z.looseObject({
-  type: z.literal("message").optional(),
+  type: z
+    .literal("message", {
+      error: (iss) =>
+        iss.input === "item_reference"
+          ? "an item_reference points at a stored response item, and responses are not stored here: send the whole conversation as messages (with the AI SDK's OpenAI provider: providerOptions.openai.store = false)"
+          : "only message items are accepted in input",
+    })
+    .optional(),
   role: z.enum(["user", "assistant", "system", "developer"]),
   content: z.union([z.string(), z.array(textPart).min(1)], {
     error: closestOption("content must be a string or a list of input_text parts"),
@@ -50,6 +57,7 @@ export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
       instructions: z.string().nullish(),
       max_output_tokens: z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens).nullish(),
       temperature: z.number().min(0).max(2).nullish(),
+      top_p: z.number().min(0).max(1).nullish(),
       stream: z.boolean().nullish(),
       previous_response_id: z.string().nullish(),
       tools: z.array(z.unknown()).nullish(),
@@ -105,7 +113,7 @@ export const responseObjectSchema = z.object({
   instructions: z.string().nullable(),
   max_output_tokens: z.number().int().nullable(),
   temperature: z.number().nullable(),
-  top_p: z.null(),
+  top_p: z.number().nullable(),
   metadata: z.record(z.string(), z.string()),
   parallel_tool_calls: z.boolean(),
   tool_choice: z.literal("none"),

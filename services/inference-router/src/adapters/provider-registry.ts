@@ -1,6 +1,7 @@
 import { type ResilienceConfig, type UpstreamConfig, upstreamPolicy } from "@tollgate/config";
 import type { AttemptFailure } from "../domain/errors.js";
 import type { ProbeTarget, Provider, UpstreamProbe } from "../domain/ports.js";
+import { createAnthropicProvider } from "./anthropic/provider.js";
 import { createOpenAICompatibleProvider } from "./openai-compatible/provider.js";
 
 /** A provider with its probe (see UpstreamProbe) and its connections to close at shutdown. */
@@ -15,15 +16,20 @@ type Factory = (
   apiKey: string | undefined,
 ) => ClosableProvider;
 
+/** What every provider kind is built with: the upstream's id, URL, timeouts and key. */
+function settings(u: UpstreamConfig, resilience: ResilienceConfig, apiKey: string | undefined) {
+  return {
+    id: u.id,
+    baseUrl: u.baseUrl,
+    timeouts: upstreamPolicy(resilience, u).timeouts,
+    ...(apiKey ? { apiKey } : {}),
+  };
+}
+
 /** Provider kinds → factories. Adding a provider kind is one folder and one line here. */
 const FACTORIES = {
-  "openai-compatible": (u, resilience, apiKey) =>
-    createOpenAICompatibleProvider({
-      id: u.id,
-      baseUrl: u.baseUrl,
-      timeouts: upstreamPolicy(resilience, u).timeouts,
-      ...(apiKey ? { apiKey } : {}),
-    }),
+  "openai-compatible": (...args) => createOpenAICompatibleProvider(settings(...args)),
+  anthropic: (...args) => createAnthropicProvider(settings(...args)),
 } satisfies Record<UpstreamConfig["kind"], Factory>;
 
 /** Builds one provider per configured upstream: one attempt at that upstream per call. */

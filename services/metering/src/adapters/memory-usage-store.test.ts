@@ -1,3 +1,4 @@
+import { heapBytesPerItem } from "@tollgate/testkit/heap";
 import { describe, expect, it } from "vitest";
 import { usageEvent, usageStoreContract } from "../../test/usage-store-contract.js";
 import { createMemoryUsageStore } from "./memory-usage-store.js";
@@ -27,5 +28,16 @@ describe("memory usage store", () => {
     expect(store.retained().eventIds).toBeLessThanOrEqual(10_000);
     // A repeat inside the window still counts once.
     expect(await store.record(usageEvent({ eventId: "evt_49999" }))).toBe("duplicate");
+  });
+
+  it("holds an event id of its dedupe window in under 80 bytes besides the id itself", async () => {
+    // 100 000 events in one window: what a busy all-in-one holds for the default seven days.
+    const events = Array.from({ length: 100_000 }, (_, i) => usageEvent({ eventId: `evt_${i}` }));
+    const store = createMemoryUsageStore();
+    const perId = await heapBytesPerItem(events.length, async () => {
+      await store.recordMany(events);
+    });
+    expect(store.retained().eventIds).toBe(events.length);
+    expect(perId).toBeLessThan(80);
   });
 });

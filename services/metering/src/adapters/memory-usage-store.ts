@@ -1,14 +1,13 @@
+import { ExpiringIds } from "@tollgate/kit/memory-window";
 import type { RecordOutcome, UsageStore } from "../domain/ports.js";
 import {
   addTotals,
   bucketStart,
   bucketStarts,
   dimensionsKey,
-  emptyTotals,
   type Granularity,
-  matchesFilter,
   parseDimensionsKey,
-  toReport,
+  reportOf,
   totalsOf,
   type UsageEvent,
   type UsageTotals,
@@ -36,24 +35,10 @@ const GRANULARITIES: readonly Granularity[] = ["hour", "day"];
 export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): MemoryUsageStore {
   const ttlMs = opts.eventTtlMs ?? 7 * 24 * 3_600_000;
   const now = opts.now ?? Date.now;
-  // event id → when it may be applied again; `applied` lists them in the order applied (the
-  // order they expire in), so forgetting the expired ones never walks the live ones.
-  const seen = new Map<string, number>();
-  let applied: Array<{ id: string; expires: number }> = [];
-  let first = 0;
+  // The event ids applied within their time to live.
+  const seen = new ExpiringIds(ttlMs);
   // "hour:<start ms>" → dimensions key → totals
   const buckets = new Map<string, Map<string, UsageTotals>>();
-
-  const sweep = (at: number) => {
-    while (first < applied.length && applied[first]!.expires <= at) {
-      const { id, expires } = applied[first++]!;
-      if (seen.get(id) === expires) seen.delete(id);
-    }
-    if (first >= 1_024 && first * 2 >= applied.length) {
-      applied = applied.slice(first);
-      first = 0;
-    }
-  };
 
   const store: MemoryUsageStore = {
     retained: () => ({ eventIds: seen.size }),
@@ -65,28 +50,22 @@ export function createMemoryUsageStore(opts: MemoryUsageStoreOptions = {}): Memo
       return recordNow(event);
     },
 
-    async query(filter, from, to, granularity) {
-      return toReport(
-        bucketStarts(from, to, granularity).map((start) => {
-          let totals = emptyTotals();
-          for (const [dims, t] of buckets.get(`${granularity}:${start.getTime()}`) ?? []) {
-            if (matchesFilter(filter, parseDimensionsKey(dims))) totals = addTotals(totals, t);
-          }
-          return { start, totals };
-        }),
+    async query(filter, from, to, granularity, byModel = false) {
+      const rows = bucketStarts(from, to, granularity).flatMap((start) =>
+        [...(buckets.get(`${granularity}:${start.getTime()}`) ?? [])].map(([dims, totals]) => ({
+          start,
+          dims: parseDimensionsKey(dims),
+          totals,
+        })),
       );
+      return reportOf(rows, filter, byModel);
     },
   };
   return store;
 
   // Synchronous, so each event's check and update are one atomic step.
   function recordNow(event: UsageEvent): RecordOutcome {
-    const at = now();
-    sweep(at);
-    const expires = seen.get(event.eventId);
-    if (expires !== undefined && expires > at) return "duplicate";
-    seen.set(event.eventId, at + ttlMs);
-    applied.push({ id: event.eventId, expires: at + ttlMs });
+    if (!seen.add(event.eventId, now())) return "duplicate";
     const dims = dimensionsKey(event);
     const add = totalsOf(event);
     for (const g of GRANULARITIES) {

@@ -1,15 +1,13 @@
 import { clusterTag, type Redis } from "@tollgate/kit/redis";
 import type { RecordOutcome, UsageStore } from "../domain/ports.js";
 import {
-  addTotals,
   bucketStart,
   bucketStarts,
   dimensionsKey,
-  emptyTotals,
   type Granularity,
   matchesFilter,
   parseDimensionsKey,
-  toReport,
+  reportOf,
   type UsageDimensions,
   type UsageEvent,
   type UsageTotals,
@@ -200,18 +198,18 @@ export function createRedisUsageStore(redis: Redis, opts: RedisUsageStoreOptions
       return outcome;
     },
 
-    async query(filter, from, to, granularity) {
+    async query(filter, from, to, granularity, byModel = false) {
       const starts = bucketStarts(from, to, granularity);
       const members = results<string[]>(
         await starts.reduce((p, start) => p.smembers(dimsSet(granularity, start)), redis.pipeline()).exec(),
       );
       const wanted = starts.flatMap((start, i) =>
-        (members[i] ?? []).flatMap((dims) => {
-          const d = parseDimensionsKey(dims);
-          if (!matchesFilter(filter, d)) return [];
+        (members[i] ?? []).flatMap((key) => {
+          const dims = parseDimensionsKey(key);
+          if (!matchesFilter(filter, dims)) return [];
           return [
-            { start, key: rollup(granularity, start, d) },
-            { start, key: legacyRollup(granularity, start, dims) },
+            { start, dims, key: rollup(granularity, start, dims) },
+            { start, dims, key: legacyRollup(granularity, start, key) },
           ];
         }),
       );
@@ -221,12 +219,11 @@ export function createRedisUsageStore(redis: Redis, opts: RedisUsageStoreOptions
           : results<Record<string, string>>(
               await wanted.reduce((p, w) => p.hgetall(w.key), redis.pipeline()).exec(),
             );
-      const byStart = new Map<number, UsageTotals>();
-      wanted.forEach((w, i) => {
-        const t = totalsFromHash(hashes[i] ?? {});
-        byStart.set(w.start.getTime(), addTotals(byStart.get(w.start.getTime()) ?? emptyTotals(), t));
-      });
-      return toReport([...byStart].map(([ms, totals]) => ({ start: new Date(ms), totals })));
+      return reportOf(
+        wanted.map((w, i) => ({ start: w.start, dims: w.dims, totals: totalsFromHash(hashes[i] ?? {}) })),
+        filter,
+        byModel,
+      );
     },
   };
 }

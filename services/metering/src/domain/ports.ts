@@ -17,8 +17,17 @@ export interface UsageStore {
    * stand. Rejects when nothing can be said of any event (the whole batch is then retried).
    */
   recordMany(events: readonly UsageEvent[]): Promise<Array<RecordOutcome | Error>>;
-  /** Sums the buckets overlapping [from, to) that match `filter`; empty buckets are left out. */
-  query(filter: UsageFilter, from: Date, to: Date, granularity: Granularity): Promise<UsageReport>;
+  /**
+   * Sums the buckets overlapping [from, to) that match `filter`, one per period (or per period
+   * and model with `byModel`); empty buckets are left out.
+   */
+  query(
+    filter: UsageFilter,
+    from: Date,
+    to: Date,
+    granularity: Granularity,
+    byModel?: boolean,
+  ): Promise<UsageReport>;
 }
 
 /** What became of a budget reservation when its usage was applied. */

@@ -45,9 +45,15 @@ describe("buckets", () => {
 describe("resolveUsageQuery", () => {
   const now = at("2025-03-10T12:34:56Z");
 
-  it("defaults to the last 24 hours, hourly", () => {
+  it("defaults to the last 24 hours, hourly, not broken down by model", () => {
     const q = resolveUsageQuery({ filter: {} }, now);
-    expect(q).toEqual({ filter: {}, from: at("2025-03-09T12:34:56Z"), to: now, granularity: "hour" });
+    expect(q).toEqual({
+      filter: {},
+      from: at("2025-03-09T12:34:56Z"),
+      to: now,
+      granularity: "hour",
+      byModel: false,
+    });
   });
 
   it("takes 24 hours before `to` when only `to` is given", () => {

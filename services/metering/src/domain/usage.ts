@@ -38,9 +38,18 @@ export type Granularity = "hour" | "day";
 /** Which usage to sum; an absent or empty field matches everything. */
 export type UsageFilter = Partial<UsageDimensions>;
 
-/** The usage of one bucket. */
+/** The usage of one bucket (of one model, when the report is broken down by model). */
 export interface UsageBucket {
   start: Date;
+  /** Set when the report is broken down by model. */
+  model?: string;
+  totals: UsageTotals;
+}
+
+/** The totals of one dimension combination in one bucket, as a store holds them. */
+export interface UsageRow {
+  start: Date;
+  dims: UsageDimensions;
   totals: UsageTotals;
 }
 
@@ -56,6 +65,8 @@ export interface UsageQuery {
   from: Date;
   to: Date;
   granularity: Granularity;
+  /** One bucket per model and period instead of one per period. */
+  byModel: boolean;
 }
 
 const HOUR_MS = 3_600_000;
@@ -92,7 +103,7 @@ export function bucketStarts(from: Date, to: Date, granularity: Granularity): Da
 
 /** Applies defaults (the last 24 h, hourly) and the range limits to a usage question. */
 export function resolveUsageQuery(
-  input: { filter: UsageFilter; from?: Date; to?: Date; granularity?: Granularity },
+  input: { filter: UsageFilter; from?: Date; to?: Date; granularity?: Granularity; byModel?: boolean },
   now: Date,
 ): UsageQuery {
   const granularity = input.granularity ?? "hour";
@@ -105,7 +116,7 @@ export function resolveUsageQuery(
     const days = MAX_RANGE_MS[granularity] / DAY_MS;
     throw new MeteringError("time_range_too_large", `a ${granularity}ly query spans at most ${days} days`);
   }
-  return { filter: input.filter, from, to, granularity };
+  return { filter: input.filter, from, to, granularity, byModel: input.byModel ?? false };
 }
 
 /** Parses a wire amount (decimal string of base units) that must fit a signed 64-bit integer. */
@@ -173,10 +184,26 @@ export function parseDimensionsKey(key: string): UsageDimensions {
   return { accountId, connectionId, keyId, model };
 }
 
-/** Sums per-bucket totals into a report, dropping empty buckets and ordering by start. */
-export function toReport(buckets: ReadonlyArray<UsageBucket>): UsageReport {
-  const kept = buckets
+/**
+ * Sums a store's rows that pass `filter` into a report: one bucket per period (or per period and
+ * model), empty buckets dropped, ordered by start and then model.
+ */
+export function reportOf(rows: Iterable<UsageRow>, filter: UsageFilter, byModel: boolean): UsageReport {
+  const sums = new Map<string, UsageBucket>();
+  for (const row of rows) {
+    if (!matchesFilter(filter, row.dims)) continue;
+    const id = byModel ? `${row.start.getTime()}|${row.dims.model}` : String(row.start.getTime());
+    const bucket = sums.get(id);
+    if (bucket) bucket.totals = addTotals(bucket.totals, row.totals);
+    else
+      sums.set(id, {
+        start: row.start,
+        ...(byModel ? { model: row.dims.model } : {}),
+        totals: row.totals,
+      });
+  }
+  const kept = [...sums.values()]
     .filter((b) => b.totals.requests > 0n)
-    .sort((a, b) => a.start.getTime() - b.start.getTime());
+    .sort((a, b) => a.start.getTime() - b.start.getTime() || (a.model ?? "").localeCompare(b.model ?? ""));
   return { totals: kept.reduce((sum, b) => addTotals(sum, b.totals), emptyTotals()), buckets: kept };
 }

@@ -7,6 +7,7 @@ import {
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { InferenceError } from "../../domain/errors.js";
 import type { ProviderChunk, ProviderRequest } from "../../domain/ports.js";
+import { drain, failure } from "../upstream-http/testing.js";
 import {
   createOpenAICompatibleProvider,
   normaliseUsage,
@@ -58,21 +59,6 @@ const chat = (extra: Record<string, unknown> = {}): ProviderRequest => ({
 
 const streamChat = (extra: Record<string, unknown> = {}): ProviderRequest =>
   chat({ stream: true, stream_options: { include_usage: true }, ...extra });
-
-async function drain(chunks: AsyncIterable<ProviderChunk>): Promise<ProviderChunk[]> {
-  const out: ProviderChunk[] = [];
-  for await (const c of chunks) out.push(c);
-  return out;
-}
-
-async function failure(p: Promise<unknown>): Promise<InferenceError> {
-  const err = await p.then(
-    () => expect.unreachable("expected a rejection"),
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(InferenceError);
-  return err as InferenceError;
-}
 
 const lastRequest = () => fake.requests.at(-1)!;
 const signal = () => new AbortController().signal;

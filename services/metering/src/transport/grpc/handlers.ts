@@ -68,15 +68,17 @@ export function meteringHandlers(
             ...(req.from ? { from: timestampDate(req.from) } : {}),
             ...(req.to ? { to: timestampDate(req.to) } : {}),
             ...(granularity ? { granularity } : {}),
+            byModel: req.byModel,
           },
           now(),
         );
-        const report = await store.query(q.filter, q.from, q.to, q.granularity);
+        const report = await store.query(q.filter, q.from, q.to, q.granularity, q.byModel);
         return {
           totals: totalsMessage(report.totals),
           buckets: report.buckets.map((b) => ({
             start: timestampFromDate(b.start),
             totals: totalsMessage(b.totals),
+            model: b.model ?? "",
           })),
         };
       } catch (err) {

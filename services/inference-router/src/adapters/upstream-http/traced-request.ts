@@ -15,6 +15,17 @@ import type { ProviderRequest } from "../../domain/ports.js";
 /** One upstream HTTP request as the provider sends it: JSON headers, a path, a body. */
 type UpstreamRequestOptions = Dispatcher.RequestOptions & { headers: Record<string, string> };
 
+/**
+ * The upstream a request goes to: its id, its URL, and the wire format it speaks, recorded as
+ * gen_ai.provider.name per the conventions ("openai" for every OpenAI-compatible server: vLLM,
+ * Ollama and llama.cpp server all speak it; "anthropic" for the Messages API).
+ */
+export interface TracedUpstream {
+  id: string;
+  url: URL;
+  provider: "openai" | "anthropic";
+}
+
 /** Upstream calls made so far under each request span, so retries and failovers count up. */
 const attempts = new WeakMap<Span, number>();
 
@@ -23,12 +34,11 @@ const attempts = new WeakMap<Span, number>();
  * router's request span: a W3C traceparent header, server.address/port, the status code, the
  * upstream model id, and `upstream.attempt`, the 1-based count of upstream calls this request
  * has made so far. The span ends with the response body, so a stream's span lasts until the
- * stream ends. gen_ai.provider.name is "openai": the wire format spoken, per the
- * conventions (vLLM, Ollama and llama.cpp server all speak it). Tracing off: `pool.request`.
+ * stream ends. Tracing off: `pool.request`.
  */
 export function tracedRequest(
   pool: Pool,
-  upstream: { id: string; url: URL },
+  upstream: TracedUpstream,
   req: ProviderRequest,
   options: UpstreamRequestOptions,
 ): Promise<Dispatcher.ResponseData> {
@@ -38,7 +48,7 @@ export function tracedRequest(
 
 async function send(
   pool: Pool,
-  upstream: { id: string; url: URL },
+  upstream: TracedUpstream,
   req: ProviderRequest,
   options: UpstreamRequestOptions,
 ): Promise<Dispatcher.ResponseData> {
@@ -51,8 +61,8 @@ async function send(
   const { url } = upstream;
   const span = startSpan(model ? `${operation} ${model}` : operation, SpanKind.CLIENT, {
     [ATTR.genAiOperation]: operation,
-    [ATTR.genAiProvider]: "openai",
-    [ATTR.genAiSystem]: "openai",
+    [ATTR.genAiProvider]: upstream.provider,
+    [ATTR.genAiSystem]: upstream.provider,
     ...(model ? { [ATTR.genAiRequestModel]: model } : {}),
     ...(typeof cap === "number" ? { [ATTR.genAiMaxTokens]: cap } : {}),
     [ATTR.httpMethod]: options.method,

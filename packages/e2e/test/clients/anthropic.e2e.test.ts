@@ -1,12 +1,14 @@
 import Anthropic, { type APIError } from "@anthropic-ai/sdk";
-import type { AllInOne } from "@tollgate/all-in-one";
-import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Books } from "./books.js";
-import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
-
-const KEY = "tg_test_anthropic_messages_0123456789abcdef";
-const BUDGET = 10n ** 9n;
+import { describe, expect, it } from "vitest";
+import {
+  KEYS,
+  MODEL,
+  REFUSALS,
+  type Refusal,
+  rejection,
+  UPSTREAM_OUTPUT_TOKENS,
+  useClientGateway,
+} from "./fixture.js";
 
 /** The `x_tollgate` extension the gateway puts on a stream's `message_delta`. */
 type XTollgate = { cost: string; budget_remaining: string };
@@ -14,62 +16,29 @@ type XTollgate = { cost: string; budget_remaining: string };
 /**
  * POST /v1/messages through the official Anthropic SDK, pointed at the all-in-one gateway with a
  * Virtual Key as its API key (sent as `x-api-key`): buffered and streamed answers with their text
- * and usage, Anthropic-shaped errors the SDK raises as its own error classes, and streams cut
- * either way billed as chat streams are. The books are checked after each case: what callers
- * were told == what metering recorded == what the budget lost, no hold left.
+ * and usage, Anthropic-shaped errors the SDK raises as its own error classes (one per status,
+ * 402 included), and streams cut either way billed as chat streams are. The books of every
+ * account used are checked after each case: what callers were told == what metering recorded ==
+ * what the budget lost, no hold left.
  */
 describe("POST /v1/messages with the Anthropic SDK (all-in-one, in process)", () => {
-  let running: ConfiguredGateway;
-  let gateway: AllInOne;
-  let upstream: FakeUpstream;
-  let books: Books;
-  let client: Anthropic;
-
-  beforeAll(async () => {
-    running = await startConfiguredGateway(
-      (url) => `
-upstreams: [{ id: fake, baseUrl: "${url}" }]
-models:
-  - { id: m, upstream: fake, upstreamModel: fake-small, runtime: vllm, pricing: { inputPerMillion: 1000000, outputPerMillion: 3000000 } }
-accounts:
-  - id: acct
-    connections:
-      - id: conn
-        models: [m]
-        defaultModel: m
-        policy: { defaultMaxOutputTokens: 64, maxOutputTokens: 256 }
-        budget: { amount: ${BUDGET} }
-        keys: [{ id: k, secret: ${KEY} }]
-`,
-      { upstream: { outputTokens: 40, record: true } },
-    );
-    ({ gateway, upstream } = running);
-    books = new Books(gateway, { id: "acct", key: KEY, budget: BUDGET });
-    client = new Anthropic({ baseURL: gateway.url, apiKey: KEY, maxRetries: 0 });
-  });
-
-  afterAll(async () => {
-    books?.close();
-    await running?.stop();
-  });
+  const gateway = useClientGateway();
+  const sdk = (key: string = KEYS.served) =>
+    new Anthropic({ baseURL: gateway().url, apiKey: key, maxRetries: 0, fetch: gateway().wire.fetch });
 
   /** A buffered message, its cost as the caller was told it (x-tollgate-cost). */
   async function buffered(params: Anthropic.MessageCreateParamsNonStreaming) {
-    const { data, response } = await client.messages.create(params).withResponse();
-    const cost = BigInt(response.headers.get("x-tollgate-cost") ?? "-1");
-    const left = BigInt(response.headers.get("x-tollgate-budget-remaining") ?? "-1");
-    books.tell(cost);
-    return { message: data, cost, left };
+    const { data, response, request_id } = await sdk().messages.create(params).withResponse();
+    return {
+      message: data,
+      requestId: request_id,
+      cost: BigInt(response.headers.get("x-tollgate-cost") ?? "-1"),
+    };
   }
 
-  afterEach(async () => {
-    upstream.configure({ tokensPerSecond: 0 });
-    await books.check();
-  }, 60_000);
-
   it("answers messages.create with a message: text, stop reason, usage, and its cost", async () => {
-    const { message, cost } = await buffered({
-      model: "m",
+    const { message, requestId, cost } = await buffered({
+      model: MODEL,
       max_tokens: 8,
       system: "Be brief.",
       messages: [{ role: "user", content: [{ type: "text", text: "Say something" }] }],
@@ -77,7 +46,9 @@ accounts:
     expect(message.type).toBe("message");
     expect(message.role).toBe("assistant");
     expect(message.id).toMatch(/^msg_/);
-    expect(message.model).toBe("m");
+    // The SDK's own handle on the request id, for a support ticket.
+    expect(requestId).toMatch(/.+/);
+    expect(message.model).toBe(MODEL);
     expect(message.stop_reason).toBe("max_tokens");
     expect(message.stop_sequence).toBeNull();
     expect(message.content).toHaveLength(1);
@@ -87,14 +58,35 @@ accounts:
     expect(message.usage.input_tokens).toBeGreaterThan(0);
     expect(cost).toBeGreaterThan(0n);
     // The upstream got one chat request: the system first, max_tokens as its cap.
-    const sent = upstream.requests.at(-1)?.body as { messages: { role: string }[]; max_tokens: number };
+    const sent = gateway().upstream.requests.at(-1)?.body as {
+      messages: { role: string }[];
+      max_tokens: number;
+    };
     expect(sent.messages.map((m) => m.role)).toEqual(["system", "user"]);
     expect(sent.max_tokens).toBe(8);
   });
 
+  it("answers a conversation whose earlier answer goes back as the assistant turn", async () => {
+    const user = { role: "user" as const, content: "Hello" };
+    const first = await buffered({ model: MODEL, max_tokens: 4, messages: [user] });
+    const second = await buffered({
+      model: MODEL,
+      max_tokens: 4,
+      messages: [
+        user,
+        { role: "assistant", content: first.message.content },
+        { role: "user", content: "Again" },
+      ],
+    });
+    expect(second.message.usage.output_tokens).toBe(4);
+    expect(second.message.usage.input_tokens).toBeGreaterThan(first.message.usage.input_tokens);
+    const said = first.message.content[0]?.type === "text" ? first.message.content[0].text : "";
+    expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(said.trim());
+  });
+
   it("streams messages.create({ stream: true }): Anthropic's events, the text, usage and cost", async () => {
-    const stream = await client.messages.create({
-      model: "m",
+    const stream = await sdk().messages.create({
+      model: MODEL,
       max_tokens: 12,
       messages: [{ role: "user", content: "Say something" }],
       stream: true,
@@ -123,14 +115,19 @@ accounts:
     expect(usage?.output_tokens).toBe(12);
     expect(usage?.input_tokens).toBeGreaterThan(0);
     expect(money?.cost).toMatch(/^[1-9]\d*$/);
-    books.tell(BigInt(money!.cost));
+    // The books were told the cost the SDK's event carries.
+    expect(gateway().wire.last().cost).toBe(BigInt(money!.cost));
   });
 
   it("streams messages.stream(): the SDK assembles the final message, its usage included", async () => {
     let money: XTollgate | undefined;
     let deltas = "";
-    const stream = client.messages
-      .stream({ model: "m", max_tokens: 100, messages: [{ role: "user", content: "Say something" }] })
+    const stream = sdk()
+      .messages.stream({
+        model: MODEL,
+        max_tokens: 100,
+        messages: [{ role: "user", content: "Say something" }],
+      })
       .on("text", (delta) => {
         deltas += delta;
       })
@@ -142,31 +139,53 @@ accounts:
     expect(message.stop_reason).toBe("end_turn");
     const block = message.content[0]!;
     expect(block.type === "text" ? block.text : "").toBe(deltas);
-    // The upstream's whole answer (40 tokens) is under max_tokens.
-    expect(message.usage.output_tokens).toBe(40);
+    // The upstream's whole answer is under max_tokens.
+    expect(message.usage.output_tokens).toBe(UPSTREAM_OUTPUT_TOKENS);
     expect(message.usage.input_tokens).toBeGreaterThan(0);
-    books.tell(BigInt(money!.cost));
+    expect(gateway().wire.last().cost).toBe(BigInt(money!.cost));
   });
 
-  it("raises the SDK's own errors from Anthropic-shaped bodies, holding and billing nothing", async () => {
-    const stranger = new Anthropic({
-      baseURL: gateway.url,
-      apiKey: "tg_unknown_0123456789abcdefghij",
-      maxRetries: 0,
-    });
-    const unknown = await stranger.messages
-      .create({ model: "m", max_tokens: 8, messages: [{ role: "user", content: "hi" }] })
-      .catch((err: unknown) => err);
-    expect(unknown).toBeInstanceOf(Anthropic.AuthenticationError);
-    expect((unknown as APIError).status).toBe(401);
-    expect((unknown as APIError).error).toMatchObject({
-      type: "error",
-      error: { type: "authentication_error", code: "invalid_api_key" },
-    });
+  /** The SDK's error for `refusal`: its class for the status, Anthropic's error type, our code. */
+  async function expectRefused(refusal: Refusal, stream: boolean) {
+    // The SDK requires max_tokens: the cap the connection would default to.
+    const params = {
+      model: refusal.model,
+      max_tokens: refusal.cap,
+      messages: [{ role: "user" as const, content: "hi" }],
+    };
+    const err = await rejection(
+      stream
+        ? sdk(refusal.key)
+            .messages.create({ ...params, stream: true })
+            .then(async (s) => {
+              for await (const _ of s);
+            })
+        : sdk(refusal.key).messages.create(params),
+    );
+    const [expected, type] = {
+      401: [Anthropic.AuthenticationError, "authentication_error"],
+      402: [Anthropic.PaymentRequiredError, "billing_error"],
+      403: [Anthropic.PermissionDeniedError, "permission_error"],
+      429: [Anthropic.RateLimitError, "rate_limit_error"],
+    }[refusal.status];
+    expect(err).toBeInstanceOf(expected);
+    expect((err as APIError).status).toBe(refusal.status);
+    expect((err as APIError).error).toMatchObject({ type: "error", error: { type, code: refusal.code } });
+    expect((err as APIError).requestID).toMatch(/.+/);
+  }
 
-    const tools = await client.messages
-      .create({
-        model: "m",
+  it("raises the SDK's own error classes for 401, 402, 403 and 429, buffered and streamed", async () => {
+    await gateway().fillRateLimit();
+    for (const refusal of Object.values(REFUSALS)) {
+      await expectRefused(refusal, false);
+      await expectRefused(refusal, true);
+    }
+  });
+
+  it("raises the SDK's own errors for what the route does not take, holding and billing nothing", async () => {
+    const tools = await sdk()
+      .messages.create({
+        model: MODEL,
         max_tokens: 8,
         tools: [{ name: "lookup", input_schema: { type: "object" } }],
         messages: [{ role: "user", content: "hi" }],
@@ -177,9 +196,9 @@ accounts:
       error: { type: "invalid_request_error", message: expect.stringMatching(/tools are not supported/) },
     });
 
-    const image = await client.messages
-      .create({
-        model: "m",
+    const image = await sdk()
+      .messages.create({
+        model: MODEL,
         max_tokens: 8,
         messages: [
           {
@@ -193,8 +212,8 @@ accounts:
       .catch((err: unknown) => err);
     expect(image).toBeInstanceOf(Anthropic.BadRequestError);
 
-    const overCap = await client.messages
-      .create({ model: "m", max_tokens: 1000, messages: [{ role: "user", content: "hi" }] })
+    const overCap = await sdk()
+      .messages.create({ model: MODEL, max_tokens: 1000, messages: [{ role: "user", content: "hi" }] })
       .catch((err: unknown) => err);
     expect(overCap).toBeInstanceOf(Anthropic.PermissionDeniedError);
     expect((overCap as APIError).error).toMatchObject({
@@ -203,10 +222,10 @@ accounts:
   });
 
   it("raises an error event on a stream whose upstream dies mid-way, billed for what was produced", async () => {
-    upstream.failNext(1, { afterChunks: 3 });
-    const before = await books.totals();
-    const stream = await client.messages.create({
-      model: "m",
+    gateway().upstream.failNext(1, { afterChunks: 3 });
+    const cut = await gateway().cutStream();
+    const stream = await sdk().messages.create({
+      model: MODEL,
       max_tokens: 30,
       messages: [{ role: "user", content: "Say something" }],
       stream: true,
@@ -221,16 +240,16 @@ accounts:
       type: "error",
       error: { type: "api_error", code: "upstream_error" },
     });
-    expect(await books.billedUntold(before)).toBeGreaterThan(0n);
-    const after = await books.totals();
-    expect(Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n))).toBe(3);
+    const billed = await cut.billed();
+    expect(billed.cost).toBeGreaterThan(0n);
+    expect(billed.outputTokens).toBe(3);
   });
 
   it("bills a stream its caller leaves mid-way for the tokens produced, and leaves no hold", async () => {
-    upstream.configure({ tokensPerSecond: 10 });
-    const before = await books.totals();
-    const stream = await client.messages.create({
-      model: "m",
+    gateway().upstream.configure({ tokensPerSecond: 10 });
+    const cut = await gateway().cutStream();
+    const stream = await sdk().messages.create({
+      model: MODEL,
       max_tokens: 40,
       messages: [{ role: "user", content: "Say something" }],
       stream: true,
@@ -241,10 +260,9 @@ accounts:
       // Leaving the loop aborts the request: the caller goes away.
       if (deltas === 2) break;
     }
-    expect(await books.billedUntold(before)).toBeGreaterThan(0n);
-    const after = await books.totals();
-    const produced = Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n));
-    expect(produced).toBeGreaterThanOrEqual(2);
-    expect(produced).toBeLessThan(40);
+    const billed = await cut.billed();
+    expect(billed.cost).toBeGreaterThan(0n);
+    expect(billed.outputTokens).toBeGreaterThanOrEqual(2);
+    expect(billed.outputTokens).toBeLessThan(40);
   });
 });

@@ -10,7 +10,8 @@ import {
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import type { ProviderRequest } from "../../domain/ports.js";
-import { createOpenAICompatibleProvider } from "./provider.js";
+import { createAnthropicProvider } from "../anthropic/provider.js";
+import { createOpenAICompatibleProvider } from "../openai-compatible/provider.js";
 
 const PROMPT = "Tell me about the violet-heron-4411 lighthouse";
 const exporter = new InMemorySpanExporter();
@@ -117,5 +118,31 @@ describe("upstream client spans", () => {
     expect(spans).toHaveLength(1);
     expect(spans[0]!.attributes).toMatchObject({ "http.response.status_code": 503, "error.type": "503" });
     expect(spans[0]!.status.code).toBe(2);
+  });
+
+  it("names the Anthropic wire format on an anthropic upstream's spans, and propagates the trace", async () => {
+    const anthropic = createAnthropicProvider({
+      id: "claude",
+      baseUrl: fake.url.replace(/\/v1$/, ""),
+      timeouts: { connectMs: 2_000, firstTokenMs: 5_000, idleMs: 5_000, totalMs: 5_000 },
+    });
+    try {
+      const { root, spans } = await underRequest(() =>
+        anthropic.complete(chat(), new AbortController().signal),
+      );
+      expect(spans).toHaveLength(1);
+      expect(spans[0]!.name).toBe("chat fake-small");
+      expect(spans[0]!.attributes).toMatchObject({
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.request.max_tokens": 4,
+        "http.response.status_code": 200,
+        "tollgate.upstream": "claude",
+      });
+      expect(spans[0]!.spanContext().traceId).toBe(root.spanContext().traceId);
+      expect(fake.requests.at(-1)?.path).toBe("/v1/messages");
+      expect(fake.requests.at(-1)?.headers.traceparent).toContain(root.spanContext().traceId);
+    } finally {
+      await anthropic.close();
+    }
   });
 });

@@ -1,0 +1,202 @@
+import { createOpenAI } from "@ai-sdk/openai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { APICallError, generateText, type LanguageModel, streamText } from "ai";
+import { describe, expect, it } from "vitest";
+import {
+  KEYS,
+  MODEL,
+  REFUSALS,
+  type Refusal,
+  ROUTE_REFUSAL,
+  rejection,
+  UPSTREAM_OUTPUT_TOKENS,
+  useClientGateway,
+} from "./fixture.js";
+
+/**
+ * Vercel's AI SDK (`ai`'s generateText and streamText), with its two providers for an
+ * OpenAI-compatible server, each configured as its docs show (`baseURL` at the gateway's /v1,
+ * the Virtual Key as `apiKey`): `@ai-sdk/openai`'s default model (`openai(modelId)`, which calls
+ * the Responses API) and `@ai-sdk/openai-compatible`'s chat model (chat completions, with
+ * `includeUsage` so a stream reports its usage). Buffered and streamed text, usage as the SDK's
+ * own `usage` reports it, and refusals as its users see them: the SDK maps every HTTP error to
+ * `APICallError` with `statusCode` (no class per status), and a stream's error reaches `onError`
+ * and the `error` part of `fullStream` rather than a throw. The books of every account used are
+ * checked after each case.
+ */
+describe("Vercel AI SDK against the account door", () => {
+  const gateway = useClientGateway();
+
+  const providers: {
+    name: string;
+    /**
+     * What a conversation needs: @ai-sdk/openai's Responses model stores answers by default and
+     * sends an earlier answer back as a reference to the stored item; the gateway stores nothing
+     * (see "storing left on" below), so its users turn storing off, as for any stateless
+     * Responses server.
+     */
+    conversation: Record<string, { store: boolean }>;
+    path: "/v1/responses" | "/v1/chat/completions";
+    model: (key: string, modelId?: string) => LanguageModel;
+  }[] = [
+    {
+      name: "@ai-sdk/openai, default model (Responses API)",
+      path: "/v1/responses",
+      conversation: { openai: { store: false } },
+      model: (key, modelId = MODEL) =>
+        createOpenAI({ baseURL: `${gateway().url}/v1`, apiKey: key, fetch: gateway().wire.fetch })(modelId),
+    },
+    {
+      name: "@ai-sdk/openai-compatible (chat completions)",
+      path: "/v1/chat/completions",
+      conversation: {},
+      model: (key, modelId = MODEL) =>
+        createOpenAICompatible({
+          name: "tollgate",
+          baseURL: `${gateway().url}/v1`,
+          apiKey: key,
+          includeUsage: true,
+          fetch: gateway().wire.fetch,
+        }).chatModel(modelId),
+    },
+  ];
+
+  describe.each(providers)("$name", ({ path, conversation, model }) => {
+    it("generateText: the text, its usage, finish reason and cost", async () => {
+      const result = await generateText({
+        model: model(KEYS.served),
+        system: "Be brief.",
+        prompt: "Say something",
+        maxOutputTokens: 9,
+        maxRetries: 0,
+      });
+      expect(result.text.trim().split(" ")).toHaveLength(9);
+      expect(result.finishReason).toBe("length");
+      expect(result.usage.outputTokens).toBe(9);
+      expect(result.usage.inputTokens).toBeGreaterThan(0);
+      expect(result.usage.totalTokens).toBe((result.usage.inputTokens ?? 0) + 9);
+      expect(result.response.modelId).toBe(MODEL);
+      expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+      // The cost as the SDK's users read it: the response's headers.
+      expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+      expect(result.response.headers?.["x-tollgate-cost"]).toBe(String(gateway().wire.last().cost));
+    });
+
+    it("streamText: the text as it comes, then its usage, finish reason and cost", async () => {
+      const errors: unknown[] = [];
+      const result = streamText({
+        model: model(KEYS.served),
+        prompt: "Say something",
+        maxRetries: 0,
+        includeRawChunks: true,
+        onError: ({ error }) => {
+          errors.push(error);
+        },
+      });
+      const parts: string[] = [];
+      let told: string | undefined;
+      for await (const part of result.fullStream) {
+        if (part.type === "text-delta") parts.push(part.text);
+        // The cost as the SDK's users read it: the raw usage event's `x_tollgate`.
+        if (part.type === "raw")
+          told ??= (part.rawValue as { x_tollgate?: { cost: string } }).x_tollgate?.cost;
+      }
+      expect(parts.length).toBeGreaterThan(1);
+      // The upstream's whole answer is under the connection's default cap.
+      expect(parts.join("").trim().split(" ")).toHaveLength(UPSTREAM_OUTPUT_TOKENS);
+      expect(await result.finishReason).toBe("stop");
+      const usage = await result.usage;
+      expect(usage.outputTokens).toBe(UPSTREAM_OUTPUT_TOKENS);
+      expect(usage.inputTokens).toBeGreaterThan(0);
+      expect(errors).toEqual([]);
+      expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+      expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+      expect(told).toBe(String(gateway().wire.last().cost));
+    });
+
+    /** Two turns: a first answer, then the conversation so far with it, as the SDK's docs show. */
+    async function converse(providerOptions?: Record<string, { store: boolean }>) {
+      const settings = { model: model(KEYS.served), maxOutputTokens: 4, maxRetries: 0, providerOptions };
+      const first = await generateText({ ...settings, prompt: "Hello" });
+      const second = generateText({
+        ...settings,
+        messages: [
+          { role: "user", content: "Hello" },
+          ...first.response.messages,
+          { role: "user", content: "Again" },
+        ],
+      });
+      return { first, second };
+    }
+
+    it("a conversation: the earlier turns, the model's own answer included, go back as input", async () => {
+      const { first, second: answered } = await converse(conversation);
+      const second = await answered;
+      expect(second.text.trim().split(" ")).toHaveLength(4);
+      // The second request carried the first answer's text: three messages' worth of input.
+      expect(second.usage.inputTokens).toBeGreaterThan(first.usage.inputTokens ?? 0);
+      expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.text.trim());
+    });
+
+    if (path === "/v1/responses") {
+      it("a conversation with storing left on refers to an item the gateway never stored: APICallError 400", async () => {
+        const err = await rejection((await converse()).second);
+        expect(err).toBeInstanceOf(APICallError);
+        expect((err as APICallError).statusCode).toBe(400);
+        expect((err as APICallError).requestBodyValues).toMatchObject({
+          input: expect.arrayContaining([{ type: "item_reference", id: expect.stringMatching(/^msg_/) }]),
+        });
+        // The answer says what to change, in the SDK's own words.
+        expect(JSON.parse((err as APICallError).responseBody ?? "{}")).toMatchObject({
+          error: {
+            code: "invalid_request",
+            message: expect.stringContaining("providerOptions.openai.store = false"),
+          },
+        });
+      });
+    }
+
+    /** The error generateText raises for `refusal`: APICallError with its status and our code. */
+    async function expectRefused(refusal: Refusal) {
+      const err = await rejection(
+        generateText({ model: model(refusal.key, refusal.model), prompt: "hi", maxRetries: 0 }),
+      );
+      expect(err).toBeInstanceOf(APICallError);
+      const call = err as APICallError;
+      expect(call.statusCode).toBe(refusal.status);
+      expect(JSON.parse(call.responseBody ?? "{}")).toMatchObject({ error: { code: refusal.code } });
+      // The SDK would retry a 429 (and 5xx) by itself unless told not to; the rest never.
+      expect(call.isRetryable).toBe(refusal.status === 429);
+      return call;
+    }
+
+    it("generateText raises APICallError with the status for 401, 402, 403 and 429", async () => {
+      await gateway().fillRateLimit();
+      for (const refusal of Object.values(REFUSALS)) await expectRefused(refusal);
+      if (path === "/v1/responses") await expectRefused(ROUTE_REFUSAL);
+    });
+
+    it("streamText hands a refusal to onError and fullStream's error part, with no text", async () => {
+      await gateway().fillRateLimit();
+      const seen: unknown[] = [];
+      const result = streamText({
+        model: model(REFUSALS.rateLimit.key),
+        prompt: "hi",
+        maxRetries: 0,
+        onError: ({ error }) => {
+          seen.push(error);
+        },
+      });
+      const types: string[] = [];
+      let streamed: unknown;
+      for await (const part of result.fullStream) {
+        types.push(part.type);
+        if (part.type === "error") streamed = part.error;
+      }
+      expect(types).not.toContain("text-delta");
+      expect(streamed).toBeInstanceOf(APICallError);
+      expect((streamed as APICallError).statusCode).toBe(429);
+      expect(seen).toEqual([streamed]);
+    });
+  });
+});
