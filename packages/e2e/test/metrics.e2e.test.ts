@@ -213,9 +213,11 @@ describe("Prometheus /metrics on every service of the multi-process stack", () =
     expect(sum(routers, "tollgate_usage_publish_failures_total")).toBe(0);
   });
 
-  it("auth-policy counts Authorize outcomes by route", () => {
+  it("auth-policy counts Authorize outcomes by route, and the lease the served chats ran on", () => {
     const auth = scrapes["auth-policy"]!;
-    expect(sum(auth, "tollgate_authorize_total", { route: "chat", outcome: "ok" })).toBe(2);
+    // The two served chats were admitted on api-edge's lease (docs/money.md, "Leases").
+    expect(sum(auth, "tollgate_leases_total", { outcome: "granted" })).toBeGreaterThanOrEqual(1);
+    expect(sum(auth, "tollgate_authorize_total", { route: "chat", outcome: "ok" })).toBe(0);
     expect(sum(auth, "tollgate_authorize_total", { route: "chat", outcome: "invalid_api_key" })).toBe(1);
     expect(auth.text).toContain("# TYPE tollgate_rate_limited_total counter");
     expect(auth.text).toContain("# TYPE tollgate_reservations_total counter");

@@ -49,6 +49,8 @@ const unimplemented = async (): Promise<never> => {
 };
 
 const auth: Handlers<typeof AuthService> = {
+  acquireLease: unimplemented,
+  returnLease: unimplemented,
   createAccount: unimplemented,
   createConnection: unimplemented,
   createKey: unimplemented,

@@ -52,6 +52,7 @@ import type {
   PaymentClient,
 } from "./routes/context.js";
 import { embeddingsRoute } from "./routes/embeddings.js";
+import { LeaseBook, type LeaseClient } from "./routes/leases.js";
 import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
@@ -94,6 +95,8 @@ export interface ApiEdgeOptions {
   metricsPort?: number;
   /** Default 127.0.0.1. */
   metricsHost?: string;
+  /** Admit account-door requests on leases (docs/money.md, "Leases"); default true. */
+  leases?: boolean;
   /** The paid door's plans and prices (the gateway configuration's), shown by GET /openapi.json. */
   offer?: PaidOffer;
 }
@@ -145,6 +148,8 @@ export interface ApiEdgePorts {
   /** Where a stream's usage is recorded when its router is lost mid-stream. */
   metering?: MeteringClient;
   idempotencyStore: IdempotencyStore;
+  /** auth-policy's lease calls; absent: every request is authorized on its own. */
+  leases?: LeaseClient;
   log: Logger;
   metrics: Registry;
   /** Whether the services behind the edge answer (readiness); absent: always. */
@@ -157,6 +162,8 @@ export interface ApiEdgePorts {
 export interface EdgeApp {
   app: FastifyInstance;
   drain: Drain;
+  /** The replica's leases, returned when it stops; absent without lease calls. */
+  leases?: LeaseBook;
 }
 
 /** Every account-door route's implementation, by its id in the route table. */
@@ -214,8 +221,10 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
 
   const idempotency = new Idempotency(ports.idempotencyStore);
   idempotency.register(app);
+  const leases = ports.leases ? new LeaseBook(ports.leases, log) : undefined;
   const ctx: AccountRouteContext = {
     auth: ports.auth,
+    ...(leases ? { leases } : {}),
     inference: timeInference(ports.inference, metrics),
     ...(ports.metering ? { metering: ports.metering } : {}),
     idempotency,
@@ -236,7 +245,7 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
   };
   routes.openapi = publicOpenApiRoute(routes, limits.maxMessages, ports.offer);
   registerRoutes(app, routes);
-  return { app, drain };
+  return { app, drain, ...(leases ? { leases } : {}) };
 }
 
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
@@ -252,9 +261,10 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     given.metering ?? (opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined);
   const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge") : undefined;
   const registry = deps.metrics ?? createMetrics("api-edge");
-  const { app, drain } = buildApp(
+  const { app, drain, leases } = buildApp(
     {
       auth,
+      ...(opts.leases !== false ? { leases: auth } : {}),
       inference,
       ...(payment ? { payment } : {}),
       ...(metering ? { metering } : {}),
@@ -306,6 +316,8 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         () => drain.start(),
         // Stops accepting, lets in-flight requests and streams finish.
         () => app.close(),
+        // Then no request runs on a lease any more: each goes back.
+        () => leases?.close(),
         () => admin?.stop(),
         () => auth.$close(),
         () => inference.$close(),

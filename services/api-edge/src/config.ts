@@ -68,6 +68,8 @@ const envSchema = z.object({
   /** Prometheus /metrics on its own port, never the public one; 0 picks a free port. */
   METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9080),
+  /** Account-door requests admitted on leases (docs/money.md, "Leases"); "off": each authorized alone. */
+  ACCOUNT_LEASES: z.enum(["on", "off"]).default("on"),
   /**
    * The Tollgate configuration file, read only for the paid door's plans and prices that
    * GET /openapi.json shows; unset: the document lists none (the 402 challenge still prices).
@@ -96,6 +98,8 @@ export interface ApiEdgeConfig {
   metricsPort: number;
   /** OpenTelemetry export; undefined (the default) keeps tracing off. */
   tracing?: TracingOptions;
+  /** Whether account-door requests are admitted on leases (ACCOUNT_LEASES). */
+  leases: boolean;
   /** The paid door's plans and prices (TOLLGATE_CONFIG), for the OpenAPI document. */
   offer?: PaidOffer;
 }
@@ -135,6 +139,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     tracing: tracingOptions(e, "api-edge"),
+    leases: e.ACCOUNT_LEASES === "on",
     ...(e.TOLLGATE_CONFIG ? { offer: offerOf(e.TOLLGATE_CONFIG) } : {}),
   };
 }

@@ -30,6 +30,8 @@ describe("countAuthCalls", () => {
       getKey: never,
       updateKey: never,
       settleReservation: never,
+      acquireLease: never,
+      returnLease: never,
       settleReservations: async () => ({
         results: [
           { outcome: SettleOutcome.SETTLED, settledCost: "1", errorCode: "" },

@@ -22,6 +22,10 @@ export interface AuthMetrics {
   authorize: Counter<"route" | "outcome">;
   rateLimited: Counter<"scope">;
   reservations: Counter<"outcome">;
+  /** Every AuthService call by method and outcome: how many calls the account door costs. */
+  calls: Counter<"method" | "outcome">;
+  /** Leases by outcome: granted, none (a budget or window too close to its end), returned. */
+  leases: Counter<"outcome">;
   /**
    * Counts a reservation event. Authorize grants (reserved), budget refusals (refused) and
    * SettleReservation answers (settled) are counted from the RPCs by countAuthCalls; the
@@ -40,10 +44,24 @@ export function authMetrics(registry: Registry): AuthMetrics {
     registers,
   });
   for (const outcome of ["reserved", "refused", "settled", "expired"]) reservations.inc({ outcome }, 0);
+  const leases = new Counter({
+    name: `${METRIC_PREFIX}leases_total`,
+    help: "Leases by outcome: granted, none (too close to the end of a budget or window), returned",
+    labelNames: ["outcome"],
+    registers,
+  });
+  for (const outcome of ["granted", "none", "returned"]) leases.inc({ outcome }, 0);
   return {
+    calls: new Counter({
+      name: `${METRIC_PREFIX}auth_calls_total`,
+      help: "AuthService calls by method and outcome (ok or the refusal code)",
+      labelNames: ["method", "outcome"],
+      registers,
+    }),
+    leases,
     authorize: new Counter({
       name: `${METRIC_PREFIX}authorize_total`,
-      help: "Authorize calls by route and outcome (ok or the refusal code)",
+      help: "Authorize calls by route and outcome (ok or the refusal code); AcquireLease refusals too",
       labelNames: ["route", "outcome"],
       registers,
     }),
@@ -65,8 +83,19 @@ export function countAuthCalls(
 ): Handlers<typeof AuthService> {
   // The thrown error is needed for the rate-limit scope, which countUnaryCalls does not pass on.
   const authorize = handlers.authorize;
+  const acquireLease = handlers.acquireLease;
   const counted: Handlers<typeof AuthService> = {
     ...handlers,
+    // A lease's refusal is the refusal Authorize would have given the same request.
+    acquireLease: async (req, ctx) => {
+      try {
+        return await acquireLease(req, ctx);
+      } catch (err) {
+        const route = operationOf(req.request?.route ?? 0) ?? "unspecified";
+        m.authorize.inc({ route, outcome: errorOutcome(err) });
+        throw err;
+      }
+    },
     authorize: async (req, ctx) => {
       const route = operationOf(req.route) ?? "unspecified";
       try {
@@ -91,7 +120,11 @@ export function countAuthCalls(
     }
   };
   return countUnaryCalls(counted, (method, outcome, _req, res) => {
+    m.calls.inc({ method, outcome });
     if (outcome !== "ok") return;
+    if (method === "acquireLease")
+      m.leases.inc({ outcome: (res as { granted?: boolean }).granted ? "granted" : "none" });
+    if (method === "returnLease") m.leases.inc({ outcome: "returned" });
     if (method === "settleReservation")
       countSettled((res as { outcome?: SettleOutcome } | undefined)?.outcome);
     if (method === "settleReservations") {

@@ -200,4 +200,70 @@ export function ledgerContract(make: LedgerFactory): void {
     expect((await hold(l, [b], 0n, HOLD_MS + 2)).admitted).toBe(false);
     expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 15n, held: 0n });
   });
+
+  it("charges a lease once per ticket and, returned, keeps only what is committed and not yet charged", async () => {
+    const l = await ledger();
+    const b = budget(1_000n);
+    const lease = rid();
+    const win: RateWindow = {
+      id: `{acct}:key:k${++seq}:requests`,
+      scope: "key",
+      unit: "requests",
+      limit: 10,
+      cost: 4,
+    };
+    const taken = await l.admit(
+      [win],
+      { hold: { reservationId: lease, amount: 400n, budgets: [b], lease: true } },
+      at(0),
+    );
+    expect(taken.admitted).toBe(true);
+    expect(await peek(l, b)).toEqual({ spent: 0n, held: 400n });
+    // Three requests ran on it: the first charged (its usage delivered twice), two still to come.
+    expect(await l.settle(`${lease}~1`, 30n, "evt_1", at(10))).toEqual({ outcome: "settled", cost: 30n });
+    expect(await l.settle(`${lease}~1`, 30n, "evt_1", at(11))).toEqual({
+      outcome: "already_settled",
+      cost: 30n,
+    });
+    expect(await peek(l, b)).toEqual({ spent: 30n, held: 370n });
+    // Returned with 30 + 20 + 90 committed (ticket 3 unsure: its quote of 90) and one of its 4
+    // units unused: 110 stays held, 260 goes back.
+    const unsure = [{ ticket: 3, quote: 90n }];
+    const back = { committed: 140n, unusedRequests: 1, unusedTokens: 0, unsure };
+    expect(await l.returnLease(lease, back, at(20))).toEqual({ released: 260n });
+    expect(await peek(l, b)).toEqual({ spent: 30n, held: 110n });
+    const after = await l.admit([{ ...win, cost: 0 }], undefined, at(21));
+    expect(after.counts[0]?.used).toBe(3);
+    // A second return changes nothing; the late charges end the hold, the unsure one with its quote.
+    const again = { committed: 0n, unusedRequests: 3, unusedTokens: 0, unsure: [] };
+    expect((await l.returnLease(lease, again, at(22))).released).toBe(0n);
+    expect(await l.settle(`${lease}~2`, 20n, "evt_2", at(30))).toEqual({ outcome: "settled", cost: 20n });
+    expect(await l.settle(`${lease}~3`, 15n, "evt_3", at(31))).toEqual({ outcome: "settled", cost: 15n });
+    expect(await peek(l, b)).toEqual({ spent: 65n, held: 0n });
+  });
+
+  it("counts the quote of an unsure request charged before the return, not its cost", async () => {
+    const l = await ledger();
+    const b = budget(1_000n);
+    const lease = rid();
+    await l.admit([], { hold: { reservationId: lease, amount: 300n, budgets: [b], lease: true } }, at(0));
+    expect((await l.settle(`${lease}~1`, 10n, "evt_1", at(1))).outcome).toBe("settled");
+    const back = { committed: 80n, unusedRequests: 0, unusedTokens: 0, unsure: [{ ticket: 1, quote: 80n }] };
+    expect(await l.returnLease(lease, back, at(2))).toEqual({ released: 290n });
+    expect(await peek(l, b)).toEqual({ spent: 10n, held: 0n });
+  });
+
+  it("lets a lease nobody returns lapse with the hold TTL, and still charges its late usage", async () => {
+    const l = await ledger();
+    const b = budget(1_000n);
+    const lease = rid();
+    await l.admit([], { hold: { reservationId: lease, amount: 500n, budgets: [b], lease: true } }, at(0));
+    expect(await l.settle(`${lease}~1`, 100n, "evt_a", at(1))).toEqual({ outcome: "settled", cost: 100n });
+    expect(await peek(l, b, HOLD_MS + 1)).toEqual({ spent: 100n, held: 0n });
+    expect(await l.settle(`${lease}~2`, 7n, "evt_b", at(HOLD_MS + 2))).toEqual({
+      outcome: "settled_after_expiry",
+      cost: 7n,
+    });
+    expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 107n, held: 0n });
+  });
 }

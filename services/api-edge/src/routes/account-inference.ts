@@ -20,6 +20,7 @@ import {
   settleHold,
 } from "./authorize.js";
 import { type AccountRouteContext, RECORD_USAGE_TIMEOUT_MS } from "./context.js";
+import { ticketOf } from "./leases.js";
 
 /** Readable one-line description of the first validation problems. */
 export function describeInvalid(issues: ReadonlyArray<{ path: PropertyKey[]; message: string }>): string {
@@ -191,7 +192,11 @@ export function streamCompletion(
       return moneyOf(grant)(usage.cost);
     },
     releaseOnFailure(ctx, req, grant),
-    (usage) => recordLostStream(ctx, req, usage),
+    (usage) => {
+      // What was relayed is what is billed: the rest of a lease's quote goes back.
+      ticketOf(grant)?.end({ cost: BigInt(usage.cost || "0") });
+      return recordLostStream(ctx, req, usage);
+    },
     opts.format,
   );
 }

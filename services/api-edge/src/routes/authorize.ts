@@ -1,11 +1,12 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { retrying } from "@tollgate/kit/retry";
-import type { AuthorizeRequestSchema, AuthorizeResponse, Route } from "@tollgate/proto/auth";
+import { type AuthorizeRequestSchema, type AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import type { CompleteResponse, Usage } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { bearerKey, type KeyReader } from "../http/credentials.js";
 import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
+import { ticketOf } from "./leases.js";
 
 /** What a model-running route asks auth-policy about. */
 export interface AuthorizeAsk {
@@ -28,7 +29,9 @@ export interface AuthorizeAsk {
 /**
  * Authorizes one account-door request (key, model access, policy, rate limits) and puts the
  * tightest rate-limit window on the response as RateLimit-* header fields. The input estimate
- * for tokens-per-minute limits is a quarter of the body's bytes.
+ * for tokens-per-minute limits is a quarter of the body's bytes. A request that runs a model is
+ * admitted on this replica's lease for its shape when one covers it (docs/money.md, "Leases"),
+ * else authorized by auth-policy on its own; a check only, and the models route, always are.
  */
 export async function authorizeRequest(
   ctx: AccountRouteContext,
@@ -51,7 +54,14 @@ export async function authorizeRequest(
     ...(ask.checkOnly ? { checkOnly: true } : {}),
     ...(ask.requireReasoning ? { requireReasoning: true } : {}),
   };
-  const grant = await ctx.auth.authorize(init, { timeoutMs: AUTH_TIMEOUT_MS });
+  // The models route shows the budget as auth-policy counts it: this replica's idle leases of
+  // the key go back first.
+  if (ctx.leases && ask.route === Route.MODELS) await ctx.leases.returnIdle(init.key ?? "");
+  const leased =
+    ctx.leases && !ask.checkOnly && ask.route !== Route.MODELS ? await ctx.leases.admit(init) : undefined;
+  const grant = leased ?? (await ctx.auth.authorize(init, { timeoutMs: AUTH_TIMEOUT_MS }));
+  // A request that ends without saying how (an error before its call, say) keeps its quote.
+  if (leased) reply.raw.once("close", () => ticketOf(leased)?.end("unsure"));
   const limit = grant.rateLimit;
   if (limit && limit.limit > 0) {
     reply.headers({
@@ -99,6 +109,8 @@ export async function releaseHold(
   req: FastifyRequest,
   grant: AuthorizeResponse,
 ): Promise<void> {
+  const ticket = ticketOf(grant);
+  if (ticket) return ticket.end("released");
   if (grant.reservationId === "") return;
   const release = () =>
     ctx.auth.settleReservation(
@@ -152,7 +164,9 @@ export async function completeOrRelease(
  * not the whole quote until metering catches up (docs/money.md, "Holds"). The settlement names
  * the router's usage event, and settling is idempotent by reservation id: metering's own
  * settlement of that event later finds it done at the same cost, and stays the record of spend.
- * When this fails, metering's settlement does it.
+ * When this fails, metering's settlement does it. A request admitted on a lease settles in this
+ * replica only: the rest of its quote goes back to the lease, and metering's settlement of its
+ * usage event is the one commit of its cost (docs/money.md, "Leases").
  */
 export async function settleHold(
   ctx: AccountRouteContext,
@@ -160,6 +174,8 @@ export async function settleHold(
   grant: AuthorizeResponse,
   usage: Usage | undefined,
 ): Promise<void> {
+  const ticket = ticketOf(grant);
+  if (ticket) return ticket.end(usage && usage.cost !== "" ? { cost: BigInt(usage.cost) } : "unsure");
   if (grant.reservationId === "" || !usage || usage.eventId === "") return;
   try {
     await ctx.auth.settleReservation(
@@ -179,6 +195,7 @@ export function releaseOnFailure(
 ): (err: unknown) => Promise<void> {
   return async (err) => {
     if (failedBeforeUsage(err)) await releaseHold(ctx, req, grant);
+    else ticketOf(grant)?.end("unsure");
   };
 }
 

@@ -6,6 +6,7 @@ import type { MeteringService } from "@tollgate/proto/metering";
 import type { PaymentService } from "@tollgate/proto/payment";
 import type { Idempotency } from "../http/idempotency.js";
 import type { RequestSchemas } from "../schemas/requests.js";
+import type { LeaseBook } from "./leases.js";
 
 /** The calls of each service the routes make: a gRPC client fits, and so does an in-memory fake. */
 export type AuthClient = Pick<Client<MethodsOf<typeof AuthService>>, "authorize" | "settleReservation">;
@@ -22,6 +23,8 @@ export interface AccountRouteContext {
   inference: InferenceClient;
   /** Where a stream's usage is recorded when its router is lost mid-stream; absent: left to the hold's TTL. */
   metering?: MeteringClient;
+  /** This replica's leases (docs/money.md, "Leases"); absent: every request is authorized on its own. */
+  leases?: LeaseBook;
   /** Idempotency-Key handling for POST routes. */
   idempotency: Idempotency;
   /** Request schemas built for the configured limits. */

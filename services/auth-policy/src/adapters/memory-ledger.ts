@@ -3,9 +3,11 @@ import {
   DEFAULT_RESERVATION_TTL_SECONDS,
   DEFAULT_SETTLEMENT_WINDOW_SECONDS,
   fits,
+  leaseTicketOf,
 } from "../domain/budget.js";
 import type { Admission, Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
 import { BUCKET_MS, countWindow, WINDOW_BUCKETS } from "../domain/rate-limit.js";
+import type { Settlement } from "../domain/types.js";
 
 interface BudgetState {
   spent: bigint;
@@ -33,6 +35,17 @@ interface ReservationState {
   budgets: string[];
   keepUntilMs: number;
   settled?: { cost: bigint; eventId: string };
+  /** A lease: its windows and bucket, what was charged on it, by event id, and whether it was returned. */
+  lease?: {
+    windows: Array<{ id: string; unit: "requests" | "tokens" }>;
+    bucket: number;
+    /** Cost charged per ticket (or per event id, for a charge naming no ticket). */
+    charged: Map<string, bigint>;
+    total: bigint;
+    returned: boolean;
+    /** Once returned: the quote of each unsure ticket not yet charged. */
+    unsure: Map<string, bigint>;
+  };
 }
 
 /**
@@ -150,6 +163,38 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
     return expired;
   };
 
+  // Sets what a reservation still holds in one budget: dropped at zero, else kept with its expiry.
+  const holdLeft = (b: BudgetState, h: Hold, left: bigint) => {
+    if (left <= 0n) return drop(b, h);
+    b.held -= h.amount - left;
+    h.amount = left;
+  };
+
+  // One request's cost charged against a lease, once per ticket: out of its hold (as far as it
+  // goes; after the return, an unsure request's whole quote) into spend.
+  const charge = (
+    reservationId: string,
+    r: ReservationState,
+    lease: NonNullable<ReservationState["lease"]>,
+    cost: bigint,
+    by: string,
+    nowMs: number,
+  ): Settlement => {
+    const prior = lease.charged.get(by);
+    if (prior !== undefined) return { outcome: "already_settled", cost: prior };
+    const out = lease.unsure.get(by) ?? cost;
+    for (const id of r.budgets) {
+      const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
+      const h = b.holds.get(reservationId);
+      if (h) holdLeft(b, h, h.amount - out);
+      b.spent += cost;
+      budgets.set(id, b);
+    }
+    lease.charged.set(by, cost);
+    lease.total += cost;
+    return { outcome: r.expiresMs <= nowMs ? "settled_after_expiry" : "settled", cost };
+  };
+
   const ledger: MemoryLedger = {
     retained: () => {
       let holds = 0;
@@ -218,6 +263,18 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
             expiresMs,
             budgets: checks.map((c) => c.id),
             keepUntilMs: nowMs + windowMs,
+            ...(hold.lease
+              ? {
+                  lease: {
+                    windows: list.map((w) => ({ id: w.id, unit: w.unit })),
+                    bucket: current,
+                    charged: new Map(),
+                    total: 0n,
+                    returned: false,
+                    unsure: new Map(),
+                  },
+                }
+              : {}),
           });
         }
       }
@@ -236,11 +293,48 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
       return ledger.admit(list, undefined, now);
     },
 
-    async settle(reservationId, cost, eventId, now) {
+    async returnLease(leaseId, back, now) {
+      const r = reservations.get(leaseId);
+      if (!r?.lease || r.lease.returned || r.keepUntilMs <= now.getTime()) return { released: 0n };
+      r.lease.returned = true;
+      let charged = r.lease.total;
+      for (const u of back.unsure) {
+        const paid = r.lease.charged.get(`t:${u.ticket}`);
+        if (paid === undefined) r.lease.unsure.set(`t:${u.ticket}`, u.quote);
+        else charged += u.quote - paid;
+      }
+      let keep = back.committed - charged;
+      if (keep < 0n) keep = 0n;
+      let released = 0n;
+      r.budgets.forEach((id, j) => {
+        const b = budgets.get(id);
+        const h = b?.holds.get(leaseId);
+        if (!b || !h) return;
+        const left = h.amount < keep ? h.amount : keep;
+        if (j === 0) released = h.amount - left;
+        holdLeft(b, h, left);
+      });
+      for (const w of r.lease.windows) {
+        const buckets = windows.get(w.id);
+        const units = buckets?.get(r.lease.bucket);
+        if (!buckets || units === undefined) continue;
+        const give = Math.min(units, w.unit === "tokens" ? back.unusedTokens : back.unusedRequests);
+        buckets.set(r.lease.bucket, units - give);
+      }
+      return { released };
+    },
+
+    async settle(id, cost, eventId, now) {
       const nowMs = now.getTime();
+      const ticket = leaseTicketOf(id);
+      const reservationId = ticket?.leaseId ?? id;
       const r = reservations.get(reservationId);
       if (!r || r.keepUntilMs <= nowMs) return { outcome: "unknown" };
       if (r.settled) return { outcome: "already_settled", cost: r.settled.cost };
+      if (r.lease) {
+        const by = ticket ? `t:${ticket.ticket}` : `e:${eventId}`;
+        return charge(reservationId, r, r.lease, cost, by, nowMs);
+      }
       for (const id of r.budgets) {
         const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
         const h = b.holds.get(reservationId);

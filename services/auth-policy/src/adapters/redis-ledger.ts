@@ -5,6 +5,7 @@ import {
   DEFAULT_RESERVATION_TTL_SECONDS,
   DEFAULT_SETTLEMENT_WINDOW_SECONDS,
   isReservationId,
+  leaseTicketOf,
   type Settlement,
   type SettleOutcome,
 } from "../domain/budget.js";
@@ -31,7 +32,10 @@ export interface RedisLedgerOptions extends LedgerOptions {
 //                                              (":1" appended in the reservation's first budget)
 //   budget:{a}:<…>:<period>:holds              ZSET reservation id by hold expiry (ms)
 //   reservation:rsv_<20>_{a}                   HASH amount, expiresAt, keepUntil, budgets, state,
-//                                              cost, eventId, settledAt
+//                                              cost, eventId, settledAt; a lease (state lease,
+//                                              then returned) also windows, bucket, charged,
+//                                              t:<ticket> → cost per request charged, and once
+//                                              returned u:<ticket> → quote per unsure request
 // Amounts are decimal strings changed only with HINCRBY (exact int64). Lua compares them as
 // doubles, exact because budgets are at most 2^53 - 1: a sum above that compares as above any
 // budget. Budget keys live until their period ends plus the settlement window; reservation
@@ -60,7 +64,7 @@ end
 // the retry time of a refusal.
 //   KEYS: n windows, then per budget its hash and its holds zset, then (mode 'hold') the record
 //   ARGV: now ms ('' = Redis TIME), bucket ms, buckets per window, n, m, mode ('', 'peek',
-//         'hold'), reservation id, amount, hold ms, record ms, then limit and cost per window,
+//         'hold', 'lease': a hold whose record also names its windows and bucket), reservation id, amount, hold ms, record ms, then limit and cost per window,
 //         then limit, keep ms and id per budget
 //   Returns: rate ok (0/1), budgets ok (0/1), now ms, expired reservations (counted in their
 //            first budget only), then per window: used, newest bucket (-1 none), retry ms (0
@@ -166,7 +170,7 @@ for j = 1, m do
   local sh = redis.call('HMGET', h, 'spent', 'held')
   local spent = sh[1] or '0'
   local held = sh[2] or '0'
-  if mode == 'hold' and tonumber(spent) + tonumber(held) + tonumber(amount) > tonumber(ARGV[B + 3 * j - 2]) then
+  if (mode == 'hold' or mode == 'lease') and tonumber(spent) + tonumber(held) + tonumber(amount) > tonumber(ARGV[B + 3 * j - 2]) then
     budgetOk = 0
   end
   out[#out + 1] = spent
@@ -184,7 +188,7 @@ if rateOk == 1 and budgetOk == 1 then
       redis.call('PEXPIRE', key, (span + 1) * width)
     end
   end
-  if mode == 'hold' then
+  if mode == 'hold' or mode == 'lease' then
     local expires = now + tonumber(ARGV[9])
     local ids = {}
     for j = 1, m do
@@ -200,6 +204,12 @@ if rateOk == 1 and budgetOk == 1 then
     local rec = KEYS[n + 2 * m + 1]
     redis.call('HSET', rec, 'amount', amount, 'expiresAt', expires, 'keepUntil', now + tonumber(ARGV[10]),
       'budgets', table.concat(ids, ' '), 'state', 'held')
+    if mode == 'lease' then
+      local wins = {}
+      for i = 1, n do wins[i] = KEYS[i] end
+      redis.call('HSET', rec, 'state', 'lease', 'windows', table.concat(wins, ' '), 'bucket', current,
+        'charged', 0)
+    end
     redis.call('PEXPIRE', rec, tonumber(ARGV[10]))
   end
 end
@@ -210,19 +220,68 @@ table.insert(out, 1, rateOk)
 return out
 `;
 
+// What a lease still holds in one budget (hash h, holds zset z), set to left(a) of its amount a
+// (never below 0 nor above a; dropped at 0, the first budget's mark kept); returns what it freed.
+const LEASE_HOLD_LUA = `
+local function leaseHold(h, z, rid, left)
+  local a = redis.call('HGET', h, 'r:' .. rid)
+  if not a then return 0 end
+  local c = string.find(a, ':', 1, true)
+  local mark = ''
+  if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
+  a = tonumber(a)
+  local l = left(a)
+  if l < 0 then l = 0 end
+  if l > a then l = a end
+  redis.call('HINCRBY', h, 'held', string.format('%.0f', l - a))
+  if l == 0 then
+    redis.call('HDEL', h, 'r:' .. rid)
+    redis.call('ZREM', z, rid)
+  else
+    redis.call('HSET', h, 'r:' .. rid, string.format('%.0f', l) .. mark)
+  end
+  return a - l
+end
+`;
+
 // Settles a reservation once: removes its holds (if not yet dropped as expired), adds the cost
 // to the spend of each budget period it was made in, and marks the record settled.
+// A lease's record is charged instead, once per ticket (the request's `<lease id>~<n>`): the cost
+// comes out of the lease's hold (as far as it goes; after the return, an unsure request's whole
+// quote does) and into spend.
 //   KEYS: the record, then per budget its hash and its holds zset
-//   ARGV: now ms ('' = Redis TIME), reservation id, cost, event id, budget ids as read before
+//   ARGV: now ms ('' = Redis TIME), reservation id, cost, event id, budget ids as read before,
+//         ticket ('' when the id names no lease ticket)
 //   Returns: outcome, cost
 const SETTLE_LUA = `
-local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
+${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
 if not st[1] then return { 'unknown', '' } end
 ${NOW_LUA}if tonumber(st[5]) <= now then return { 'unknown', '' } end
 if st[1] == 'settled' then return { 'already_settled', st[4] } end
 if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
 local rid, cost = ARGV[2], ARGV[3]
 local keep = redis.call('PTTL', KEYS[1])
+if st[1] == 'lease' or st[1] == 'returned' then
+  local eid = 'e:' .. ARGV[4]
+  if ARGV[6] ~= '' then eid = 't:' .. ARGV[6] end
+  local prior = redis.call('HGET', KEYS[1], eid)
+  if prior then return { 'already_settled', prior } end
+  local out = tonumber(cost)
+  if ARGV[6] ~= '' then
+    local unsure = redis.call('HGET', KEYS[1], 'u:' .. ARGV[6])
+    if unsure then out = tonumber(unsure) end
+  end
+  for j = 1, (#KEYS - 1) / 2 do
+    local h, z = KEYS[2 * j], KEYS[2 * j + 1]
+    leaseHold(h, z, rid, function(a) return a - out end)
+    redis.call('HINCRBY', h, 'spent', cost)
+    if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
+  end
+  redis.call('HSET', KEYS[1], eid, cost)
+  redis.call('HINCRBY', KEYS[1], 'charged', cost)
+  if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
+  return { 'settled', cost }
+end
 for j = 1, (#KEYS - 1) / 2 do
   local h, z = KEYS[2 * j], KEYS[2 * j + 1]
   local a = redis.call('HGET', h, 'r:' .. rid)
@@ -241,6 +300,53 @@ if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
 return { 'settled', cost }
 `;
 
+// Ends a lease: keeps of its hold in each budget only what was committed on it and not yet
+// charged, releases the rest, gives its unused units back to the bucket it took them from (if
+// that bucket is still counted), and marks it returned. A repeat changes nothing.
+//   KEYS: the record, then per budget its hash and its holds zset, then its windows
+//   ARGV: reservation id, committed, unused requests, unused tokens, budget ids as read before,
+//         number of budgets, unsure tickets ('<ticket>:<quote>' separated by spaces): an unsure
+//         ticket charged already counts its quote, one not yet charged is remembered
+//   Returns: outcome ('returned', 'not_lease'), base units released from the first budget
+const RETURN_LUA = `
+${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'charged', 'bucket')
+if st[1] ~= 'lease' then return { 'not_lease', '0' } end
+if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
+local rid = ARGV[1]
+local charged = tonumber(st[3] or '0')
+for pair in string.gmatch(ARGV[7], '%S+') do
+  local c = string.find(pair, ':', 1, true)
+  local ticket, quote = string.sub(pair, 1, c - 1), string.sub(pair, c + 1)
+  local paid = redis.call('HGET', KEYS[1], 't:' .. ticket)
+  if paid then
+    charged = charged - tonumber(paid) + tonumber(quote)
+  else
+    redis.call('HSET', KEYS[1], 'u:' .. ticket, quote)
+  end
+end
+local keep = tonumber(ARGV[2]) - charged
+if keep < 0 then keep = 0 end
+local m = tonumber(ARGV[6])
+local released = 0
+for j = 1, m do
+  local freed = leaseHold(KEYS[2 * j], KEYS[2 * j + 1], rid, function() return keep end)
+  if j == 1 then released = freed end
+end
+for i = 2 * m + 2, #KEYS do
+  local key = KEYS[i]
+  local back = tonumber(ARGV[3])
+  if string.sub(key, -7) == ':tokens' then back = tonumber(ARGV[4]) end
+  local units = tonumber(redis.call('HGET', key, st[4]) or '0')
+  if back > units then back = units end
+  if back > 0 then
+    redis.call('HINCRBY', key, st[4], -back)
+    redis.call('HINCRBY', key, 't', -back)
+  end
+end
+redis.call('HSET', KEYS[1], 'state', 'returned')
+return { 'returned', string.format('%.0f', released) }
+`;
+
 /**
  * Reservations a replica remembers until settled, the oldest forgotten first: some 40 s of
  * admissions at 250 a second, while a settlement comes within seconds (about 1 MB).
@@ -253,6 +359,7 @@ const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
   authSettle(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
+  authReturnLease(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
 };
 
 const OUTCOMES: readonly SettleOutcome[] = ["settled", "settled_after_expiry", "already_settled", "unknown"];
@@ -270,6 +377,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     // No fixed key count: the first argument of each call says how many keys follow.
     client.defineCommand("authAdmit", { lua: ADMIT_LUA });
     client.defineCommand("authSettle", { lua: SETTLE_LUA });
+    client.defineCommand("authReturnLease", { lua: RETURN_LUA });
   }
   // The budgets of the reservations this replica took, until they are settled: a settlement
   // that finds its reservation here runs the settle script at once (one round trip), instead of
@@ -335,7 +443,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
           WINDOW_BUCKETS,
           windows.length,
           checks.length,
-          hold ? "hold" : checks.length > 0 ? "peek" : "",
+          hold ? (hold.lease ? "lease" : "hold") : checks.length > 0 ? "peek" : "",
           hold?.reservationId ?? "",
           hold ? hold.amount.toString() : "0",
           holdMs,
@@ -381,13 +489,39 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       return ledger.admit(windows, undefined, now);
     },
 
-    async settle(reservationId, cost, eventId, now) {
+    async returnLease(leaseId, back, _now) {
+      if (!isReservationId(leaseId)) return { released: 0n };
+      const record = recordKey(leaseId);
+      const [budgets, windows] = await redis.hmget(record, "budgets", "windows");
+      if (budgets === null || budgets === undefined) return { released: 0n };
+      const ids = budgets === "" ? [] : budgets.split(" ");
+      const keys = [
+        record,
+        ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)]),
+        ...(windows ? windows.split(" ") : []),
+      ];
+      const [, released] = await client.authReturnLease(
+        keys.length,
+        ...keys,
+        leaseId,
+        back.committed.toString(),
+        back.unusedRequests,
+        back.unusedTokens,
+        budgets,
+        ids.length,
+        back.unsure.map((u) => `${u.ticket}:${u.quote}`).join(" "),
+      );
+      return { released: BigInt(released) };
+    },
+
+    async settle(id, cost, eventId, now) {
+      const { reservationId, ticket } = reservationOf(id);
       if (!isReservationId(reservationId)) return { outcome: "unknown" };
       const here = heldHere.get(reservationId);
       heldHere.delete(reservationId);
       if (here !== undefined) {
         try {
-          return await settleWith(reservationId, here, cost, eventId, now);
+          return await settleWith(reservationId, here, cost, eventId, now, ticket);
         } catch (err) {
           if (isRedisUnavailable(err)) throw err;
           // The record says otherwise (it cannot, as ids are never reused): read it below.
@@ -397,7 +531,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       // script check that they are still what it was given (and that nobody settled first).
       const budgets = await redis.hget(recordKey(reservationId), "budgets");
       if (budgets === null) return { outcome: "unknown" };
-      return settleWith(reservationId, budgets, cost, eventId, now);
+      return settleWith(reservationId, budgets, cost, eventId, now, ticket);
     },
   };
 
@@ -407,6 +541,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     cost: bigint,
     eventId: string,
     now: Date,
+    ticket: string,
   ): Promise<Settlement> {
     const record = recordKey(reservationId);
     const ids = budgets === "" ? [] : budgets.split(" ");
@@ -419,11 +554,18 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       cost.toString(),
       eventId,
       budgets,
+      ticket,
     );
     return settlementOf(outcome, settled);
   }
   ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg);
   return ledger;
+}
+
+/** The reservation an id settles, and its lease ticket ("" when it names none). */
+function reservationOf(id: string): { reservationId: string; ticket: string } {
+  const t = leaseTicketOf(id);
+  return t ? { reservationId: t.leaseId, ticket: String(t.ticket) } : { reservationId: id, ticket: "" };
 }
 
 /** The settlement script's reply: its outcome and, once settled, the cost it settled at. */
@@ -454,11 +596,12 @@ function settleManyIn(
 ): NonNullable<Ledger["settleMany"]> {
   return async (items, now) => {
     const out: Array<Settlement | Error | undefined> = items.map((i) =>
-      isReservationId(i.reservationId) ? undefined : { outcome: "unknown" },
+      isReservationId(reservationOf(i.reservationId).reservationId) ? undefined : { outcome: "unknown" },
     );
     const reading = items.flatMap((item, k) => (out[k] === undefined ? [{ k, item }] : []));
     if (reading.length === 0) return out as Settlement[];
-    const recordOf = (r: { item: SettleItem }) => recordKey(r.item.reservationId);
+    const recordOf = (r: { item: SettleItem }) =>
+      recordKey(reservationOf(r.item.reservationId).reservationId);
     const read = await pipelined(redis, reading, recordOf, (p, r) => p.hget(recordOf(r), "budgets"));
     const settling: Array<{ k: number; item: SettleItem; budgets: string }> = [];
     reading.forEach(({ k, item }, n) => {
@@ -470,14 +613,16 @@ function settleManyIn(
     const replies = await pipelined(redis, settling, recordOf, (p, { item, budgets }) => {
       const ids = budgets === "" ? [] : budgets.split(" ");
       const keys = [recordOf({ item }), ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+      const { reservationId, ticket } = reservationOf(item.reservationId);
       (p as SettlePipeline).authSettle(
         keys.length,
         ...keys,
         clockArg(now),
-        item.reservationId,
+        reservationId,
         item.cost.toString(),
         item.eventId,
         budgets,
+        ticket,
       );
     });
     settling.forEach(({ k }, n) => {

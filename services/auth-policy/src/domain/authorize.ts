@@ -9,7 +9,7 @@ import {
 } from "./budget.js";
 import { AuthError } from "./errors.js";
 import { hashKey, keyState, sameHash, validUntil } from "./keys.js";
-import type { HoldRequest, KeyStore, Ledger, RouteName } from "./ports.js";
+import type { HoldRequest, KeyRecord, KeyStore, Ledger, RateWindow, RouteName } from "./ports.js";
 import { assertFitsAtAll, type RateLimitStatus, settle, windowsFor } from "./rate-limit.js";
 
 /** What the caller asks for. */
@@ -105,6 +105,82 @@ export async function authorize(
   input: AuthorizeInput,
   now = new Date(),
 ): Promise<Authorization> {
+  const checked = await checkPolicy(deps, input, now);
+  if (checked.checkOnly) return checked.base;
+  const { base, model, cap, windows, quote, checks, record } = checked;
+  let hold: HoldRequest | undefined;
+  if (checks.length > 0 && cap !== undefined) {
+    // Every configured model has prices (the configuration requires them).
+    if (quote === undefined) throw new Error(`model '${model}' has no prices; cannot check its budget`);
+    hold = { reservationId: newReservationId(record.accountId), amount: quote, budgets: checks };
+  }
+
+  let rateLimit: RateLimitStatus | undefined;
+  let counts: BudgetCount[] = [];
+  if (windows.length > 0 || checks.length > 0) {
+    const budgets = hold ? { hold } : checks.length > 0 ? { peek: checks } : undefined;
+    const decision = await deps.ledger.admit(windows, budgets, now);
+    // A rate limit is reported before a budget: waiting may cure it, and it is checked first.
+    if (!decision.rateAdmitted) settle(windows, { ...decision, admitted: false });
+    if (!decision.budgetsAdmitted) throw budgetExceeded(checks, decision.budgets, quote ?? 0n, now);
+    if (windows.length > 0) rateLimit = settle(windows, { ...decision, admitted: true });
+    counts = decision.budgets;
+  }
+  return {
+    ...base,
+    model,
+    ...(cap !== undefined ? { maxOutputTokens: cap } : {}),
+    ...(rateLimit ? { rateLimit } : {}),
+    ...(quote !== undefined ? { quote } : {}),
+    ...(hold ? { reservationId: hold.reservationId } : {}),
+    ...budgetsLeft(checks, counts, hold?.amount ?? 0n),
+  };
+}
+
+/** The budgets left once `held` more is held: the connection's and the key's, where they apply. */
+export function budgetsLeft(
+  checks: readonly BudgetCheck[],
+  counts: readonly BudgetCount[],
+  held: bigint,
+): Pick<Authorization, "budgetRemaining" | "keyBudgetRemaining"> {
+  const left = (scope: BudgetCheck["scope"]) => {
+    const i = checks.findIndex((c) => c.scope === scope);
+    const count = counts[i];
+    return i < 0 || !count ? undefined : remainingOf(checks[i]!, count, held);
+  };
+  const budgetRemaining = left("connection");
+  const keyBudgetRemaining = left("key");
+  return {
+    ...(budgetRemaining !== undefined ? { budgetRemaining } : {}),
+    ...(keyBudgetRemaining !== undefined ? { keyBudgetRemaining } : {}),
+  };
+}
+
+/** A request that passed its key and policy checks: what admitting it takes. */
+export type Checked =
+  | { checkOnly: true; base: Authorization }
+  | {
+      checkOnly: false;
+      base: Omit<Authorization, "model">;
+      record: KeyRecord;
+      /** The model that serves it; "" for the models route. */
+      model: string;
+      /** Its effective output cap; undefined for the models route. */
+      cap?: number;
+      /** Its rate-limit windows, each counting this request's units. */
+      windows: RateWindow[];
+      /** Its quote; undefined for the models route. */
+      quote?: bigint;
+      /** The budgets it must fit. */
+      checks: BudgetCheck[];
+    };
+
+/**
+ * The checks of authorize() that read no counter: the key, then the route, model, reasoning,
+ * kind and output cap against the connection's policy, and a request too large for a window
+ * at all. Throws the refusal authorize() would; takes nothing.
+ */
+export async function checkPolicy(deps: AuthorizeDeps, input: AuthorizeInput, now: Date): Promise<Checked> {
   if (input.key === "") throw new AuthError("missing_api_key", "no Virtual Key was sent");
   if (input.key.length > MAX_KEY_LENGTH) throw new AuthError("invalid_api_key", INVALID);
   const hash = hashKey(input.key);
@@ -137,7 +213,7 @@ export async function authorize(
     defaultModel: policy.defaultModel,
     ...(until ? { keyValidUntil: until } : {}),
   };
-  if (input.checkOnly) return { ...base, model: "" };
+  if (input.checkOnly) return { checkOnly: true, base: { ...base, model: "" } };
   let model = "";
   let cap: number | undefined;
   if (input.route !== "models") {
@@ -198,41 +274,15 @@ export async function authorize(
     keyBudget: record.budget,
     now,
   });
-  let hold: HoldRequest | undefined;
-  if (checks.length > 0 && cap !== undefined) {
-    // Every configured model has prices (the configuration requires them).
-    if (quote === undefined) throw new Error(`model '${model}' has no prices; cannot check its budget`);
-    hold = { reservationId: newReservationId(record.accountId), amount: quote, budgets: checks };
-  }
-
-  let rateLimit: RateLimitStatus | undefined;
-  let counts: BudgetCount[] = [];
-  if (windows.length > 0 || checks.length > 0) {
-    const budgets = hold ? { hold } : checks.length > 0 ? { peek: checks } : undefined;
-    const decision = await deps.ledger.admit(windows, budgets, now);
-    // A rate limit is reported before a budget: waiting may cure it, and it is checked first.
-    if (!decision.rateAdmitted) settle(windows, { ...decision, admitted: false });
-    if (!decision.budgetsAdmitted) throw budgetExceeded(checks, decision.budgets, quote ?? 0n, now);
-    if (windows.length > 0) rateLimit = settle(windows, { ...decision, admitted: true });
-    counts = decision.budgets;
-  }
-  const held = hold?.amount ?? 0n;
-  const left = (scope: BudgetCheck["scope"]) => {
-    const i = checks.findIndex((c) => c.scope === scope);
-    const count = counts[i];
-    return i < 0 || !count ? undefined : remainingOf(checks[i]!, count, held);
-  };
-  const budgetRemaining = left("connection");
-  const keyBudgetRemaining = left("key");
   return {
-    ...base,
+    checkOnly: false,
+    base,
+    record,
     model,
-    ...(cap !== undefined ? { maxOutputTokens: cap } : {}),
-    ...(rateLimit ? { rateLimit } : {}),
+    ...(cap !== undefined ? { cap } : {}),
+    windows,
     ...(quote !== undefined ? { quote } : {}),
-    ...(hold ? { reservationId: hold.reservationId } : {}),
-    ...(budgetRemaining !== undefined ? { budgetRemaining } : {}),
-    ...(keyBudgetRemaining !== undefined ? { keyBudgetRemaining } : {}),
+    checks,
   };
 }
 

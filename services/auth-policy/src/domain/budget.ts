@@ -155,6 +155,17 @@ export function newReservationId(accountId: string): string {
   return `rsv_${randomBase62(20)}_{${accountId}}`;
 }
 
+const LEASE_TICKET = /^(rsv_[0-9A-Za-z]{20}_\{[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\})~([1-9][0-9]{0,8})$/;
+
+/**
+ * The lease and ticket a reservation id names when a request was admitted on a lease
+ * (`<lease id>~<n>`, docs/money.md, "Leases"); undefined for any other id.
+ */
+export function leaseTicketOf(id: string): { leaseId: string; ticket: number } | undefined {
+  const m = LEASE_TICKET.exec(id);
+  return m ? { leaseId: m[1]!, ticket: Number(m[2]) } : undefined;
+}
+
 /** Whether `id` has the shape newReservationId gives. */
 export function isReservationId(id: string): boolean {
   return RESERVATION_ID.test(id);

@@ -205,6 +205,26 @@ export interface HoldRequest {
   /** The request's quote, held against every budget until settled or expired. */
   amount: bigint;
   budgets: readonly BudgetCheck[];
+  /**
+   * A lease (docs/money.md, "Leases"), not one request's hold: each settlement names a usage
+   * event and charges its cost against the hold, once per event id, instead of ending it;
+   * returnLease ends it. Its windows are remembered, so its unused units can be given back.
+   */
+  lease?: boolean;
+}
+
+/** What api-edge says when it returns a lease. */
+export interface LeaseReturn {
+  /** Base units spent on the lease or held by its requests still in flight. */
+  committed: bigint;
+  /** Units the lease took and did not use, given back to the bucket they were taken in. */
+  unusedRequests: number;
+  unusedTokens: number;
+  /**
+   * The tickets whose cost the edge never learnt: their quotes are in `committed`; each one's
+   * hold ends with its charge, whenever it comes.
+   */
+  unsure: ReadonlyArray<{ ticket: number; quote: bigint }>;
 }
 
 /** The outcome of one admission: rate-limit windows and budgets decided together. */
@@ -262,6 +282,13 @@ export interface Ledger extends RateLimiter {
    * settle() once per item.
    */
   settleMany?(items: readonly SettleItem[], now: Date): Promise<Array<Settlement | Error>>;
+  /**
+   * Ends a lease (a hold admitted with `lease`): keeps of its hold only what is committed and not
+   * yet charged (still to be charged by usage in flight), releases the rest, and gives its unused
+   * units back to its windows' bucket if that bucket is still counted. Once only: a repeat, or
+   * an id that is no lease, releases nothing.
+   */
+  returnLease(leaseId: string, back: LeaseReturn, now: Date): Promise<{ released: bigint }>;
 }
 
 /** A key that stopped working, as broadcast to every cache in front of auth-policy. */

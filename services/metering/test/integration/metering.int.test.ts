@@ -343,6 +343,8 @@ function authStub(opts: { batch?: boolean } = {}) {
   };
   const handlers: Handlers<typeof AuthService> = {
     authorize: unimplemented,
+    acquireLease: unimplemented,
+    returnLease: unimplemented,
     createAccount: unimplemented,
     createConnection: unimplemented,
     createKey: unimplemented,
@@ -379,6 +381,8 @@ function authStub(opts: { batch?: boolean } = {}) {
         services: [
           implement(AuthService, handlers, {
             authorize: [],
+            acquireLease: [],
+            returnLease: [],
             settleReservation: ["metering"],
             settleReservations: ["metering"],
             createAccount: [],

@@ -4,11 +4,13 @@ import type { AuthService } from "@tollgate/proto/auth";
 
 /**
  * Who may call each AuthService method (docs/kubernetes.md, "Internal authentication"). api-edge authorizes
- * public requests and runs the admin API (keys, accounts, connections); metering settles the
+ * public requests (one at a time, or on leases) and runs the admin API (keys, accounts, connections); metering settles the
  * budget reservations of the usage it applies, a batch of usage events at a time.
  */
 export const authAccess: AccessTable<MethodsOf<typeof AuthService>> = {
   authorize: ["api-edge"],
+  acquireLease: ["api-edge"],
+  returnLease: ["api-edge"],
   settleReservation: ["api-edge", "metering"],
   settleReservations: ["metering"],
   createAccount: ["api-edge"],

@@ -1,10 +1,12 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { type Timestamp, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { Prices } from "@tollgate/config";
 import { type Handlers, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
 import type { Logger } from "@tollgate/kit/log";
 import { isRedisUnavailable } from "@tollgate/kit/redis";
 import {
   type AccountSchema,
+  type AuthorizeRequest,
   type AuthService,
   type Budget as BudgetMsg,
   BudgetPeriod as BudgetPeriodMsg,
@@ -20,7 +22,12 @@ import {
 } from "@tollgate/proto/auth";
 import { OPERATIONS, operationOf } from "@tollgate/proto/routes";
 import type { Admin, BudgetUsage } from "../../domain/admin.js";
-import { type AuthorizeDeps, authorize } from "../../domain/authorize.js";
+import {
+  type Authorization,
+  type AuthorizeDeps,
+  type AuthorizeInput,
+  authorize,
+} from "../../domain/authorize.js";
 import {
   type Budget,
   MAX_SETTLE_BATCH,
@@ -31,6 +38,7 @@ import {
 } from "../../domain/budget.js";
 import { AuthError } from "../../domain/errors.js";
 import { keyState } from "../../domain/keys.js";
+import { acquireLease, LEASE_USE_MS, returnLease } from "../../domain/lease.js";
 import type {
   AccountRecord,
   ConnectionLimits,
@@ -203,6 +211,49 @@ async function mapped<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
+/** An AuthorizeRequest as the domain's input. */
+function authorizeIn(req: AuthorizeRequest): AuthorizeInput {
+  const route = operationOf(req.route);
+  return {
+    key: req.key,
+    model: req.model,
+    ...(route ? { route } : {}),
+    ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
+    ...(req.estimatedInputTokens !== undefined ? { estimatedInputTokens: req.estimatedInputTokens } : {}),
+    ...(req.bodyBytes !== undefined ? { bodyBytes: req.bodyBytes } : {}),
+    ...(req.messageCount !== undefined ? { messageCount: req.messageCount } : {}),
+    ...(req.outputSequences ? { outputSequences: req.outputSequences } : {}),
+    ...(req.checkOnly ? { checkOnly: true } : {}),
+    ...(req.requireReasoning ? { requireReasoning: true } : {}),
+  };
+}
+
+/** An authorization on the wire (AuthorizeResponse, without model prices). */
+function authorizationOut(a: Authorization) {
+  return {
+    principal: { accountId: a.accountId, connectionId: a.connectionId, keyId: a.keyId },
+    model: a.model,
+    ...(a.maxOutputTokens !== undefined ? { maxOutputTokens: a.maxOutputTokens } : {}),
+    allowedModels: [...a.allowedModels],
+    defaultModel: a.defaultModel,
+    ...(a.rateLimit ? { rateLimit: a.rateLimit } : {}),
+    ...(a.keyValidUntil ? { keyValidUntil: timestampFromDate(a.keyValidUntil) } : {}),
+    reservationId: a.reservationId ?? "",
+    quote: a.quote?.toString() ?? "",
+    budgetRemaining: a.budgetRemaining?.toString() ?? "",
+    keyBudgetRemaining: a.keyBudgetRemaining?.toString() ?? "",
+  };
+}
+
+/** One model's prices on the wire. */
+function priceOut(model: string, p: Prices) {
+  return {
+    model,
+    inputPerMillion: p.inputPerMillion.toString(),
+    outputPerMillion: p.outputPerMillion.toString(),
+  };
+}
+
 /** Maps AuthService messages to the domain and back. */
 export function authHandlers(
   deps: AuthorizeDeps & { admin: Admin; log: Logger },
@@ -211,49 +262,46 @@ export function authHandlers(
   return {
     authorize: (req) =>
       mapped(async () => {
-        const a = await authorize(deps, {
-          key: req.key,
-          model: req.model,
-          ...(operationOf(req.route) ? { route: operationOf(req.route) } : {}),
-          ...(req.maxOutputTokens !== undefined ? { maxOutputTokens: req.maxOutputTokens } : {}),
-          ...(req.estimatedInputTokens !== undefined
-            ? { estimatedInputTokens: req.estimatedInputTokens }
-            : {}),
-          ...(req.bodyBytes !== undefined ? { bodyBytes: req.bodyBytes } : {}),
-          ...(req.messageCount !== undefined ? { messageCount: req.messageCount } : {}),
-          ...(req.outputSequences ? { outputSequences: req.outputSequences } : {}),
-          ...(req.checkOnly ? { checkOnly: true } : {}),
-          ...(req.requireReasoning ? { requireReasoning: true } : {}),
-        });
+        const a = await authorize(deps, authorizeIn(req));
         return {
-          principal: { accountId: a.accountId, connectionId: a.connectionId, keyId: a.keyId },
-          model: a.model,
-          ...(a.maxOutputTokens !== undefined ? { maxOutputTokens: a.maxOutputTokens } : {}),
-          allowedModels: [...a.allowedModels],
-          defaultModel: a.defaultModel,
-          ...(a.rateLimit ? { rateLimit: a.rateLimit } : {}),
-          ...(a.keyValidUntil ? { keyValidUntil: timestampFromDate(a.keyValidUntil) } : {}),
-          reservationId: a.reservationId ?? "",
-          quote: a.quote?.toString() ?? "",
-          budgetRemaining: a.budgetRemaining?.toString() ?? "",
-          keyBudgetRemaining: a.keyBudgetRemaining?.toString() ?? "",
+          ...authorizationOut(a),
           ...(req.route === Route.MODELS
             ? {
                 modelPrices: a.allowedModels.flatMap((model) => {
                   const p = prices.get(model);
-                  return p
-                    ? [
-                        {
-                          model,
-                          inputPerMillion: p.inputPerMillion.toString(),
-                          outputPerMillion: p.outputPerMillion.toString(),
-                        },
-                      ]
-                    : [];
+                  return p ? [priceOut(model, p)] : [];
                 }),
               }
             : {}),
         };
+      }),
+
+    acquireLease: (req) =>
+      mapped(async () => {
+        if (!req.request) throw new AuthError("invalid_argument", "request is missing");
+        const { verdict, lease } = await acquireLease(deps, authorizeIn(req.request), req.requests);
+        const p = prices.get(verdict.model);
+        return {
+          grant: authorizationOut(verdict),
+          granted: lease !== undefined,
+          leaseId: lease?.leaseId ?? "",
+          budget: lease?.budget?.toString() ?? "",
+          ...(lease?.requests !== undefined ? { requests: lease.requests } : {}),
+          ...(lease?.tokens !== undefined ? { tokens: lease.tokens } : {}),
+          useMs: LEASE_USE_MS,
+          ...(p ? { prices: priceOut(verdict.model, p) } : {}),
+        };
+      }),
+
+    returnLease: (req) =>
+      mapped(async () => {
+        const { released } = await returnLease(deps.ledger, req.leaseId, {
+          committed: baseUnitsIn("committed", req.committed),
+          unusedRequests: req.unusedRequests,
+          unusedTokens: req.unusedTokens,
+          unsure: req.unsure.map((u) => ({ ticket: u.ticket, quote: baseUnitsIn("quote", u.quote) })),
+        });
+        return { released: released.toString() };
       }),
 
     createAccount: (req) =>

@@ -1,0 +1,298 @@
+import { createHash } from "node:crypto";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { quoteOf } from "@tollgate/config";
+import { type Client, GrpcStatus, type MethodsOf, RemoteError } from "@tollgate/kit/grpc";
+import type { Logger } from "@tollgate/kit/log";
+import { retrying } from "@tollgate/kit/retry";
+import {
+  type AcquireLeaseResponse,
+  type AuthorizeRequestSchema,
+  type AuthorizeResponse,
+  AuthorizeResponseSchema,
+  type AuthService,
+} from "@tollgate/proto/auth";
+import { EdgeLease, nextLeaseSize, type Ticket } from "../domain/lease.js";
+
+/** The lease calls of AuthService. */
+export type LeaseClient = Pick<Client<MethodsOf<typeof AuthService>>, "acquireLease" | "returnLease">;
+
+type AskInit = MessageInitShape<typeof AuthorizeRequestSchema>;
+
+/** One lease held for one shape of request. */
+interface Held {
+  lease: EdgeLease;
+  leaseId: string;
+  /** auth-policy's verdict for the shape, with the budgets left and the window after the lease. */
+  verdict: AcquireLeaseResponse;
+  retired: boolean;
+  /** When a request was last admitted on it. */
+  usedAtMs: number;
+  /** Its return, once started. */
+  returning?: Promise<void>;
+}
+
+/** What the edge knows of one shape (key, route, model, cap, reasoning). */
+interface Shape {
+  current?: Held;
+  acquiring?: Promise<void>;
+  /** Until then each request is authorized on its own (no lease could be granted). */
+  exactUntilMs: number;
+  /** Requests the last lease admitted: the next one is sized from it. */
+  lastAdmitted?: number;
+}
+
+/** Deadline of a lease call. */
+const LEASE_TIMEOUT_MS = 5_000;
+/** How a return that met auth-policy away is tried again. */
+const RETURN_RETRY = { delayMs: 500, forMs: 30_000 };
+/**
+ * A lease no request used for this long goes back before its time is up, so what it holds is
+ * soon free for others again (and a caller that paused sees the whole budget left).
+ */
+const IDLE_MS = 100;
+/** Shapes remembered at most; past that, those without a lease are forgotten. */
+const MAX_SHAPES = 10_000;
+
+/** The errors of AuthService that mean "no answer", not a refusal: the request is asked on its own. */
+const NO_ANSWER = new Set<number>([
+  GrpcStatus.UNAVAILABLE,
+  GrpcStatus.DEADLINE_EXCEEDED,
+  GrpcStatus.INTERNAL,
+  GrpcStatus.UNIMPLEMENTED,
+  GrpcStatus.CANCELLED,
+  GrpcStatus.UNKNOWN,
+]);
+
+/** Whether a failed AcquireLease is auth-policy's refusal of the request (the same Authorize gives). */
+function isRefusal(err: unknown): boolean {
+  return err instanceof RemoteError && !!err.code && !NO_ANSWER.has(err.status);
+}
+
+const tickets = new WeakMap<AuthorizeResponse, Ticket>();
+
+/** The lease ticket of a grant admitted on a lease; undefined for a grant auth-policy gave alone. */
+export function ticketOf(grant: AuthorizeResponse): Ticket | undefined {
+  return tickets.get(grant);
+}
+
+/**
+ * The leases of one api-edge replica (docs/money.md, "Leases"), one per shape of request: a
+ * request whose shape holds a usable lease that covers it is admitted here, with no call to
+ * auth-policy; otherwise a lease is acquired (one call, single-flight per shape), and when
+ * none can be granted the request is left to Authorize. A lease is used for its `use_ms` (1 s,
+ * the revocation bound: a revoked key or changed policy is seen at the next acquisition), or
+ * until no request used it for IDLE_MS, then returned once its last request ended.
+ */
+export class LeaseBook {
+  private readonly shapes = new Map<string, Shape>();
+  private readonly returning = new Set<Promise<void>>();
+  private closed = false;
+
+  constructor(
+    private readonly auth: LeaseClient,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * A grant for this request admitted on a lease, or undefined: authorize it on its own. Throws
+   * auth-policy's refusal (the same status, code and message as Authorize's).
+   */
+  async admit(ask: AskInit): Promise<AuthorizeResponse | undefined> {
+    if (this.closed) return undefined;
+    const id = shapeOf(ask);
+    for (let attempt = 0; ; attempt++) {
+      const shape = this.shapes.get(id) ?? this.remember(id);
+      const now = Date.now();
+      const held = shape.current;
+      if (held?.lease.usable(now)) {
+        const grant = this.admitOn(held, ask, now);
+        if (grant) return grant;
+      }
+      if (shape.exactUntilMs > now || attempt > 0 || this.closed) return undefined;
+      shape.acquiring ??= this.acquire(shape, ask).finally(() => {
+        shape.acquiring = undefined;
+      });
+      await shape.acquiring;
+    }
+  }
+
+  /**
+   * Returns every lease of this key that no request is running on, and resolves once they are
+   * back: what auth-policy then reports of the key's budgets (GET /v1/models) holds nothing
+   * this replica does not need.
+   */
+  async returnIdle(key: string): Promise<void> {
+    const prefix = `${keyHashOf(key)} `;
+    const back: Held[] = [];
+    for (const [id, shape] of this.shapes) {
+      const held = shape.current;
+      if (!id.startsWith(prefix) || !held || held.lease.inFlight > 0) continue;
+      this.retire(shape, held);
+      back.push(held);
+    }
+    // Never longer than a lease call: a return auth-policy cannot take now is retried behind.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled(back.flatMap((h) => (h.returning ? [h.returning] : []))),
+      new Promise((r) => {
+        timer = setTimeout(r, LEASE_TIMEOUT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /** Stops leasing and returns every lease (after the requests in flight ended). */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const shape of this.shapes.values()) if (shape.current) this.retire(shape, shape.current);
+    await Promise.allSettled([...this.returning]);
+  }
+
+  private remember(id: string): Shape {
+    if (this.shapes.size >= MAX_SHAPES) {
+      for (const [k, s] of this.shapes) if (!s.current && !s.acquiring) this.shapes.delete(k);
+    }
+    const shape: Shape = { exactUntilMs: 0 };
+    this.shapes.set(id, shape);
+    return shape;
+  }
+
+  private admitOn(held: Held, ask: AskInit, now: number): AuthorizeResponse | undefined {
+    const v = held.verdict;
+    const g = v.grant!;
+    const cap = g.maxOutputTokens ?? 0;
+    const sequences = Math.max(1, ask.outputSequences ?? 1);
+    const bodyBytes = ask.bodyBytes ?? 0;
+    const quote = v.prices
+      ? quoteOf(
+          bodyBytes,
+          ask.messageCount ?? bodyBytes,
+          cap,
+          {
+            inputPerMillion: BigInt(v.prices.inputPerMillion),
+            outputPerMillion: BigInt(v.prices.outputPerMillion),
+          },
+          sequences,
+        )
+      : undefined;
+    if (quote === undefined && held.lease.terms.budget !== undefined) return undefined;
+    const tokens = cap * sequences + (ask.estimatedInputTokens ?? 0);
+    const ticket = held.lease.admit({ ...(quote !== undefined ? { quote } : {}), tokens }, now);
+    if (!ticket) return undefined;
+    held.usedAtMs = now;
+    const left = held.lease.budgetLeftNow ?? 0n;
+    const plus = (after: string) => (after === "" ? "" : (BigInt(after) + left).toString());
+    const rl = g.rateLimit;
+    const grant = create(AuthorizeResponseSchema, {
+      ...(g.principal ? { principal: g.principal } : {}),
+      model: g.model,
+      ...(g.maxOutputTokens !== undefined ? { maxOutputTokens: g.maxOutputTokens } : {}),
+      allowedModels: g.allowedModels,
+      defaultModel: g.defaultModel,
+      reservationId: held.leaseId === "" ? "" : `${held.leaseId}~${ticket.ticket}`,
+      ...(rl
+        ? {
+            rateLimit: {
+              ...rl,
+              // The window's units after the lease took its own, plus those it has not used yet.
+              remaining:
+                rl.remaining + (held.lease.unitsLeft(rl.unit === "tokens" ? "tokens" : "requests") ?? 0),
+            },
+          }
+        : {}),
+      ...(g.keyValidUntil ? { keyValidUntil: g.keyValidUntil } : {}),
+      quote: quote?.toString() ?? "",
+      budgetRemaining: plus(g.budgetRemaining),
+      keyBudgetRemaining: plus(g.keyBudgetRemaining),
+    });
+    tickets.set(grant, ticket);
+    return grant;
+  }
+
+  private async acquire(shape: Shape, ask: AskInit): Promise<void> {
+    const sentAt = Date.now();
+    let res: AcquireLeaseResponse;
+    try {
+      res = await this.auth.acquireLease(
+        { request: ask, requests: nextLeaseSize(shape.current?.lease.admitted ?? shape.lastAdmitted) },
+        { timeoutMs: LEASE_TIMEOUT_MS },
+      );
+    } catch (err) {
+      if (isRefusal(err)) throw err;
+      this.log.warn({ err }, "no lease acquired; requests are authorized one at a time");
+      shape.exactUntilMs = Date.now() + 1_000;
+      return;
+    }
+    if (shape.current) this.retire(shape, shape.current);
+    if (!res.granted) {
+      shape.exactUntilMs = sentAt + res.useMs;
+      return;
+    }
+    const until = res.grant?.keyValidUntil ? timestampDate(res.grant.keyValidUntil).getTime() : Infinity;
+    const usableUntilMs = Math.min(sentAt + res.useMs, until);
+    const held: Held = {
+      lease: new EdgeLease({
+        ...(res.budget !== "" ? { budget: BigInt(res.budget) } : {}),
+        ...(res.requests !== undefined ? { requests: res.requests } : {}),
+        ...(res.tokens !== undefined ? { tokens: res.tokens } : {}),
+        usableUntilMs,
+      }),
+      leaseId: res.leaseId,
+      verdict: res,
+      retired: false,
+      usedAtMs: sentAt,
+    };
+    // Idle: once no request ran on it for IDLE_MS, it goes back early.
+    held.lease.onIdle = () => {
+      setTimeout(() => {
+        if (held.lease.inFlight === 0 && Date.now() - held.usedAtMs >= IDLE_MS) this.retire(shape, held);
+      }, IDLE_MS).unref();
+    };
+    shape.current = held;
+    setTimeout(() => this.retire(shape, held), Math.max(0, usableUntilMs - Date.now()) + 5).unref();
+  }
+
+  /** No more requests on this lease: returned once its last request ended. */
+  private retire(shape: Shape, held: Held): void {
+    if (held.retired) return;
+    held.retired = true;
+    if (shape.current === held) {
+      shape.current = undefined;
+      shape.lastAdmitted = held.lease.admitted;
+    }
+    if (held.lease.inFlight === 0) this.giveBack(held);
+    else held.lease.onIdle = () => this.giveBack(held);
+  }
+
+  private giveBack(held: Held): void {
+    if (held.leaseId === "") return;
+    const back = held.lease.returned();
+    const call = () =>
+      this.auth
+        .returnLease(
+          {
+            leaseId: held.leaseId,
+            committed: back.committed.toString(),
+            unusedRequests: back.unusedRequests,
+            unusedTokens: back.unusedTokens,
+            unsure: back.unsure.map((u) => ({ ticket: u.ticket, quote: u.quote.toString() })),
+          },
+          { timeoutMs: LEASE_TIMEOUT_MS },
+        )
+        .then(() => undefined);
+    const unavailable = (err: unknown) => err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE;
+    const done: Promise<void> = retrying(call, unavailable, RETURN_RETRY)
+      .catch((err: unknown) => this.log.warn({ err }, "lease not returned; its hold lapses with its TTL"))
+      .finally(() => this.returning.delete(done));
+    this.returning.add(done);
+    held.returning = done;
+  }
+}
+
+const keyHashOf = (key: string) => createHash("sha256").update(key).digest("base64");
+
+/** A request's shape: what auth-policy's verdict depends on. The key is hashed, never kept. */
+function shapeOf(ask: AskInit): string {
+  return `${keyHashOf(ask.key ?? "")} ${ask.route ?? 0} ${ask.model ?? ""} ${ask.maxOutputTokens ?? "-"} ${ask.requireReasoning ? 1 : 0}`;
+}
