@@ -248,6 +248,8 @@ function sendProblem(
   challengeId?: string,
 ) {
   if (wwwAuthenticate) reply.header("www-authenticate", wwwAuthenticate);
+  // Retry-After when every upstream of the model is cooled down, as on the account door.
+  if (e.headers) reply.headers(e.headers);
   return reply
     .code(e.status)
     .header("cache-control", "no-store")

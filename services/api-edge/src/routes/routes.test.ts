@@ -6,9 +6,11 @@ import { AuthorizeResponseSchema, ModelPriceSchema, Route } from "@tollgate/prot
 import {
   CompleteResponseSchema,
   type CompletionInput,
+  INFERENCE_DETAILS,
   Operation,
   StreamCompleteResponseSchema,
 } from "@tollgate/proto/inference";
+import { Action } from "@tollgate/proto/payment";
 import { ROUTE_IDS, ROUTES, type RouteId, type RouteSpec } from "@tollgate/proto/routes";
 import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
@@ -151,6 +153,20 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
       wwwAuthenticate: 'Payment id="ch_1", method="tempo", intent="session"',
       challengeId: "ch_1",
     }),
+    // A voucher accepted with its hold taken in the same call.
+    verify: async () => ({
+      $typeName: "tollgate.payment.v1.VerifyResponse",
+      action: Action.VOUCHER,
+      channelId: "0xchannel",
+      challengeId: "ch_1",
+      acceptedCumulative: "1000",
+      paymentReceipt: "",
+      quote: "100",
+      reservationId: "hold_1",
+      acceptedReceipt: "accepted-receipt",
+      reservedReceipt: "",
+    }),
+    release: async () => ({ $typeName: "tollgate.payment.v1.ReleaseResponse" }),
   } as unknown as PaymentClient;
   return {
     auth,
@@ -559,6 +575,22 @@ describe("the paid route", () => {
     expect(res.headers["www-authenticate"]).toMatch(/^Payment /);
     expect(res.headers["content-type"]).toMatch(/^application\/problem\+json/);
     expect(res.json()).toMatchObject({ code: "payment_required", error: { code: "payment_required" } });
+  });
+
+  it("passes on when a cooled-down model comes back (Retry-After), with the accepted receipt", async () => {
+    const { app, f } = edge();
+    f.inferenceFails = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "cooled down", {
+      [INFERENCE_DETAILS.retryAfter]: "7",
+    });
+    const req = request("mppChat");
+    const res = await app.inject({
+      ...req,
+      headers: { ...(req.headers as object), authorization: "Payment abc" },
+    });
+    expect(res.statusCode).toBe(502);
+    expect(res.json()).toMatchObject({ code: "upstream_error" });
+    expect(res.headers["retry-after"]).toBe("7");
+    expect(res.headers["payment-receipt"]).toBe("accepted-receipt");
   });
 
   it("answers a Virtual Key with 401 wrong_auth_scheme", async () => {
