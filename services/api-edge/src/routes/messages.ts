@@ -39,9 +39,11 @@ const ANTHROPIC_REQUEST_ID = "request-id";
  */
 export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
   return {
-    handler: async (req, reply) => {
-      // Before anything can fail: a refusal and a stream's headers keep it.
+    // Before anything can fail: a refusal (a 405 too) and a stream's headers keep it.
+    onRequest: async (req, reply) => {
       reply.header(ANTHROPIC_REQUEST_ID, req.id);
+    },
+    handler: async (req, reply) => {
       const route = OPERATIONS[operation];
       const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema], anthropicKey);
       const streaming = body.stream === true;

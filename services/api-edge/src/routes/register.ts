@@ -15,6 +15,8 @@ export interface RouteImpl {
   errorHandler?: (err: unknown, req: FastifyRequest, reply: FastifyReply) => unknown;
   /** The body of its path's 405 in the route's own error shape; default the OpenAI-style one. */
   errorBody?: (e: HttpError, requestId: string) => unknown;
+  /** Runs first on every answer of its path, the 405s and OPTIONS included (headers every answer carries). */
+  onRequest?: (req: FastifyRequest, reply: FastifyReply) => Promise<void>;
 }
 
 /** Every account-door route of the table, implemented: a route added to the table and not here does not compile. */
@@ -36,7 +38,9 @@ export function registerRoutes(app: FastifyInstance, impls: Partial<Record<Route
     app.route({ method: spec.method, url: spec.path, ...impls[id]! });
   }
   for (const path of new Set(ids.map((id) => ROUTES[id].path))) {
-    const body = ids.map((id) => (ROUTES[id].path === path ? impls[id]?.errorBody : undefined)).find(Boolean);
+    const onPath = ids.filter((id) => ROUTES[id].path === path).map((id) => impls[id]!);
+    const body = onPath.map((impl) => impl.errorBody).find(Boolean);
+    const first = onPath.map((impl) => impl.onRequest).find(Boolean);
     const allowed = allowedMethods(path, ids);
     const allow = allowed.join(", ");
     const others = METHODS.filter((m) => !allowed.includes(m));
@@ -44,6 +48,7 @@ export function registerRoutes(app: FastifyInstance, impls: Partial<Record<Route
       method: others,
       url: path,
       onRequest: async (req, reply) => {
+        await first?.(req, reply);
         reply.header("allow", allow);
         if (req.method === "OPTIONS") return reply.code(204).send();
         const e = httpErrorOf("method_not_allowed", `${req.method} is not allowed here; use ${allow}`);

@@ -897,15 +897,16 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
     expect(anthropicError(limited).error).toMatchObject({ type: "rate_limit_error", code: "rate_limited" });
   });
 
-  it("names the request id in Anthropic's request-id header too, on a message, a stream and a refusal", async () => {
+  it("names the request id in Anthropic's request-id header too, on a message, a stream, a refusal and a 405", async () => {
     const { app } = edge();
     const answers = [
       await app.inject(messages()),
       await app.inject(messages({ stream: true })),
       await app.inject(messages({}, anthropic(BAD_KEY))),
       await app.inject({ ...messages(), payload: "{not json" }),
+      await app.inject({ method: "GET", url: "/v1/messages" }),
     ];
-    expect(answers.map((res) => res.statusCode)).toEqual([200, 200, 401, 400]);
+    expect(answers.map((res) => res.statusCode)).toEqual([200, 200, 401, 400, 405]);
     for (const res of answers) {
       expect(res.headers["request-id"]).toMatch(/.+/);
       expect(res.headers["request-id"]).toBe(res.headers["x-request-id"]);
