@@ -156,6 +156,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       ...(cfg.limits ? { limits: cfg.limits } : {}),
       offer: gateway,
       ...redis,
+      ...(cfg.responseItemsTtlMs !== undefined ? { responseItemsTtlMs: cfg.responseItemsTtlMs } : {}),
       ...(cfg.adminToken
         ? {
             admin: {

@@ -1,6 +1,6 @@
 import { fileURLToPath } from "node:url";
 import type { EdgeLimits } from "@tollgate/api-edge";
-import { limitsEnvSchema, limitsOf } from "@tollgate/api-edge/config";
+import { limitsEnvSchema, limitsOf, responseItemsEnv } from "@tollgate/api-edge/config";
 import { logLevel, parseEnv, port } from "@tollgate/kit/config";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
@@ -18,6 +18,7 @@ const envSchema = z.object({
   NATS_URL: z.string().optional(),
   NATS_NAMESPACE: z.string().default(""),
   REDIS_PREFIX: z.string().default("tollgate:"),
+  ...responseItemsEnv,
   /** The Tempo JSON-RPC endpoint; unset starts the bundled devnet. */
   TEMPO_RPC_URL: z.string().optional(),
   /** Port of the bundled devnet (0 picks a free one). */
@@ -49,6 +50,8 @@ export interface AllInOneConfig {
   natsUrl?: string;
   natsNamespace: string;
   redisPrefix: string;
+  /** How long a Responses output message is kept (RESPONSE_ITEMS_TTL_SECONDS); absent: 24 h. */
+  responseItemsTtlMs?: number;
   logLevel: string;
   tempoRpcUrl?: string;
   tempoDevnetPort: number;
@@ -80,6 +83,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     ...(e.NATS_URL ? { natsUrl: e.NATS_URL } : {}),
     natsNamespace: e.NATS_NAMESPACE,
     redisPrefix: e.REDIS_PREFIX,
+    responseItemsTtlMs: e.RESPONSE_ITEMS_TTL_SECONDS * 1000,
     logLevel: e.LOG_LEVEL,
     ...(e.TEMPO_RPC_URL ? { tempoRpcUrl: e.TEMPO_RPC_URL } : {}),
     tempoDevnetPort: e.TEMPO_DEVNET_PORT,

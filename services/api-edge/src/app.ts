@@ -18,7 +18,9 @@ import Fastify, {
   LogController,
 } from "fastify";
 import { createMemoryIdempotencyStore } from "./adapters/memory-idempotency-store.js";
+import { createMemoryResponseItemStore } from "./adapters/memory-response-item-store.js";
 import { createRedisIdempotencyStore } from "./adapters/redis-idempotency-store.js";
+import { createRedisResponseItemStore } from "./adapters/redis-response-item-store.js";
 import { type AdminServer, type AdminServerOptions, startAdminServer } from "./admin/server.js";
 import { EdgeError } from "./domain/errors.js";
 import { closeConnectionsWhileDraining } from "./http/drain.js";
@@ -36,6 +38,7 @@ import {
 export type { EdgeLimits } from "./http/limits.js";
 
 import type { IdempotencyStore } from "./domain/idempotency.js";
+import { RESPONSE_ITEMS_TTL_MS, type ResponseItemStore } from "./domain/response-items.js";
 import type { Drain } from "./http/drain.js";
 import { logResponses } from "./http/response-log.js";
 import { traceRequests } from "./http/tracing.js";
@@ -88,9 +91,11 @@ export interface ApiEdgeOptions {
   limits?: Partial<EdgeLimits>;
   /** Absent: the admin API does not start, and no port serves it. */
   admin?: AdminServerOptions;
-  /** Redis for idempotency records shared by every replica; memory when unset. */
+  /** Redis for idempotency records and Responses output items shared by every replica; memory when unset. */
   redisUrl?: string;
   redisPrefix?: string;
+  /** How long a Responses answer's output message is kept for `item_reference`; default 24 h. */
+  responseItemsTtlMs?: number;
   /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
   metricsPort?: number;
   /** Default 127.0.0.1. */
@@ -137,7 +142,7 @@ function sendError(err: unknown, req: FastifyRequest, reply: FastifyReply) {
 
 /**
  * What the public port's app is built from: the clients of the services behind it, the
- * idempotency store, the logger and the metrics registry. start() passes the gRPC clients and
+ * idempotency and Responses item stores, the logger and the metrics registry. start() passes the gRPC clients and
  * the Redis or memory store; a test passes in-memory fakes and calls `app.inject()`.
  */
 export interface ApiEdgePorts {
@@ -148,6 +153,8 @@ export interface ApiEdgePorts {
   /** Where a stream's usage is recorded when its router is lost mid-stream. */
   metering?: MeteringClient;
   idempotencyStore: IdempotencyStore;
+  /** Responses output items for later `item_reference` inputs; absent: memory, kept 24 h. */
+  responseItemStore?: ResponseItemStore;
   /** auth-policy's lease calls; absent: every request is authorized on its own. */
   leases?: LeaseClient;
   log: Logger;
@@ -228,6 +235,7 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
     inference: timeInference(ports.inference, metrics),
     ...(ports.metering ? { metering: ports.metering } : {}),
     idempotency,
+    responseItems: ports.responseItemStore ?? createMemoryResponseItemStore(RESPONSE_ITEMS_TTL_MS),
     schemas: requestSchemas(limits.maxMessages),
     log,
   };
@@ -260,6 +268,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   const metering =
     given.metering ?? (opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined);
   const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge") : undefined;
+  const itemsTtlMs = opts.responseItemsTtlMs ?? RESPONSE_ITEMS_TTL_MS;
   const registry = deps.metrics ?? createMetrics("api-edge");
   const { app, drain, leases } = buildApp(
     {
@@ -271,6 +280,9 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
       idempotencyStore: redis
         ? createRedisIdempotencyStore(redis, opts.redisPrefix ?? "tollgate:")
         : createMemoryIdempotencyStore(),
+      responseItemStore: redis
+        ? createRedisResponseItemStore(redis, opts.redisPrefix ?? "tollgate:", itemsTtlMs)
+        : createMemoryResponseItemStore(itemsTtlMs),
       log,
       metrics: registry,
       ...(opts.offer ? { offer: opts.offer } : {}),

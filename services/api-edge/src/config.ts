@@ -5,6 +5,7 @@ import { redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 import type { AdminServerOptions } from "./admin/server.js";
+import { RESPONSE_ITEMS_TTL_MS } from "./domain/response-items.js";
 import { DEFAULT_LIMITS, type EdgeLimits } from "./http/limits.js";
 import type { PaidOffer } from "./openapi/payment-info.js";
 
@@ -45,6 +46,11 @@ export function limitsOf(e: z.output<typeof limitsEnvSchema>): EdgeLimits {
   };
 }
 
+/** How long a Responses answer's output message is kept for later `item_reference` inputs (api-edge, all-in-one). */
+export const responseItemsEnv = {
+  RESPONSE_ITEMS_TTL_SECONDS: positiveInt(RESPONSE_ITEMS_TTL_MS / 1000),
+};
+
 const envSchema = z.object({
   HOST: z.string().default("127.0.0.1"),
   PORT: port(8080),
@@ -58,6 +64,7 @@ const envSchema = z.object({
   REDIS_URL: z.string().optional(),
   REDIS_CLUSTER_NODES: redisClusterNodes,
   REDIS_PREFIX: z.string().default("tollgate:"),
+  ...responseItemsEnv,
   /** The admin API's own port (never the public one); it starts only when ADMIN_TOKEN is set. */
   ADMIN_HOST: z.string().default("127.0.0.1"),
   ADMIN_PORT: port(8081),
@@ -93,6 +100,8 @@ export interface ApiEdgeConfig {
   admin?: AdminServerOptions;
   redisUrl?: string;
   redisPrefix: string;
+  /** How long a Responses output message is kept (RESPONSE_ITEMS_TTL_SECONDS). */
+  responseItemsTtlMs: number;
   logLevel: string;
   metricsHost: string;
   metricsPort: number;
@@ -135,6 +144,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
       : {}),
     ...(redisUrl ? { redisUrl } : {}),
     redisPrefix: e.REDIS_PREFIX,
+    responseItemsTtlMs: e.RESPONSE_ITEMS_TTL_SECONDS * 1000,
     logLevel: e.LOG_LEVEL,
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,

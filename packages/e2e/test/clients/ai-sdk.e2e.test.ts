@@ -30,10 +30,10 @@ describe("Vercel AI SDK against the account door", () => {
   const providers: {
     name: string;
     /**
-     * What a conversation needs: @ai-sdk/openai's Responses model stores answers by default and
-     * sends an earlier answer back as a reference to the stored item; the gateway stores nothing
-     * (see "storing left on" below), so its users turn storing off, as for any stateless
-     * Responses server.
+     * The provider options of the conversation below: @ai-sdk/openai's Responses model stores
+     * answers by default and sends an earlier answer back as a reference to the stored item (the
+     * gateway keeps its answers' output messages for that, see "storing left on" below); here
+     * storing is off, so the earlier answer goes back as text.
      */
     conversation: Record<string, { store: boolean }>;
     path: "/v1/responses" | "/v1/chat/completions";
@@ -139,20 +139,19 @@ describe("Vercel AI SDK against the account door", () => {
     });
 
     if (path === "/v1/responses") {
-      it("a conversation with storing left on refers to an item the gateway never stored: APICallError 400", async () => {
-        const err = await rejection((await converse()).second);
-        expect(err).toBeInstanceOf(APICallError);
-        expect((err as APICallError).statusCode).toBe(400);
-        expect((err as APICallError).requestBodyValues).toMatchObject({
-          input: expect.arrayContaining([{ type: "item_reference", id: expect.stringMatching(/^msg_/) }]),
-        });
-        // The answer says what to change, in the SDK's own words.
-        expect(JSON.parse((err as APICallError).responseBody ?? "{}")).toMatchObject({
-          error: {
-            code: "invalid_request",
-            message: expect.stringContaining("providerOptions.openai.store = false"),
-          },
-        });
+      it("a conversation with storing left on (the default): the earlier answer goes back by reference and is answered", async () => {
+        const { first, second: answered } = await converse();
+        const second = await answered;
+        expect(second.text.trim().split(" ")).toHaveLength(4);
+        // The SDK sent the first answer as a reference to the item the gateway kept, not its text.
+        const sent = second.request.body as { input: unknown[] };
+        expect(sent.input).toContainEqual({ type: "item_reference", id: expect.stringMatching(/^msg_/) });
+        expect(JSON.stringify(sent)).not.toContain(first.text.trim());
+        // The model got the answer's text back in its place, and the input counted it.
+        expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.text.trim());
+        expect(second.usage.inputTokens).toBeGreaterThan(first.usage.inputTokens ?? 0);
+        expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+        expect(second.response.headers?.["x-tollgate-cost"]).toBe(String(gateway().wire.last().cost));
       });
     }
 

@@ -20,9 +20,11 @@ export class ResponsesStream implements StreamTranslation {
   #text = "";
   #finishReason: string | null = null;
 
+  /** `done` gets the answer's whole text when the stream finishes (not when it fails). */
   constructor(
     private readonly req: ResponsesRequest,
     private readonly labels: ResponseLabels,
+    private readonly done: (text: string) => unknown = () => {},
   ) {}
 
   #event(type: string, fields: Record<string, unknown>): NamedEvent {
@@ -86,6 +88,7 @@ export class ResponsesStream implements StreamTranslation {
   finish(usage: TokenUsage, extension: Record<string, unknown> = {}): NamedEvent[] {
     const response = this.#response(usage);
     const final = response.status === "completed" ? "response.completed" : "response.incomplete";
+    this.done(this.#text);
     return [
       this.#event("response.output_text.done", { ...this.#where(), text: this.#text, logprobs: [] }),
       this.#event("response.content_part.done", { ...this.#where(), part: this.#part() }),

@@ -8,6 +8,7 @@ import {
 import { readChatAnswer } from "./chat-answer.js";
 import {
   chatBodyFromResponses,
+  itemReferencesOf,
   type ResponseObject,
   type ResponsesRequest,
   responseFromChat,
@@ -122,6 +123,30 @@ describe("responseFromChat", () => {
   });
 });
 
+describe("item references", () => {
+  it("are found with their places and become the assistant messages they name", () => {
+    const req = parse({
+      input: [
+        { role: "user", content: "a" },
+        { type: "item_reference", id: "msg_1" },
+        { role: "user", content: "b" },
+        { type: "item_reference", id: "msg_2" },
+      ],
+    });
+    expect(itemReferencesOf(req.input)).toEqual([
+      { index: 1, id: "msg_1" },
+      { index: 3, id: "msg_2" },
+    ]);
+    expect(chatBodyFromResponses(req, "m", undefined, ["first", "second"]).messages).toEqual([
+      { role: "user", content: "a" },
+      { role: "assistant", content: "first" },
+      { role: "user", content: "b" },
+      { role: "assistant", content: "second" },
+    ]);
+    expect(itemReferencesOf("hi")).toEqual([]);
+  });
+});
+
 describe("responsesRequestSchema", () => {
   const issues = (body: unknown) => {
     const r = responsesRequestSchema.safeParse(body);
@@ -145,16 +170,23 @@ describe("responsesRequestSchema", () => {
     expect(issues({ input: "hi", tools: [] })).toEqual([]);
   });
 
-  it("says what to do with an item_reference to a stored answer (the AI SDK's default when storing)", () => {
-    const said = issues({
-      input: [
-        { role: "user", content: "a" },
-        { type: "item_reference", id: "msg_1" },
-        { role: "user", content: "b" },
-      ],
-    }).join();
-    expect(said).toMatch(/^input: 1\.type: an item_reference points at a stored response item/);
-    expect(said).toContain("store = false");
+  it("takes item references to stored answers (the AI SDK's default when storing) and store", () => {
+    expect(
+      issues({
+        input: [
+          { role: "user", content: "a" },
+          { type: "item_reference", id: "msg_1" },
+          { role: "user", content: "b" },
+        ],
+        store: true,
+      }),
+    ).toEqual([]);
+    expect(issues({ input: [{ type: "item_reference" }] })).toEqual([
+      expect.stringMatching(/^input: 0\.id: /),
+    ]);
+    expect(issues({ input: [{ type: "function_call_output", output: "x" }] })).toEqual([
+      "input: 0.type: only message and item_reference items are accepted in input",
+    ]);
     expect(issues({ input: "hi", top_p: 1.5 })).toHaveLength(1);
   });
 

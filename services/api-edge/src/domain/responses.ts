@@ -10,9 +10,41 @@ export interface ResponsesInputMessage {
   content: string | readonly { text: string }[];
 }
 
+/** An input item naming an earlier answer's output message by its id. */
+export interface ItemReference {
+  type: "item_reference";
+  id: string;
+}
+
+/** One input item as sent: a message, or a reference to a stored output message. */
+export type ResponsesInputItem = (ResponsesInputMessage & { type?: "message" | undefined }) | ItemReference;
+
+/** Where an input refers to stored output items: each reference's place in the list and its id. */
+export function itemReferencesOf(
+  input: string | readonly ResponsesInputItem[],
+): { index: number; id: string }[] {
+  if (typeof input === "string") return [];
+  return input.flatMap((item, index) => (item.type === "item_reference" ? [{ index, id: item.id }] : []));
+}
+
+/**
+ * The input with each item reference replaced by the assistant message it names: `texts[i]` is
+ * the text of the i-th reference (itemReferencesOf's order).
+ */
+function withReferencedItems(
+  input: string | readonly ResponsesInputItem[],
+  texts: readonly string[],
+): string | ResponsesInputMessage[] {
+  if (typeof input === "string") return input;
+  let next = 0;
+  return input.map((item) =>
+    item.type === "item_reference" ? { role: "assistant" as const, content: texts[next++] ?? "" } : item,
+  );
+}
+
 /** The fields of a validated Responses request the translation reads. */
 export interface ResponsesRequest {
-  input: string | readonly ResponsesInputMessage[];
+  input: string | readonly ResponsesInputItem[];
   instructions?: string | null | undefined;
   temperature?: number | null | undefined;
   top_p?: number | null | undefined;
@@ -77,17 +109,20 @@ function chatMessageOf(m: ResponsesInputMessage): ChatMessage {
 
 /**
  * The chat request a Responses request stands for: `instructions` become the leading system
- * message, a string `input` one user message, and text parts chat text parts.
+ * message, a string `input` one user message, text parts chat text parts, and each item
+ * reference the assistant message of `referenced` (the texts of itemReferencesOf's items).
  */
 export function chatBodyFromResponses(
   req: ResponsesRequest,
   model: string,
   maxOutputTokens: number | undefined,
+  referenced: readonly string[] = [],
 ): Record<string, unknown> {
+  const input = withReferencedItems(req.input, referenced);
   const messages: ChatMessage[] = [];
   if (req.instructions) messages.push({ role: "system", content: req.instructions });
-  if (typeof req.input === "string") messages.push({ role: "user", content: req.input });
-  else messages.push(...req.input.map(chatMessageOf));
+  if (typeof input === "string") messages.push({ role: "user", content: input });
+  else messages.push(...input.map(chatMessageOf));
   return {
     model,
     messages,

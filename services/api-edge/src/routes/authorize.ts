@@ -16,6 +16,11 @@ export interface AuthorizeAsk {
   maxOutputTokens?: number | undefined;
   /** Messages (chat), prompts (completions) or input items (responses), for the quote. */
   messageCount?: number;
+  /**
+   * Bytes of input the body does not carry but the upstream gets (the stored items a Responses
+   * request refers to), added to the body's for the quote, so it stays an upper bound.
+   */
+  extraInputBytes?: number;
   /** Output sequences asked of the upstream (`n`/`best_of` × prompts), for the quote. */
   outputSequences?: number;
   /** Check the key and route only, taking nothing (a request refused for its body). */
@@ -29,7 +34,7 @@ export interface AuthorizeAsk {
 /**
  * Authorizes one account-door request (key, model access, policy, rate limits) and puts the
  * tightest rate-limit window on the response as RateLimit-* header fields. The input estimate
- * for tokens-per-minute limits is a quarter of the body's bytes. A request that runs a model is
+ * for tokens-per-minute limits is a quarter of the input's bytes (the body's and extraInputBytes). A request that runs a model is
  * admitted on this replica's lease for its shape when one covers it (docs/money.md, "Leases"),
  * else authorized by auth-policy on its own; a check only, and the models route, always are.
  */
@@ -39,13 +44,14 @@ export async function authorizeRequest(
   reply: FastifyReply,
   ask: AuthorizeAsk,
 ): Promise<AuthorizeResponse> {
+  const inputBytes = (req.rawBody?.length ?? 0) + (ask.extraInputBytes ?? 0);
   const init: MessageInitShape<typeof AuthorizeRequestSchema> = {
     key: (ask.readKey ?? bearerKey)(req.headers),
     route: ask.route,
     model: ask.model ?? "",
     requestId: req.id,
-    estimatedInputTokens: Math.ceil((req.rawBody?.length ?? 0) / 4),
-    bodyBytes: req.rawBody?.length ?? 0,
+    estimatedInputTokens: Math.ceil(inputBytes / 4),
+    bodyBytes: inputBytes,
     ...(ask.messageCount !== undefined ? { messageCount: ask.messageCount } : {}),
     ...(ask.maxOutputTokens !== undefined ? { maxOutputTokens: ask.maxOutputTokens } : {}),
     ...(ask.outputSequences !== undefined && ask.outputSequences > 1

@@ -4,6 +4,7 @@ import type { AuthService } from "@tollgate/proto/auth";
 import type { InferenceService } from "@tollgate/proto/inference";
 import type { MeteringService } from "@tollgate/proto/metering";
 import type { PaymentService } from "@tollgate/proto/payment";
+import type { ResponseItemStore } from "../domain/response-items.js";
 import type { Idempotency } from "../http/idempotency.js";
 import type { RequestSchemas } from "../schemas/requests.js";
 import type { LeaseBook } from "./leases.js";
@@ -27,6 +28,8 @@ export interface AccountRouteContext {
   leases?: LeaseBook;
   /** Idempotency-Key handling for POST routes. */
   idempotency: Idempotency;
+  /** The Responses output items kept for later `item_reference` inputs. */
+  responseItems: ResponseItemStore;
   /** Request schemas built for the configured limits. */
   schemas: RequestSchemas;
   log: Logger;

@@ -23,6 +23,9 @@ import type { AuthClient, InferenceClient, PaymentClient } from "./context.js";
 
 const GOOD_KEY = "tg_good_0123456789abcdefghijABCDEFGHIJ";
 const BAD_KEY = "tg_bad_0123456789abcdefghijABCDEFGHIJ";
+/** A good key of another account than GOOD_KEY's. */
+const OTHER_KEY = "tg_other_0123456789abcdefghijABCDEFGHIJ";
+const ACCOUNTS: Record<string, string> = { [GOOD_KEY]: "acct_good", [OTHER_KEY]: "acct_other" };
 const VISIBLE = ["small", "large"];
 
 const CHAT_ANSWER = {
@@ -70,7 +73,13 @@ interface Fakes {
   /** The chat bodies the router was asked to run. */
   forwarded: unknown[];
   /** What each authorization asked: its output cap and message count. */
-  asked: { maxOutputTokens?: number | undefined; messageCount?: number | undefined; checkOnly: boolean }[];
+  asked: {
+    maxOutputTokens?: number | undefined;
+    messageCount?: number | undefined;
+    checkOnly: boolean;
+    bodyBytes?: number | undefined;
+    estimatedInputTokens?: number | undefined;
+  }[];
   /** The inputs of the buffered calls the router was asked to run. */
   completed: CompletionInput[];
 }
@@ -78,17 +87,21 @@ interface Fakes {
 function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
   const auth: AuthClient = {
     authorize: async (req) => {
-      if (req.key !== GOOD_KEY) {
+      const account = ACCOUNTS[req.key ?? ""];
+      if (!account) {
         throw new RemoteError(GrpcStatus.UNAUTHENTICATED, "invalid_api_key", "the key is not valid");
       }
       f.asked.push({
         maxOutputTokens: req.maxOutputTokens,
         messageCount: req.messageCount,
         checkOnly: req.checkOnly === true,
+        bodyBytes: req.bodyBytes,
+        estimatedInputTokens: req.estimatedInputTokens,
       });
       if (f.authFails) throw f.authFails;
       f.authorized.push(req.route ?? Route.UNSPECIFIED);
       return create(AuthorizeResponseSchema, {
+        principal: { accountId: account, keyId: `key_${account}` },
         model: req.model || "small",
         allowedModels: VISIBLE,
         defaultModel: "small",
@@ -415,7 +428,9 @@ describe("POST /v1/embeddings", () => {
     expect(res.headers["x-tollgate-budget-remaining"]).toBe("993");
     expect(f.settled).toEqual(["7"]);
     expect(f.authorized).toEqual([Route.EMBEDDINGS]);
-    expect(f.asked).toEqual([{ maxOutputTokens: 0, messageCount: 2, checkOnly: false }]);
+    expect(f.asked).toEqual([
+      expect.objectContaining({ maxOutputTokens: 0, messageCount: 2, checkOnly: false }),
+    ]);
     expect(f.completed).toHaveLength(1);
     expect(f.completed[0]).toMatchObject({
       operation: Operation.EMBEDDINGS,
@@ -599,6 +614,96 @@ describe("the paid route", () => {
     const res = await app.inject({ ...req, headers: { ...(req.headers as object), ...bearer() } });
     expect(res.statusCode).toBe(401);
     expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
+  });
+});
+
+describe("POST /v1/responses with item references to earlier answers (stored unless store: false)", () => {
+  const ask = (input: unknown, over: object = {}, key = GOOD_KEY): InjectOptions => ({
+    ...request("responses", { payload: JSON.stringify({ model: "small", input, ...over }) }),
+    headers: { ...bearer(key), ...json },
+  });
+  /** The first turn's answer: its output message id. */
+  const firstTurn = async (app: FastifyInstance, over: object = {}, key = GOOD_KEY) => {
+    const res = await app.inject(ask("What is a tollgate?", over, key));
+    expect(res.statusCode, res.body).toBe(200);
+    return res.json().output[0].id as string;
+  };
+  const secondTurn = (id: string) => [
+    { role: "user", content: "What is a tollgate?" },
+    { type: "item_reference", id },
+    { role: "user", content: "And a toll?" },
+  ];
+
+  it("sends the referenced answer to the model as the assistant's message, and counts it in the quote", async () => {
+    const { app, f } = edge();
+    const id = await firstTurn(app);
+    expect(id).toMatch(/^msg_/);
+    const payload = JSON.stringify({ model: "small", input: secondTurn(id) });
+    const res = await app.inject(ask(secondTurn(id)));
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ status: "completed", output_text: "hi" });
+    const forwarded = JSON.parse(Buffer.from(f.completed.at(-1)!.body).toString("utf8"));
+    expect(forwarded.messages).toEqual([
+      { role: "user", content: "What is a tollgate?" },
+      { role: "assistant", content: CHAT_ANSWER.choices[0]!.message.content },
+      { role: "user", content: "And a toll?" },
+    ]);
+    // The quote sees the body's bytes and the referenced answer's text ("hi": 2 bytes).
+    const second = f.asked.at(-1)!;
+    expect(second.bodyBytes).toBe(Buffer.byteLength(payload) + 2);
+    expect(second.estimatedInputTokens).toBe(Math.ceil((Buffer.byteLength(payload) + 2) / 4));
+    expect(second.messageCount).toBe(3);
+  });
+
+  it("keeps a streamed answer too, with the whole text", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    const first = await app.inject(ask("hello", { stream: true }));
+    expect(first.statusCode, first.body).toBe(200);
+    const done = sseEvents(first.body).find((e) => e.event === "response.completed")!;
+    const id = (done.data.response as { output: { id: string }[] }).output[0]!.id;
+    const res = await app.inject(ask(secondTurn(id)));
+    expect(res.statusCode, res.body).toBe(200);
+    const forwarded = JSON.parse(Buffer.from(f.completed.at(-1)!.body).toString("utf8"));
+    expect(forwarded.messages[1]).toEqual({ role: "assistant", content: "Hello" });
+  });
+
+  it("refuses an unknown or expired id with a 400 naming its place, the key checked and nothing held", async () => {
+    const { app, f } = edge();
+    const res = await app.inject(ask(secondTurn("msg_never")));
+    expect(res.statusCode).toBe(400);
+    expect(code(res)).toBe("invalid_request");
+    expect(res.json().error.message).toMatch(/^input: 1: item_reference "msg_never" is unknown or expired/);
+    expect(res.json().error.message).toContain("store: false");
+    expect(f.asked.map((a) => a.checkOnly)).toEqual([true]);
+    expect(f.completed).toHaveLength(0);
+    const unauthenticated = await app.inject(ask(secondTurn("msg_never"), {}, BAD_KEY));
+    expect(unauthenticated.statusCode).toBe(401);
+  });
+
+  it("never lets another account read an answer: its id is unknown there, and the hold goes back", async () => {
+    const { app, f } = edge();
+    const id = await firstTurn(app);
+    const settledBefore = f.settled.length;
+    const res = await app.inject(ask(secondTurn(id), {}, OTHER_KEY));
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error.message).toContain(`item_reference "${id}" is unknown or expired`);
+    expect(f.completed).toHaveLength(1);
+    expect(f.settled.slice(settledBefore)).toEqual(["0"]);
+  });
+
+  it("keeps nothing of an answer asked with store: false", async () => {
+    const { app, f } = edge();
+    const id = await firstTurn(app, { store: false });
+    f.streamTexts = ["x"];
+    const streamed = await app.inject(ask("hello", { stream: true, store: false }));
+    const done = sseEvents(streamed.body).find((e) => e.event === "response.completed")!;
+    const streamedId = (done.data.response as { output: { id: string }[] }).output[0]!.id;
+    for (const ref of [id, streamedId]) {
+      const res = await app.inject(ask(secondTurn(ref)));
+      expect(res.statusCode).toBe(400);
+      expect(res.json().error.message).toContain("unknown or expired");
+    }
   });
 });
 

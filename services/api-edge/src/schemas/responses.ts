@@ -13,7 +13,13 @@ function closestOption(fallback: string) {
     );
     const first = tried?.[0];
     if (!first) return fallback;
-    return `${first.path.length > 0 ? `${first.path.join(".")}: ` : ""}${first.message}`;
+    // A union inside (an input item) said its chosen option's first message: add that one's place.
+    const inner =
+      first.code === "invalid_union"
+        ? first.errors.find((o) => o[0]?.message === first.message)?.[0]
+        : undefined;
+    const path = [...first.path, ...(inner?.path ?? [])];
+    return `${path.length > 0 ? `${path.join(".")}: ` : ""}${first.message}`;
   };
 }
 
@@ -28,12 +34,7 @@ const textPart = z.looseObject({
 /** One input message of the Responses API ("easy input message" or a `message` item). */
 const inputMessage = z.looseObject({
   type: z
-    .literal("message", {
-      error: (iss) =>
-        iss.input === "item_reference"
-          ? "an item_reference points at a stored response item, and responses are not stored here: send the whole conversation as messages (with the AI SDK's OpenAI provider: providerOptions.openai.store = false)"
-          : "only message items are accepted in input",
-    })
+    .literal("message", { error: "only message and item_reference items are accepted in input" })
     .optional(),
   role: z.enum(["user", "assistant", "system", "developer"]),
   content: z.union([z.string(), z.array(textPart).min(1)], {
@@ -41,17 +42,34 @@ const inputMessage = z.looseObject({
   }),
 });
 
+/** An earlier answer's output item, by the id the gateway gave it (kept unless `store: false`). */
+const itemReference = z.looseObject({
+  type: z.literal("item_reference"),
+  id: z.string().min(1).max(256),
+});
+
+/** One input item: a message, or a reference to a stored output item (judged by its `type`). */
+const inputItem = z.union([itemReference, inputMessage], {
+  error: (iss) => {
+    const options = iss.code === "invalid_union" ? iss.errors : [];
+    const isReference = (iss.input as { type?: unknown } | undefined)?.type === "item_reference";
+    return options[isReference ? 0 : 1]?.[0]?.message ?? "input items must be messages or item references";
+  },
+});
+
 export type ResponsesInputMessage = z.output<typeof inputMessage>;
+export type ResponsesInputItem = z.output<typeof inputItem>;
 
 /**
- * POST /v1/responses: the text subset of OpenAI's Responses API, buffered or streamed. The route keeps no
- * state, so `previous_response_id` and tools are refused; other fields are ignored.
+ * POST /v1/responses: the text subset of OpenAI's Responses API, buffered or streamed. The route keeps
+ * the output message of each answer (unless `store: false`) for `item_reference` inputs, no whole
+ * response, so `previous_response_id` and tools are refused; other fields are ignored.
  */
 export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
   return z
     .looseObject({
       model: z.string().min(1).max(256).optional(),
-      input: z.union([z.string().min(1), z.array(inputMessage).min(1).max(maxMessages)], {
+      input: z.union([z.string().min(1), z.array(inputItem).min(1).max(maxMessages)], {
         error: closestOption("input must be a string or a list of messages {role, content}"),
       }),
       instructions: z.string().nullish(),
@@ -59,6 +77,8 @@ export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
       temperature: z.number().min(0).max(2).nullish(),
       top_p: z.number().min(0).max(1).nullish(),
       stream: z.boolean().nullish(),
+      /** Keep the answer's output message for later `item_reference` inputs; default true. */
+      store: z.boolean().nullish(),
       previous_response_id: z.string().nullish(),
       tools: z.array(z.unknown()).nullish(),
     })
@@ -67,7 +87,7 @@ export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
         ctx.addIssue({
           code: "custom",
           path: ["previous_response_id"],
-          message: "responses are not stored: send the whole conversation as input",
+          message: "responses are not stored (only their output messages): send the conversation as input",
         });
       }
       if (r.tools != null && r.tools.length > 0) {

@@ -1,0 +1,31 @@
+import { describe, expect, it } from "vitest";
+import { responseItemStoreContract } from "../../test/response-item-store-contract.js";
+import { createMemoryResponseItemStore } from "./memory-response-item-store.js";
+
+describe("memory response item store", () => {
+  responseItemStoreContract((ttlMs) => {
+    let now = 1_000_000;
+    return {
+      store: createMemoryResponseItemStore(ttlMs, 1_000, () => now),
+      pass: async (ms) => {
+        now += ms;
+      },
+    };
+  });
+
+  it("keeps at most its bound of items, dropping the oldest first", async () => {
+    const store = createMemoryResponseItemStore(60_000, 3);
+    for (const id of ["a", "b", "c", "d"]) await store.put(id, { account: "x", role: "assistant", text: id });
+    expect(store.retained()).toEqual({ items: 3 });
+    expect((await store.getMany(["a", "b", "d"])).map((i) => i?.text)).toEqual([undefined, "b", "d"]);
+  });
+
+  it("drops expired items even when they are never asked for again", async () => {
+    let now = 0;
+    const store = createMemoryResponseItemStore(1_000, 100, () => now);
+    for (let i = 0; i < 50; i++) await store.put(`old${i}`, { account: "x", role: "assistant", text: "t" });
+    now = 2_000;
+    await store.put("new", { account: "x", role: "assistant", text: "t" });
+    expect(store.retained()).toEqual({ items: 1 });
+  });
+});
