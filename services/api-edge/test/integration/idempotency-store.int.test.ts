@@ -3,7 +3,9 @@ import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryIdempotencyStore } from "../../src/adapters/memory-idempotency-store.js";
 import { createRedisIdempotencyStore } from "../../src/adapters/redis-idempotency-store.js";
+import { createRedisResponseItemStore } from "../../src/adapters/redis-response-item-store.js";
 import type { IdempotencyStore } from "../../src/domain/idempotency.js";
+import { responseItemStoreContract } from "../response-item-store-contract.js";
 
 let fixture: RedisFixture;
 let redis: Redis;
@@ -66,4 +68,12 @@ describe.each(stores)("idempotency store contract (%s)", (_name, make) => {
     await new Promise((r) => setTimeout(r, 120));
     expect((await store.begin(id, "fp", 60_000)).kind).toBe("run");
   });
+});
+
+// The Responses item store's Redis adapter, on the same server and prefix.
+describe("response item store contract (redis)", () => {
+  responseItemStoreContract((ttlMs) => ({
+    store: createRedisResponseItemStore(redis, prefix, ttlMs),
+    pass: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+  }));
 });
