@@ -2,7 +2,12 @@ import { create } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import { createMetrics } from "@tollgate/kit/metrics";
-import { AuthorizeResponseSchema, ModelPriceSchema, Route } from "@tollgate/proto/auth";
+import {
+  AcquireLeaseResponseSchema,
+  AuthorizeResponseSchema,
+  ModelPriceSchema,
+  Route,
+} from "@tollgate/proto/auth";
 import {
   CompleteResponseSchema,
   type CompletionInput,
@@ -17,6 +22,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createMemoryIdempotencyStore } from "../adapters/memory-idempotency-store.js";
 import { type ApiEdgePorts, buildApp } from "../app.js";
 import type { AuthClient, InferenceClient, PaymentClient } from "./context.js";
+import type { LeaseClient } from "./leases.js";
 
 // The public port built in process from in-memory ports and driven with app.inject(): each
 // route's answers, status, error code and notable headers, as a caller sees them.
@@ -82,9 +88,14 @@ interface Fakes {
   }[];
   /** The inputs of the buffered calls the router was asked to run. */
   completed: CompletionInput[];
+  /**
+   * With leases: the budget of the next lease acquired (input 1 unit a token, output free);
+   * undefined: none is granted, each request is authorized on its own.
+   */
+  leaseBudget?: bigint;
 }
 
-function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
+function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgePorts {
   const auth: AuthClient = {
     authorize: async (req) => {
       const account = ACCOUNTS[req.key ?? ""];
@@ -181,9 +192,28 @@ function fakePorts(f: Fakes, withPayment: boolean): ApiEdgePorts {
     }),
     release: async () => ({ $typeName: "tollgate.payment.v1.ReleaseResponse" }),
   } as unknown as PaymentClient;
+  const leases: LeaseClient = {
+    acquireLease: async (req) =>
+      create(AcquireLeaseResponseSchema, {
+        granted: f.leaseBudget !== undefined,
+        useMs: f.leaseBudget !== undefined ? 60_000 : 0,
+        leaseId: "lease_1",
+        budget: f.leaseBudget?.toString() ?? "",
+        prices: { model: "small", inputPerMillion: "1000000", outputPerMillion: "0" },
+        grant: {
+          principal: { accountId: ACCOUNTS[req.request?.key ?? ""] ?? "", keyId: "key_1" },
+          model: "small",
+          allowedModels: VISIBLE,
+          defaultModel: "small",
+          budgetRemaining: "1000",
+        },
+      }),
+    returnLease: async () => ({ $typeName: "tollgate.auth.v1.ReturnLeaseResponse" }) as never,
+  };
   return {
     auth,
     inference,
+    ...(withLeases ? { leases } : {}),
     ...(withPayment ? { payment } : {}),
     idempotencyStore: createMemoryIdempotencyStore(),
     log: createLogger({ service: "api-edge", level: "silent" }),
@@ -196,10 +226,10 @@ afterEach(async () => {
   await Promise.all(apps.splice(0).map((a) => a.close()));
 });
 
-function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number } = {}) {
+function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number; withLeases?: boolean } = {}) {
   const f: Fakes = { authorized: [], settled: [], forwarded: [], asked: [], completed: [] };
   const { app } = buildApp(
-    fakePorts(f, opts.withPayment ?? true),
+    fakePorts(f, opts.withPayment ?? true, opts.withLeases),
     opts.bodyLimitBytes ? { bodyLimitBytes: opts.bodyLimitBytes } : {},
   );
   apps.push(app);
@@ -653,6 +683,21 @@ describe("POST /v1/responses with item references to earlier answers (stored unl
     expect(second.bodyBytes).toBe(Buffer.byteLength(payload) + 2);
     expect(second.estimatedInputTokens).toBe(Math.ceil((Buffer.byteLength(payload) + 2) / 4));
     expect(second.messageCount).toBe(3);
+  });
+
+  it("counts the referenced text in a lease's quote too: a lease the body alone fits does not admit it", async () => {
+    for (const short of [1n, 0n]) {
+      const { app, f } = edge({ withLeases: true });
+      const id = await firstTurn(app);
+      const payload = JSON.stringify({ model: "small", input: secondTurn(id) });
+      // The quote at 1 unit an input token: body bytes, the answer's 2, 8 a message and 16.
+      f.leaseBudget = BigInt(Buffer.byteLength(payload) + 2 + 8 * 3 + 16) - short;
+      const before = f.asked.length;
+      const res = await app.inject(ask(secondTurn(id)));
+      expect(res.statusCode, res.body).toBe(200);
+      // A lease one unit short does not admit it (authorized on its own); one of the quote does.
+      expect(f.asked.length - before).toBe(short > 0n ? 1 : 0);
+    }
   });
 
   it("keeps a streamed answer too, with the whole text", async () => {
