@@ -34,9 +34,10 @@ export interface AuthorizeAsk {
 /**
  * Authorizes one account-door request (key, model access, policy, rate limits) and puts the
  * tightest rate-limit window on the response as RateLimit-* header fields. The input estimate
- * for tokens-per-minute limits is a quarter of the input's bytes (the body's and extraInputBytes). A request that runs a model is
- * admitted on this replica's lease for its shape when one covers it (docs/money.md, "Leases"),
- * else authorized by auth-policy on its own; a check only, and the models route, always are.
+ * for tokens-per-minute limits is a quarter of the input's bytes (the body's and
+ * extraInputBytes). A request that runs a model is admitted on this replica's lease for its
+ * shape when one covers it (docs/money.md, "Leases"), else authorized by auth-policy on its
+ * own; a check only, and the models route, always are.
  */
 export async function authorizeRequest(
   ctx: AccountRouteContext,

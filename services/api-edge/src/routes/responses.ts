@@ -101,9 +101,10 @@ export function responsesRoute(ctx: AccountRouteContext): RouteImpl {
         return streamCompletion(ctx, req, reply, grant, input, { includeUsage: false, format });
       }
       const { answer, usage } = await completeChat(ctx, req, reply, grant, input);
-      const response = responseFromChat(body, answer, usage, labels);
-      await keep(answer.text);
-      return response;
+      // Kept off the answer's path (no store round trip before it): the write goes out on the
+      // store's connection before any later request of the caller can ask for it.
+      void keep(answer.text);
+      return responseFromChat(body, answer, usage, labels);
     },
   };
 }
