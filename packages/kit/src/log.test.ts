@@ -1,4 +1,6 @@
+import { spawn } from "node:child_process";
 import { Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { createLogger, REDACT_PATHS } from "./log.js";
@@ -193,5 +195,68 @@ describe("createLogger, plain fields", () => {
     ratios.sort((x, y) => x - y);
     // Measured: about 10× (13 µs against 1.3 µs a line); before, the same code path (1×).
     expect(ratios[3]).toBeGreaterThan(3);
+  });
+});
+
+describe("createLogger on stdout (buffered writes)", () => {
+  const repo = fileURLToPath(new URL("../../..", import.meta.url));
+  const logModule = fileURLToPath(new URL("./log.ts", import.meta.url));
+  const child = (script: string) =>
+    spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+      cwd: repo,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+  const prelude = `import { createLogger } from ${JSON.stringify(logModule)}; const log = createLogger({ service: "t" });`;
+  const outputOf = (p: ReturnType<typeof child>) =>
+    new Promise<{ out: string; code: number | null }>((resolve) => {
+      let out = "";
+      p.stdout.on("data", (d: Buffer) => (out += d.toString("utf8")));
+      p.on("close", (code) => resolve({ out, code }));
+    });
+
+  it("writes a line within a fraction of a second while the process keeps running", async () => {
+    const p = child(`${prelude} log.info("still here"); setTimeout(() => {}, 10_000);`);
+    const seen = await new Promise<number>((resolve, reject) => {
+      const started = Date.now();
+      let out = "";
+      p.stdout.on("data", (d: Buffer) => {
+        out += d.toString("utf8");
+        if (out.includes("still here")) resolve(Date.now() - started);
+      });
+      p.on("close", () => reject(new Error(`exited before the line was written: ${out}`)));
+    });
+    p.kill("SIGKILL");
+    // Loading tsx takes most of it; the line itself waits at most LOG_FLUSH_MS (100 ms).
+    expect(seen).toBeLessThan(8_000);
+  });
+
+  it("writes a warning at once, with the routine lines before it", async () => {
+    // The event loop is then kept busy for 1.5 s: no 100 ms tick can write anything meanwhile, so
+    // the warning (and the line before it) arrives on its own, without the line after it.
+    const p = child(
+      `${prelude} setTimeout(() => { log.info("routine"); log.warn("attention"); log.info("later"); const end = Date.now() + 1_500; while (Date.now() < end); }, 500); setTimeout(() => {}, 10_000);`,
+    );
+    const out = await new Promise<string>((resolve, reject) => {
+      let text = "";
+      p.stdout.on("data", (d: Buffer) => {
+        text += d.toString("utf8");
+        if (text.includes("attention")) resolve(text);
+      });
+      p.on("close", () => reject(new Error(`exited first: ${text}`)));
+    });
+    p.kill("SIGKILL");
+    expect(out).toContain("routine");
+    expect(out).not.toContain("later");
+  });
+
+  it("writes the lines still pending when the process exits, or dies of an uncaught error", async () => {
+    const exited = await outputOf(child(`${prelude} log.info("last words"); process.exit(3);`));
+    expect(exited.code).toBe(3);
+    expect(exited.out).toContain("last words");
+    const crashed = await outputOf(
+      child(`${prelude} log.info("before the crash"); setImmediate(() => { throw new Error("boom"); });`),
+    );
+    expect(crashed.code).not.toBe(0);
+    expect(crashed.out).toContain("before the crash");
   });
 });

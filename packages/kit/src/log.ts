@@ -70,10 +70,42 @@ export function createLogger(opts: LoggerOptions): Logger {
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
-    opts.destination ?? pino.destination({ sync: false }),
+    opts.destination ?? bufferedStdout(),
   );
   skipRedactionOfPlainValues(logger);
   return logger;
+}
+
+/** Bytes of log lines gathered before one write to stdout. */
+const LOG_BUFFER_BYTES = 4096;
+/** The longest a line waits for its write when fewer than LOG_BUFFER_BYTES are pending. */
+const LOG_FLUSH_MS = 100;
+
+/** The start of an info, debug or trace line (the level is always a line's first field). */
+const ROUTINE_LINE = /^\{"level":"(?:info|debug|trace)"/;
+
+/**
+ * stdout, with info, debug and trace lines written in chunks of up to 4 KiB at least every
+ * 100 ms, instead of one write per line through libuv's thread pool (a pool thread's wake-up
+ * and a write per answered request on api-edge's path; docs/operations.md, "Logs"). A warning
+ * or an error is written at once, with the lines before it. Lines still pending are written
+ * synchronously when the process exits, normally or on an uncaught error; a SIGKILL loses at
+ * most the last 100 ms of routine lines.
+ */
+function bufferedStdout(): DestinationStream {
+  const dest = pino.destination({ sync: false, minLength: LOG_BUFFER_BYTES });
+  const timer = setInterval(() => dest.flush(), LOG_FLUSH_MS).unref();
+  dest.once("close", () => clearInterval(timer));
+  return {
+    write(line: string): boolean {
+      const ok = dest.write(line);
+      if (!ROUTINE_LINE.test(line)) dest.flush();
+      return ok;
+    },
+    // logger.flush() (the shutdown's last step) reaches the file through these.
+    flush: (cb?: (err?: Error) => void) => dest.flush(cb),
+    flushSync: () => dest.flushSync(),
+  } as DestinationStream;
 }
 
 type Stringifier = (value: unknown, stringifySafe?: unknown) => string;
