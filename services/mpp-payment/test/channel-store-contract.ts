@@ -88,6 +88,53 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     expect((await store.reserve(newChannel().channelId, "r3", 1n, T0, T0 + TTL)).kind).toBe("unknown");
   });
 
+  it("holds on a voucher only when it is the accepted one, and then as reserve does", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    const accepted = c.voucher;
+    const shouted = { ...accepted, signature: accepted.signature.toUpperCase().replace("0X", "0x") as Hex };
+    const reserved = { kind: "reserved", spent: 0n, accepted: 1_000_000n, units: 0 };
+    expect(await store.reserveOnVoucher(c.channelId, accepted, "r1", 600_000n, T0, T0 + TTL)).toEqual(
+      reserved,
+    );
+    expect(await store.reserveOnVoucher(c.channelId, shouted, "r2", 300_000n, T0, T0 + TTL)).toEqual(
+      reserved,
+    );
+    // Another signature, a lower or a higher cumulative: not the accepted voucher, nothing held.
+    for (const other of [
+      { ...accepted, signature: sig() },
+      { ...accepted, cumulative: 999_999n },
+      { ...accepted, cumulative: 2_000_000n },
+    ]) {
+      expect(await store.reserveOnVoucher(c.channelId, other, "r3", 1n, T0, T0 + TTL)).toEqual({
+        kind: "not_accepted",
+      });
+    }
+    expect(await store.get(c.channelId)).toMatchObject({ held: 900_000n, highest: accepted });
+    expect((await store.reserveOnVoucher(c.channelId, accepted, "r3", 100_001n, T0, T0 + TTL)).kind).toBe(
+      "insufficient",
+    );
+    // The same id again holds nothing more; a finished one cannot hold again.
+    expect((await store.reserveOnVoucher(c.channelId, accepted, "r1", 600_000n, T0, T0 + TTL)).kind).toBe(
+      "reserved",
+    );
+    await store.commit(c.channelId, "r1", 10n, T0);
+    expect((await store.reserveOnVoucher(c.channelId, accepted, "r1", 1n, T0, T0 + TTL)).kind).toBe(
+      "conflict",
+    );
+    expect(await store.get(c.channelId)).toMatchObject({ held: 300_000n, spent: 10n, units: 1 });
+    expect((await store.beginClose(c.channelId, T0, 60_000)).kind).toBe("busy");
+    await store.release(c.channelId, "r2", T0);
+    expect((await store.beginClose(c.channelId, T0, 60_000)).kind).toBe("ok");
+    expect((await store.reserveOnVoucher(c.channelId, accepted, "r4", 1n, T0, T0 + TTL)).kind).toBe(
+      "not_open",
+    );
+    expect(
+      (await store.reserveOnVoucher(newChannel().channelId, accepted, "r5", 1n, T0, T0 + TTL)).kind,
+    ).toBe("unknown");
+  });
+
   it("commits min(actual, hold), releases the rest, counts units and answers a repeat alike", async () => {
     const store = await makeStore();
     const c = newChannel(1_000_000n);

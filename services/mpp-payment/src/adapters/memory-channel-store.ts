@@ -75,6 +75,36 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
     nextForget = now + Math.min(retentionMs, FORGET_EVERY_MS);
   };
 
+  const reserve: ChannelStore["reserve"] = async (channelId, reservationId, amount, now, expiresAt) => {
+    forget(now);
+    const c = channels.get(channelId);
+    if (!c) return { kind: "unknown" };
+    sweep(c, now);
+    const reserved = () =>
+      ({
+        kind: "reserved",
+        spent: c.record.spent,
+        accepted: c.record.highest.cumulative,
+        units: c.record.units,
+      }) as const;
+    const existing = reservations.get(key(channelId, reservationId));
+    if (existing)
+      return existing.state === "held" && c.holds.has(reservationId) ? reserved() : { kind: "conflict" };
+    if (c.record.status !== "open") return { kind: "not_open" };
+    const available = c.record.highest.cumulative - c.record.spent - c.record.held;
+    if (amount > available) return { kind: "insufficient" };
+    c.record.held += amount;
+    c.holds.set(reservationId, { amount, expiresAt });
+    reservations.set(key(channelId, reservationId), {
+      channelId,
+      amount,
+      state: "held",
+      expiresAt,
+      forgetAt: expiresAt + retentionMs,
+    });
+    return reserved();
+  };
+
   return {
     retained: () => ({ reservations: reservations.size }),
     async get(channelId) {
@@ -122,34 +152,18 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
       if (c && deposit > c.record.deposit) c.record.deposit = deposit;
     },
 
-    async reserve(channelId, reservationId, amount, now, expiresAt) {
-      forget(now);
+    reserve,
+
+    async reserveOnVoucher(channelId, voucher, reservationId, amount, now, expiresAt) {
       const c = channels.get(channelId);
       if (!c) return { kind: "unknown" };
-      sweep(c, now);
-      const reserved = () =>
-        ({
-          kind: "reserved",
-          spent: c.record.spent,
-          accepted: c.record.highest.cumulative,
-          units: c.record.units,
-        }) as const;
-      const existing = reservations.get(key(channelId, reservationId));
-      if (existing)
-        return existing.state === "held" && c.holds.has(reservationId) ? reserved() : { kind: "conflict" };
-      if (c.record.status !== "open") return { kind: "not_open" };
-      const available = c.record.highest.cumulative - c.record.spent - c.record.held;
-      if (amount > available) return { kind: "insufficient" };
-      c.record.held += amount;
-      c.holds.set(reservationId, { amount, expiresAt });
-      reservations.set(key(channelId, reservationId), {
-        channelId,
-        amount,
-        state: "held",
-        expiresAt,
-        forgetAt: expiresAt + retentionMs,
-      });
-      return reserved();
+      const { highest } = c.record;
+      if (
+        voucher.cumulative !== highest.cumulative ||
+        voucher.signature.toLowerCase() !== highest.signature.toLowerCase()
+      )
+        return { kind: "not_accepted" };
+      return reserve(channelId, reservationId, amount, now, expiresAt);
     },
 
     async commit(channelId, reservationId, actual, now) {

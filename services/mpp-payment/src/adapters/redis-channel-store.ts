@@ -8,6 +8,7 @@ import type {
   ChannelStore,
   CommitOutcome,
   ReleaseOutcome,
+  ReserveOnVoucherOutcome,
   ReserveOutcome,
 } from "../domain/ports.js";
 
@@ -47,6 +48,33 @@ local function sweep(ch, holds, exps, now)
     end
     redis.call('ZREM', exps, id)
   end
+end
+`;
+
+/**
+ * Holds ARGV[2] under reservation id ARGV[1] inside the accepted cumulative (highest − spent −
+ * held), until ARGV[4]; its record is forgotten at ARGV[5]. KEYS: ch, holds, exps, res.
+ */
+const RESERVE = `
+local function reserve(KEYS, ARGV)
+  if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
+  sweep(KEYS[1], KEYS[2], KEYS[3], ARGV[3])
+  local c = redis.call('HMGET', KEYS[1], 'status', 'highest', 'spent', 'held', 'units')
+  local state = redis.call('HGET', KEYS[4], 'state')
+  if state then
+    if state == 'held' and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+      return {'reserved', c[3], c[2], c[5]}
+    end
+    return {'conflict'}
+  end
+  if c[1] ~= 'open' then return {'not_open'} end
+  if tonumber(ARGV[2]) > tonumber(c[2]) - tonumber(c[3]) - tonumber(c[4]) then return {'insufficient'} end
+  redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
+  redis.call('HSET', KEYS[4], 'amount', ARGV[2], 'state', 'held', 'exp', ARGV[4])
+  redis.call('PEXPIREAT', KEYS[4], ARGV[5])
+  return {'reserved', c[3], c[2], c[5]}
 end
 `;
 
@@ -91,25 +119,18 @@ return 1
   // KEYS: ch, holds, exps, res. ARGV: rid, amount, now, expiresAt, forgetAt
   mppReserve: {
     keys: 4,
-    lua: `${SWEEP}
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
-sweep(KEYS[1], KEYS[2], KEYS[3], ARGV[3])
-local c = redis.call('HMGET', KEYS[1], 'status', 'highest', 'spent', 'held', 'units')
-local state = redis.call('HGET', KEYS[4], 'state')
-if state then
-  if state == 'held' and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-    return {'reserved', c[3], c[2], c[5]}
-  end
-  return {'conflict'}
-end
-if c[1] ~= 'open' then return {'not_open'} end
-if tonumber(ARGV[2]) > tonumber(c[2]) - tonumber(c[3]) - tonumber(c[4]) then return {'insufficient'} end
-redis.call('HINCRBY', KEYS[1], 'held', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
-redis.call('HSET', KEYS[4], 'amount', ARGV[2], 'state', 'held', 'exp', ARGV[4])
-redis.call('PEXPIREAT', KEYS[4], ARGV[5])
-return {'reserved', c[3], c[2], c[5]}
+    lua: `${SWEEP}${RESERVE}
+return reserve(KEYS, ARGV)
+`,
+  },
+  // KEYS: ch, holds, exps, res. ARGV: rid, amount, now, expiresAt, forgetAt, cumulative, signature
+  mppReserveOnVoucher: {
+    keys: 4,
+    lua: `${SWEEP}${RESERVE}
+local v = redis.call('HMGET', KEYS[1], 'highest', 'sig')
+if not v[1] then return {'unknown'} end
+if v[1] ~= ARGV[6] or string.lower(v[2] or '') ~= string.lower(ARGV[7]) then return {'not_accepted'} end
+return reserve(KEYS, ARGV)
 `,
   },
   // KEYS: ch, holds, exps, res. ARGV: rid, actual, now, forgetAt
@@ -292,6 +313,46 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
   const dirtyKey = `${p}dirty`;
   const lock = (name: string) => `${p}lock:${name}`;
 
+  const holdArgs = (channelId: Hex, reservationId: string, amount: bigint, now: number, expiresAt: number) =>
+    [
+      ch(channelId),
+      holds(channelId),
+      exps(channelId),
+      res(channelId, reservationId),
+      reservationId,
+      amount.toString(),
+      now,
+      expiresAt,
+      expiresAt + retentionMs,
+    ] as const;
+
+  /** Runs a hold script and reads its answer (the figures of `reserved`, or why not). */
+  async function held(
+    channelId: Hex,
+    reservationId: string,
+    script: () => Promise<unknown>,
+  ): Promise<ReserveOnVoucherOutcome> {
+    try {
+      const [kind, spent, accepted, units] = (await script()) as string[];
+      if (kind === "reserved") {
+        return { kind, spent: BigInt(spent!), accepted: BigInt(accepted!), units: Number(units) };
+      }
+      return { kind } as ReserveOnVoucherOutcome;
+    } catch (err) {
+      // The connection dropped while the script ran: Redis may hold the amount without us
+      // knowing (the reply was lost). The caller gets the error (503, no model runs), and the
+      // hold goes back once Redis answers again, not at its expiry (a no-op if it never ran).
+      if (isRedisUnavailable(err))
+        // Given up after a minute: the hold then lapses at its expiry, as before.
+        void retrying(
+          () => store.release(channelId, reservationId, Date.now()),
+          isRedisUnavailable,
+          UNSURE_RELEASE,
+        ).catch(() => undefined);
+      throw err;
+    }
+  }
+
   const store: ChannelStore = {
     async get(channelId) {
       const h = await redis.hgetall(ch(channelId));
@@ -333,36 +394,20 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
       await client.mppRaiseDeposit(ch(channelId), deposit.toString());
     },
 
-    async reserve(channelId, reservationId, amount, now, expiresAt) {
-      try {
-        const [kind, spent, accepted, units] = (await client.mppReserve(
-          ch(channelId),
-          holds(channelId),
-          exps(channelId),
-          res(channelId, reservationId),
-          reservationId,
-          amount.toString(),
-          now,
-          expiresAt,
-          expiresAt + retentionMs,
-        )) as string[];
-        if (kind === "reserved") {
-          return { kind, spent: BigInt(spent!), accepted: BigInt(accepted!), units: Number(units) };
-        }
-        return { kind } as ReserveOutcome;
-      } catch (err) {
-        // The connection dropped while the script ran: Redis may hold the amount without us
-        // knowing (the reply was lost). The caller gets the error (503, no model runs), and the
-        // hold goes back once Redis answers again, not at its expiry (a no-op if it never ran).
-        if (isRedisUnavailable(err))
-          // Given up after a minute: the hold then lapses at its expiry, as before.
-          void retrying(
-            () => store.release(channelId, reservationId, Date.now()),
-            isRedisUnavailable,
-            UNSURE_RELEASE,
-          ).catch(() => undefined);
-        throw err;
-      }
+    reserve(channelId, reservationId, amount, now, expiresAt) {
+      return held(channelId, reservationId, () =>
+        client.mppReserve(...holdArgs(channelId, reservationId, amount, now, expiresAt)),
+      ) as Promise<ReserveOutcome>;
+    },
+
+    reserveOnVoucher(channelId, voucher, reservationId, amount, now, expiresAt) {
+      return held(channelId, reservationId, () =>
+        client.mppReserveOnVoucher(
+          ...holdArgs(channelId, reservationId, amount, now, expiresAt),
+          voucher.cumulative.toString(),
+          voucher.signature,
+        ),
+      );
     },
 
     async commit(channelId, reservationId, actual, now): Promise<CommitOutcome> {

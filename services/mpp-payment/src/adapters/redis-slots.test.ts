@@ -15,7 +15,7 @@ describe("mpp-payment's Redis keys on a Redis Cluster: every script stays in one
         if (name === "mppCommit") return ["committed", "1", "10", "1", "0"];
         if (name === "mppBeginClose") return "busy";
         if (name === "mppTryLock" || name === "mppCreateChannel") return 1;
-        if (name === "mppReserve") return ["reserved", "0", "5", "0"];
+        if (name === "mppReserve" || name === "mppReserveOnVoucher") return ["reserved", "0", "5", "0"];
         if (name === "mppRelease") return "released";
         return null;
       });
@@ -42,6 +42,14 @@ describe("mpp-payment's Redis keys on a Redis Cluster: every script stays in one
       await store.acceptVoucher(channelId, { cumulative: 20n, signature: hex(65) });
       await store.raiseDeposit(channelId, 200n);
       await store.reserve(channelId, rid, 5n, now, now + 60_000);
+      await store.reserveOnVoucher(
+        channelId,
+        { cumulative: 20n, signature: hex(65) },
+        rid,
+        5n,
+        now,
+        now + 60_000,
+      );
       await store.commit(channelId, rid, 4n, now);
       await store.release(channelId, rid, now);
       await store.beginClose(channelId, now, 60_000);
@@ -50,7 +58,7 @@ describe("mpp-payment's Redis keys on a Redis Cluster: every script stays in one
       await store.recordSettled(channelId, 20n);
       await store.tryLock("settle", "me", 1_000);
       await store.unlock("settle", "me");
-      expect(calls.filter((c) => c.kind === "script")).toHaveLength(12);
+      expect(calls.filter((c) => c.kind === "script")).toHaveLength(13);
       expect(crossSlot(calls)).toEqual([]);
     }
   });

@@ -3,6 +3,7 @@ import type { Catalog } from "./catalog.js";
 import { PaymentError } from "./errors.js";
 import type { Chain, ChannelStore, Log, OnChainState } from "./ports.js";
 import { channelTag, safeCause } from "./safe-log.js";
+import type { SessionPayload } from "./session-payload.js";
 import type { PaymentSettings } from "./settings.js";
 
 /** What the payment domain is built from. */
@@ -44,6 +45,31 @@ export interface PaymentContext {
   chainState(channelId: Hex, fresh?: boolean): Promise<OnChainState>;
   /** Drops the cached state of a channel whose state a transaction of ours just changed. */
   forgetState(channelId: Hex): void;
+  /**
+   * Voucher payloads already parsed and bound to their channel (credential.ts), by their JSON
+   * text: a reused voucher is not parsed and hashed again on every request. Bounded.
+   */
+  checkedVouchers: Memo<SessionPayload>;
+}
+
+/** A bounded memo of values computed from a text alone: it forgets everything when full. */
+export interface Memo<T> {
+  get(key: string): T | undefined;
+  set(key: string, value: T): void;
+}
+
+/** How many entries a memo keeps before it starts again. */
+const MEMO_ENTRIES = 4_096;
+
+function memo<T>(): Memo<T> {
+  const map = new Map<string, T>();
+  return {
+    get: (key) => map.get(key),
+    set: (key, value) => {
+      if (map.size >= MEMO_ENTRIES) map.clear();
+      map.set(key, value);
+    },
+  };
 }
 
 /** Fills in the defaults and builds the state cache. */
@@ -82,6 +108,7 @@ export function createContext(deps: PaymentsDeps): PaymentContext {
     forgetState: (channelId) => {
       stateCache.delete(channelId);
     },
+    checkedVouchers: memo(),
   };
 }
 

@@ -53,7 +53,12 @@ export function authenticate(ctx: PaymentContext, req: CredentialedRequest): Aut
   const { s, catalog } = ctx;
   const presented = presentCredential(req.authorization, s);
   const verified = verifyChallenge(presented, s, { httpMethod: req.httpMethod, path: req.path }, ctx.now());
-  const payload = parseSessionPayload(presented.payload);
+  // A voucher payload the client reuses across requests (docs/contract.md, "Payment sessions",
+  // rule 4) is parsed and bound to its channel once: what that decides depends on its text and
+  // this service's fixed settings only.
+  const text = presented.payload["action"] === "voucher" ? JSON.stringify(presented.payload) : undefined;
+  const known = text === undefined ? undefined : ctx.checkedVouchers.get(text);
+  const payload = known ?? parseSessionPayload(presented.payload);
   // Content requests carry the challenge-time body; bodyless management requests (topUp,
   // close) reuse the current challenge, so their digest is not checked: they have no body
   // of their own to bind.
@@ -70,6 +75,16 @@ export function authenticate(ctx: PaymentContext, req: CredentialedRequest): Aut
       );
     }
   }
+  if (!known) {
+    checkDescriptor(ctx, payload);
+    if (text !== undefined) ctx.checkedVouchers.set(text, payload);
+  }
+  return { verified, payload, source: presented.source };
+}
+
+/** The descriptor hashes to the channel id, and names this service's payee, token and no operator. */
+function checkDescriptor(ctx: PaymentContext, payload: SessionPayload): void {
+  const { s } = ctx;
   const { descriptor } = payload;
   const computed = Session.Precompile.Channel.computeId({
     ...descriptor,
@@ -80,7 +95,6 @@ export function authenticate(ctx: PaymentContext, req: CredentialedRequest): Aut
   if (!same(descriptor.payee, s.recipient)) throw failed("channel payee is not this service");
   if (!same(descriptor.token, s.currency)) throw failed("channel token is not the session currency");
   if (!same(descriptor.operator, zeroAddress)) throw failed("channel operator is not accepted");
-  return { verified, payload, source: presented.source };
 }
 
 /** mppx requires the source DID to be the payer or the authorized signer: a

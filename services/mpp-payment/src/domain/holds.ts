@@ -3,7 +3,7 @@ import type { Hex } from "viem";
 import { parseAmount } from "./amounts.js";
 import type { PaymentContext } from "./context.js";
 import { PaymentError } from "./errors.js";
-import type { ChannelStore } from "./ports.js";
+import type { ChannelStore, ReserveOutcome } from "./ports.js";
 import { sessionReceipt } from "./receipts.js";
 import { channelTag } from "./safe-log.js";
 
@@ -22,24 +22,27 @@ export interface Reserved {
   receipt: string;
 }
 
+/** A hold about to be taken: its channel, id, amount and lifetime. */
+export interface HoldTerms {
+  channelId: Hex;
+  reservationId: string;
+  quote: bigint;
+  at: number;
+  expiresAt: number;
+}
+
 /**
- * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
- * from the channel and `requestId` (a retry with the same id gets the same hold), and the
- * receipt of the hold before its cost: the channel's committed spend, accepted cumulative and
- * committed requests read in the same step as the hold. Adding the request's charge (at most
- * `quote`) to its spent and one to its units gives the receipt of the answer (docs/paid-door.md,
- * "One round trip"): true once the hold is committed, and within the accepted cumulative, since
- * spent + the hold never exceeds it.
+ * The terms of holding `quote` for `requestId`: the quote must be positive and within the
+ * voucher bucket; the reservation id is derived from the channel and `requestId`, so a retry
+ * with the same id gets the same hold.
  */
-export async function reserve(
+export function holdTerms(
   ctx: PaymentContext,
   channelIdText: string,
   requestId: string,
-  quoteText: string,
-  challengeId = "",
-): Promise<Reserved> {
-  const { s, store, log } = ctx;
-  const quote = parseAmount(quoteText);
+  quote: bigint | undefined,
+): HoldTerms {
+  const { s } = ctx;
   if (quote === undefined || quote <= 0n) {
     throw new PaymentError("mpp_request_quote_invalid", "quote must be a positive amount of base units");
   }
@@ -55,15 +58,12 @@ export async function reserve(
       ? `rsv_${randomBytes(16).toString("hex")}`
       : `rsv_${createHash("sha256").update(`${channelId}|${requestId}`).digest("hex").slice(0, 32)}`;
   const at = ctx.now();
-  let outcome: Awaited<ReturnType<ChannelStore["reserve"]>>;
-  try {
-    outcome = await store.reserve(channelId, reservationId, quote, at, at + s.reservationTtlSeconds * 1000);
-  } catch (err) {
-    log.error({ channel: channelTag(channelId), err }, "reserve failed");
-    throw new PaymentError("mpp_reservation_failed", "the voucher authorization could not be reserved", {
-      cause: err,
-    });
-  }
+  return { channelId, reservationId, quote, at, expiresAt: at + s.reservationTtlSeconds * 1000 };
+}
+
+/** The hold a store step took, with its receipt; or the refusal it answered. */
+export function reservedOf(terms: HoldTerms, outcome: ReserveOutcome, challengeId: string): Reserved {
+  const { channelId, reservationId, at } = terms;
   switch (outcome.kind) {
     case "reserved":
       return {
@@ -92,6 +92,37 @@ export async function reserve(
     case "conflict":
       throw new PaymentError("mpp_reservation_failed", "the request was already reserved and finished");
   }
+}
+
+/**
+ * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
+ * from the channel and `requestId` (a retry with the same id gets the same hold), and the
+ * receipt of the hold before its cost: the channel's committed spend, accepted cumulative and
+ * committed requests read in the same step as the hold. Adding the request's charge (at most
+ * `quote`) to its spent and one to its units gives the receipt of the answer (docs/paid-door.md,
+ * "One round trip"): true once the hold is committed, and within the accepted cumulative, since
+ * spent + the hold never exceeds it.
+ */
+export async function reserve(
+  ctx: PaymentContext,
+  channelIdText: string,
+  requestId: string,
+  quoteText: string,
+  challengeId = "",
+): Promise<Reserved> {
+  const { store, log } = ctx;
+  const terms = holdTerms(ctx, channelIdText, requestId, parseAmount(quoteText));
+  const { channelId, reservationId, quote, at, expiresAt } = terms;
+  let outcome: ReserveOutcome;
+  try {
+    outcome = await store.reserve(channelId, reservationId, quote, at, expiresAt);
+  } catch (err) {
+    log.error({ channel: channelTag(channelId), err }, "reserve failed");
+    throw new PaymentError("mpp_reservation_failed", "the voucher authorization could not be reserved", {
+      cause: err,
+    });
+  }
+  return reservedOf(terms, outcome, challengeId);
 }
 
 /** Records the actual cost and returns the Payment-Receipt; only after the store update succeeded. */

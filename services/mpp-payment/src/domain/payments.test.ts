@@ -497,6 +497,143 @@ describe("Verify", () => {
   });
 });
 
+/** The store, recording the name of every operation called on it. */
+function recorded(store: ChannelStore): { store: ChannelStore; calls: string[] } {
+  const calls: string[] = [];
+  const proxy = new Proxy(store, {
+    get(target, key) {
+      const value = Reflect.get(target, key) as unknown;
+      if (typeof value !== "function") return value;
+      return (...args: unknown[]) => {
+        calls.push(String(key));
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { store: proxy, calls };
+}
+
+describe("Verify with the request's hold (one round trip)", () => {
+  async function session(cumulative = 2n * UNIT) {
+    const { store, calls } = recorded(createMemoryChannelStore({ now: () => T0 }));
+    const s = setup({ store });
+    const o = await opened(s, cumulative);
+    const pay = async (voucherCumulative: bigint, requestId: string) => {
+      const req = paidRequest();
+      const issued = s.payments.challenge(req);
+      calls.length = 0;
+      const result = await s.payments.verifyAndReserve(
+        {
+          authorization: o.payer.credential(issued.header, await o.payer.voucher(voucherCumulative)),
+          httpMethod: "POST",
+          path: PATH,
+          body: req.body,
+        },
+        requestId,
+      );
+      return { ...result, issued, calls: [...calls] };
+    };
+    return { s, ...o, pay };
+  }
+
+  it("checks a reused voucher and holds the quote in one store step, answering the hold's receipt", async () => {
+    const { s, channelId, pay } = await session();
+    const first = await pay(2n * UNIT, "req_1");
+    expect(first.calls).toEqual(["reserveOnVoucher"]);
+    expect(first.verified).toMatchObject({ action: "voucher", channelId, acceptedCumulative: 2n * UNIT });
+    expect(deserializeSessionReceipt(first.held!.receipt)).toMatchObject({
+      challengeId: first.issued.id,
+      channelId,
+      acceptedCumulative: String(2n * UNIT),
+      spent: "0",
+      units: 0,
+    });
+    expect(first.verified.acceptedReceipt).toBe(first.held!.receipt);
+    expect((await s.store.get(channelId))?.held).toBe(first.issued.quote);
+    await s.payments.commit(first.held!.reservationId, channelId, first.issued.id, "1234");
+    const second = await pay(2n * UNIT, "req_2");
+    expect(second.calls).toEqual(["reserveOnVoucher"]);
+    expect(second.held!.reservationId).not.toBe(first.held!.reservationId);
+    expect(deserializeSessionReceipt(second.held!.receipt)).toMatchObject({ spent: "1234", units: 1 });
+  });
+
+  it("verifies any other voucher the long way: a higher one is accepted and held, a forged one refused", async () => {
+    const { s, channelId, payer, pay } = await session();
+    const higher = await pay(3n * UNIT, "req_1");
+    expect(higher.calls).toContain("acceptVoucher");
+    expect(higher.verified.acceptedCumulative).toBe(3n * UNIT);
+    expect((await s.store.get(channelId))?.held).toBe(higher.issued.quote);
+    // The accepted amount signed by someone else is not the accepted voucher: refused, nothing held.
+    const req = paidRequest();
+    const issued = s.payments.challenge(req);
+    const forged = {
+      ...(await payer.voucher(3n * UNIT)),
+      signature: await signVoucher(new TestPayer(PAYEE).account, channelId, 3n * UNIT),
+    };
+    await rejects(
+      s.payments.verifyAndReserve(
+        {
+          authorization: payer.credential(issued.header, forged),
+          httpMethod: "POST",
+          path: PATH,
+          body: req.body,
+        },
+        "req_2",
+      ),
+      "mpp_payment_verification_failed",
+    );
+    // A stale voucher (the one reused before) is refused too.
+    await rejects(pay(2n * UNIT, "req_3"), "mpp_payment_verification_failed");
+    expect((await s.store.get(channelId))?.held).toBe(higher.issued.quote);
+  });
+
+  it("holds nothing when the bucket is used up, but accepts the voucher (the Reserve then asks for a refresh)", async () => {
+    const quote = setup().payments.challenge(paidRequest()).quote;
+    const { s, channelId, pay } = await session(quote);
+    expect((await pay(quote, "req_1")).held).toBeDefined();
+    const full = await pay(quote, "req_2");
+    expect(full.held).toBeUndefined();
+    expect(deserializeSessionReceipt(full.verified.acceptedReceipt!)).toMatchObject({ spent: "0", units: 0 });
+    expect((await s.store.get(channelId))?.held).toBe(quote);
+    await rejects(
+      s.payments.reserve(channelId, "req_2", quote.toString(), full.issued.id),
+      "mpp_voucher_bucket_refresh_required",
+    );
+  });
+
+  it("still checks each request's own binding when the voucher is reused: body, route and expiry", async () => {
+    const { s, channelId, payer, pay } = await session();
+    const first = await pay(2n * UNIT, "req_1");
+    expect(first.held).toBeDefined();
+    const req = paidRequest();
+    const issued = s.payments.challenge(req);
+    const authorization = payer.credential(issued.header, await payer.voucher(2n * UNIT));
+    const send = (body: Uint8Array, path = PATH) =>
+      s.payments.verifyAndReserve({ authorization, httpMethod: "POST", path, body }, "req_2");
+    await rejects(send(paidRequest({ content: "Say goodbye." }).body), "mpp_body_digest_mismatch");
+    await rejects(send(req.body, "/v1/mpp/other"), "mpp_invalid_challenge");
+    s.advance(301_000);
+    await rejects(send(req.body), "mpp_invalid_challenge");
+    // Only the first request's hold: none of the refused ones took any.
+    expect((await s.store.get(channelId))?.held).toBe(first.issued.quote);
+  });
+
+  it("refuses a reused voucher once the payer asked to close on chain, holding nothing", async () => {
+    const { s, channelId, pay } = await session();
+    s.advance(10_000);
+    s.chain.states.set(channelId, { deposit: 5n * UNIT, settled: 0n, closeRequestedAt: 1_700_000_000 });
+    await rejects(pay(2n * UNIT, "req_1"), "mpp_payment_verification_failed");
+    expect((await s.store.get(channelId))?.held).toBe(0n);
+  });
+
+  it("refuses a reused voucher on a closing channel, holding nothing", async () => {
+    const { s, channelId, pay } = await session();
+    expect((await s.store.beginClose(channelId, T0, 60_000)).kind).toBe("ok");
+    await rejects(pay(2n * UNIT, "req_1"), "mpp_payment_verification_failed");
+    expect((await s.store.get(channelId))?.held).toBe(0n);
+  });
+});
+
 describe("Reserve, Commit, Release", () => {
   it("holds the quote inside the accepted voucher and commits the actual cost into a receipt", async () => {
     const s = setup();

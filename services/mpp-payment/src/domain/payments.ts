@@ -5,11 +5,12 @@ import { createContext, type PaymentsDeps } from "./context.js";
 import type { CredentialedRequest, Verified } from "./credential.js";
 import { commit, type Reserved, release, reserve } from "./holds.js";
 import { challenge } from "./issue.js";
-import { verify } from "./verify.js";
+import { type VerifiedAndHeld, verify, verifyAndReserve } from "./verify.js";
 
 export type { PaymentsDeps } from "./context.js";
 export type { CredentialedRequest, Verified } from "./credential.js";
 export type { Reserved } from "./holds.js";
+export type { VerifiedAndHeld } from "./verify.js";
 
 /**
  * The paid door's payment operations (docs/architecture.md, "The paid door, one request"):
@@ -21,6 +22,11 @@ export interface Payments {
   challenge(req: PaidRequest): IssuedChallenge;
   /** Verifies a credential; open and topUp are broadcast and confirmed on chain before this returns. */
   verify(req: CredentialedRequest): Promise<Verified>;
+  /**
+   * Verifies a credential and, when it pays for content, holds its quote for `requestId` (the
+   * gateway's own per-request id) in the same call; no hold when it cannot be taken (verify.ts).
+   */
+  verifyAndReserve(req: CredentialedRequest, requestId: string): Promise<VerifiedAndHeld>;
   /**
    * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
    * from the channel and `requestId` (a retry with the same id gets the same hold), and, given
@@ -42,6 +48,7 @@ export function createPayments(deps: PaymentsDeps): Payments {
   return {
     challenge: (req) => challenge(ctx, req),
     verify: (req) => verify(ctx, req),
+    verifyAndReserve: (req, requestId) => verifyAndReserve(ctx, req, requestId),
     reserve: (channelId, requestId, quote, challengeId) =>
       reserve(ctx, channelId, requestId, quote, challengeId),
     commit: (reservationId, channelId, challengeId, actualCost) =>

@@ -83,6 +83,13 @@ export type ReserveOutcome =
   | { kind: "reserved"; spent: bigint; accepted: bigint; units: number }
   | { kind: "insufficient" | "not_open" | "unknown" | "conflict" };
 
+/**
+ * Result of a hold on the accepted voucher: `not_accepted` when the voucher is not the channel's
+ * accepted one (its cumulative is not the highest, or its signature not the stored one's), and
+ * then nothing changed; otherwise what `reserve` answers.
+ */
+export type ReserveOnVoucherOutcome = ReserveOutcome | { kind: "not_accepted" };
+
 /** Result of a commit; a repeated commit returns the first one's figures. */
 export type CommitOutcome =
   | { kind: "committed"; spent: bigint; accepted: bigint; units: number; committedAt: number }
@@ -121,6 +128,19 @@ export interface ChannelStore {
     now: number,
     expiresAt: number,
   ): Promise<ReserveOutcome>;
+  /**
+   * `reserve`, in the same atomic step as checking that `voucher` is the channel's accepted one:
+   * its cumulative the highest, its signature the stored one's (case aside). One store round trip
+   * for a reused voucher (docs/paid-door.md, "One round trip"); `not_accepted` changes nothing.
+   */
+  reserveOnVoucher(
+    channelId: Hex,
+    voucher: SignedVoucher,
+    reservationId: string,
+    amount: bigint,
+    now: number,
+    expiresAt: number,
+  ): Promise<ReserveOnVoucherOutcome>;
   /** spent += min(actual, hold), releases the hold, units += 1; idempotent by reservation id. */
   commit(channelId: Hex, reservationId: string, actual: bigint, now: number): Promise<CommitOutcome>;
   /** Returns a live hold; idempotent by reservation id. */

@@ -4,6 +4,7 @@ import { MAX_AMOUNT, maxOf, storable } from "./amounts.js";
 import { checkClose } from "./close.js";
 import { failed, type PaymentContext, same } from "./context.js";
 import {
+  type Authenticated,
   authenticate,
   type CredentialedRequest,
   checkAllowed,
@@ -12,7 +13,8 @@ import {
   type Verified,
 } from "./credential.js";
 import { PaymentError } from "./errors.js";
-import type { ChannelRecord } from "./ports.js";
+import { holdTerms, type Reserved, reserve, reservedOf } from "./holds.js";
+import type { ChannelRecord, OnChainState } from "./ports.js";
 import { sessionReceipt } from "./receipts.js";
 import { channelTag, safeCause } from "./safe-log.js";
 import type { SessionPayload } from "./session-payload.js";
@@ -26,7 +28,96 @@ interface Accepted {
 
 /** Verifies a credential; open and topUp are broadcast and confirmed on chain before this returns. */
 export async function verify(ctx: PaymentContext, req: CredentialedRequest): Promise<Verified> {
-  const { verified, payload: p, source } = authenticate(ctx, req);
+  return verifyAuthenticated(ctx, authenticate(ctx, req));
+}
+
+/** A verified credential, and the hold of its request when one could be taken. */
+export interface VerifiedAndHeld {
+  verified: Verified;
+  held?: Reserved;
+}
+
+/**
+ * Verifies a credential and, when it pays for content (an open or voucher with a body), holds
+ * the request's quote for `requestId` in the same call (docs/paid-door.md, "One round trip"). A
+ * hold that cannot be taken does not fail the verification: the credential was accepted (an
+ * open broadcast), and its receipt must reach the caller; a Reserve then says why.
+ */
+export async function verifyAndReserve(
+  ctx: PaymentContext,
+  req: CredentialedRequest,
+  requestId: string,
+): Promise<VerifiedAndHeld> {
+  const auth = authenticate(ctx, req);
+  const { action } = auth.payload;
+  if ((action !== "open" && action !== "voucher") || req.body.length === 0) {
+    return { verified: await verifyAuthenticated(ctx, auth) };
+  }
+  const reused = action === "voucher" ? await holdOnAcceptedVoucher(ctx, auth, requestId) : undefined;
+  if (reused) return reused;
+  const verified = await verifyAuthenticated(ctx, auth);
+  const held = await reserve(
+    ctx,
+    verified.channelId,
+    requestId,
+    verified.quote.toString(),
+    verified.challengeId,
+  ).catch(() => undefined);
+  return { verified, held };
+}
+
+/**
+ * The reused voucher (docs/contract.md, "Payment sessions", rule 4): when the voucher is byte for
+ * byte the channel's accepted one, nothing about it needs verifying again, and the check that it
+ * still is and the hold are one store step. Undefined when that step takes no hold (another
+ * voucher, a closed channel, a bucket to refresh, a quote out of bounds): the caller goes the
+ * long way, which verifies the voucher and says why.
+ */
+async function holdOnAcceptedVoucher(
+  ctx: PaymentContext,
+  { verified, payload: p, source }: Authenticated,
+  requestId: string,
+): Promise<VerifiedAndHeld | undefined> {
+  if (p.action !== "voucher" || verified.quote <= 0n || verified.quote > ctx.s.bucket) return undefined;
+  // The descriptor is the stored one: the channel id is its hash (authenticate checked it).
+  checkAllowed(ctx, p.descriptor.payer);
+  checkSource(ctx, source, p);
+  checkLive(await ctx.chainState(p.channelId));
+  const terms = holdTerms(ctx, p.channelId, requestId, verified.quote);
+  const outcome = await ctx.store.reserveOnVoucher(
+    p.channelId,
+    { cumulative: p.cumulativeAmount, signature: p.signature },
+    terms.reservationId,
+    terms.quote,
+    terms.at,
+    terms.expiresAt,
+  );
+  if (outcome.kind !== "reserved") return undefined;
+  const held = reservedOf(terms, outcome, verified.challenge.id);
+  return {
+    verified: {
+      action: p.action,
+      channelId: p.channelId,
+      challengeId: verified.challenge.id,
+      binding: verified.binding,
+      quote: verified.quote,
+      acceptedCumulative: outcome.accepted,
+      // With the hold, its receipt is the accepted voucher's too: the spend before the request.
+      acceptedReceipt: held.receipt,
+    },
+    held,
+  };
+}
+
+/** A channel whose deposit is gone or whose payer asked to close it on chain takes no voucher. */
+function checkLive(state: OnChainState): void {
+  if (state.deposit === 0n) throw failed("channel is not funded on chain");
+  if (state.closeRequestedAt !== 0) throw failed("channel has a pending close request");
+}
+
+/** Verifies an authenticated credential: the channel's part (verify). */
+async function verifyAuthenticated(ctx: PaymentContext, auth: Authenticated): Promise<Verified> {
+  const { verified, payload: p, source } = auth;
   const base = {
     action: p.action,
     channelId: p.channelId,
@@ -99,8 +190,7 @@ async function acceptVoucher(
   if (cumulative < highest) throw failed("voucher is below the accepted cumulative");
   let state = await ctx.chainState(p.channelId);
   if (cumulative > maxOf(record.deposit, state.deposit)) state = await ctx.chainState(p.channelId, true);
-  if (state.deposit === 0n) throw failed("channel is not funded on chain");
-  if (state.closeRequestedAt !== 0) throw failed("channel has a pending close request");
+  checkLive(state);
   if (cumulative > highest) {
     if (cumulative <= maxOf(record.settled, state.settled))
       throw failed("voucher is not above the settled amount");

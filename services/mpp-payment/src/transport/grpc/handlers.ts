@@ -62,23 +62,17 @@ export function paymentHandlers(payments: Payments): Handlers<typeof PaymentServ
 
     verify: (req) =>
       mapped(async () => {
-        const v = await payments.verify({
+        const credentialed = {
           authorization: req.authorization,
           httpMethod: req.httpMethod,
           path: req.path,
           body: req.body,
-        });
-        // Verify and Reserve in one call when asked: only a credential that pays for content.
-        // A hold that cannot be taken does not fail the Verify: the credential was accepted (an
-        // open broadcast), and api-edge must get its receipt to answer with. It calls Reserve
-        // on its own then, which takes the hold (same id) or answers why not.
-        const paysForContent = (v.action === "open" || v.action === "voucher") && req.body.length > 0;
-        const held =
-          req.reserveRequestId !== "" && paysForContent
-            ? await payments
-                .reserve(v.channelId, req.reserveRequestId, v.quote.toString(), v.challengeId)
-                .catch(() => undefined)
-            : undefined;
+        };
+        // Verify and Reserve in one call when asked (a credential that pays for content only).
+        const { verified: v, held } =
+          req.reserveRequestId === ""
+            ? { verified: await payments.verify(credentialed), held: undefined }
+            : await payments.verifyAndReserve(credentialed, req.reserveRequestId);
         return {
           reservationId: held?.reservationId ?? "",
           reservedReceipt: held?.receipt ?? "",
