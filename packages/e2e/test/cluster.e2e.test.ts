@@ -241,7 +241,9 @@ describe("Redis Cluster and NATS cluster: masters and a stream leader fail under
       max_tokens: 8,
       messages: [{ role: "user", content: `${PAID_PROMPT_MARKER} ${content}` }],
     });
-    const FUNDING = 50_000_000n;
+    // The deposit covers the loop's 60 requests at one unit each with room to spare: the mppx
+    // client refuses to sign past it, whatever the gateway answers.
+    const FUNDING = 100_000_000n;
     const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
     const payer = privateKeyToAccount(generatePrivateKey());
     await fund(stack.tempoRpcUrl, payer.address, FUNDING);
@@ -249,7 +251,7 @@ describe("Redis Cluster and NATS cluster: masters and a stream leader fail under
     const manager = tempoClient.session.manager({
       account: payer,
       client: payerClient(stack.tempoRpcUrl, payer),
-      maxDeposit: "40",
+      maxDeposit: "90",
       fetch: wire.fetch,
     });
     interface Paid {
