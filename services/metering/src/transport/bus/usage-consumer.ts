@@ -1,9 +1,8 @@
-import { fromBinary } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { BatchVerdict, BusMessage, BusSubscription, EventBus } from "@tollgate/kit/bus";
 import type { Logger } from "@tollgate/kit/log";
 import type { NatsNames } from "@tollgate/proto/subjects";
-import { Door, UsageBatchSchema, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { Door, type UsageRecorded, usageEventsOf } from "@tollgate/proto/usage";
 import { type Applied, applyUsageBatch } from "../../domain/apply-usage.js";
 import type { ReservationSettler, UsageStore } from "../../domain/ports.js";
 import { parseCost, type UsageEvent, validateUsageEvent } from "../../domain/usage.js";
@@ -38,11 +37,6 @@ export interface UsageBatching {
   lingerMs?: number;
 }
 
-/** The usage events one bus message carries; throws when it cannot be decoded. */
-type Decode = (data: Uint8Array) => UsageRecorded[];
-const decodeRecorded: Decode = (data) => [fromBinary(UsageRecordedSchema, data)];
-const decodeBatch: Decode = (data) => fromBinary(UsageBatchSchema, data).events;
-
 /**
  * Applies usage events from the metering durable consumers, a batch at a time: UsageRecorded
  * (one event a message) on one, UsageBatch (several, from a router under load) on the other, so
@@ -64,85 +58,79 @@ export async function consumeUsage(
   settler?: ReservationSettler,
   batching: UsageBatching = {},
 ): Promise<BusSubscription> {
-  const handleWith =
-    (decode: Decode) =>
-    async (msgs: BusMessage[]): Promise<BatchVerdict[]> => {
-      // A message none of whose events is valid is dropped; one with a valid event is acked or retried.
-      const verdicts: BatchVerdict[] = msgs.map(() => "drop");
-      const valid: Array<{ at: number; message: UsageRecorded; event: UsageEvent }> = [];
-      msgs.forEach((msg, at) => {
-        let messages: UsageRecorded[];
+  const handle = async (msgs: BusMessage[]): Promise<BatchVerdict[]> => {
+    // A message none of whose events is valid is dropped; one with a valid event is acked or retried.
+    const verdicts: BatchVerdict[] = msgs.map(() => "drop");
+    const valid: Array<{ at: number; message: UsageRecorded; event: UsageEvent }> = [];
+    msgs.forEach((msg, at) => {
+      let messages: UsageRecorded[];
+      try {
+        messages = usageEventsOf(msg.subject, msg.data);
+      } catch (err) {
+        log.error({ err, msgId: msg.msgId, deliveryCount: msg.deliveryCount }, "invalid usage event dropped");
+        observe?.("invalid");
+        return;
+      }
+      for (const message of messages) {
         try {
-          messages = decode(msg.data);
+          valid.push({ at, message, event: toUsageEvent(message) });
         } catch (err) {
           log.error(
             { err, msgId: msg.msgId, deliveryCount: msg.deliveryCount },
             "invalid usage event dropped",
           );
           observe?.("invalid");
-          return;
         }
-        for (const message of messages) {
-          try {
-            valid.push({ at, message, event: toUsageEvent(message) });
-          } catch (err) {
-            log.error(
-              { err, msgId: msg.msgId, deliveryCount: msg.deliveryCount },
-              "invalid usage event dropped",
-            );
-            observe?.("invalid");
-          }
-        }
-      });
-      let applied: Applied[];
-      try {
-        applied = await applyUsageBatch(
-          valid.map((v) => v.event),
-          store,
-          settler,
-        );
-      } catch (err) {
-        // The store could say nothing: every valid event comes again, the invalid ones do not.
-        log.warn({ err, events: valid.length }, "usage batch not recorded; delivered again");
-        for (const v of valid) verdicts[v.at] = "retry";
-        return verdicts;
       }
-      const failed = { record: 0, settle: 0 };
-      let firstError: Error | undefined;
-      valid.forEach(({ at, message, event }, i) => {
-        const a = applied[i]!;
-        if ("failed" in a) {
-          verdicts[at] = "retry";
-          failed[a.stage]++;
-          firstError ??= a.failed;
-          if (a.outcome) observe?.(a.outcome, message);
-          return;
-        }
-        if (verdicts[at] !== "retry") verdicts[at] = "ack";
-        observe?.(a.outcome, message);
-        log.debug(
-          { requestId: event.requestId, model: event.model },
-          a.outcome === "recorded" ? "usage recorded" : "duplicate usage event skipped",
-        );
-        if (a.settlement === "unknown") {
-          // Not a reservation auth-policy knows (or older than its settlement window): nothing to do.
-          log.warn({ requestId: event.requestId }, "reservation unknown to auth-policy");
-        } else if (a.settlement) {
-          log.debug({ requestId: event.requestId, settlement: a.settlement }, "reservation settled");
-        }
-      });
-      if (firstError) {
-        // One line per batch, not per event: an outage would otherwise log every event every second.
-        log.warn(
-          { notRecorded: failed.record, notSettled: failed.settle, err: firstError },
-          "usage events not applied; delivered again",
-        );
-      }
+    });
+    let applied: Applied[];
+    try {
+      applied = await applyUsageBatch(
+        valid.map((v) => v.event),
+        store,
+        settler,
+      );
+    } catch (err) {
+      // The store could say nothing: every valid event comes again, the invalid ones do not.
+      log.warn({ err, events: valid.length }, "usage batch not recorded; delivered again");
+      for (const v of valid) verdicts[v.at] = "retry";
       return verdicts;
-    };
+    }
+    const failed = { record: 0, settle: 0 };
+    let firstError: Error | undefined;
+    valid.forEach(({ at, message, event }, i) => {
+      const a = applied[i]!;
+      if ("failed" in a) {
+        verdicts[at] = "retry";
+        failed[a.stage]++;
+        firstError ??= a.failed;
+        if (a.outcome) observe?.(a.outcome, message);
+        return;
+      }
+      if (verdicts[at] !== "retry") verdicts[at] = "ack";
+      observe?.(a.outcome, message);
+      log.debug(
+        { requestId: event.requestId, model: event.model },
+        a.outcome === "recorded" ? "usage recorded" : "duplicate usage event skipped",
+      );
+      if (a.settlement === "unknown") {
+        // Not a reservation auth-policy knows (or older than its settlement window): nothing to do.
+        log.warn({ requestId: event.requestId }, "reservation unknown to auth-policy");
+      } else if (a.settlement) {
+        log.debug({ requestId: event.requestId, settlement: a.settlement }, "reservation settled");
+      }
+    });
+    if (firstError) {
+      // One line per batch, not per event: an outage would otherwise log every event every second.
+      log.warn(
+        { notRecorded: failed.record, notSettled: failed.settle, err: firstError },
+        "usage events not applied; delivered again",
+      );
+    }
+    return verdicts;
+  };
 
-  const subscribe = (durable: string, subject: string, decode: Decode): Promise<BusSubscription> => {
-    const handle = handleWith(decode);
+  const subscribe = (durable: string, subject: string): Promise<BusSubscription> => {
     if (bus.subscribeBatch) {
       return bus.subscribeBatch(durable, subject, handle, {
         ...(batching.maxEvents !== undefined ? { maxMessages: batching.maxEvents } : {}),
@@ -155,10 +143,10 @@ export async function consumeUsage(
       if (verdict === "retry") throw new Error("usage event not applied");
     });
   };
-  const single = await subscribe(names.meteringDurable, names.usageRecorded, decodeRecorded);
+  const single = await subscribe(names.meteringDurable, names.usageRecorded);
   let batches: BusSubscription;
   try {
-    batches = await subscribe(names.meteringBatchDurable, names.usageBatch, decodeBatch);
+    batches = await subscribe(names.meteringBatchDurable, names.usageBatch);
   } catch (err) {
     await single.stop();
     throw err;
