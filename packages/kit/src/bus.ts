@@ -1,5 +1,12 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { createInbox, headers, type Msg, type NatsConnection, nanos } from "@nats-io/transport-node";
+import {
+  createInbox,
+  headers,
+  type Msg,
+  type NatsConnection,
+  nanos,
+  type Status,
+} from "@nats-io/transport-node";
 import { ExpiringIds } from "./memory-window.js";
 import { ensureStream, type StreamSpec } from "./nats.js";
 
@@ -236,6 +243,12 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
           if (pull && ++pull.got >= pull.want) pull.done();
         },
       });
+      // A pull sent before a reconnect may be lost with the old connection: end it at once, so
+      // the next is sent now rather than when its grace runs out.
+      const status = nc.status() as AsyncIterable<Status> & { stop?: () => void };
+      const watching = (async () => {
+        for await (const s of status) if (s.type === "reconnect") pull?.done();
+      })();
       // Sends a pull and waits until it ends (a status, `want` messages, or its grace) or stop.
       const pullMessages = (want: number, noWait: boolean) =>
         new Promise<void>((resolve) => {
@@ -305,6 +318,8 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
           stopping = true;
           interrupt?.();
           await handling;
+          status.stop?.();
+          await watching;
           sub.unsubscribe();
           // Taken from the server but never handled: another consumer may have them now.
           for (const m of queue.splice(0)) nc.publish(m.reply!, NAK);
