@@ -93,7 +93,7 @@ const NAK = new TextEncoder().encode("-NAK");
  * `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`, or the
  * same with a domain and an account hash after `$JS.ACK` (11 tokens or more).
  */
-export function ackSubjectInfo(reply: string): { deliveryCount: number; pending: number } {
+function ackSubjectInfo(reply: string): { deliveryCount: number; pending: number } {
   const t = reply.split(".");
   const at = t.length >= 11 ? 6 : 4;
   return { deliveryCount: Number(t[at]) || 1, pending: Number(t[at + 4]) || 0 };
