@@ -1,8 +1,7 @@
-import { fromBinary } from "@bufbuild/protobuf";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { natsNames } from "@tollgate/proto/subjects";
-import { type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { type UsageRecorded, usageEventsOf } from "@tollgate/proto/usage";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import {
   type NatsFixture,
@@ -191,7 +190,7 @@ describe("failover between upstreams on the multi-process stack (two routers)", 
       const consumer = await jetstream(nc).consumers.get(natsNames(namespace).usageStream);
       const events: UsageRecorded[] = [];
       for await (const m of await consumer.fetch({ max_messages: 1000, expires: 1_500 })) {
-        events.push(fromBinary(UsageRecordedSchema, m.data));
+        events.push(...usageEventsOf(m.subject, m.data));
         if (m.info.pending === 0) break;
       }
       return events.filter((e) => e.accountId === "fo");

@@ -1,12 +1,11 @@
 import type { ChildProcess } from "node:child_process";
 import { Agent, type IncomingMessage, request } from "node:http";
-import { fromBinary } from "@bufbuild/protobuf";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { createClient } from "@tollgate/kit/grpc";
 import { MeteringService } from "@tollgate/proto/metering";
 import { natsNames } from "@tollgate/proto/subjects";
-import { UsageRecordedSchema } from "@tollgate/proto/usage";
+import { usageEventsOf } from "@tollgate/proto/usage";
 import { expectedOutput } from "@tollgate/testkit/fake-upstream";
 import {
   type NatsFixture,
@@ -266,8 +265,9 @@ describe("graceful shutdown on SIGTERM (multi-process stack, two routers)", () =
       const counts = new Map<string, number>();
       const batch = await consumer.fetch({ max_messages: 1000, expires: 1_500 });
       for await (const m of batch) {
-        const e = fromBinary(UsageRecordedSchema, m.data);
-        counts.set(e.requestId, (counts.get(e.requestId) ?? 0) + 1);
+        for (const e of usageEventsOf(m.subject, m.data)) {
+          counts.set(e.requestId, (counts.get(e.requestId) ?? 0) + 1);
+        }
         if (m.info.pending === 0) break;
       }
       return counts;

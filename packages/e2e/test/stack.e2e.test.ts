@@ -1,11 +1,10 @@
-import { fromBinary } from "@bufbuild/protobuf";
 import { jetstream } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { createClient } from "@tollgate/kit/grpc";
 import { checkGrpcHealth } from "@tollgate/kit/health";
 import { MeteringService } from "@tollgate/proto/metering";
 import { natsNames } from "@tollgate/proto/subjects";
-import { type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { type UsageRecorded, usageEventsOf } from "@tollgate/proto/usage";
 import {
   type NatsFixture,
   type RedisFixture,
@@ -47,7 +46,7 @@ async function storedUsageEvents(): Promise<UsageRecorded[]> {
     const events: UsageRecorded[] = [];
     const batch = await consumer.fetch({ max_messages: 1000, expires: 1_500 });
     for await (const m of batch) {
-      events.push(fromBinary(UsageRecordedSchema, m.data));
+      events.push(...usageEventsOf(m.subject, m.data));
       if (m.info.pending === 0) break;
     }
     return events;

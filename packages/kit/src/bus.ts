@@ -1,5 +1,12 @@
-import { AckPolicy, DeliverPolicy, type JsMsg, jetstream, jetstreamManager } from "@nats-io/jetstream";
-import { type NatsConnection, nanos } from "@nats-io/transport-node";
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import {
+  createInbox,
+  headers,
+  type Msg,
+  type NatsConnection,
+  nanos,
+  type Status,
+} from "@nats-io/transport-node";
 import { ExpiringIds } from "./memory-window.js";
 import { ensureStream, type StreamSpec } from "./nats.js";
 
@@ -69,16 +76,107 @@ export interface EventBus {
 }
 
 const REDELIVERY_DELAY_MS = 1_000;
+/** How long a JetStream publish waits for its ack before it fails (and is retried by its caller). */
+const PUBLISH_TIMEOUT_MS = 5_000;
+/** How long a pull for the first message of a batch waits on the server before it is sent again. */
+const BLOCKING_PULL_MS = 5_000;
+/** How long past its own expiry a pull may go unanswered (a NATS restart loses it) before it is sent again. */
+const PULL_GRACE_MS = 2_000;
+
+const ACK = new TextEncoder().encode("+ACK");
+const TERM = new TextEncoder().encode("+TERM");
+const NAK_LATER = new TextEncoder().encode(`-NAK ${JSON.stringify({ delay: nanos(REDELIVERY_DELAY_MS) })}`);
+const NAK = new TextEncoder().encode("-NAK");
+
+/**
+ * The delivery count and the messages still pending after it, from a JetStream ack subject:
+ * `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`, or the
+ * same with a domain and an account hash after `$JS.ACK` (11 tokens or more).
+ */
+function ackSubjectInfo(reply: string): { deliveryCount: number; pending: number } {
+  const t = reply.split(".");
+  const at = t.length >= 11 ? 6 : 4;
+  return { deliveryCount: Number(t[at]) || 1, pending: Number(t[at + 4]) || 0 };
+}
+
+/**
+ * JetStream publishes and their acks over one wildcard reply subscription: a publish is one PUB
+ * with a reply subject and one ack message back, with no per-publish subscription, promise race,
+ * error object or timer (the nats.js request path builds all of those for every publish;
+ * docs/performance.md, "The usage pipeline"). Unanswered publishes fail after `timeoutMs`.
+ */
+function jetStreamPublisher(nc: NatsConnection, timeoutMs = PUBLISH_TIMEOUT_MS) {
+  const prefix = `${createInbox()}.`;
+  type Waiting = { resolve: () => void; reject: (err: Error) => void; deadline: number };
+  const waiting = new Map<string, Waiting>();
+  let next = 0;
+  nc.subscribe(`${prefix}*`, {
+    callback: (err, msg) => {
+      if (err) return;
+      const token = msg.subject.slice(prefix.length);
+      const w = waiting.get(token);
+      if (!w) return;
+      waiting.delete(token);
+      if (msg.data.length === 0) {
+        // A status: 503 when no stream listens on the subject (JetStream down or restarting).
+        const code = msg.headers?.code ?? 0;
+        w.reject(new Error(code === 503 ? "no responders" : `jetstream publish failed: status ${code}`));
+        return;
+      }
+      try {
+        const ack = msg.json<{ stream?: string; error?: { code?: number; description?: string } }>();
+        if (ack.error)
+          w.reject(new Error(`jetstream publish failed: ${ack.error.description ?? ack.error.code}`));
+        else if (!ack.stream) w.reject(new Error("jetstream publish failed: invalid ack"));
+        else w.resolve();
+      } catch (e) {
+        w.reject(e instanceof Error ? e : new Error(String(e)));
+      }
+    },
+  });
+  // One timer for every publish in flight, not one each.
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [token, w] of waiting) {
+      if (w.deadline > now) continue;
+      waiting.delete(token);
+      w.reject(new Error("jetstream publish timed out"));
+    }
+  }, 250);
+  sweep.unref();
+  nc.closed().then(
+    () => clearInterval(sweep),
+    () => clearInterval(sweep),
+  );
+  return {
+    publish(subject: string, data: Uint8Array, msgId: string): Promise<void> {
+      const token = (next++).toString(36);
+      const h = headers();
+      h.set("Nats-Msg-Id", msgId);
+      return new Promise<void>((resolve, reject) => {
+        waiting.set(token, { resolve, reject, deadline: Date.now() + timeoutMs });
+        try {
+          nc.publish(subject, data, { reply: `${prefix}${token}`, headers: h });
+        } catch (err) {
+          waiting.delete(token);
+          reject(err);
+        }
+      });
+    },
+    close() {
+      clearInterval(sweep);
+    },
+  };
+}
 
 /** The JetStream bus over one stream. */
 export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec): Promise<EventBus> {
   await ensureStream(nc, stream);
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
+  const publisher = jetStreamPublisher(nc);
   return {
-    async publish(subject, data, msgId) {
-      await js.publish(subject, data, { msgID: msgId, timeout: 5_000 });
-    },
+    publish: publisher.publish,
     async subscribe(durable, filterSubject, handler) {
       await ensureConsumer(durable, filterSubject);
       const consumer = await js.consumers.get(stream.name, durable);
@@ -109,65 +207,101 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
         },
       };
     },
+    /**
+     * Pulls, rather than has pushed, so a batch crosses the connection as one run of messages:
+     * after a batch it waits lingerMs and then asks for everything stored meanwhile (up to
+     * maxMessages, a no-wait pull); only when nothing is waiting does it ask for one message and
+     * wait for it (docs/architecture.md, "Metering in batches"). A batch that filled up, or left
+     * messages behind, is followed at once by the next pull.
+     */
     async subscribeBatch(durable, filterSubject, handler, opts = {}) {
       await ensureConsumer(durable, filterSubject);
       const max = opts.maxMessages ?? DEFAULT_BATCH;
       const lingerMs = opts.lingerMs ?? 0;
-      const consumer = await js.consumers.get(stream.name, durable);
-      const messages = await consumer.consume({ max_messages: max });
-      // The pull loop moves delivered messages into `queue` (at most `max` ahead of the
-      // handler); the handling loop takes everything queued as one batch.
-      const queue: JsMsg[] = [];
-      let ended = false;
+      const next = `$JS.API.CONSUMER.MSG.NEXT.${stream.name}.${durable}`;
+      const prefix = `${createInbox()}.`;
+      // Delivered and not yet handled, whichever pull brought them.
+      const queue: Msg[] = [];
+      let pull: { token: string; want: number; got: number; done: () => void } | undefined;
+      let pulls = 0;
       let stopping = false;
-      let wakeHandler: (() => void) | undefined;
-      let wakePuller: (() => void) | undefined;
-      const wake = (which: "handler" | "puller") => {
-        const w = which === "handler" ? wakeHandler : wakePuller;
-        if (which === "handler") wakeHandler = undefined;
-        else wakePuller = undefined;
-        w?.();
-      };
-      const pulling = (async () => {
-        try {
-          for await (const m of messages) {
-            queue.push(m);
-            wake("handler");
-            while (queue.length >= max && !stopping) {
-              await new Promise<void>((resolve) => {
-                wakePuller = resolve;
-              });
-            }
+      let interrupt: (() => void) | undefined;
+      const sub = nc.subscribe(`${prefix}*`, {
+        callback: (err, msg) => {
+          if (err) return;
+          if (msg.data.length === 0 && msg.headers?.code) {
+            // A status, sent to the pull's own reply subject, ends that pull: 404 (nothing
+            // stored), 408 (expired, or no more for a no-wait pull), 409.
+            const mine = pull !== undefined && msg.subject.slice(prefix.length) === pull.token;
+            if (mine && msg.headers.code !== 100) pull!.done();
+            return;
           }
-        } finally {
-          ended = true;
-          wake("handler");
-        }
+          if (!msg.reply) return;
+          // A message carries its own subject, not the pull's: it counts toward the pull in
+          // hand (one that outlived its own pull is handled all the same).
+          queue.push(msg);
+          if (pull && ++pull.got >= pull.want) pull.done();
+        },
+      });
+      // A pull sent before a reconnect may be lost with the old connection: end it at once, so
+      // the next is sent now rather than when its grace runs out.
+      const status = nc.status() as AsyncIterable<Status> & { stop?: () => void };
+      const watching = (async () => {
+        for await (const s of status) if (s.type === "reconnect") pull?.done();
       })();
+      // Sends a pull and waits until it ends (a status, `want` messages, or its grace) or stop.
+      const pullMessages = (want: number, noWait: boolean) =>
+        new Promise<void>((resolve) => {
+          const token = (pulls++).toString(36);
+          const expiresMs = noWait ? 0 : BLOCKING_PULL_MS;
+          const timer = setTimeout(() => finish(), expiresMs + PULL_GRACE_MS);
+          const finish = () => {
+            clearTimeout(timer);
+            if (pull?.token === token) pull = undefined;
+            interrupt = undefined;
+            resolve();
+          };
+          pull = { token, want, got: 0, done: finish };
+          interrupt = finish;
+          const request = noWait
+            ? { batch: want, no_wait: true }
+            : { batch: want, expires: nanos(expiresMs) };
+          nc.publish(next, JSON.stringify(request), { reply: `${prefix}${token}` });
+        });
+      const linger = () =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(() => finish(), lingerMs);
+          const finish = () => {
+            clearTimeout(timer);
+            interrupt = undefined;
+            resolve();
+          };
+          interrupt = finish;
+        });
       const handling = (async () => {
-        for (;;) {
-          // Stopping: the batch in hand is finished; what is queued is handed back below.
-          if (stopping) return;
-          if (queue.length === 0) {
-            if (ended) return;
-            await new Promise<void>((resolve) => {
-              wakeHandler = resolve;
-            });
-            continue;
+        let backlog = false;
+        while (!stopping) {
+          if (!backlog && lingerMs > 0 && queue.length < max) await linger();
+          if (stopping) break;
+          if (queue.length < max) await pullMessages(max - queue.length, true);
+          if (queue.length === 0 && !stopping) {
+            await pullMessages(1, false);
+            if (queue.length === 0) continue;
+            if (lingerMs > 0 && !stopping) await linger();
+            if (queue.length < max && !stopping) await pullMessages(max - queue.length, true);
           }
-          if (lingerMs > 0 && queue.length < max && !stopping) {
-            await new Promise((r) => setTimeout(r, lingerMs));
-          }
+          if (stopping) break;
           const batch = queue.splice(0, max);
-          wake("puller");
+          const last = batch.at(-1)!;
+          backlog = batch.length === max || ackSubjectInfo(last.reply!).pending > 0;
           let verdicts: BatchVerdict[] = [];
           try {
             verdicts = await handler(
               batch.map((m) => ({
                 subject: m.subject,
                 data: m.data,
-                msgId: m.headers?.get("Nats-Msg-Id") ?? `${m.seq}`,
-                deliveryCount: m.info.deliveryCount,
+                msgId: m.headers?.get("Nats-Msg-Id") || m.reply!,
+                deliveryCount: ackSubjectInfo(m.reply!).deliveryCount,
               })),
             );
           } catch {
@@ -175,21 +309,20 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
           }
           batch.forEach((m, i) => {
             const verdict = verdicts[i] ?? "retry";
-            if (verdict === "ack") m.ack();
-            else if (verdict === "drop") m.term();
-            else m.nak(REDELIVERY_DELAY_MS);
+            nc.publish(m.reply!, verdict === "ack" ? ACK : verdict === "drop" ? TERM : NAK_LATER);
           });
         }
       })();
       return {
         async stop() {
           stopping = true;
-          await messages.close();
-          wake("puller");
-          wake("handler");
-          await Promise.all([pulling, handling]);
+          interrupt?.();
+          await handling;
+          status.stop?.();
+          await watching;
+          sub.unsubscribe();
           // Taken from the server but never handled: another consumer may have them now.
-          for (const m of queue.splice(0)) m.nak();
+          for (const m of queue.splice(0)) nc.publish(m.reply!, NAK);
         },
         async pending() {
           const info = await jsm.consumers.info(stream.name, durable);
@@ -197,7 +330,9 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
         },
       };
     },
-    async close() {},
+    async close() {
+      publisher.close();
+    },
   };
 
   async function ensureConsumer(durable: string, filterSubject: string): Promise<void> {

@@ -4,8 +4,15 @@
 export const USAGE_STREAM = "TOLLGATE_USAGE";
 /** Base subject of the UsageRecorded event. */
 export const USAGE_RECORDED_SUBJECT = "tollgate.usage.v1.recorded";
-/** Durable consumer name of the metering service. */
+/** Base subject of UsageBatch: several usage events in one message. */
+export const USAGE_BATCH_SUBJECT = "tollgate.usage.v1.batch";
+/** Durable consumer name of the metering service (UsageRecorded). */
 export const METERING_DURABLE = "metering";
+/**
+ * Durable consumer name of the metering service for UsageBatch: a consumer of its own, so a
+ * metering replica that predates batches (on METERING_DURABLE) is never handed one.
+ */
+export const METERING_BATCH_DURABLE = "metering-batch";
 /**
  * Core NATS subject on which key revocations are broadcast to every auth-policy replica, so
  * each drops the key from its cache at once.
@@ -19,7 +26,9 @@ export interface NatsNames {
   usageStream: string;
   usageSubjects: string;
   usageRecorded: string;
+  usageBatch: string;
   meteringDurable: string;
+  meteringBatchDurable: string;
   keyRevoked: string;
   upstreamCooldown: string;
 }
@@ -35,7 +44,9 @@ export function natsNames(namespace = ""): NatsNames {
     usageStream: ns ? `${USAGE_STREAM}_${ns}` : USAGE_STREAM,
     usageSubjects: subject("tollgate.usage.v1.>"),
     usageRecorded: subject(USAGE_RECORDED_SUBJECT),
+    usageBatch: subject(USAGE_BATCH_SUBJECT),
     meteringDurable: ns ? `${METERING_DURABLE}_${ns}` : METERING_DURABLE,
+    meteringBatchDurable: ns ? `${METERING_BATCH_DURABLE}_${ns}` : METERING_BATCH_DURABLE,
     keyRevoked: subject(KEY_REVOKED_SUBJECT),
     upstreamCooldown: subject(UPSTREAM_COOLDOWN_SUBJECT),
   };

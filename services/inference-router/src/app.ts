@@ -171,7 +171,10 @@ export async function start(
     });
   const inference = new Inference(
     new Catalog(opts.gateway.models, providers, compose),
-    instrumentPublisher(createBusUsagePublisher(bus, names.usageRecorded), metrics),
+    instrumentPublisher(
+      createBusUsagePublisher(bus, { recorded: names.usageRecorded, batch: names.usageBatch }),
+      metrics,
+    ),
     pricingSnapshotId(opts.gateway.models),
     () => `evt_${randomUUID()}`,
     (over) => {

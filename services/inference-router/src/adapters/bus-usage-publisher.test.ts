@@ -1,9 +1,11 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import type { EventBus } from "@tollgate/kit/bus";
-import { UsageOperation, UsageRecordedSchema } from "@tollgate/proto/usage";
-import { describe, expect, it } from "vitest";
+import { UsageBatchSchema, UsageOperation, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { describe, expect, it, vi } from "vitest";
 import type { UsageEvent } from "../domain/ports.js";
-import { createBusUsagePublisher } from "./bus-usage-publisher.js";
+import { batchMsgId, createBusUsagePublisher } from "./bus-usage-publisher.js";
+
+const SUBJECTS = { recorded: "usage.recorded", batch: "usage.batch" };
 
 const EVENT: UsageEvent = {
   eventId: "evt_1",
@@ -42,7 +44,7 @@ function flakyBus(failures: number) {
 describe("createBusUsagePublisher", () => {
   it("publishes the operation that served the request", async () => {
     const { bus, attempts } = flakyBus(0);
-    const publisher = createBusUsagePublisher(bus, "usage.subject", 5_000);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
     await publisher.publish({
       ...EVENT,
       operation: "embeddings",
@@ -56,7 +58,7 @@ describe("createBusUsagePublisher", () => {
 
   it("retries a failed publish with backoff and the same message id until it is stored", async () => {
     const { bus, attempts } = flakyBus(4);
-    await createBusUsagePublisher(bus, "usage.subject", 5_000).publish(EVENT);
+    await createBusUsagePublisher(bus, SUBJECTS, 5_000).publish(EVENT);
     expect(attempts).toHaveLength(5);
     expect(new Set(attempts.map((a) => a.msgId))).toEqual(new Set(["evt_1"]));
     // 100, 200, 400, 800 ms between attempts: together well past a short three-try budget.
@@ -68,10 +70,121 @@ describe("createBusUsagePublisher", () => {
   it("gives up once the deadline has passed, so the request fails with usage_not_recorded", async () => {
     const { bus, attempts } = flakyBus(Number.POSITIVE_INFINITY);
     const started = Date.now();
-    await expect(createBusUsagePublisher(bus, "usage.subject", 400).publish(EVENT)).rejects.toThrow(
-      "no responders",
-    );
+    await expect(createBusUsagePublisher(bus, SUBJECTS, 400).publish(EVENT)).rejects.toThrow("no responders");
     expect(Date.now() - started).toBeLessThan(1_000);
     expect(attempts.length).toBeGreaterThanOrEqual(2);
+  });
+});
+
+/** A bus whose publishes wait until the test acks (or fails) them, one by one, in order. */
+function gatedBus() {
+  type Attempt = {
+    subject: string;
+    data: Uint8Array;
+    msgId: string;
+    ack: () => void;
+    fail: (e: Error) => void;
+  };
+  const attempts: Attempt[] = [];
+  const bus: EventBus = {
+    publish: (subject, data, msgId) =>
+      new Promise<void>((ack, fail) => {
+        attempts.push({ subject, data, msgId, ack, fail });
+      }),
+    subscribe: () => Promise.reject(new Error("not used")),
+    close: async () => {},
+  };
+  return { bus, attempts };
+}
+
+const tick = () => new Promise((r) => setTimeout(r, 5));
+
+describe("createBusUsagePublisher: adaptive batching", () => {
+  it("publishes one event alone, at once, when nothing is awaiting an ack", async () => {
+    const { bus, attempts } = gatedBus();
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const done = publisher.publish(EVENT);
+    await tick();
+    expect(attempts.map((a) => [a.subject, a.msgId])).toEqual([["usage.recorded", "evt_1"]]);
+    attempts[0]!.ack();
+    await done;
+  });
+
+  it("sends the events that came during a publish as one batch when it returns, each caller answered only after its message's ack", async () => {
+    const { bus, attempts } = gatedBus();
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const answered: string[] = [];
+    const publishing = ["evt_1", "evt_2", "evt_3", "evt_4"].map((eventId) =>
+      publisher.publish({ ...EVENT, eventId }).then(() => void answered.push(eventId)),
+    );
+    await tick();
+    // evt_1 went alone; the others wait for its ack, unanswered.
+    expect(attempts).toHaveLength(1);
+    expect(answered).toEqual([]);
+    attempts[0]!.ack();
+    await tick();
+    expect(answered).toEqual(["evt_1"]);
+    expect(attempts).toHaveLength(2);
+    const batch = attempts[1]!;
+    expect(batch.subject).toBe("usage.batch");
+    const events = fromBinary(UsageBatchSchema, batch.data).events;
+    expect(events.map((e) => e.eventId)).toEqual(["evt_2", "evt_3", "evt_4"]);
+    expect(events.map((e) => e.cost)).toEqual(["42", "42", "42"]);
+    expect(batch.msgId).toBe(batchMsgId(["evt_2", "evt_3", "evt_4"]));
+    // Not stored yet: nobody in the batch is answered.
+    await tick();
+    expect(answered).toEqual(["evt_1"]);
+    batch.ack();
+    await Promise.all(publishing);
+    expect(answered).toEqual(["evt_1", "evt_2", "evt_3", "evt_4"]);
+  });
+
+  it("retries a batch with the same bytes and message id, so JetStream stores it once", async () => {
+    const { bus, attempts } = gatedBus();
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const first = publisher.publish(EVENT);
+    const rest = [
+      publisher.publish({ ...EVENT, eventId: "evt_2" }),
+      publisher.publish({ ...EVENT, eventId: "evt_3" }),
+    ];
+    await tick();
+    attempts[0]!.ack();
+    await first;
+    await tick();
+    attempts[1]!.fail(new Error("timed out"));
+    await vi.waitFor(() => expect(attempts).toHaveLength(3), { timeout: 2_000, interval: 10 });
+    attempts[2]!.fail(new Error("timed out"));
+    await vi.waitFor(() => expect(attempts).toHaveLength(4), { timeout: 2_000, interval: 10 });
+    attempts[3]!.ack();
+    await Promise.all(rest);
+    const retries = attempts.slice(1);
+    expect(new Set(retries.map((a) => a.msgId)).size).toBe(1);
+    for (const a of retries) expect(Buffer.from(a.data).equals(Buffer.from(retries[0]!.data))).toBe(true);
+  });
+
+  it("rejects every caller of a batch that could not be stored in time, and goes on with the next", async () => {
+    const { bus, attempts } = gatedBus();
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, 300);
+    const first = publisher.publish(EVENT);
+    const batch = [
+      publisher.publish({ ...EVENT, eventId: "evt_2" }),
+      publisher.publish({ ...EVENT, eventId: "evt_3" }),
+    ];
+    const outcomes = Promise.allSettled(batch);
+    await tick();
+    attempts[0]!.ack();
+    await first;
+    // Every attempt at the batch fails until the deadline has passed.
+    const failing = setInterval(() => {
+      for (const a of attempts.slice(1)) a.fail(new Error("no responders"));
+    }, 5);
+    const settled = await outcomes;
+    clearInterval(failing);
+    expect(settled.map((s) => s.status)).toEqual(["rejected", "rejected"]);
+    // The publisher is not stuck: a later event goes out alone.
+    const later = publisher.publish({ ...EVENT, eventId: "evt_4" });
+    await vi.waitFor(() => expect(attempts.at(-1)?.msgId).toBe("evt_4"), { timeout: 1_000, interval: 5 });
+    attempts.at(-1)!.ack();
+    await later;
   });
 });

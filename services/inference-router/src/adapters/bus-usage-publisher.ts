@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EventBus } from "@tollgate/kit/bus";
@@ -5,6 +6,7 @@ import { always, retrying } from "@tollgate/kit/retry";
 import {
   Door,
   Outcome,
+  UsageBatchSchema,
   UsageOperation,
   type UsageRecorded,
   UsageRecordedSchema,
@@ -57,23 +59,85 @@ export function usageRecordedOf(e: UsageEvent): UsageRecorded {
   });
 }
 
+/** Where usage events go: one event alone (UsageRecorded), several together (UsageBatch). */
+export interface UsageSubjects {
+  recorded: string;
+  batch: string;
+}
+
+/** Most events in one UsageBatch (about 200 bytes each: far below NATS's 1 MiB payload limit). */
+export const MAX_BATCH_EVENTS = 256;
+
 /**
- * Encodes UsageRecorded as protobuf and publishes it with the event id as message id, retrying
- * with backoff until `deadlineMs` has passed.
+ * The JetStream message id of a batch, derived from its events' ids alone: the retries of one
+ * batch, which resend the same events, carry the same id and are stored once.
+ */
+export function batchMsgId(eventIds: readonly string[]): string {
+  return `batch:${createHash("sha256").update(eventIds.join("\n")).digest("base64url")}`;
+}
+
+/**
+ * Publishes usage events to JetStream, retrying with backoff until `deadlineMs` has passed.
+ * Adaptive batching, with no wait of its own (docs/architecture.md, "The bus"): an event is
+ * published at once, alone as UsageRecorded with its event id as message id, when no publish is
+ * awaiting its ack; the events that arrive while one is go out together, as one UsageBatch, as
+ * soon as it returns. One request at a time is never delayed; under load a router sends a few
+ * messages where it would send hundreds. Every caller's publish() resolves only once the message
+ * carrying its event is stored, and rejects when that message could not be stored in time.
  */
 export function createBusUsagePublisher(
   bus: EventBus,
-  subject: string,
+  subjects: UsageSubjects,
   deadlineMs = PUBLISH_DEADLINE_MS,
+  maxBatch = MAX_BATCH_EVENTS,
 ): UsagePublisher {
+  type Waiting = {
+    message: UsageRecorded;
+    since: number;
+    resolve: () => void;
+    reject: (err: unknown) => void;
+  };
+  let waiting: Waiting[] = [];
+  let sending = false;
+
+  // One message and its retries: the same bytes and message id on every attempt.
+  const send = (subject: string, data: Uint8Array, msgId: string, since: number) =>
+    retrying(() => bus.publish(subject, data, msgId), always, {
+      delayMs: FIRST_BACKOFF_MS,
+      maxDelayMs: MAX_BACKOFF_MS,
+      // The deadline runs from when the oldest event came, not from when its turn did.
+      forMs: Math.max(0, since + deadlineMs - Date.now()),
+    });
+
+  async function drain(): Promise<void> {
+    sending = true;
+    while (waiting.length > 0) {
+      const batch = waiting.length <= maxBatch ? waiting : waiting.slice(0, maxBatch);
+      waiting = waiting.length <= maxBatch ? [] : waiting.slice(maxBatch);
+      const since = batch[0]!.since;
+      try {
+        if (batch.length === 1) {
+          const { message } = batch[0]!;
+          await send(subjects.recorded, toBinary(UsageRecordedSchema, message), message.eventId, since);
+        } else {
+          const events = batch.map((w) => w.message);
+          const data = toBinary(UsageBatchSchema, create(UsageBatchSchema, { events }));
+          await send(subjects.batch, data, batchMsgId(events.map((e) => e.eventId)), since);
+        }
+        for (const w of batch) w.resolve();
+      } catch (err) {
+        for (const w of batch) w.reject(err);
+      }
+    }
+    sending = false;
+  }
+
   return {
-    async publish(e: UsageEvent) {
-      const data = toBinary(UsageRecordedSchema, usageRecordedOf(e));
-      // The same message id on every attempt: JetStream stores a retried publish once.
-      await retrying(() => bus.publish(subject, data, e.eventId), always, {
-        delayMs: FIRST_BACKOFF_MS,
-        maxDelayMs: MAX_BACKOFF_MS,
-        forMs: deadlineMs,
+    publish(e: UsageEvent) {
+      const message = usageRecordedOf(e);
+      return new Promise<void>((resolve, reject) => {
+        waiting.push({ message, since: Date.now(), resolve, reject });
+        if (!sending) void drain();
       });
     },
   };

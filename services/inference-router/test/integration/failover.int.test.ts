@@ -1,4 +1,3 @@
-import { fromBinary } from "@bufbuild/protobuf";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { type GatewayConfig, parseGatewayConfig } from "@tollgate/config";
 import { type Client, createClient, type MethodsOf, RemoteError } from "@tollgate/kit/grpc";
@@ -7,7 +6,7 @@ import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
 import { Door, InferenceService, Operation } from "@tollgate/proto/inference";
 import { natsNames } from "@tollgate/proto/subjects";
-import { UsageRecordedSchema } from "@tollgate/proto/usage";
+import { usageEventsOf } from "@tollgate/proto/usage";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { type NatsFixture, uniqueNamespace, useNats } from "@tollgate/testkit/fixtures";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -174,7 +173,7 @@ describe("failover and shared cooldowns across two routers", () => {
     const consumer = await jetstream(nc).consumers.get(names.usageStream);
     const upstreams: string[] = [];
     for await (const m of await consumer.fetch({ max_messages: 10, expires: 1_500 })) {
-      upstreams.push(fromBinary(UsageRecordedSchema, m.data).upstreamId);
+      upstreams.push(...usageEventsOf(m.subject, m.data).map((e) => e.upstreamId));
       if (m.info.pending === 0) break;
     }
     expect(upstreams).toEqual(["good", "good", "good"]);

@@ -21,7 +21,7 @@ import {
   MeteringService,
 } from "@tollgate/proto/metering";
 import { type NatsNames, natsNames } from "@tollgate/proto/subjects";
-import { Door, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { Door, UsageBatchSchema, UsageRecordedSchema } from "@tollgate/proto/usage";
 import {
   type NatsFixture,
   type RedisFixture,
@@ -281,6 +281,72 @@ describe("metering against real NATS and Redis", () => {
         outputTokens: 0n,
         reasoningTokens: 0n,
         cost: 11n,
+      });
+    } finally {
+      await sub.stop();
+      await quitRedis(r);
+    }
+  });
+
+  it("applies each event of a UsageBatch once: a retried batch publish is stored once, a redelivered batch counts nothing twice", async () => {
+    const { ns, names } = namespace();
+    const bus = await publisher(names);
+    const r = connectRedis(redis.url);
+    const inner = createRedisUsageStore(r, { prefix: `${ns}:` });
+    const outcomes: string[] = [];
+    let crash = true;
+    const flaky: UsageStore = {
+      record: (event) => inner.record(event),
+      async recordMany(events) {
+        const applied = await inner.recordMany(events);
+        outcomes.push(...applied.map(String));
+        // The batch's first delivery is applied, then lost before the ack: JetStream delivers it again.
+        if (crash && events.length === 5) {
+          crash = false;
+          throw new Error("crashed before ack");
+        }
+        return applied;
+      },
+      query: (...args) => inner.query(...args),
+    };
+    const at = new Date();
+    const events = Array.from({ length: 5 }, (_, k) =>
+      create(UsageRecordedSchema, {
+        eventId: `evt_${ns}_${k}`,
+        requestId: `req_${ns}_${k}`,
+        occurredAt: timestampFromDate(at),
+        model: "small",
+        inputTokens: 1 + k,
+        cost: String(10 ** k),
+      }),
+    );
+    const batch = toBinary(UsageBatchSchema, create(UsageBatchSchema, { events }));
+    // A publish whose ack was lost, sent again: the same bytes under the same message id.
+    await bus.publish(names.usageBatch, batch, `batch:${ns}`);
+    await bus.publish(names.usageBatch, batch, `batch:${ns}`);
+    const info = await nc.request(`$JS.API.STREAM.INFO.${names.usageStream}`);
+    expect(info.json<{ state: { messages: number } }>().state.messages).toBe(1);
+    // An older router's single event beside it.
+    await publish(bus, names, {
+      eventId: `evt_${ns}_single`,
+      requestId: `req_${ns}_single`,
+      occurredAt: timestampFromDate(at),
+      model: "small",
+      inputTokens: 100,
+      cost: "100000",
+    });
+    const sub = await consumeUsage(bus, names, flaky, log);
+    try {
+      await vi.waitFor(async () => expect(await sub.pending()).toBe(0), WAIT);
+      expect(outcomes.filter((o) => o === "recorded")).toHaveLength(6);
+      expect(outcomes.filter((o) => o === "duplicate")).toHaveLength(5);
+      const day = await inner.query({}, new Date(at.getTime() - HOUR), new Date(at.getTime() + HOUR), "day");
+      expect(day.totals).toEqual({
+        requests: 6n,
+        inputTokens: 115n,
+        outputTokens: 0n,
+        reasoningTokens: 0n,
+        cost: 111111n,
       });
     } finally {
       await sub.stop();

@@ -1,9 +1,9 @@
-import { create, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { createMemoryBus } from "@tollgate/kit/bus";
 import { createLogger } from "@tollgate/kit/log";
 import { natsNames } from "@tollgate/proto/subjects";
-import { Door, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { Door, UsageBatchSchema, UsageRecordedSchema } from "@tollgate/proto/usage";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createMemoryUsageStore } from "../../adapters/memory-usage-store.js";
 import type { ReservationSettler, SettleItem, SettlementOutcome, UsageStore } from "../../domain/ports.js";
@@ -28,6 +28,16 @@ function recorded(init: MessageInitShape<typeof UsageRecordedSchema> = {}): Uint
       reasoningTokens: 1,
       cost: "42",
       ...init,
+    }),
+  );
+}
+
+/** A UsageBatch of the given events, as a router under load publishes it. */
+function batchOf(...events: Array<MessageInitShape<typeof UsageRecordedSchema>>): Uint8Array {
+  return toBinary(
+    UsageBatchSchema,
+    create(UsageBatchSchema, {
+      events: events.map((e) => fromBinary(UsageRecordedSchema, recorded(e))),
     }),
   );
 }
@@ -374,5 +384,110 @@ describe("consumeUsage in batches", () => {
     await sub.stop();
     expect((await inner.query({}, DAY.from, DAY.to, "day")).totals.requests).toBe(1n);
     expect(lines.filter((l) => l["msg"] === "invalid usage event dropped")).toHaveLength(1);
+  });
+
+  it("applies every event of a batch once, even when the batch is delivered again after a failure", async () => {
+    const bus = memoryBus();
+    const inner = createMemoryUsageStore();
+    const outcomes: string[] = [];
+    const flaky: UsageStore = {
+      record: (e) => inner.record(e),
+      async recordMany(events) {
+        const applied = await inner.recordMany(events);
+        outcomes.push(...applied.map(String));
+        // Applied, then lost before the ack: the whole batch comes again.
+        if (outcomes.length === 3) throw new Error("connection lost before the reply");
+        return applied;
+      },
+      query: (...args) => inner.query(...args),
+    };
+    const { log } = capture();
+    const sub = await consumeUsage(bus, names, flaky, log);
+    await bus.publish(
+      names.usageBatch,
+      batchOf({ eventId: "b1", cost: "1" }, { eventId: "b2", cost: "20" }, { eventId: "b3", cost: "300" }),
+      "batch:1",
+    );
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(outcomes).toEqual(["recorded", "recorded", "recorded", "duplicate", "duplicate", "duplicate"]);
+    const r = await inner.query({}, DAY.from, DAY.to, "day");
+    expect(r.totals).toEqual({
+      requests: 3n,
+      inputTokens: 30n,
+      outputTokens: 6n,
+      reasoningTokens: 3n,
+      cost: 321n,
+    });
+  });
+
+  it("meters single events from an older router beside batches, each event once", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const { log } = capture();
+    const sub = await consumeUsage(bus, names, store, log);
+    await bus.publish(names.usageRecorded, recorded({ eventId: "s1", cost: "5" }), "s1");
+    await bus.publish(
+      names.usageBatch,
+      batchOf({ eventId: "b1", cost: "7" }, { eventId: "b2", cost: "11" }),
+      "batch:2",
+    );
+    // The same event in a single message and in a batch (a router restarted between them).
+    await bus.publish(names.usageRecorded, recorded({ eventId: "b2", cost: "11" }), "b2");
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    const r = await store.query({}, DAY.from, DAY.to, "day");
+    expect([r.totals.requests, r.totals.cost]).toEqual([3n, 23n]);
+  });
+
+  it("settles each reservation of a batch, and retries the batch until every one is settled", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const settledOnce = new Map<string, bigint>();
+    let failNext = true;
+    const settler: ReservationSettler = {
+      async settleMany(items) {
+        return items.map(({ reservationId, cost }): SettlementOutcome | Error => {
+          if (reservationId === "rsv_b" && failNext) {
+            failNext = false;
+            return new Error("auth-policy unavailable");
+          }
+          if (settledOnce.has(reservationId)) return "already_settled";
+          settledOnce.set(reservationId, cost);
+          return "settled";
+        });
+      },
+    };
+    const { log } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    await bus.publish(
+      names.usageBatch,
+      batchOf(
+        { eventId: "a", door: Door.ACCOUNT, reservationId: "rsv_a", cost: "3" },
+        { eventId: "b", door: Door.ACCOUNT, reservationId: "rsv_b", cost: "4" },
+      ),
+      "batch:3",
+    );
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(Object.fromEntries(settledOnce)).toEqual({ rsv_a: 3n, rsv_b: 4n });
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals.cost).toBe(7n);
+  });
+
+  it("drops an invalid event of a batch and applies the others", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const { log, lines } = capture();
+    const sub = await consumeUsage(bus, names, store, log);
+    await bus.publish(
+      names.usageBatch,
+      batchOf({ eventId: "ok", cost: "9" }, { eventId: "bad", cost: "1.5" }),
+      "batch:4",
+    );
+    await bus.publish(names.usageBatch, new Uint8Array([0xff, 0xff]), "batch:garbage");
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals.cost).toBe(9n);
+    expect(lines.filter((l) => l["msg"] === "invalid usage event dropped")).toHaveLength(2);
   });
 });

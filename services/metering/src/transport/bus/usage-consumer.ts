@@ -1,9 +1,8 @@
-import { fromBinary } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { BatchVerdict, BusMessage, BusSubscription, EventBus } from "@tollgate/kit/bus";
 import type { Logger } from "@tollgate/kit/log";
 import type { NatsNames } from "@tollgate/proto/subjects";
-import { Door, type UsageRecorded, UsageRecordedSchema } from "@tollgate/proto/usage";
+import { Door, type UsageRecorded, usageEventsOf } from "@tollgate/proto/usage";
 import { type Applied, applyUsageBatch } from "../../domain/apply-usage.js";
 import type { ReservationSettler, UsageStore } from "../../domain/ports.js";
 import { parseCost, type UsageEvent, validateUsageEvent } from "../../domain/usage.js";
@@ -39,15 +38,18 @@ export interface UsageBatching {
 }
 
 /**
- * Applies UsageRecorded events from the durable metering consumer, a batch at a time: every
+ * Applies usage events from the metering durable consumers, a batch at a time: UsageRecorded
+ * (one event a message) on one, UsageBatch (several, from a router under load) on the other, so
+ * a metering replica older than batches never sees one (docs/architecture.md, "The bus"). Every
  * event the bus has in hand is recorded in one store round trip and every reservation among
- * them settled in one call (docs/architecture.md, "Metering in batches"). An event is
- * acknowledged only after the store has applied it and, for an account-door event with a
- * reservation, the settler has settled it; one whose recording or settlement failed is
- * delivered again alone, and the store's dedupe and the idempotent settlement keep the count
- * exact. A malformed event is dropped (redelivery cannot repair it) without holding up the rest.
+ * them settled in one call (docs/architecture.md, "Metering in batches"). A message is
+ * acknowledged only after the store has applied each of its events and, for an account-door
+ * event with a reservation, the settler has settled it; one with an event whose recording or
+ * settlement failed is delivered again, and the store's dedupe by event id and the idempotent
+ * settlement keep the count exact for the events it carries that were applied already. A
+ * malformed message or event is dropped (redelivery cannot repair it) without holding up the rest.
  */
-export function consumeUsage(
+export async function consumeUsage(
   bus: EventBus,
   names: NatsNames,
   store: UsageStore,
@@ -57,15 +59,28 @@ export function consumeUsage(
   batching: UsageBatching = {},
 ): Promise<BusSubscription> {
   const handle = async (msgs: BusMessage[]): Promise<BatchVerdict[]> => {
+    // A message none of whose events is valid is dropped; one with a valid event is acked or retried.
     const verdicts: BatchVerdict[] = msgs.map(() => "drop");
     const valid: Array<{ at: number; message: UsageRecorded; event: UsageEvent }> = [];
     msgs.forEach((msg, at) => {
+      let messages: UsageRecorded[];
       try {
-        const message = fromBinary(UsageRecordedSchema, msg.data);
-        valid.push({ at, message, event: toUsageEvent(message) });
+        messages = usageEventsOf(msg.subject, msg.data);
       } catch (err) {
         log.error({ err, msgId: msg.msgId, deliveryCount: msg.deliveryCount }, "invalid usage event dropped");
         observe?.("invalid");
+        return;
+      }
+      for (const message of messages) {
+        try {
+          valid.push({ at, message, event: toUsageEvent(message) });
+        } catch (err) {
+          log.error(
+            { err, msgId: msg.msgId, deliveryCount: msg.deliveryCount },
+            "invalid usage event dropped",
+          );
+          observe?.("invalid");
+        }
       }
     });
     let applied: Applied[];
@@ -92,7 +107,7 @@ export function consumeUsage(
         if (a.outcome) observe?.(a.outcome, message);
         return;
       }
-      verdicts[at] = "ack";
+      if (verdicts[at] !== "retry") verdicts[at] = "ack";
       observe?.(a.outcome, message);
       log.debug(
         { requestId: event.requestId, model: event.model },
@@ -115,15 +130,34 @@ export function consumeUsage(
     return verdicts;
   };
 
-  if (bus.subscribeBatch) {
-    return bus.subscribeBatch(names.meteringDurable, names.usageRecorded, handle, {
-      ...(batching.maxEvents !== undefined ? { maxMessages: batching.maxEvents } : {}),
-      ...(batching.lingerMs !== undefined ? { lingerMs: batching.lingerMs } : {}),
+  const subscribe = (durable: string, subject: string): Promise<BusSubscription> => {
+    if (bus.subscribeBatch) {
+      return bus.subscribeBatch(durable, subject, handle, {
+        ...(batching.maxEvents !== undefined ? { maxMessages: batching.maxEvents } : {}),
+        ...(batching.lingerMs !== undefined ? { lingerMs: batching.lingerMs } : {}),
+      });
+    }
+    // A bus without batches: each message is a batch of one.
+    return bus.subscribe(durable, subject, async (msg) => {
+      const [verdict] = await handle([msg]);
+      if (verdict === "retry") throw new Error("usage event not applied");
     });
+  };
+  const single = await subscribe(names.meteringDurable, names.usageRecorded);
+  let batches: BusSubscription;
+  try {
+    batches = await subscribe(names.meteringBatchDurable, names.usageBatch);
+  } catch (err) {
+    await single.stop();
+    throw err;
   }
-  // A bus without batches: each event is a batch of one.
-  return bus.subscribe(names.meteringDurable, names.usageRecorded, async (msg) => {
-    const [verdict] = await handle([msg]);
-    if (verdict === "retry") throw new Error("usage event not applied");
-  });
+  return {
+    async stop() {
+      await Promise.all([single.stop(), batches.stop()]);
+    },
+    async pending() {
+      const [a, b] = await Promise.all([single.pending(), batches.pending()]);
+      return a + b;
+    },
+  };
 }

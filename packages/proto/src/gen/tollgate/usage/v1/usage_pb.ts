@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file tollgate/usage/v1/usage.proto.
  */
 export const file_tollgate_usage_v1_usage: GenFile = /*@__PURE__*/
-  fileDesc("Ch10b2xsZ2F0ZS91c2FnZS92MS91c2FnZS5wcm90bxIRdG9sbGdhdGUudXNhZ2UudjEi/AMKDVVzYWdlUmVjb3JkZWQSEAoIZXZlbnRfaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAyABKAkSJQoEZG9vchgEIAEoDjIXLnRvbGxnYXRlLnVzYWdlLnYxLkRvb3ISEgoKYWNjb3VudF9pZBgFIAEoCRIVCg1jb25uZWN0aW9uX2lkGAYgASgJEg4KBmtleV9pZBgHIAEoCRINCgVtb2RlbBgIIAEoCRIPCgdydW50aW1lGAkgASgJEhMKC3Vwc3RyZWFtX2lkGAogASgJEhQKDGlucHV0X3Rva2VucxgLIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAwgASgNEhgKEHJlYXNvbmluZ190b2tlbnMYDSABKA0SDAoEY29zdBgOIAEoCRIbChNwcmljaW5nX3NuYXBzaG90X2lkGA8gASgJEhYKDnJlc2VydmF0aW9uX2lkGBAgASgJEisKB291dGNvbWUYESABKA4yGi50b2xsZ2F0ZS51c2FnZS52MS5PdXRjb21lEhAKCHN0cmVhbWVkGBIgASgIEjQKCW9wZXJhdGlvbhgTIAEoDjIhLnRvbGxnYXRlLnVzYWdlLnYxLlVzYWdlT3BlcmF0aW9uKj0KBERvb3ISFAoQRE9PUl9VTlNQRUNJRklFRBAAEhAKDERPT1JfQUNDT1VOVBABEg0KCURPT1JfUEFJRBACKnQKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhUKEU9VVENPTUVfQ09NUExFVEVEEAESHAoYT1VUQ09NRV9DTElFTlRfQ0FOQ0VMTEVEEAISGwoXT1VUQ09NRV9VUFNUUkVBTV9GQUlMRUQQAyqFAQoOVXNhZ2VPcGVyYXRpb24SHwobVVNBR0VfT1BFUkFUSU9OX1VOU1BFQ0lGSUVEEAASGAoUVVNBR0VfT1BFUkFUSU9OX0NIQVQQARIYChRVU0FHRV9PUEVSQVRJT05fVEVYVBACEh4KGlVTQUdFX09QRVJBVElPTl9FTUJFRERJTkdTEANiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("Ch10b2xsZ2F0ZS91c2FnZS92MS91c2FnZS5wcm90bxIRdG9sbGdhdGUudXNhZ2UudjEi/AMKDVVzYWdlUmVjb3JkZWQSEAoIZXZlbnRfaWQYASABKAkSLwoLb2NjdXJyZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJlcXVlc3RfaWQYAyABKAkSJQoEZG9vchgEIAEoDjIXLnRvbGxnYXRlLnVzYWdlLnYxLkRvb3ISEgoKYWNjb3VudF9pZBgFIAEoCRIVCg1jb25uZWN0aW9uX2lkGAYgASgJEg4KBmtleV9pZBgHIAEoCRINCgVtb2RlbBgIIAEoCRIPCgdydW50aW1lGAkgASgJEhMKC3Vwc3RyZWFtX2lkGAogASgJEhQKDGlucHV0X3Rva2VucxgLIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAwgASgNEhgKEHJlYXNvbmluZ190b2tlbnMYDSABKA0SDAoEY29zdBgOIAEoCRIbChNwcmljaW5nX3NuYXBzaG90X2lkGA8gASgJEhYKDnJlc2VydmF0aW9uX2lkGBAgASgJEisKB291dGNvbWUYESABKA4yGi50b2xsZ2F0ZS51c2FnZS52MS5PdXRjb21lEhAKCHN0cmVhbWVkGBIgASgIEjQKCW9wZXJhdGlvbhgTIAEoDjIhLnRvbGxnYXRlLnVzYWdlLnYxLlVzYWdlT3BlcmF0aW9uIj4KClVzYWdlQmF0Y2gSMAoGZXZlbnRzGAEgAygLMiAudG9sbGdhdGUudXNhZ2UudjEuVXNhZ2VSZWNvcmRlZCo9CgREb29yEhQKEERPT1JfVU5TUEVDSUZJRUQQABIQCgxET09SX0FDQ09VTlQQARINCglET09SX1BBSUQQAip0CgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIVChFPVVRDT01FX0NPTVBMRVRFRBABEhwKGE9VVENPTUVfQ0xJRU5UX0NBTkNFTExFRBACEhsKF09VVENPTUVfVVBTVFJFQU1fRkFJTEVEEAMqhQEKDlVzYWdlT3BlcmF0aW9uEh8KG1VTQUdFX09QRVJBVElPTl9VTlNQRUNJRklFRBAAEhgKFFVTQUdFX09QRVJBVElPTl9DSEFUEAESGAoUVVNBR0VfT1BFUkFUSU9OX1RFWFQQAhIeChpVU0FHRV9PUEVSQVRJT05fRU1CRURESU5HUxADYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * UsageRecorded is published once per served request. Its JetStream message id is
@@ -133,6 +133,30 @@ export type UsageRecorded = Message<"tollgate.usage.v1.UsageRecorded"> & {
  */
 export const UsageRecordedSchema: GenMessage<UsageRecorded> = /*@__PURE__*/
   messageDesc(file_tollgate_usage_v1_usage, 0);
+
+/**
+ * UsageBatch carries several usage events in one JetStream message, on the subject
+ * tollgate.usage.v1.batch (UsageRecorded alone stays on tollgate.usage.v1.recorded). A router
+ * publishes one when events arrived while its previous publish awaited its ack
+ * (docs/architecture.md, "The bus"). Its JetStream message id is derived from its events' ids,
+ * and a retried publish resends the same batch, so it is stored once; metering applies each
+ * event once by its event_id, whichever message carried it.
+ *
+ * @generated from message tollgate.usage.v1.UsageBatch
+ */
+export type UsageBatch = Message<"tollgate.usage.v1.UsageBatch"> & {
+  /**
+   * @generated from field: repeated tollgate.usage.v1.UsageRecorded events = 1;
+   */
+  events: UsageRecorded[];
+};
+
+/**
+ * Describes the message tollgate.usage.v1.UsageBatch.
+ * Use `create(UsageBatchSchema)` to create a new message.
+ */
+export const UsageBatchSchema: GenMessage<UsageBatch> = /*@__PURE__*/
+  messageDesc(file_tollgate_usage_v1_usage, 1);
 
 /**
  * Door says which door admitted the request.
