@@ -307,6 +307,15 @@ describe("fake upstream", () => {
     expect((await post("/chat/completions", hello)).status).toBe(200);
   });
 
+  it("answers a stream's status and headers at once, before its first token", async () => {
+    // Far longer than post()'s 5 s timeout: the headers must not wait for the first token.
+    fake.configure({ ttftMs: 60_000 });
+    const res = await post("/chat/completions", { ...hello, stream: true });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    await res.body?.cancel();
+  });
+
   it("requires the API key when one is configured", async () => {
     fake.configure({ apiKey: "sk-fake" });
     const denied = await post("/chat/completions", hello);

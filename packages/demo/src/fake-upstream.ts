@@ -573,13 +573,17 @@ async function streamMessage(
   );
 }
 
-/** The 200 head of an event stream. */
+/**
+ * The 200 head of an event stream, sent at once, before the first token as an inference server
+ * sends it (Node would otherwise hold it back until the first chunk): `ttftMs` runs after it.
+ */
 function startSse(res: ServerResponse): void {
   res.writeHead(200, {
     "content-type": "text/event-stream",
     "cache-control": "no-cache",
     connection: "keep-alive",
   });
+  res.flushHeaders();
 }
 
 function errorBody(message: string, type: string, code: string | null): string {
