@@ -226,8 +226,9 @@ async function main(): Promise<void> {
       );
     }
     await stopProfiled();
-    await running.stop();
-    running = undefined;
+    // The profile is written once the profiled process exited; the rest of the stack stops after
+    // the analysis (with auth-policy profiled, api-edge's stop retries returning its leases to the
+    // auth-policy that is gone, and nothing else would keep this process waiting for it).
     // CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile: the main thread is 0 (tsx's loader
     // runs in a worker thread, which writes its own profile).
     const file = readdirSync(profDir)
@@ -241,6 +242,10 @@ async function main(): Promise<void> {
     const kept = join(keep, `${target}-${stamp}.cpuprofile`);
     renameSync(file, kept);
     say(`\nprofile kept: ${relative(REPO_ROOT, kept)}`);
+    // The stack's children do not keep this process alive: a timer does, while they stop.
+    const alive = setInterval(() => {}, 1_000);
+    await running.stop().finally(() => clearInterval(alive));
+    running = undefined;
   } finally {
     await stopProfiled().catch(() => {});
     await running?.stop();
