@@ -84,22 +84,39 @@ const LOG_FLUSH_MS = 100;
 /** The start of an info, debug or trace line (the level is always a line's first field). */
 const ROUTINE_LINE = /^\{"level":"(?:info|debug|trace)"/;
 
+/** What sonic-boom 4 keeps of its state: bytes not yet written, and a write in flight. */
+interface SonicState {
+  _len?: number;
+  _writing?: boolean;
+}
+
 /**
  * stdout, with info, debug and trace lines written in chunks of up to 4 KiB at least every
  * 100 ms, instead of one write per line through libuv's thread pool (a pool thread's wake-up
  * and a write per answered request on api-edge's path; docs/operations.md, "Logs"). A warning
- * or an error is written at once, with the lines before it. Lines still pending are written
- * synchronously when the process exits, normally or on an uncaught error; a SIGKILL loses at
- * most the last 100 ms of routine lines.
+ * or an error is written at once, with the lines before it (right after a write in flight, if
+ * one is). Lines still pending are written synchronously when the process exits, normally or on
+ * an uncaught error; a SIGKILL loses at most the last 100 ms of routine lines. An idle process
+ * writes nothing (sonic-boom's own flush would write an empty chunk on every tick).
  */
 function bufferedStdout(): DestinationStream {
   const dest = pino.destination({ sync: false, minLength: LOG_BUFFER_BYTES });
-  const timer = setInterval(() => dest.flush(), LOG_FLUSH_MS).unref();
+  const state = dest as unknown as SonicState;
+  // Unknown internals (another sonic-boom): flush on every tick, as its own periodic flush does.
+  const pending = () => (state._len ?? 1) > 0;
+  const timer = setInterval(() => {
+    if (pending()) dest.flush();
+  }, LOG_FLUSH_MS).unref();
   dest.once("close", () => clearInterval(timer));
+  const urgent = () => {
+    dest.flush();
+    // A write already in flight leaves the rest buffered when it ends: write it then.
+    if (state._writing) dest.once("drain", () => pending() && dest.flush());
+  };
   return {
     write(line: string): boolean {
       const ok = dest.write(line);
-      if (!ROUTINE_LINE.test(line)) dest.flush();
+      if (!ROUTINE_LINE.test(line)) urgent();
       return ok;
     },
     // logger.flush() (the shutdown's last step) reaches the file through these.
