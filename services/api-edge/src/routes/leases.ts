@@ -48,11 +48,9 @@ const LEASE_TIMEOUT_MS = 5_000;
 const RETURN_RETRY = { delayMs: 500, forMs: 30_000 };
 /**
  * A lease no request used for this long goes back before its time is up, so what it holds is
- * soon free for others again. Long enough that a caller pausing between requests (an agent
- * between tool calls) keeps its lease instead of paying an AcquireLease on the next one
- * (docs/money.md, "Leases"); GET /v1/models returns a key's idle leases before it reports budgets.
+ * soon free for others again (and a caller that paused sees the whole budget left).
  */
-const IDLE_MS = 500;
+const IDLE_MS = 100;
 /** Shapes remembered at most; past that, those without a lease are forgotten. */
 const MAX_SHAPES = 10_000;
 
