@@ -89,14 +89,15 @@ const NAK_LATER = new TextEncoder().encode(`-NAK ${JSON.stringify({ delay: nanos
 const NAK = new TextEncoder().encode("-NAK");
 
 /**
- * The delivery count and the messages still pending after it, from a JetStream ack subject:
+ * The delivery count, the stream sequence and the messages still pending after it, from a
+ * JetStream ack subject:
  * `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`, or the
  * same with a domain and an account hash after `$JS.ACK` (11 tokens or more).
  */
-function ackSubjectInfo(reply: string): { deliveryCount: number; pending: number } {
+function ackSubjectInfo(reply: string): { deliveryCount: number; streamSeq: string; pending: number } {
   const t = reply.split(".");
   const at = t.length >= 11 ? 6 : 4;
-  return { deliveryCount: Number(t[at]) || 1, pending: Number(t[at + 4]) || 0 };
+  return { deliveryCount: Number(t[at]) || 1, streamSeq: t[at + 1] ?? "", pending: Number(t[at + 4]) || 0 };
 }
 
 /**
@@ -292,16 +293,18 @@ export async function createJetStreamBus(nc: NatsConnection, stream: StreamSpec)
           }
           if (stopping) break;
           const batch = queue.splice(0, max);
-          const last = batch.at(-1)!;
-          backlog = batch.length === max || ackSubjectInfo(last.reply!).pending > 0;
+          const infos = batch.map((m) => ackSubjectInfo(m.reply!));
+          backlog = batch.length === max || infos.at(-1)!.pending > 0;
           let verdicts: BatchVerdict[] = [];
           try {
             verdicts = await handler(
-              batch.map((m) => ({
+              batch.map((m, i) => ({
                 subject: m.subject,
                 data: m.data,
-                msgId: m.headers?.get("Nats-Msg-Id") || m.reply!,
-                deliveryCount: ackSubjectInfo(m.reply!).deliveryCount,
+                // Without a message id, its stream sequence: the same on every redelivery (the
+                // reply subject is not; it counts deliveries).
+                msgId: m.headers?.get("Nats-Msg-Id") || infos[i]!.streamSeq,
+                deliveryCount: infos[i]!.deliveryCount,
               })),
             );
           } catch {

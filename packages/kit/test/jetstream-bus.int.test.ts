@@ -103,4 +103,22 @@ describe("the JetStream bus", () => {
       await sub.stop();
     }
   });
+
+  it("names a message published without an id by its stream sequence, the same on its redelivery", async () => {
+    const { bus: b, subject } = await bus();
+    const ids: Array<[string, number]> = [];
+    const sub = await b.subscribeBatch!("n", subject, async (msgs) => {
+      for (const m of msgs) ids.push([m.msgId, m.deliveryCount]);
+      return msgs.map((m) => (m.deliveryCount === 1 ? "retry" : "ack"));
+    });
+    try {
+      // A plain NATS publish (no Nats-Msg-Id), as a tool outside Tollgate would send it.
+      nc.publish(subject, bytes("bare"));
+      await vi.waitFor(() => expect(ids.map(([, n]) => n)).toEqual([1, 2]), WAIT);
+      expect(ids[0]![0]).toMatch(/^[0-9]+$/);
+      expect(ids[1]![0]).toBe(ids[0]![0]);
+    } finally {
+      await sub.stop();
+    }
+  });
 });
