@@ -127,6 +127,29 @@ describe("leases: two api-edge replicas sharing one budget", () => {
     expect(b.waitedMs).toBeLessThan(10_000);
   }, 60_000);
 
+  it("keeps a lease for a caller that pauses between requests: no auth-policy call on the path after each pause", async () => {
+    const { key } = await account("lease-pause", 10n ** 12n);
+    const first = await sendChat(stack.urls[0]!, key, 0, { stream: false, maxTokens: 8 });
+    expect(first.status).toBe(200);
+    const before = await edgeCalls();
+    const outcomes = [first];
+    // Six requests 250 ms apart: about 1.5 s, so the lease's 1 s of use ends once on the way.
+    for (let i = 1; i <= 6; i++) {
+      await new Promise((r) => setTimeout(r, 250));
+      outcomes.push(await sendChat(stack.urls[0]!, key, i, { stream: false, maxTokens: 8 }));
+    }
+    expect(outcomes.map((o) => o.status)).toEqual(Array(7).fill(200));
+    // A lease returned after each pause would cost a ReturnLease and an AcquireLease per request
+    // (12); kept, it is one return and one acquisition when its second is up, at most twice.
+    expect((await edgeCalls()) - before).toBeLessThanOrEqual(4);
+
+    const told = outcomes.reduce((sum, o) => sum + o.cost, 0n);
+    const b = await traffic.settledBooks(ledgers(), "lease-pause", outcomes.length);
+    expect(b.requests).toBe(outcomes.length);
+    expect(b.spent).toBe(told);
+    expect(b.held).toBe(0n);
+  }, 60_000);
+
   it("admits the last requests of a budget one by one until it is truly spent, never beyond, then 402 as before", async () => {
     const BUDGET = 800n;
     const { key } = await account("lease-end", BUDGET);

@@ -302,7 +302,13 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   let admin: AdminServer | undefined;
   if (opts.admin) {
     try {
-      admin = await startAdminServer({ ...opts.admin, auth, log, ...(who ? { internalAuth: who } : {}) });
+      admin = await startAdminServer({
+        ...opts.admin,
+        auth,
+        ...(leases ? { leases } : {}),
+        log,
+        ...(who ? { internalAuth: who } : {}),
+      });
     } catch (err) {
       await app.close();
       throw err;

@@ -14,7 +14,7 @@ import {
 import { GetUsageResponseSchema, Granularity } from "@tollgate/proto/metering";
 import type { FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
-import { type AdminAuthClient, type AdminMeteringClient, buildAdminApp } from "./server.js";
+import { type AdminAuthClient, type AdminLeases, type AdminMeteringClient, buildAdminApp } from "./server.js";
 
 const TOKEN = "admin-token-0123456789abcdef";
 const SECRET = "tg_0123456789abcdefghijABCDEFGHIJ0123456789";
@@ -189,11 +189,23 @@ let app: FastifyInstance;
 let f: ReturnType<typeof fakes>;
 let logLines: string[];
 
-function setup() {
+function setup(opts: { leases?: boolean } = {}) {
   f = fakes();
   logLines = [];
   const log = createLogger({ service: "api-edge", destination: { write: (l: string) => logLines.push(l) } });
-  app = buildAdminApp({ token: TOKEN, auth: f.auth, metering: f.metering, log });
+  // The replica's leases: recorded among the calls, so their order is seen.
+  const leases: AdminLeases = {
+    returnIdleOf: async (of) => {
+      f.calls.push({ rpc: "returnIdleOf", req: of });
+    },
+  };
+  app = buildAdminApp({
+    token: TOKEN,
+    auth: f.auth,
+    metering: f.metering,
+    ...(opts.leases ? { leases } : {}),
+    log,
+  });
   return app;
 }
 
@@ -613,6 +625,38 @@ describe("admin API: list, show, update and delete", () => {
     });
     expect(f.calls.map((x) => x.rpc)).toEqual(["deleteConnection", "deleteAccount"]);
     expect(logLines.join("")).toContain("connection.delete");
+  });
+});
+
+describe("admin API: this replica's idle leases", () => {
+  it("go back before an account's, a connection's or a key's budget is read, and only then", async () => {
+    setup({ leases: true });
+    const reads = [
+      ["/admin/v1/keys/key_1", { keyId: "key_1" }, "getKey"],
+      ["/admin/v1/accounts/acme", { accountId: "acme" }, "getAccount"],
+      ["/admin/v1/accounts/acme/connections", { accountId: "acme" }, "getAccount"],
+      ["/admin/v1/accounts/acme/connections/main", { accountId: "acme" }, "getConnection"],
+      ["/admin/v1/accounts/acme/keys", { accountId: "acme" }, "listKeys"],
+    ] as const;
+    for (const [url, of, rpc] of reads) {
+      f.calls.length = 0;
+      const res = await app.inject({ method: "GET", url, headers: auth });
+      expect(res.statusCode).toBe(200);
+      expect(f.calls.map((c) => c.rpc)).toEqual(["returnIdleOf", rpc]);
+      expect(f.calls[0]!.req).toEqual(of);
+    }
+    // Changes, and metering's usage records (which no lease changes), return nothing.
+    f.calls.length = 0;
+    expect(
+      (await app.inject({ method: "POST", url: "/admin/v1/keys/key_1/revoke", headers: auth })).statusCode,
+    ).toBe(200);
+    expect(
+      (await app.inject({ method: "GET", url: "/admin/v1/usage?account=acme", headers: auth })).statusCode,
+    ).toBe(200);
+    expect((await app.inject({ method: "GET", url: "/admin/v1/accounts", headers: auth })).statusCode).toBe(
+      200,
+    );
+    expect(f.calls.map((c) => c.rpc)).toEqual(["revokeKey", "getUsage", "listAccounts"]);
   });
 });
 

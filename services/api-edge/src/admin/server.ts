@@ -10,6 +10,7 @@ import { acceptJsonOnly } from "../http/json-body.js";
 import { DEFAULT_LIMITS } from "../http/limits.js";
 import { logResponses } from "../http/response-log.js";
 import { openApiRoute } from "../openapi/serve.js";
+import type { LeaseBook } from "../routes/leases.js";
 import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
 import {
   accountJson,
@@ -58,6 +59,8 @@ export type AdminAuthClient = Pick<
   | "getKey"
   | "updateKey"
 >;
+/** The replica's leases, whose idle ones go back before a budget is shown. */
+export type AdminLeases = Pick<LeaseBook, "returnIdleOf">;
 /** The metering RPC the admin API calls. */
 export type AdminMeteringClient = Pick<Client<MethodsOf<typeof MeteringService>>, "getUsage">;
 
@@ -84,6 +87,8 @@ export function buildAdminApp(deps: {
   token: string;
   auth: AdminAuthClient;
   metering: AdminMeteringClient;
+  /** This replica's leases (docs/money.md, "Leases"); absent: none to return. */
+  leases?: AdminLeases;
   log: Logger;
 }): FastifyInstance {
   const { auth, metering } = deps;
@@ -121,6 +126,20 @@ export function buildAdminApp(deps: {
     );
     return reply.code(e.status).send(adminErrorBody(e, req.id));
   });
+
+  // A budget's spent, held and remaining (the single account, connection and key answers) are
+  // read from auth-policy: this replica's idle leases of that account or key go back first, so
+  // that held is what requests hold, not an allowance nobody uses. Usage reports are metering's
+  // records, which no lease changes.
+  const leases = deps.leases;
+  if (leases) {
+    app.addHook("preHandler", async (req) => {
+      if (req.method !== "GET") return;
+      const { accountId, keyId } = (req.params ?? {}) as { accountId?: string; keyId?: string };
+      if (keyId !== undefined) await leases.returnIdleOf({ keyId });
+      else if (accountId !== undefined) await leases.returnIdleOf({ accountId });
+    });
+  }
 
   app.post("/admin/v1/accounts", async (req, reply) => {
     const res = await auth.createAccount(createAccountRequest(req.body), call);
@@ -264,11 +283,22 @@ export function buildAdminApp(deps: {
  * public door, so that no public listener ever routes an admin path.
  */
 export async function startAdminServer(
-  opts: AdminServerOptions & { auth: AdminAuthClient; log: Logger; internalAuth?: InternalAuth },
+  opts: AdminServerOptions & {
+    auth: AdminAuthClient;
+    leases?: AdminLeases;
+    log: Logger;
+    internalAuth?: InternalAuth;
+  },
 ): Promise<AdminServer> {
   const metering = createClient(MeteringService, opts.meteringAddr, opts.internalAuth);
   const log = opts.log.child({ server: "admin" });
-  const app = buildAdminApp({ token: opts.token, auth: opts.auth, metering, log });
+  const app = buildAdminApp({
+    token: opts.token,
+    auth: opts.auth,
+    metering,
+    ...(opts.leases ? { leases: opts.leases } : {}),
+    log,
+  });
   const drain = closeConnectionsWhileDraining(app);
   try {
     await app.listen({ host: opts.host, port: opts.port });

@@ -28,8 +28,8 @@ interface Held {
   retired: boolean;
   /** When a request was last admitted on it. */
   usedAtMs: number;
-  /** Its return, once started. */
-  returning?: Promise<void>;
+  /** The hash of its key (the key itself is never kept). */
+  keyHash: string;
 }
 
 /** What the edge knows of one shape (key, route, model, cap, reasoning). */
@@ -47,10 +47,13 @@ const LEASE_TIMEOUT_MS = 5_000;
 /** How a return that met auth-policy away is tried again. */
 const RETURN_RETRY = { delayMs: 500, forMs: 30_000 };
 /**
- * A lease no request used for this long goes back before its time is up, so what it holds is
- * soon free for others again (and a caller that paused sees the whole budget left).
+ * A lease no request used for this long goes back before its 1 s of use is up, so what it
+ * holds is soon free for other replicas again. Long enough that a caller pausing between
+ * requests (an agent between tool calls) keeps its lease instead of paying an AcquireLease on
+ * the next one (docs/money.md, "Leases"). What this replica reports of a budget never counts
+ * its idle leases: they go back first (returnIdle, returnIdleOf, and each acquisition).
  */
-const IDLE_MS = 100;
+const IDLE_MS = 500;
 /** Shapes remembered at most; past that, those without a lease are forgotten. */
 const MAX_SHAPES = 10_000;
 
@@ -82,11 +85,13 @@ export function ticketOf(grant: AuthorizeResponse): Ticket | undefined {
  * auth-policy; otherwise a lease is acquired (one call, single-flight per shape), and when
  * none can be granted the request is left to Authorize. A lease is used for its `use_ms` (1 s,
  * the revocation bound: a revoked key or changed policy is seen at the next acquisition), or
- * until no request used it for IDLE_MS, then returned once its last request ended.
+ * until no request used it for IDLE_MS, then returned once its last request ended. Before a
+ * lease is acquired for a key, or a budget of it is reported, the key's idle leases go back.
  */
 export class LeaseBook {
   private readonly shapes = new Map<string, Shape>();
-  private readonly returning = new Set<Promise<void>>();
+  /** The returns under way, and the lease each returns. */
+  private readonly returning = new Map<Promise<void>, Held>();
   private closed = false;
 
   constructor(
@@ -118,23 +123,42 @@ export class LeaseBook {
   }
 
   /**
-   * Returns every lease of this key that no request is running on, and resolves once they are
-   * back: what auth-policy then reports of the key's budgets (GET /v1/models) holds nothing
-   * this replica does not need.
+   * Returns every lease of this key that no request is running on, and resolves once they (and
+   * the key's returns already under way) are back: what auth-policy then reports of the key's
+   * budgets (GET /v1/models) holds nothing this replica does not need.
    */
   async returnIdle(key: string): Promise<void> {
-    const prefix = `${keyHashOf(key)} `;
-    const back: Held[] = [];
-    for (const [id, shape] of this.shapes) {
+    const keyHash = keyHashOf(key);
+    await this.returnIdleWhere((h) => h.keyHash === keyHash);
+  }
+
+  /**
+   * The same for the leases of one account, or of one key named by its id (the admin API's
+   * views of budgets, which never see a key in clear), or of every key when neither is given.
+   */
+  async returnIdleOf(of: { accountId?: string; keyId?: string }): Promise<void> {
+    await this.returnIdleWhere((h) => {
+      const p = h.verdict.grant?.principal;
+      if (of.keyId !== undefined) return p?.keyId === of.keyId;
+      return of.accountId === undefined || p?.accountId === of.accountId;
+    });
+  }
+
+  /**
+   * Retires the idle leases `whose` selects (but the lease of `except`), and waits for their
+   * returns and every other return of theirs under way: never longer than a lease call, a return
+   * auth-policy cannot take now is retried behind.
+   */
+  private async returnIdleWhere(whose: (h: Held) => boolean, except?: Shape): Promise<void> {
+    for (const shape of this.shapes.values()) {
       const held = shape.current;
-      if (!id.startsWith(prefix) || !held || held.lease.inFlight > 0) continue;
-      this.retire(shape, held);
-      back.push(held);
+      if (held && shape !== except && held.lease.inFlight === 0 && whose(held)) this.retire(shape, held);
     }
-    // Never longer than a lease call: a return auth-policy cannot take now is retried behind.
+    const back = [...this.returning].flatMap(([done, h]) => (whose(h) ? [done] : []));
+    if (back.length === 0) return;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.allSettled(back.flatMap((h) => (h.returning ? [h.returning] : []))),
+      Promise.allSettled(back),
       new Promise((r) => {
         timer = setTimeout(r, LEASE_TIMEOUT_MS);
       }),
@@ -146,7 +170,7 @@ export class LeaseBook {
   async close(): Promise<void> {
     this.closed = true;
     for (const shape of this.shapes.values()) if (shape.current) this.retire(shape, shape.current);
-    await Promise.allSettled([...this.returning]);
+    await Promise.allSettled([...this.returning.keys()]);
   }
 
   private remember(id: string): Shape {
@@ -211,6 +235,10 @@ export class LeaseBook {
   }
 
   private async acquire(shape: Shape, ask: AskInit): Promise<void> {
+    // What auth-policy reports with the lease (the budgets left, which every request admitted on
+    // it reports on) holds none of this replica's idle leases of the key: they go back first.
+    const keyHash = keyHashOf(ask.key ?? "");
+    await this.returnIdleWhere((h) => h.keyHash === keyHash, shape);
     const sentAt = Date.now();
     let res: AcquireLeaseResponse;
     try {
@@ -239,6 +267,7 @@ export class LeaseBook {
         usableUntilMs,
       }),
       leaseId: res.leaseId,
+      keyHash,
       verdict: res,
       retired: false,
       usedAtMs: sentAt,
@@ -285,8 +314,7 @@ export class LeaseBook {
     const done: Promise<void> = retrying(call, unavailable, RETURN_RETRY)
       .catch((err: unknown) => this.log.warn({ err }, "lease not returned; its hold lapses with its TTL"))
       .finally(() => this.returning.delete(done));
-    this.returning.add(done);
-    held.returning = done;
+    this.returning.set(done, held);
   }
 }
 

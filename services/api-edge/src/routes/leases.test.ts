@@ -1,0 +1,127 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { createLogger } from "@tollgate/kit/log";
+import { AcquireLeaseResponseSchema, type AuthorizeRequestSchema, Route } from "@tollgate/proto/auth";
+import { describe, expect, it } from "vitest";
+import { LeaseBook, type LeaseClient, ticketOf } from "./leases.js";
+
+const KEYS: Record<string, { accountId: string; keyId: string }> = {
+  tg_key_a_0123456789: { accountId: "acme", keyId: "key_a" },
+  tg_key_b_0123456789: { accountId: "acme", keyId: "key_b" },
+  tg_key_c_0123456789: { accountId: "other", keyId: "key_c" },
+};
+const [A, B, C] = Object.keys(KEYS) as [string, string, string];
+
+/** A fake auth-policy: grants every lease, and records its lease calls in order. */
+function fakeAuth() {
+  const calls: string[] = [];
+  let n = 0;
+  const auth: LeaseClient = {
+    acquireLease: async (req) => {
+      const key = req.request?.key ?? "";
+      calls.push(`acquire ${KEYS[key]?.keyId} ${req.request?.maxOutputTokens}`);
+      n++;
+      return create(AcquireLeaseResponseSchema, {
+        granted: true,
+        useMs: 60_000,
+        leaseId: `lease_${n}`,
+        budget: "1000000",
+        prices: { model: "small", inputPerMillion: "1000000", outputPerMillion: "1000000" },
+        grant: {
+          principal: { ...KEYS[key], connectionId: "main" },
+          model: "small",
+          maxOutputTokens: req.request?.maxOutputTokens ?? 0,
+          budgetRemaining: "5000000",
+        },
+      });
+    },
+    returnLease: async (req) => {
+      calls.push(`return ${req.leaseId}`);
+      return { $typeName: "tollgate.auth.v1.ReturnLeaseResponse" } as never;
+    },
+  };
+  const book = new LeaseBook(auth, createLogger({ service: "api-edge", level: "silent" }));
+  return { book, calls };
+}
+
+const ask = (key: string, maxOutputTokens: number): MessageInitShape<typeof AuthorizeRequestSchema> => ({
+  key,
+  route: Route.CHAT_COMPLETIONS,
+  model: "small",
+  maxOutputTokens,
+  bodyBytes: 40,
+  messageCount: 1,
+  estimatedInputTokens: 10,
+});
+
+/** One request admitted on a lease and ended at once (cost 1), or `running`: left in flight. */
+async function request(book: LeaseBook, key: string, cap: number, running = false) {
+  const grant = await book.admit(ask(key, cap));
+  expect(grant).toBeDefined();
+  if (!running) ticketOf(grant!)!.end({ cost: 1n });
+  return grant!;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe("LeaseBook: idle leases", () => {
+  it("keeps a lease for a caller pausing 300 ms between requests, and returns it once idle 500 ms", async () => {
+    const { book, calls } = fakeAuth();
+    await request(book, A, 8);
+    await sleep(300);
+    await request(book, A, 8);
+    await sleep(300);
+    await request(book, A, 8);
+    expect(calls).toEqual(["acquire key_a 8"]);
+    await sleep(650);
+    expect(calls).toEqual(["acquire key_a 8", "return lease_1"]);
+    await book.close();
+  });
+
+  it("returns the key's idle leases of other shapes before acquiring one, and waits for them", async () => {
+    const { book, calls } = fakeAuth();
+    await request(book, A, 8);
+    // Another key (of the same account, and of another account) keeps its lease.
+    await request(book, B, 8);
+    await request(book, C, 8);
+    // A's lease of cap 16 is acquired only once its idle lease of cap 8 is back.
+    await request(book, A, 16);
+    expect(calls).toEqual([
+      "acquire key_a 8",
+      "acquire key_b 8",
+      "acquire key_c 8",
+      "return lease_1",
+      "acquire key_a 16",
+    ]);
+    await book.close();
+  });
+
+  it("leaves a lease a request still runs on", async () => {
+    const { book, calls } = fakeAuth();
+    const running = await request(book, A, 8, true);
+    await request(book, A, 16);
+    expect(calls).toEqual(["acquire key_a 8", "acquire key_a 16"]);
+    ticketOf(running)!.end({ cost: 1n });
+    await book.close();
+  });
+
+  it("returns the idle leases of one key by its id, of one account, or of every key", async () => {
+    const { book, calls } = fakeAuth();
+    const acquisitions = async () => {
+      calls.length = 0;
+      for (const key of [A, B, C]) await request(book, key, 8);
+    };
+    await acquisitions();
+    calls.length = 0;
+    await book.returnIdleOf({ keyId: "key_b" });
+    expect(calls).toEqual(["return lease_2"]);
+    await acquisitions();
+    calls.length = 0;
+    await book.returnIdleOf({ accountId: "acme" });
+    expect(calls.sort()).toEqual(["return lease_1", "return lease_4"]);
+    await acquisitions();
+    calls.length = 0;
+    await book.returnIdleOf({});
+    expect(calls.sort()).toEqual(["return lease_3", "return lease_5", "return lease_6"]);
+    await book.close();
+  });
+});
