@@ -30,6 +30,8 @@ interface Held {
   usedAtMs: number;
   /** The hash of its key (the key itself is never kept). */
   keyHash: string;
+  /** Its return's first attempt, settled (a return auth-policy could not take is retried behind). */
+  firstTry?: Promise<void>;
 }
 
 /** What the edge knows of one shape (key, route, model, cap, reasoning). */
@@ -145,25 +147,17 @@ export class LeaseBook {
   }
 
   /**
-   * Retires the idle leases `whose` selects (but the lease of `except`), and waits for their
-   * returns and every other return of theirs under way: never longer than a lease call, a return
-   * auth-policy cannot take now is retried behind.
+   * Retires the idle leases `whose` selects (but the lease of `except`), and waits for the first
+   * attempt of their returns and of every other return of theirs under way: a return
+   * auth-policy could not take is retried behind, never waited for.
    */
   private async returnIdleWhere(whose: (h: Held) => boolean, except?: Shape): Promise<void> {
     for (const shape of this.shapes.values()) {
       const held = shape.current;
       if (held && shape !== except && held.lease.inFlight === 0 && whose(held)) this.retire(shape, held);
     }
-    const back = [...this.returning].flatMap(([done, h]) => (whose(h) ? [done] : []));
-    if (back.length === 0) return;
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.allSettled(back),
-      new Promise((r) => {
-        timer = setTimeout(r, LEASE_TIMEOUT_MS);
-      }),
-    ]);
-    clearTimeout(timer);
+    const back = [...this.returning.values()].flatMap((h) => (h.firstTry && whose(h) ? [h.firstTry] : []));
+    if (back.length > 0) await Promise.all(back);
   }
 
   /** Stops leasing and returns every lease (after the requests in flight ended). */
@@ -297,8 +291,8 @@ export class LeaseBook {
   private giveBack(held: Held): void {
     if (held.leaseId === "") return;
     const back = held.lease.returned();
-    const call = () =>
-      this.auth
+    const call = () => {
+      const attempt = this.auth
         .returnLease(
           {
             leaseId: held.leaseId,
@@ -310,6 +304,12 @@ export class LeaseBook {
           { timeoutMs: LEASE_TIMEOUT_MS },
         )
         .then(() => undefined);
+      held.firstTry ??= attempt.then(
+        () => undefined,
+        () => undefined,
+      );
+      return attempt;
+    };
     const unavailable = (err: unknown) => err instanceof RemoteError && err.status === GrpcStatus.UNAVAILABLE;
     const done: Promise<void> = retrying(call, unavailable, RETURN_RETRY)
       .catch((err: unknown) => this.log.warn({ err }, "lease not returned; its hold lapses with its TTL"))
