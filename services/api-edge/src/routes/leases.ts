@@ -28,7 +28,7 @@ interface Held {
   retired: boolean;
   /** When a request was last admitted on it. */
   usedAtMs: number;
-  /** The hash of its key (the key itself is never kept). */
+  /** Its shape's key hash. */
   keyHash: string;
   /** Its return's first attempt, settled (a return auth-policy could not take is retried behind). */
   firstTry?: Promise<void>;
@@ -36,6 +36,8 @@ interface Held {
 
 /** What the edge knows of one shape (key, route, model, cap, reasoning). */
 interface Shape {
+  /** The hash of its key (the key itself is never kept). */
+  keyHash: string;
   current?: Held;
   acquiring?: Promise<void>;
   /** Until then each request is authorized on its own (no lease could be granted). */
@@ -92,6 +94,8 @@ export function ticketOf(grant: AuthorizeResponse): Ticket | undefined {
  */
 export class LeaseBook {
   private readonly shapes = new Map<string, Shape>();
+  /** The shapes of each key, by key hash. */
+  private readonly byKey = new Map<string, Set<Shape>>();
   /** The returns under way, and the lease each returns. */
   private readonly returning = new Map<Promise<void>, Held>();
   private closed = false;
@@ -107,9 +111,10 @@ export class LeaseBook {
    */
   async admit(ask: AskInit): Promise<AuthorizeResponse | undefined> {
     if (this.closed) return undefined;
-    const id = shapeOf(ask);
+    const keyHash = keyHashOf(ask.key ?? "");
+    const id = shapeOf(keyHash, ask);
     for (let attempt = 0; ; attempt++) {
-      const shape = this.shapes.get(id) ?? this.remember(id);
+      const shape = this.shapes.get(id) ?? this.remember(id, keyHash);
       const now = Date.now();
       const held = shape.current;
       if (held?.lease.usable(now)) {
@@ -125,13 +130,12 @@ export class LeaseBook {
   }
 
   /**
-   * Returns every lease of this key that no request is running on, and resolves once they (and
-   * the key's returns already under way) are back: what auth-policy then reports of the key's
-   * budgets (GET /v1/models) holds nothing this replica does not need.
+   * Returns every lease of this key that no request is running on, and resolves once auth-policy
+   * answered their returns (and the key's returns already under way): what it then reports of
+   * the key's budgets (GET /v1/models) holds nothing this replica does not need.
    */
   async returnIdle(key: string): Promise<void> {
-    const keyHash = keyHashOf(key);
-    await this.returnIdleWhere((h) => h.keyHash === keyHash);
+    await this.returnKeyIdle(keyHashOf(key));
   }
 
   /**
@@ -139,20 +143,29 @@ export class LeaseBook {
    * views of budgets, which never see a key in clear), or of every key when neither is given.
    */
   async returnIdleOf(of: { accountId?: string; keyId?: string }): Promise<void> {
-    await this.returnIdleWhere((h) => {
+    await this.returnIdleWhere(this.shapes.values(), (h) => {
       const p = h.verdict.grant?.principal;
       if (of.keyId !== undefined) return p?.keyId === of.keyId;
       return of.accountId === undefined || p?.accountId === of.accountId;
     });
   }
 
+  /** returnIdle by key hash, but for the lease of `except`. */
+  private async returnKeyIdle(keyHash: string, except?: Shape): Promise<void> {
+    await this.returnIdleWhere(this.byKey.get(keyHash) ?? [], (h) => h.keyHash === keyHash, except);
+  }
+
   /**
-   * Retires the idle leases `whose` selects (but the lease of `except`), and waits for the first
-   * attempt of their returns and of every other return of theirs under way: a return
-   * auth-policy could not take is retried behind, never waited for.
+   * Retires the idle leases of `shapes` that `whose` selects (but the lease of `except`), and
+   * waits for the first attempt of their returns and of every other return of theirs under way:
+   * a return auth-policy could not take is retried behind, never waited for.
    */
-  private async returnIdleWhere(whose: (h: Held) => boolean, except?: Shape): Promise<void> {
-    for (const shape of this.shapes.values()) {
+  private async returnIdleWhere(
+    shapes: Iterable<Shape>,
+    whose: (h: Held) => boolean,
+    except?: Shape,
+  ): Promise<void> {
+    for (const shape of shapes) {
       const held = shape.current;
       if (held && shape !== except && held.lease.inFlight === 0 && whose(held)) this.retire(shape, held);
     }
@@ -167,12 +180,21 @@ export class LeaseBook {
     await Promise.allSettled([...this.returning.keys()]);
   }
 
-  private remember(id: string): Shape {
+  private remember(id: string, keyHash: string): Shape {
     if (this.shapes.size >= MAX_SHAPES) {
-      for (const [k, s] of this.shapes) if (!s.current && !s.acquiring) this.shapes.delete(k);
+      for (const [k, s] of this.shapes) {
+        if (s.current || s.acquiring) continue;
+        this.shapes.delete(k);
+        const ofKey = this.byKey.get(s.keyHash);
+        ofKey?.delete(s);
+        if (ofKey?.size === 0) this.byKey.delete(s.keyHash);
+      }
     }
-    const shape: Shape = { exactUntilMs: 0 };
+    const shape: Shape = { keyHash, exactUntilMs: 0 };
     this.shapes.set(id, shape);
+    const ofKey = this.byKey.get(keyHash);
+    if (ofKey) ofKey.add(shape);
+    else this.byKey.set(keyHash, new Set([shape]));
     return shape;
   }
 
@@ -231,8 +253,7 @@ export class LeaseBook {
   private async acquire(shape: Shape, ask: AskInit): Promise<void> {
     // What auth-policy reports with the lease (the budgets left, which every request admitted on
     // it reports on) holds none of this replica's idle leases of the key: they go back first.
-    const keyHash = keyHashOf(ask.key ?? "");
-    await this.returnIdleWhere((h) => h.keyHash === keyHash, shape);
+    await this.returnKeyIdle(shape.keyHash, shape);
     const sentAt = Date.now();
     let res: AcquireLeaseResponse;
     try {
@@ -261,7 +282,7 @@ export class LeaseBook {
         usableUntilMs,
       }),
       leaseId: res.leaseId,
-      keyHash,
+      keyHash: shape.keyHash,
       verdict: res,
       retired: false,
       usedAtMs: sentAt,
@@ -321,6 +342,6 @@ export class LeaseBook {
 const keyHashOf = (key: string) => createHash("sha256").update(key).digest("base64");
 
 /** A request's shape: what auth-policy's verdict depends on. The key is hashed, never kept. */
-function shapeOf(ask: AskInit): string {
-  return `${keyHashOf(ask.key ?? "")} ${ask.route ?? 0} ${ask.model ?? ""} ${ask.maxOutputTokens ?? "-"} ${ask.requireReasoning ? 1 : 0}`;
+function shapeOf(keyHash: string, ask: AskInit): string {
+  return `${keyHash} ${ask.route ?? 0} ${ask.model ?? ""} ${ask.maxOutputTokens ?? "-"} ${ask.requireReasoning ? 1 : 0}`;
 }
