@@ -1,6 +1,7 @@
 // A paced caller against the multi-process stack (the `make up` stack, on free ports): after a few
 // warm-up requests, one buffered chat request at a time with a pause between them, the way an
-// agent with think time calls; prints each pause's p50, p99 and mean latency. It is what a lease
+// agent with think time calls; prints each pause's p50, p99 and mean latency, and the lease calls
+// (AcquireLease, ReturnLease) auth-policy served per measured request. It is what a lease
 // kept across pauses is measured with (docs/performance.md, "Paced callers").
 //
 //   flock /tmp/bench.lock node --import tsx bench/paced.ts [--pauses 150,300] [--requests 60] [--warmup 5]
@@ -47,6 +48,15 @@ async function once(): Promise<number> {
   return performance.now() - started;
 }
 
+/** The lease calls auth-policy has served so far (its metrics). */
+async function leaseCalls(): Promise<number> {
+  const text = await (await fetch(stack.metricsUrls["auth-policy"]!)).text();
+  let n = 0;
+  for (const m of text.matchAll(/^tollgate_auth_calls_total\{([^}]*)\} (\S+)$/gm))
+    if (/method="(acquireLease|returnLease)"/.test(m[1]!)) n += Number(m[2]);
+  return n;
+}
+
 try {
   for (const pause of pauses) {
     for (let i = 0; i < warmup; i++) {
@@ -54,13 +64,15 @@ try {
       await sleep(pause);
     }
     const ms: number[] = [];
+    const callsBefore = await leaseCalls();
     for (let i = 0; i < requests; i++) {
       ms.push(await once());
       await sleep(pause);
     }
+    const calls = (await leaseCalls()) - callsBefore;
     const s = summarize(ms);
     console.log(
-      `pause ${pause} ms, ${s.count} requests: p50 ${round(s.p50)} ms, p99 ${round(s.p99)} ms, mean ${round(s.mean)} ms`,
+      `pause ${pause} ms, ${s.count} requests: p50 ${round(s.p50)} ms, p99 ${round(s.p99)} ms, mean ${round(s.mean)} ms, ${round(calls / s.count)} lease calls a request`,
     );
   }
 } finally {
