@@ -21,7 +21,7 @@ import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/demo/t
 import { REPO_ROOT } from "@tollgate/testkit/stack";
 import autocannon from "autocannon";
 import { timedFetch } from "./lib/http.js";
-import { spawnScript, stopChild, waitForPort, waitForReady } from "./lib/procs.js";
+import { cpuSecondsOf, spawnScript, stopChild, waitForPort, waitForReady } from "./lib/procs.js";
 import { bodies } from "./lib/scenarios.js";
 import { type Running, type RunningStack, startAllInOne, startBenchStack } from "./lib/targets.js";
 
@@ -45,7 +45,10 @@ const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 const CPU_PROF = ["--cpu-prof", "--cpu-prof-dir", profDir];
 
 /** Restarts one stack process in place (same port and settings) under `node --cpu-prof`. */
-async function profileInStack(s: RunningStack, name: string): Promise<() => Promise<void>> {
+async function profileInStack(
+  s: RunningStack,
+  name: string,
+): Promise<{ stop: () => Promise<void>; pid: number | undefined }> {
   const proc = s.stack.processes.find((p) => p.name === name);
   if (!proc) throw new Error(`no stack process ${name}`);
   const script = (name.startsWith("inference-router") ? "inference-router" : name) as ServiceName;
@@ -93,7 +96,7 @@ async function profileInStack(s: RunningStack, name: string): Promise<() => Prom
   await waitForPort(proc.port);
   if (name === "api-edge") await waitForReady(s.target.gatewayUrl);
   say(`  ${name} restarted under --cpu-prof (pid ${child.pid})`);
-  return () => stopChild(child, 20_000);
+  return { stop: () => stopChild(child, 20_000), pid: child.pid };
 }
 
 interface ProfileNode {
@@ -124,6 +127,8 @@ function area(url: string, fn: string): string {
 interface PaidWindow {
   requests: number;
   paidMs: number[];
+  /** CPU seconds the profiled process used in the window (/proc/<pid>/stat), when known. */
+  cpuSeconds: number | undefined;
 }
 
 function analyse(file: string, fromUs: number, toUs: number, paid?: PaidWindow): void {
@@ -187,7 +192,11 @@ function analyse(file: string, fromUs: number, toUs: number, paid?: PaidWindow):
     perPaid =
       `paid requests: ${paid.requests} (${voucher === "new" ? "a new voucher each" : "one voucher reused"}), ` +
       `paid leg p50 ${p50.toFixed(3)} ms; ${target} CPU ${((total - idle) / 1000 / paid.requests).toFixed(3)} ms ` +
-      `per paid request, verifyAndReserve ${(verify / 1000 / paid.requests).toFixed(3)} ms per Verify\n`;
+      `per paid request, verifyAndReserve ${(verify / 1000 / paid.requests).toFixed(3)} ms per Verify\n` +
+      (paid.cpuSeconds === undefined
+        ? ""
+        : `${target} CPU time (/proc/<pid>/stat, not profiler samples): ` +
+          `${((paid.cpuSeconds * 1000) / paid.requests).toFixed(3)} ms per paid request\n`);
   }
   process.stdout.write(
     `\nCPU profile of ${target}, ${door} door, ${door === "paid" ? 1 : connections} connections, ${seconds} s window: ` +
@@ -201,6 +210,7 @@ async function main(): Promise<void> {
   say(`profiling ${target}: ${door} door, ${door === "paid" ? 1 : connections} connections for ${seconds} s`);
   let running: Running | undefined;
   let stopProfiled: () => Promise<void> = async () => {};
+  let profiledPid: number | undefined;
   try {
     if (target === "all-in-one") {
       const aio = await startAllInOne(logsDir, CPU_PROF);
@@ -210,7 +220,9 @@ async function main(): Promise<void> {
     } else {
       const s = await startBenchStack(logsDir);
       running = s;
-      stopProfiled = await profileInStack(s, target === "inference-router" ? "inference-router-1" : target);
+      const profiled = await profileInStack(s, target === "inference-router" ? "inference-router-1" : target);
+      stopProfiled = profiled.stop;
+      profiledPid = profiled.pid;
     }
     const t = running.target;
     let from: number;
@@ -237,11 +249,14 @@ async function main(): Promise<void> {
       };
       await paidFor(3);
       recording = true;
+      const cpuFrom = profiledPid === undefined ? undefined : cpuSecondsOf(profiledPid);
       from = nowUs();
       const n = await paidFor(seconds);
       to = nowUs();
+      const cpuTo = profiledPid === undefined ? undefined : cpuSecondsOf(profiledPid);
       recording = false;
-      paidWindow = { requests: n, paidMs };
+      const cpuSeconds = cpuFrom === undefined || cpuTo === undefined ? undefined : cpuTo - cpuFrom;
+      paidWindow = { requests: n, paidMs, cpuSeconds };
       say(`  ${n} paid requests (${Math.round(n / seconds)} req/s), one connection`);
     } else {
       const opts = {
