@@ -676,6 +676,12 @@ describe("Reserve, Commit, Release", () => {
     s.advance(5_000);
     expect(await s.payments.commit(rid, channelId, issued.id, "9999")).toBe(header);
     expect((await s.store.get(channelId))?.spent).toBe(1234n);
+    // metering's commit of the same hold from its usage event (no challenge) succeeds, charging nothing more.
+    expect(deserializeSessionReceipt(await s.payments.commit(rid, channelId, "", "1234"))).toMatchObject({
+      spent: "1234",
+      units: 1,
+    });
+    expect(await s.store.get(channelId)).toMatchObject({ held: 0n, spent: 1234n, units: 1 });
   });
 
   it("charges at most the hold, and refuses what does not fit the bucket", async () => {
@@ -758,7 +764,12 @@ describe("Reserve, Commit, Release", () => {
     await s.payments.release(rid, channelId);
     const after = await s.store.get(channelId);
     expect(after).toEqual(before);
-    await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed");
+    // Says why, so that metering's commit from the usage event knows not to retry it.
+    expect(
+      await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed"),
+    ).toMatchObject({
+      hold: "released",
+    });
   });
 
   it("lets an abandoned hold expire after the reservation TTL", async () => {
@@ -768,7 +779,11 @@ describe("Reserve, Commit, Release", () => {
     await rejects(s.payments.reserve(channelId, "next", "1"), "mpp_voucher_bucket_refresh_required");
     s.advance(60_000);
     await s.payments.reserve(channelId, "next", String(UNIT));
-    await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed");
+    expect(
+      await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed"),
+    ).toMatchObject({
+      hold: "expired",
+    });
   });
 
   it("answers store failures and unknown sessions with mpp_reservation_failed and mpp_commit_failed", async () => {
@@ -784,8 +799,19 @@ describe("Reserve, Commit, Release", () => {
     const b = setup({ store: broken, chain: s.chain });
     await rejects(b.payments.reserve(channelId, "y", "1"), "mpp_reservation_failed");
     const rid = (await s.payments.reserve(channelId, "z", "1")).reservationId;
-    await rejects(b.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed");
-    await rejects(s.payments.commit("rsv_unknown", channelId, issued.id, "1"), "mpp_commit_failed");
+    // A store failure names no hold: the caller may retry it.
+    expect((await rejects(b.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed")).hold).toBe(
+      undefined,
+    );
+    expect(
+      await rejects(s.payments.commit("rsv_unknown", channelId, issued.id, "1"), "mpp_commit_failed"),
+    ).toMatchObject({ hold: "unknown" });
+    expect(
+      await rejects(
+        s.payments.commit(`rsv_${"0".repeat(32)}`, channelId, issued.id, "1"),
+        "mpp_commit_failed",
+      ),
+    ).toMatchObject({ hold: "unknown" });
   });
 });
 
