@@ -6,8 +6,11 @@
 // process of the multi-process stack, restarted in place with `node --cpu-prof`), or all-in-one.
 // Buffered account-door chat at PROFILE_CONNECTIONS (10) for PROFILE_SECONDS (10, at most 30)
 // after a 3 s warm-up; PROFILE_DOOR=paid drives the paid door instead (sequential PaidSession
-// requests reusing one voucher, for mpp-payment). Prints the top self-time frames and areas of the load window only, and
-// keeps the .cpuprofile (open it in Chrome DevTools) under bench/results/profiles/.
+// requests reusing one voucher, for mpp-payment; PROFILE_VOUCHER=new signs a new, higher voucher
+// for every request, the way mppx's session manager pays). Prints the top self-time frames and
+// areas of the load window only (on the paid door also the paid requests' p50 and the target's
+// CPU per paid request and per Verify), and keeps the .cpuprofile (open it in Chrome DevTools)
+// under bench/results/profiles/.
 
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
@@ -18,7 +21,7 @@ import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/demo/t
 import { REPO_ROOT } from "@tollgate/testkit/stack";
 import autocannon from "autocannon";
 import { timedFetch } from "./lib/http.js";
-import { spawnScript, stopChild, waitForPort, waitForReady } from "./lib/procs.js";
+import { cpuSecondsOf, spawnScript, stopChild, waitForPort, waitForReady } from "./lib/procs.js";
 import { bodies } from "./lib/scenarios.js";
 import { type Running, type RunningStack, startAllInOne, startBenchStack } from "./lib/targets.js";
 
@@ -29,6 +32,8 @@ const seconds = Math.min(30, Number(process.env["PROFILE_SECONDS"] || 10));
 const connections = Math.min(200, Number(process.env["PROFILE_CONNECTIONS"] || 10));
 const door = process.env["PROFILE_DOOR"] || "account";
 if (door !== "account" && door !== "paid") throw new Error("PROFILE_DOOR is account or paid");
+const voucher = process.env["PROFILE_VOUCHER"] || "reuse";
+if (voucher !== "reuse" && voucher !== "new") throw new Error("PROFILE_VOUCHER is reuse or new");
 
 const stamp = new Date().toISOString().replace(/[:.]/g, "-");
 const resultsDir = join(REPO_ROOT, "bench/results");
@@ -40,7 +45,10 @@ const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 const CPU_PROF = ["--cpu-prof", "--cpu-prof-dir", profDir];
 
 /** Restarts one stack process in place (same port and settings) under `node --cpu-prof`. */
-async function profileInStack(s: RunningStack, name: string): Promise<() => Promise<void>> {
+async function profileInStack(
+  s: RunningStack,
+  name: string,
+): Promise<{ stop: () => Promise<void>; pid: number | undefined }> {
   const proc = s.stack.processes.find((p) => p.name === name);
   if (!proc) throw new Error(`no stack process ${name}`);
   const script = (name.startsWith("inference-router") ? "inference-router" : name) as ServiceName;
@@ -88,7 +96,7 @@ async function profileInStack(s: RunningStack, name: string): Promise<() => Prom
   await waitForPort(proc.port);
   if (name === "api-edge") await waitForReady(s.target.gatewayUrl);
   say(`  ${name} restarted under --cpu-prof (pid ${child.pid})`);
-  return () => stopChild(child, 20_000);
+  return { stop: () => stopChild(child, 20_000), pid: child.pid };
 }
 
 interface ProfileNode {
@@ -115,7 +123,15 @@ function area(url: string, fn: string): string {
   return rel.startsWith("..") ? path : rel.split("/").slice(0, 2).join("/");
 }
 
-function analyse(file: string, fromUs: number, toUs: number): void {
+/** Paid requests in the window and their paid legs' times (ms), on the paid door. */
+interface PaidWindow {
+  requests: number;
+  paidMs: number[];
+  /** CPU seconds the profiled process used in the window (/proc/<pid>/stat), when known. */
+  cpuSeconds: number | undefined;
+}
+
+function analyse(file: string, fromUs: number, toUs: number, paid?: PaidWindow): void {
   const profile = JSON.parse(readFileSync(file, "utf8")) as CpuProfile;
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
@@ -163,9 +179,28 @@ function analyse(file: string, fromUs: number, toUs: number): void {
   const idle = self.get("(idle)") ?? 0;
   // Our own code (services/, packages/) by inclusive time: where a request's CPU goes.
   const ours = new Map([...inclusive].filter(([k]) => / (services|packages)\//.test(k)));
+  let perPaid = "";
+  if (paid && paid.requests > 0) {
+    const sorted = [...paid.paidMs].sort((a, b) => a - b);
+    const p50 = sorted[Math.floor((sorted.length - 1) / 2)] ?? Number.NaN;
+    // The domain's Verify (verify.ts, and payments.ts's wrapper of the same name that includes it):
+    // the credential checks, the store step and the answer's receipt, without gRPC around them.
+    const verify = Math.max(
+      0,
+      ...[...inclusive].filter(([k]) => /^verifyAndReserve /.test(k)).map(([, v]) => v),
+    );
+    perPaid =
+      `paid requests: ${paid.requests} (${voucher === "new" ? "a new voucher each" : "one voucher reused"}), ` +
+      `paid leg p50 ${p50.toFixed(3)} ms; ${target} CPU ${((total - idle) / 1000 / paid.requests).toFixed(3)} ms ` +
+      `per paid request, verifyAndReserve ${(verify / 1000 / paid.requests).toFixed(3)} ms per Verify\n` +
+      (paid.cpuSeconds === undefined
+        ? ""
+        : `${target} CPU time (/proc/<pid>/stat, not profiler samples): ` +
+          `${((paid.cpuSeconds * 1000) / paid.requests).toFixed(3)} ms per paid request\n`);
+  }
   process.stdout.write(
     `\nCPU profile of ${target}, ${door} door, ${door === "paid" ? 1 : connections} connections, ${seconds} s window: ` +
-      `${(total / 1000).toFixed(0)} ms sampled, ${((100 * (total - idle)) / total).toFixed(1)} % busy\n` +
+      `${(total / 1000).toFixed(0)} ms sampled, ${((100 * (total - idle)) / total).toFixed(1)} % busy\n${perPaid}` +
       `\nTop self-time frames\n${top(self, 25)}\n\nBy area (package, service or V8 bucket)\n${top(areas, 15)}\n` +
       `\nTollgate code by inclusive time (the frame and everything it calls)\n${top(ours, 20)}\n`,
   );
@@ -175,6 +210,7 @@ async function main(): Promise<void> {
   say(`profiling ${target}: ${door} door, ${door === "paid" ? 1 : connections} connections for ${seconds} s`);
   let running: Running | undefined;
   let stopProfiled: () => Promise<void> = async () => {};
+  let profiledPid: number | undefined;
   try {
     if (target === "all-in-one") {
       const aio = await startAllInOne(logsDir, CPU_PROF);
@@ -184,18 +220,26 @@ async function main(): Promise<void> {
     } else {
       const s = await startBenchStack(logsDir);
       running = s;
-      stopProfiled = await profileInStack(s, target === "inference-router" ? "inference-router-1" : target);
+      const profiled = await profileInStack(s, target === "inference-router" ? "inference-router-1" : target);
+      stopProfiled = profiled.stop;
+      profiledPid = profiled.pid;
     }
     const t = running.target;
     let from: number;
     let to: number;
+    let paidWindow: PaidWindow | undefined;
     if (door === "paid") {
+      let recording = false;
+      const paidMs: number[] = [];
       const session = new PaidSession({
         url: t.gatewayUrl,
         privateKey: DEMO_PAYER_PRIVATE_KEY,
         rpcUrl: t.rpcUrl,
         maxDeposit: 50_000_000n,
-        fetch: timedFetch(() => {}),
+        voucherEachRequest: voucher === "new",
+        fetch: timedFetch((e) => {
+          if (recording && e.paid) paidMs.push(e.ms);
+        }),
       });
       const paidFor = async (s: number) => {
         let n = 0;
@@ -204,9 +248,15 @@ async function main(): Promise<void> {
         return n;
       };
       await paidFor(3);
+      recording = true;
+      const cpuFrom = profiledPid === undefined ? undefined : cpuSecondsOf(profiledPid);
       from = nowUs();
       const n = await paidFor(seconds);
       to = nowUs();
+      const cpuTo = profiledPid === undefined ? undefined : cpuSecondsOf(profiledPid);
+      recording = false;
+      const cpuSeconds = cpuFrom === undefined || cpuTo === undefined ? undefined : cpuTo - cpuFrom;
+      paidWindow = { requests: n, paidMs, cpuSeconds };
       say(`  ${n} paid requests (${Math.round(n / seconds)} req/s), one connection`);
     } else {
       const opts = {
@@ -236,7 +286,7 @@ async function main(): Promise<void> {
       .map((f) => join(profDir, f))
       .at(-1);
     if (!file) throw new Error("no .cpuprofile was written");
-    analyse(file, from, to);
+    analyse(file, from, to, paidWindow);
     const keep = join(resultsDir, "profiles");
     mkdirSync(keep, { recursive: true });
     const kept = join(keep, `${target}-${stamp}.cpuprofile`);

@@ -15,11 +15,16 @@ export interface Funding {
 }
 
 /**
- * Signs the next voucher (cumulative + amount), topping the channel up first when it would exceed
- * the deposit.
+ * Signs the next voucher (by default cumulative + amount), topping the channel up first when it
+ * would exceed the deposit.
  */
-export async function raiseVoucher(f: Funding, channel: ChannelState, terms: SessionTerms): Promise<void> {
-  const next = channel.cumulativeAmount + terms.amount;
+export async function raiseVoucher(
+  f: Funding,
+  channel: ChannelState,
+  terms: SessionTerms,
+  next = channel.cumulativeAmount + terms.amount,
+  reason = "refresh required",
+): Promise<void> {
   if (f.maxDeposit !== undefined && next > f.maxDeposit) {
     throw new PaidSessionError(
       "max_deposit_exceeded",
@@ -29,7 +34,7 @@ export async function raiseVoucher(f: Funding, channel: ChannelState, terms: Ses
   }
   if (next > channel.deposit) await topUpFor(f, channel, terms, next, "next voucher exceeds the deposit");
   const signature = await f.signer.voucher(channel, next);
-  f.emit({ type: "raise", from: channel.cumulativeAmount, to: next, reason: "refresh required" });
+  f.emit({ type: "raise", from: channel.cumulativeAmount, to: next, reason });
   channel.cumulativeAmount = next;
   channel.signature = signature;
 }

@@ -52,6 +52,7 @@ export class PaidSession {
   readonly #signer: Signer;
   readonly #funding: Funding;
   readonly #onEvent: ((event: PaidSessionEvent) => void) | undefined;
+  readonly #voucherEachRequest: boolean;
   #channel: ChannelState | undefined;
   #lastChallenge: Challenge.Challenge | undefined;
   #lastBody: string | undefined;
@@ -75,6 +76,7 @@ export class PaidSession {
     });
     this.#signer = new Signer(this.#account, options.rpcUrl);
     this.#onEvent = options.onEvent;
+    this.#voucherEachRequest = options.voucherEachRequest ?? false;
     this.#funding = {
       exchange: this.#exchange,
       signer: this.#signer,
@@ -170,6 +172,14 @@ export class PaidSession {
         assertSameChannel(this.#channel, terms);
         if (mode === "raise") {
           await raiseVoucher(this.#funding, this.#channel, terms);
+          raised = true;
+          action = "raise";
+        } else if (this.#voucherEachRequest && attemptNo === 1) {
+          // The spend so far plus one amount: a higher voucher each request, never far above the spend.
+          const c = this.#channel;
+          const floor = c.spent + terms.amount;
+          const next = floor > c.cumulativeAmount ? floor : c.cumulativeAmount + 1n;
+          await raiseVoucher(this.#funding, c, terms, next, "a new voucher for each request");
           raised = true;
           action = "raise";
         } else action = "reuse";

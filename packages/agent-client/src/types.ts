@@ -151,6 +151,13 @@ export interface PaidSessionOptions {
   timeoutMs?: number;
   /** Resume a channel from {@link PaidSession.state} of an earlier run. */
   state?: PaidSessionState;
+  /**
+   * Sign a new, higher voucher for every request after the open (spent so far plus the challenge
+   * amount, topping up first when it would exceed the deposit), the way mppx's session manager
+   * signs one per request, instead of reusing the accepted one until asked to refresh. Default
+   * false; for load tests of a server's new-voucher path (bench/README.md).
+   */
+  voucherEachRequest?: boolean;
   fetch?: typeof globalThis.fetch;
   onEvent?: (event: PaidSessionEvent) => void;
 }

@@ -385,6 +385,30 @@ describe("PaidSession against the mppx reference server on the Tempo devnet", ()
     await expect(session.chat(chatBody("after close"))).rejects.toMatchObject({ code: "session_closed" });
   });
 
+  it("with voucherEachRequest signs a new, higher voucher for every request, as mppx pays", async () => {
+    const { devnet, server, payerKey } = await setup({ mode: "bucket", requestsPerBucket: 3 });
+    const session = new PaidSession({
+      url: server.baseUrl,
+      privateKey: payerKey,
+      rpcUrl: devnet.url,
+      voucherEachRequest: true,
+    });
+    const responses = [];
+    for (let i = 1; i <= 3; i++) responses.push(await session.chat(chatBody(`each ${i}`)));
+    expect(responses.map((r) => r.voucher)).toEqual(["opened", "raised", "raised"]);
+    // Each voucher is the spend so far plus one amount: the server charged a bucket for each.
+    expect(server.seen.filter((c) => c.hasBody).map((c) => [c.action, c.cumulativeAmount, c.status])).toEqual(
+      [
+        ["open", String(UNIT), 200],
+        ["voucher", String(2n * UNIT), 200],
+        ["voucher", String(3n * UNIT), 200],
+      ],
+    );
+    expect(responses.map((r) => r.receipt.spent)).toEqual([UNIT, 2n * UNIT, 3n * UNIT].map(String));
+    const closed = await session.close();
+    expect(closed).toMatchObject({ spent: 3n * UNIT, cumulativeAmount: 3n * UNIT });
+  });
+
   it("treats the reference server's insufficient balance like a refresh and tops up past the deposit", async () => {
     const { devnet, server, payer, payee, payerKey } = await setup({
       mode: "reference",

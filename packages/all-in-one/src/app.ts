@@ -93,20 +93,6 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     { metrics: registries.auth },
   );
   running.set("auth-policy", auth);
-  // metering settles budget reservations with auth-policy, so auth-policy starts first.
-  const metering = await startMetering(
-    {
-      grpcHost: LOOPBACK,
-      grpcPort: 0,
-      internalAuth: trust.metering,
-      ...nats,
-      ...redis,
-      ...dialOptions("metering", peer),
-    },
-    logger("metering"),
-    { ...deps, metrics: registries.metering, authPolicy: inProcessClient(auth.inProcess, "metering") },
-  );
-  running.set("metering", metering);
   // The paid door runs when the configuration has plans; without them its route does not exist.
   const paidDoor = gateway.plans !== undefined;
   const devnet =
@@ -134,6 +120,26 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
         )
       : undefined;
   if (payment) running.set("mpp-payment", payment);
+  // metering settles budget reservations with auth-policy and commits paid holds with
+  // mpp-payment (docs/money.md, "Paid door: the commit after the answer"), so both start first.
+  const metering = await startMetering(
+    {
+      grpcHost: LOOPBACK,
+      grpcPort: 0,
+      internalAuth: trust.metering,
+      ...nats,
+      ...redis,
+      ...dialOptions("metering", peer),
+    },
+    logger("metering"),
+    {
+      ...deps,
+      metrics: registries.metering,
+      authPolicy: inProcessClient(auth.inProcess, "metering"),
+      ...(payment ? { mppPayment: inProcessClient(payment.inProcess, "metering") } : {}),
+    },
+  );
+  running.set("metering", metering);
   const router = await startInferenceRouter(
     {
       grpcHost: LOOPBACK,
@@ -185,9 +191,9 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
     stopInOrder([
       () => edge.stop(),
       () => router.stop(),
-      () => payment?.stop(),
       () => metering.stop(),
-      // After metering, which settles reservations with it while it drains.
+      // After metering, which settles reservations and commits paid holds with them while it drains.
+      () => payment?.stop(),
       () => auth.stop(),
       () => bus?.close(),
       () => upstream?.close(),

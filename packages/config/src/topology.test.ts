@@ -73,7 +73,14 @@ describe("dialEnv and dialOptions", () => {
   });
 
   it("names the start() options of each peer", () => {
-    expect(dialOptions("metering", () => "127.0.0.1:1")).toEqual({ authPolicyAddr: "127.0.0.1:1" });
+    expect(dialOptions("metering", () => "127.0.0.1:1")).toEqual({
+      authPolicyAddr: "127.0.0.1:1",
+      mppPaymentAddr: "127.0.0.1:1",
+    });
+    // Without the paid door, metering runs without mpp-payment.
+    expect(dialOptions("metering", (p) => (p === "mpp-payment" ? undefined : "127.0.0.1:1"))).toEqual({
+      authPolicyAddr: "127.0.0.1:1",
+    });
     expect(dialOptions("api-edge", (p) => (p === "mpp-payment" ? undefined : `${p}:1`))).toEqual({
       authPolicyAddr: "auth-policy:1",
       inferenceRouterAddr: "inference-router:1",

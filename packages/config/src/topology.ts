@@ -110,8 +110,12 @@ export const TOPOLOGY = {
   metering: {
     summary: "usage events from JetStream and analytics over gRPC",
     ports: grpc(4),
-    // Settles budget reservations with auth-policy (connected on first use).
-    dials: [{ service: "auth-policy", env: "AUTH_POLICY_ADDR", option: "authPolicyAddr" }],
+    // Settles budget reservations with auth-policy and commits paid holds with mpp-payment
+    // (connected on first use; without mpp-payment, api-edge's Commit alone charges them).
+    dials: [
+      { service: "auth-policy", env: "AUTH_POLICY_ADDR", option: "authPolicyAddr" },
+      { service: "mpp-payment", env: "MPP_PAYMENT_ADDR", option: "mppPaymentAddr", optional: true },
+    ],
     nats: true,
     redis: true,
     configFile: false,

@@ -174,6 +174,7 @@ describe("NetworkPolicies of the production example", () => {
       "api-edge -> metering:50054",
       "api-edge -> mpp-payment:50052",
       "metering -> auth-policy:50051",
+      "metering -> mpp-payment:50052",
     ]);
   });
 

@@ -1,5 +1,9 @@
-import { randomBytes } from "node:crypto";
+import { randomBytes, randomUUID } from "node:crypto";
 import { PaidSession, PaidSessionError } from "@tollgate/agent-client";
+import { createClient } from "@tollgate/kit/grpc";
+import { Door, InferenceService, Operation } from "@tollgate/proto/inference";
+import { MeteringService } from "@tollgate/proto/metering";
+import { PaymentService } from "@tollgate/proto/payment";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
 import { type RedisFixture, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
 import { type Stack, startStack } from "@tollgate/testkit/stack";
@@ -17,6 +21,7 @@ import {
   PAID_PROMPT_MARKER,
   payerClient,
   planDefault,
+  quoteFor,
   servedCost,
   type WireEntry,
   wireRecorder,
@@ -34,10 +39,13 @@ type Plan = "Starter" | "Plus" | "Premium";
  *   request after request all pay exactly their own cost;
  * - a first paid request whose model fails after the open was broadcast leaves the payer with
  *   its channel: the same client pays on it, opens nothing else, and closes to the exact balances.
+ * - api-edge gone between its answer and its Commit: metering commits the hold from the
+ *   router's usage event, once, at the event's cost, and the close pays it.
  * After each: what callers were told (x-tollgate-cost) == the channel's committed spend, one
  * commit per answer, every receipt within it, and no hold is left. A paid answer goes out before
  * its Commit lands (docs/paid-door.md, "One round trip"): the books are read once the holds have
- * settled, and a close sent right after an answer pays it too.
+ * settled, and a close sent right after an answer pays it too. Every answer is committed twice
+ * over, by api-edge and by metering from its usage event: the books show it charged once.
  */
 
 const FUNDING = 50_000_000n;
@@ -116,6 +124,30 @@ async function settledState(channelId: string) {
     const state = await channelState(channelId);
     if ((state.held === 0n && state.liveHolds === 0) || Date.now() > deadline) return state;
     await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * Metering's totals of every door (the usage events of this file's tests), once it has applied
+ * every published event and counts at least `requests` (10 s at most).
+ */
+async function metered(requests = 0n): Promise<{ requests: bigint; cost: bigint }> {
+  const port = stack.processes.find((x) => x.name === "metering")!.port;
+  const metering = createClient(MeteringService, `127.0.0.1:${port}`, stack.internalAuth("api-edge"));
+  const lag = async () => {
+    const text = await (await fetch(stack.metricsUrls["metering"]!)).text();
+    return Number(/^tollgate_consumer_lag_messages (\d+)$/m.exec(text)?.[1] ?? "-1");
+  };
+  try {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const totals = (await metering.getUsage({})).totals;
+      const now = { requests: totals?.requests ?? 0n, cost: BigInt(totals?.cost || "0") };
+      if ((now.requests >= requests && (await lag()) === 0) || Date.now() > deadline) return now;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } finally {
+    metering.$close();
   }
 }
 
@@ -422,6 +454,82 @@ describe("paid door money on the multi-process stack, with the unmodified mppx c
       held: 0n,
       liveHolds: 0,
     });
+  });
+
+  it("api-edge gone between its answer and its Commit: metering commits the hold from the router's usage event, once, at its cost, and the close pays it", async () => {
+    const payeeBefore = await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS);
+    const p = await newPayer();
+    const answers: Served[] = [];
+    for (const i of [1, 2]) {
+      const body = chatBody(`before the crash ${i}`);
+      answers.push(await served(await p.pay(body), body));
+    }
+    const channelId = p.manager.channelId!;
+    const told = await expectMoneyAddsUp(channelId, answers);
+    const meteredBefore = await metered();
+
+    // What api-edge does for a paid request up to its answer, as api-edge: the hold, then the
+    // router's completion billed to it (the router publishes its usage event before it answers).
+    // api-edge then dies: its Commit never leaves.
+    const asEdge = stack.internalAuth("api-edge");
+    const port = (name: string) => stack.processes.find((x) => x.name === name)!.port;
+    const payment = createClient(PaymentService, `127.0.0.1:${port("mpp-payment")}`, asEdge);
+    const router = createClient(InferenceService, `127.0.0.1:${port("inference-router-1")}`, asEdge);
+    try {
+      const body = chatBody("api-edge dies right after this answer");
+      const model = planDefault("Starter");
+      const raw = JSON.stringify(body);
+      const quote = quoteFor(raw, model, 8).toString();
+      const { reservationId } = await payment.reserve(
+        { channelId, requestId: randomUUID(), quote, challengeId: "" },
+        { timeoutMs: 10_000 },
+      );
+      const res = await router.complete(
+        {
+          input: {
+            requestId: `edge-gone-${randomUUID()}`,
+            operation: Operation.CHAT,
+            model: model.id,
+            maxOutputTokens: 8,
+            body: Buffer.from(raw),
+            billing: { door: Door.PAID, reservationId, quote, channelId },
+          },
+        },
+        { timeoutMs: 30_000 },
+      );
+      const cost = BigInt(res.usage!.cost);
+      expect(cost).toBe(servedCost(body, model));
+
+      // The payer closes: the close waits for the channel's live hold, which metering commits.
+      const closed = await p.manager.close();
+      expect(closed?.txHash).toMatch(/^0x[0-9a-f]{64}$/);
+      expect(BigInt(closed!.spent)).toBe(told + cost);
+      expect((await balanceOf(stack.tempoRpcUrl, DEMO_PAYEE_ADDRESS)) - payeeBefore).toBe(told + cost);
+      expect(await balanceOf(stack.tempoRpcUrl, p.payer.address)).toBe(FUNDING - told - cost);
+      expect(await channelState(channelId)).toMatchObject({
+        spent: told + cost,
+        units: 3,
+        held: 0n,
+        liveHolds: 0,
+      });
+
+      // Had api-edge lived, its Commit would land now: it succeeds and charges nothing more.
+      const late = await payment.commit(
+        { reservationId, channelId, challengeId: "", actualCost: cost.toString() },
+        { timeoutMs: 10_000 },
+      );
+      expect(Session.Precompile.Receipt.deserializeSessionReceipt(late.paymentReceipt).spent).toBe(
+        String(told + cost),
+      );
+      expect((await channelState(channelId)).spent).toBe(told + cost);
+      // Metered once: the request and its cost.
+      const after = await metered(meteredBefore.requests + 1n);
+      expect(after.requests - meteredBefore.requests).toBe(1n);
+      expect(after.cost - meteredBefore.cost).toBe(cost);
+    } finally {
+      payment.$close();
+      router.$close();
+    }
   });
 
   it("logs hold no credential, signature, receipt (error answers' included) or prompt text", async () => {

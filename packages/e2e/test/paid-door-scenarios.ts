@@ -513,6 +513,10 @@ export function describePaidDoor(name: string, setup: () => Promise<PaidTarget>)
       expect(logs).not.toContain(PAID_PROMPT_MARKER);
       expect(logs).not.toContain("marigold");
       expect(logs).not.toContain("lorem ipsum");
+      // metering committed every paid hold from its usage event too (after api-edge's Commit, a
+      // repeat): none was refused, and no event waits for a Commit metering may not send.
+      expect(logs).not.toContain("paid hold not committed from its usage event");
+      expect(logs).not.toContain("usage events not applied");
     });
   });
 }

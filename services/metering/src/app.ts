@@ -10,8 +10,10 @@ import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import type { AuthService } from "@tollgate/proto/auth";
 import { MeteringService } from "@tollgate/proto/metering";
+import type { PaymentService } from "@tollgate/proto/payment";
 import { natsNames } from "@tollgate/proto/subjects";
 import { UsageRecordedSchema } from "@tollgate/proto/usage";
+import { createGrpcPaidCommitter, createPaidCommitter } from "./adapters/grpc-paid-committer.js";
 import {
   createGrpcReservationSettler,
   createReservationSettler,
@@ -53,6 +55,12 @@ export interface MeteringOptions {
    * on first use. Unset: reservations are not settled (they expire), which only suits tests.
    */
   authPolicyAddr?: string;
+  /**
+   * mpp-payment (a comma list round-robins over its replicas), which commits the paid door's
+   * holds from their usage events besides api-edge's Commit; connected on first use. Unset: paid
+   * holds are committed by api-edge alone (docs/money.md, "Paid door: the commit after the answer").
+   */
+  mppPaymentAddr?: string;
   /** Most usage events applied together (one Redis round trip, one SettleReservations). Default 256. */
   batchMaxEvents?: number;
   /**
@@ -73,6 +81,8 @@ export interface MeteringDeps {
    * it replaces the gRPC client authPolicyAddr would dial.
    */
   authPolicy?: Client<MethodsOf<typeof AuthService>>;
+  /** mpp-payment's client, likewise (the all-in-one's in-process one); replaces mppPaymentAddr. */
+  mppPayment?: Client<MethodsOf<typeof PaymentService>>;
   /** The registry to fill (the all-in-one serves one per service, merged); default: a new one. */
   metrics?: Registry;
 }
@@ -106,6 +116,11 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
     : opts.authPolicyAddr
       ? createGrpcReservationSettler(opts.authPolicyAddr, opts.internalAuth)
       : undefined;
+  const committer = deps.mppPayment
+    ? createPaidCommitter(deps.mppPayment)
+    : opts.mppPaymentAddr
+      ? createGrpcPaidCommitter(opts.mppPaymentAddr, opts.internalAuth)
+      : undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
@@ -113,6 +128,7 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       () => grpc?.stop(),
       () => subscription?.stop(),
       () => settler?.close(),
+      () => committer?.close(),
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
       () => metricsServer?.stop(),
@@ -136,7 +152,13 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
     const registry = deps.metrics ?? createMetrics("metering");
     const metrics = meteringMetrics(registry, async () => (subscription ? subscription.pending() : 0));
     if (!settler) log.warn("AUTH_POLICY_ADDR is not set: budget reservations are not settled");
-    subscription = await consumeUsage(bus, names, store, log, metrics.observe, settler, {
+    if (!committer) {
+      log.info(
+        "MPP_PAYMENT_ADDR is off: paid-door holds are committed by api-edge alone, not from usage events",
+      );
+    }
+    const charging = { settler, committer, observePaidCommit: metrics.observePaidCommit };
+    subscription = await consumeUsage(bus, names, store, log, metrics.observe, charging, {
       maxEvents: opts.batchMaxEvents ?? DEFAULT_BATCH_MAX_EVENTS,
       lingerMs: opts.batchLingerMs ?? DEFAULT_BATCH_LINGER_MS,
     });

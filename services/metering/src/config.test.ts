@@ -44,6 +44,15 @@ describe("loadConfig", () => {
     ).toBe("auth-policy:50051");
   });
 
+  it("commits paid holds with mpp-payment only when MPP_PAYMENT_ADDR names it", () => {
+    const base = { NATS_URL: "n", REDIS_URL: "r" };
+    expect(loadConfig(base)).not.toHaveProperty("mppPaymentAddr");
+    expect(loadConfig({ ...base, MPP_PAYMENT_ADDR: "off" })).not.toHaveProperty("mppPaymentAddr");
+    expect(loadConfig({ ...base, MPP_PAYMENT_ADDR: "mpp-payment:50052" }).mppPaymentAddr).toBe(
+      "mpp-payment:50052",
+    );
+  });
+
   it("reads the batch size and linger, within bounds", () => {
     const c = loadConfig({ NATS_URL: "n", REDIS_URL: "r", BATCH_MAX_EVENTS: "64", BATCH_LINGER_MS: "0" });
     expect([c.batchMaxEvents, c.batchLingerMs]).toEqual([64, 0]);

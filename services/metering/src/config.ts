@@ -32,6 +32,8 @@ const envSchema = z
     METRICS_PORT: port(9054),
     /** auth-policy's gRPC address, for SettleReservations. */
     AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
+    /** mpp-payment's gRPC address(es), for Commit of paid holds; unset or "off": none. */
+    MPP_PAYMENT_ADDR: z.string().optional(),
     /** Most usage events applied together. */
     BATCH_MAX_EVENTS: z.coerce.number().int().min(1).max(1000).default(256),
     /** How long a batch waits for more usage events once one is in hand (ms). */
@@ -74,6 +76,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     authPolicyAddr: e.AUTH_POLICY_ADDR,
+    ...(e.MPP_PAYMENT_ADDR && e.MPP_PAYMENT_ADDR !== "off" ? { mppPaymentAddr: e.MPP_PAYMENT_ADDR } : {}),
     batchMaxEvents: e.BATCH_MAX_EVENTS,
     batchLingerMs: e.BATCH_LINGER_MS,
     tracing: tracingOptions(e, "metering"),

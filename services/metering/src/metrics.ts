@@ -1,5 +1,6 @@
 import { Counter, Gauge, METRIC_PREFIX, type Registry } from "@tollgate/kit/metrics";
 import { Door } from "@tollgate/proto/usage";
+import type { PaidCommitOutcome } from "./domain/ports.js";
 import type { UsageObserver } from "./transport/bus/usage-consumer.js";
 
 const DOOR_LABEL: Readonly<Record<Door, string>> = {
@@ -12,6 +13,8 @@ const DOOR_LABEL: Readonly<Record<Door, string>> = {
 export interface MeteringMetrics {
   /** Feeds the event counters from the usage consumer. */
   observe: UsageObserver;
+  /** Counts what became of each paid hold committed from its usage event. */
+  observePaidCommit: (outcome: PaidCommitOutcome) => void;
 }
 
 /**
@@ -36,6 +39,15 @@ export function meteringMetrics(registry: Registry, pending: () => Promise<numbe
     labelNames: ["door"],
     registers,
   });
+  const paidCommits = new Counter({
+    name: `${METRIC_PREFIX}paid_commits_total`,
+    help:
+      "Paid-door holds committed from their usage events, by outcome: committed (charged now or " +
+      "before, by api-edge's Commit) or unknown, released, expired (never to be charged)",
+    labelNames: ["outcome"],
+    registers,
+  });
+  for (const outcome of ["committed", "unknown", "released", "expired"]) paidCommits.inc({ outcome }, 0);
   new Gauge({
     name: `${METRIC_PREFIX}consumer_lag_messages`,
     help: "Usage events published but not yet applied by the metering consumer",
@@ -58,6 +70,9 @@ export function meteringMetrics(registry: Registry, pending: () => Promise<numbe
         if (Number.isFinite(value) && value >= 0)
           cost.inc({ door: DOOR_LABEL[message.door] ?? "unspecified" }, value);
       }
+    },
+    observePaidCommit(outcome) {
+      paidCommits.inc({ outcome });
     },
   };
 }

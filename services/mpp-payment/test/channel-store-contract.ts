@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { type Hex, keccak256, toHex, zeroAddress } from "viem";
 import { expect, it } from "vitest";
-import type { ChannelStore, NewChannel } from "../src/domain/ports.js";
+import type { ChannelStore, NewChannel, OfferedVoucher, OfferVoucherOutcome } from "../src/domain/ports.js";
 import { USDC_E } from "./support.js";
 
 // Real time: the Redis store lets finished reservations expire on the server clock.
@@ -29,6 +29,31 @@ export function newChannel(highest = 1_000_000n, settled = 0n): NewChannel {
 }
 
 const sig = () => toHex(randomBytes(65)) as Hex;
+
+/** A voucher offered with its signature verified, the chain showing what the store holds. */
+const checked = (cumulative: bigint, chain: Partial<OfferedVoucher> = {}): OfferedVoucher => ({
+  cumulative,
+  signature: sig(),
+  checked: true,
+  chainDeposit: 0n,
+  chainSettled: 0n,
+  ...chain,
+});
+/** The channel's accepted voucher, offered without a verified signature. */
+const unchecked = (v: { cumulative: bigint; signature: Hex }): OfferedVoucher => ({
+  ...v,
+  checked: false,
+  chainDeposit: 0n,
+  chainSettled: 0n,
+});
+/** What the hold of an offer answered. */
+const heldOf = (o: OfferVoucherOutcome) => ("held" in o ? o.held : undefined);
+const hold = (reservationId: string, amount: bigint, now = T0) => ({
+  reservationId,
+  amount,
+  now,
+  expiresAt: now + TTL,
+});
 
 /**
  * Behaviour every ChannelStore must show; the memory store runs it as a unit test and the
@@ -58,20 +83,108 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     const store = await makeStore();
     const c = newChannel();
     await store.create(c);
-    const higher = { cumulative: 2_000_000n, signature: sig() };
-    expect(await store.acceptVoucher(c.channelId, higher)).toEqual({ kind: "accepted", highest: 2_000_000n });
-    expect(await store.acceptVoucher(c.channelId, { ...higher, signature: sig() })).toEqual({
-      kind: "same",
-      highest: 2_000_000n,
+    const higher = checked(2_000_000n);
+    const figures = { accepted: 2_000_000n, spent: 0n, units: 0 };
+    expect(await store.offerVoucher(c.channelId, higher)).toEqual({ kind: "accepted", ...figures });
+    expect(await store.offerVoucher(c.channelId, checked(2_000_000n))).toEqual({ kind: "same", ...figures });
+    expect(await store.offerVoucher(c.channelId, checked(1_500_000n))).toEqual({ kind: "stale" });
+    expect((await store.get(c.channelId))?.highest).toEqual({
+      cumulative: higher.cumulative,
+      signature: higher.signature,
     });
-    expect(await store.acceptVoucher(c.channelId, { cumulative: 1_500_000n, signature: sig() })).toEqual({
-      kind: "stale",
-      highest: 2_000_000n,
-    });
-    expect((await store.get(c.channelId))?.highest).toEqual(higher);
-    expect(await store.acceptVoucher(newChannel().channelId, higher)).toEqual({ kind: "unknown" });
+    expect(await store.offerVoucher(newChannel().channelId, higher)).toEqual({ kind: "unknown" });
     const vouchers = await store.vouchers(c.channelId);
     expect(vouchers.map((v) => v.cumulative).sort()).toEqual([1_000_000n, 2_000_000n]);
+  });
+
+  it("raises only above the settled amount and within the deposit, stored or on chain, and raises the stored deposit", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n, 500_000n);
+    await store.create(c);
+    expect(await store.offerVoucher(c.channelId, checked(1_200_000n, { chainSettled: 1_200_000n }))).toEqual({
+      kind: "settled",
+    });
+    // Above the stored 5 units, not above what the chain shows: accepted, the stored deposit raised.
+    expect(await store.offerVoucher(c.channelId, checked(5_000_001n))).toEqual({ kind: "above_deposit" });
+    expect(await store.get(c.channelId)).toMatchObject({ deposit: 5_000_000n, highest: c.voucher });
+    expect(
+      (await store.offerVoucher(c.channelId, checked(6_000_000n, { chainDeposit: 7_000_000n }))).kind,
+    ).toBe("accepted");
+    expect(await store.get(c.channelId)).toMatchObject({
+      deposit: 7_000_000n,
+      highest: { cumulative: 6_000_000n },
+    });
+    // A lower deposit on chain (a stale read) never lowers the stored one.
+    expect((await store.offerVoucher(c.channelId, checked(6_500_000n, { chainDeposit: 1n }))).kind).toBe(
+      "accepted",
+    );
+    expect((await store.get(c.channelId))?.deposit).toBe(7_000_000n);
+    // Nothing but an accept moves the deposit.
+    await store.offerVoucher(c.channelId, checked(7_000_001n, { chainDeposit: 7_000_000n }));
+    await store.offerVoucher(c.channelId, checked(6_000_000n, { chainDeposit: 9_000_000n }));
+    expect((await store.get(c.channelId))?.deposit).toBe(7_000_000n);
+  });
+
+  it("accepts a voucher and holds in one step; a hold that does not fit leaves the voucher accepted", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    expect(await store.offerVoucher(c.channelId, checked(1_500_000n), hold("r1", 1_400_000n))).toEqual({
+      kind: "accepted",
+      accepted: 1_500_000n,
+      spent: 0n,
+      units: 0,
+      held: { kind: "reserved", spent: 0n, accepted: 1_500_000n, units: 0 },
+    });
+    await store.commit(c.channelId, "r1", 400_000n, T0);
+    expect(await store.offerVoucher(c.channelId, checked(1_600_000n), hold("r2", 1_200_001n))).toEqual({
+      kind: "accepted",
+      accepted: 1_600_000n,
+      spent: 400_000n,
+      units: 1,
+      held: { kind: "insufficient" },
+    });
+    expect(await store.get(c.channelId)).toMatchObject({ highest: { cumulative: 1_600_000n }, held: 0n });
+    // A finished reservation id cannot hold again; a refused voucher takes no hold.
+    expect(heldOf(await store.offerVoucher(c.channelId, checked(1_700_000n), hold("r1", 1n)))).toEqual({
+      kind: "conflict",
+    });
+    expect(await store.offerVoucher(c.channelId, checked(1_650_000n), hold("r3", 1n))).toEqual({
+      kind: "stale",
+    });
+    expect(await store.offerVoucher(c.channelId, checked(9_000_000n), hold("r3", 1n))).toEqual({
+      kind: "above_deposit",
+    });
+    expect(await store.get(c.channelId)).toMatchObject({ held: 0n, spent: 400_000n });
+    // Retrying a live hold's id holds nothing more.
+    await store.offerVoucher(c.channelId, checked(1_800_000n), hold("r4", 100_000n));
+    expect(
+      heldOf(await store.offerVoucher(c.channelId, checked(1_900_000n), hold("r4", 100_000n)))?.kind,
+    ).toBe("reserved");
+    expect((await store.get(c.channelId))?.held).toBe(100_000n);
+  });
+
+  it("never holds more than the accepted voucher under concurrent new vouchers with holds", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    // 40 requests at once, each with its own higher voucher (the order they land in is any).
+    const outcomes = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        store.offerVoucher(
+          c.channelId,
+          checked(1_000_000n + BigInt(i + 1) * 10_000n),
+          hold(`r${i}`, 50_000n),
+        ),
+      ),
+    );
+    const record = (await store.get(c.channelId))!;
+    const held = outcomes.filter((o) => heldOf(o)?.kind === "reserved").length;
+    expect(record.highest.cumulative).toBe(1_400_000n);
+    expect(record.held).toBe(BigInt(held) * 50_000n);
+    expect(record.held).toBeLessThanOrEqual(record.highest.cumulative);
+    // Each voucher was accepted or, landing after a higher one, stale (and then held nothing).
+    for (const o of outcomes) expect(o.kind === "accepted" || o.kind === "stale").toBe(true);
   });
 
   it("holds quotes inside the accepted cumulative and refuses what does not fit", async () => {
@@ -88,51 +201,40 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     expect((await store.reserve(newChannel().channelId, "r3", 1n, T0, T0 + TTL)).kind).toBe("unknown");
   });
 
-  it("holds on a voucher only when it is the accepted one, and then as reserve does", async () => {
+  it("holds on an unchecked voucher only when it is the accepted one, and then as reserve does", async () => {
     const store = await makeStore();
     const c = newChannel(1_000_000n);
     await store.create(c);
     const accepted = c.voucher;
     const shouted = { ...accepted, signature: accepted.signature.toUpperCase().replace("0X", "0x") as Hex };
     const reserved = { kind: "reserved", spent: 0n, accepted: 1_000_000n, units: 0 };
-    expect(await store.reserveOnVoucher(c.channelId, accepted, "r1", 600_000n, T0, T0 + TTL)).toEqual(
-      reserved,
-    );
-    expect(await store.reserveOnVoucher(c.channelId, shouted, "r2", 300_000n, T0, T0 + TTL)).toEqual(
-      reserved,
-    );
+    const same = { kind: "same", accepted: 1_000_000n, spent: 0n, units: 0 };
+    const offer = (v: { cumulative: bigint; signature: Hex }, rid: string, amount: bigint) =>
+      store.offerVoucher(c.channelId, unchecked(v), hold(rid, amount));
+    expect(await offer(accepted, "r1", 600_000n)).toEqual({ ...same, held: reserved });
+    expect(await offer(shouted, "r2", 300_000n)).toEqual({ ...same, held: reserved });
     // Another signature, a lower or a higher cumulative: not the accepted voucher, nothing held.
     for (const other of [
       { ...accepted, signature: sig() },
       { ...accepted, cumulative: 999_999n },
       { ...accepted, cumulative: 2_000_000n },
     ]) {
-      expect(await store.reserveOnVoucher(c.channelId, other, "r3", 1n, T0, T0 + TTL)).toEqual({
-        kind: "not_accepted",
-      });
+      expect(await offer(other, "r3", 1n)).toEqual({ kind: "unchecked" });
     }
     expect(await store.get(c.channelId)).toMatchObject({ held: 900_000n, highest: accepted });
-    expect((await store.reserveOnVoucher(c.channelId, accepted, "r3", 100_001n, T0, T0 + TTL)).kind).toBe(
-      "insufficient",
-    );
+    expect(heldOf(await offer(accepted, "r3", 100_001n))?.kind).toBe("insufficient");
     // The same id again holds nothing more; a finished one cannot hold again.
-    expect((await store.reserveOnVoucher(c.channelId, accepted, "r1", 600_000n, T0, T0 + TTL)).kind).toBe(
-      "reserved",
-    );
+    expect(heldOf(await offer(accepted, "r1", 600_000n))?.kind).toBe("reserved");
     await store.commit(c.channelId, "r1", 10n, T0);
-    expect((await store.reserveOnVoucher(c.channelId, accepted, "r1", 1n, T0, T0 + TTL)).kind).toBe(
-      "conflict",
-    );
+    expect(heldOf(await offer(accepted, "r1", 1n))?.kind).toBe("conflict");
     expect(await store.get(c.channelId)).toMatchObject({ held: 300_000n, spent: 10n, units: 1 });
     expect((await store.beginClose(c.channelId, T0, 60_000)).kind).toBe("busy");
     await store.release(c.channelId, "r2", T0);
     expect((await store.beginClose(c.channelId, T0, 60_000)).kind).toBe("ok");
-    expect((await store.reserveOnVoucher(c.channelId, accepted, "r4", 1n, T0, T0 + TTL)).kind).toBe(
-      "not_open",
-    );
-    expect(
-      (await store.reserveOnVoucher(newChannel().channelId, accepted, "r5", 1n, T0, T0 + TTL)).kind,
-    ).toBe("unknown");
+    expect(await offer(accepted, "r4", 1n)).toEqual({ kind: "not_open" });
+    expect(await store.offerVoucher(newChannel().channelId, unchecked(accepted), hold("r5", 1n))).toEqual({
+      kind: "unknown",
+    });
   });
 
   it("commits min(actual, hold), releases the rest, counts units and answers a repeat alike", async () => {
@@ -201,9 +303,7 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     expect(begun).toMatchObject({ kind: "ok", record: { status: "closing", spent: 10n } });
     if (begun.kind !== "ok") throw new Error("not begun");
     expect((await store.reserve(c.channelId, "r2", 1n, T0, T0 + TTL)).kind).toBe("not_open");
-    expect(await store.acceptVoucher(c.channelId, { cumulative: 2_000_000n, signature: sig() })).toEqual({
-      kind: "not_open",
-    });
+    expect(await store.offerVoucher(c.channelId, checked(2_000_000n))).toEqual({ kind: "not_open" });
     expect((await store.beginClose(c.channelId, T0 + 2, 60_000)).kind).toBe("closing");
     // A stale mark (a crashed close) can be taken over; the old attempt can no longer roll back.
     const takeover = await store.beginClose(c.channelId, T0 + 60_001, 60_000);
@@ -237,7 +337,7 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     await store.raiseDeposit(c.channelId, 7_000_000n);
     await store.raiseDeposit(c.channelId, 6_000_000n);
     for (const cumulative of [2_000_000n, 3_000_000n])
-      await store.acceptVoucher(c.channelId, { cumulative, signature: sig() });
+      await store.offerVoucher(c.channelId, checked(cumulative, { chainDeposit: 7_000_000n }));
     await store.recordSettled(c.channelId, 2_000_000n);
     await store.recordSettled(c.channelId, 1_500_000n);
     expect(await store.get(c.channelId)).toMatchObject({ deposit: 7_000_000n, settled: 2_000_000n });

@@ -177,7 +177,14 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
               model: binding?.model ?? body.model ?? "",
               ...(binding?.outputCap ? { maxOutputTokens: binding.outputCap } : {}),
               body: req.rawBody!,
-              billing: { door: Door.PAID, reservationId, quote: verified.quote },
+              // The channel rides into the usage event: metering commits the hold from it too,
+              // should this process die before its own Commit lands (docs/money.md).
+              billing: {
+                door: Door.PAID,
+                reservationId,
+                quote: verified.quote,
+                channelId: verified.channelId,
+              },
             },
           },
           { signal: callerGone(reply) },

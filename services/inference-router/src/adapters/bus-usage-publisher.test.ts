@@ -56,6 +56,19 @@ describe("createBusUsagePublisher", () => {
     expect(stored[0]?.outputTokens).toBe(0);
   });
 
+  it("publishes the paid hold's channel, and none for the account door", async () => {
+    const { bus, attempts } = flakyBus(0);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const channelId = `0x${"cd".repeat(32)}`;
+    await publisher.publish({ ...EVENT, door: "paid", reservationId: `rsv_${"2".repeat(32)}`, channelId });
+    await publisher.publish({ ...EVENT, eventId: "evt_2" });
+    const stored = attempts.map((a) => fromBinary(UsageRecordedSchema, a.data));
+    expect(stored.map((s) => [s.reservationId, s.channelId])).toEqual([
+      [`rsv_${"2".repeat(32)}`, channelId],
+      ["rsv_1", ""],
+    ]);
+  });
+
   it("retries a failed publish with backoff and the same message id until it is stored", async () => {
     const { bus, attempts } = flakyBus(4);
     await createBusUsagePublisher(bus, SUBJECTS, 5_000).publish(EVENT);

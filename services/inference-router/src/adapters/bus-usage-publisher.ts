@@ -53,6 +53,7 @@ export function usageRecordedOf(e: UsageEvent): UsageRecorded {
     cost: e.cost.toString(),
     pricingSnapshotId: e.pricingSnapshotId,
     reservationId: e.reservationId,
+    channelId: e.channelId ?? "",
     outcome: OUTCOME[e.outcome],
     streamed: e.streamed,
     operation: OPERATION[e.operation],

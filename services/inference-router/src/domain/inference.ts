@@ -12,6 +12,8 @@ export interface Billing {
   reservationId: string;
   /** The request's quote in base units: what is charged never exceeds it. Undefined: no cap. */
   quote?: bigint;
+  /** The paid door's payment channel holding `reservationId`, carried into the usage event. */
+  channelId?: string;
 }
 
 /** One authorized completion. */

@@ -63,6 +63,8 @@ export interface UsageEvent {
   cost: bigint;
   pricingSnapshotId: string;
   reservationId: string;
+  /** The paid door's payment channel holding `reservationId` (metering commits the hold with it). */
+  channelId?: string;
   outcome: "completed" | "client_cancelled" | "upstream_failed";
   streamed: boolean;
   /** The upstream operation that served it. */

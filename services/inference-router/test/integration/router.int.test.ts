@@ -199,6 +199,7 @@ const BILLING = {
   connectionId: "conn_int",
   keyId: "key_int",
   reservationId: "hold_int",
+  channelId: `0x${"ef".repeat(32)}`,
 };
 
 let seq = 0;
@@ -337,6 +338,7 @@ describe("inference-router over gRPC, with real NATS", () => {
       connectionId: "conn_int",
       keyId: "key_int",
       reservationId: "hold_int",
+      channelId: `0x${"ef".repeat(32)}`,
       model: "small",
       runtime: "vllm",
       upstreamId: "fake-up",
@@ -372,7 +374,7 @@ describe("inference-router over gRPC, with real NATS", () => {
     const req = request({
       model: "thinker",
       cap: 6,
-      billing: { ...BILLING, door: Door.ACCOUNT, reservationId: "rsv_account" },
+      billing: { ...BILLING, door: Door.ACCOUNT, reservationId: "rsv_account", channelId: "" },
     });
     const { chunks, messages } = await readStream(
       client.streamComplete({ input: req.input, includeUsage: false }, CALL),

@@ -1,4 +1,4 @@
-import type { Granularity, UsageEvent, UsageFilter, UsageReport } from "./usage.js";
+import type { Granularity, PaidHold, UsageEvent, UsageFilter, UsageReport } from "./usage.js";
 
 /** What recording one event did. */
 export type RecordOutcome = "recorded" | "duplicate";
@@ -49,4 +49,30 @@ export interface ReservationSettler {
    * the call as a whole failed (every item is retried).
    */
   settleMany(items: readonly SettleItem[]): Promise<Array<SettlementOutcome | Error>>;
+}
+
+/**
+ * What became of a paid-door hold committed from its usage event: charged (by this commit, or
+ * already by api-edge's or an earlier delivery's: commits are idempotent by reservation id), or
+ * never to be charged because mpp-payment does not know it, it was released, or it expired.
+ */
+export type PaidCommitOutcome = "committed" | "unknown" | "released" | "expired";
+
+/** One paid hold to commit with the actual cost of its usage. */
+export interface PaidCommitItem extends PaidHold {
+  cost: bigint;
+}
+
+/**
+ * Charges paid-door holds from their usage events (mpp-payment's Commit), beside api-edge's own
+ * Commit after its answer: whichever lands first charges the cost, the other changes nothing
+ * (docs/money.md, "Paid door: the commit after the answer").
+ */
+export interface PaidCommitter {
+  /**
+   * Commits one hold with its cost; resolves with what became of it (a hold committed before
+   * is "committed" and charged nothing more). Rejects when the commit could not be done (no
+   * replica or store answered, a timeout): the event is delivered again.
+   */
+  commit(item: PaidCommitItem): Promise<PaidCommitOutcome>;
 }

@@ -21,6 +21,14 @@ export interface UsageEvent extends UsageDimensions {
   cost: bigint;
   /** The account-door budget reservation this usage settles; undefined when there is none. */
   reservationId?: string;
+  /** The paid-door hold this usage is charged to (mpp-payment); undefined on the account door. */
+  paidHold?: PaidHold;
+}
+
+/** A paid-door hold: mpp-payment's reservation id and the payment channel holding it. */
+export interface PaidHold {
+  reservationId: string;
+  channelId: string;
 }
 
 /** Sums of requests, tokens and spend (base units). */

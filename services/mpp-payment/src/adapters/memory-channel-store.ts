@@ -1,5 +1,5 @@
 import type { Hex } from "viem";
-import type { ChannelRecord, ChannelStore, SignedVoucher } from "../domain/ports.js";
+import type { ChannelRecord, ChannelStore, ReserveOutcome, SignedVoucher } from "../domain/ports.js";
 
 /** Options of the in-memory store. */
 export interface MemoryChannelStoreOptions {
@@ -75,7 +75,14 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
     nextForget = now + Math.min(retentionMs, FORGET_EVERY_MS);
   };
 
-  const reserve: ChannelStore["reserve"] = async (channelId, reservationId, amount, now, expiresAt) => {
+  /** `reserve`, synchronous: it runs inside another step (offerVoucher) without a gap. */
+  const reserveNow = (
+    channelId: Hex,
+    reservationId: string,
+    amount: bigint,
+    now: number,
+    expiresAt: number,
+  ): ReserveOutcome => {
     forget(now);
     const c = channels.get(channelId);
     if (!c) return { kind: "unknown" };
@@ -135,16 +142,39 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
       return true;
     },
 
-    async acceptVoucher(channelId, voucher) {
+    async offerVoucher(channelId, voucher, hold) {
       const c = channels.get(channelId);
       if (!c) return { kind: "unknown" };
-      if (c.record.status !== "open") return { kind: "not_open" };
-      const highest = c.record.highest.cumulative;
-      if (voucher.cumulative < highest) return { kind: "stale", highest };
-      if (voucher.cumulative === highest) return { kind: "same", highest };
-      c.record.highest = { ...voucher };
-      c.vouchers.set(voucher.cumulative.toString(), { ...voucher });
-      return { kind: "accepted", highest: voucher.cumulative };
+      const r = c.record;
+      if (r.status !== "open") return { kind: "not_open" };
+      const highest = r.highest.cumulative;
+      if (
+        !voucher.checked &&
+        (voucher.cumulative !== highest ||
+          voucher.signature.toLowerCase() !== r.highest.signature.toLowerCase())
+      )
+        return { kind: "unchecked" };
+      if (voucher.cumulative < highest) return { kind: "stale" };
+      let kind: "accepted" | "same" = "same";
+      if (voucher.cumulative > highest) {
+        const settled = voucher.chainSettled > r.settled ? voucher.chainSettled : r.settled;
+        if (voucher.cumulative <= settled) return { kind: "settled" };
+        const deposit = voucher.chainDeposit > r.deposit ? voucher.chainDeposit : r.deposit;
+        if (voucher.cumulative > deposit) return { kind: "above_deposit" };
+        const accepted = { cumulative: voucher.cumulative, signature: voucher.signature };
+        r.highest = accepted;
+        r.deposit = deposit;
+        c.vouchers.set(accepted.cumulative.toString(), { ...accepted });
+        kind = "accepted";
+      }
+      const held = hold && reserveNow(channelId, hold.reservationId, hold.amount, hold.now, hold.expiresAt);
+      return {
+        kind,
+        accepted: r.highest.cumulative,
+        spent: r.spent,
+        units: r.units,
+        ...(held ? { held } : {}),
+      };
     },
 
     async raiseDeposit(channelId, deposit) {
@@ -152,18 +182,8 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
       if (c && deposit > c.record.deposit) c.record.deposit = deposit;
     },
 
-    reserve,
-
-    async reserveOnVoucher(channelId, voucher, reservationId, amount, now, expiresAt) {
-      const c = channels.get(channelId);
-      if (!c) return { kind: "unknown" };
-      const { highest } = c.record;
-      if (
-        voucher.cumulative !== highest.cumulative ||
-        voucher.signature.toLowerCase() !== highest.signature.toLowerCase()
-      )
-        return { kind: "not_accepted" };
-      return reserve(channelId, reservationId, amount, now, expiresAt);
+    async reserve(channelId, reservationId, amount, now, expiresAt) {
+      return reserveNow(channelId, reservationId, amount, now, expiresAt);
     },
 
     async commit(channelId, reservationId, actual, now) {

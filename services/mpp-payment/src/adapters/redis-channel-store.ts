@@ -2,13 +2,12 @@ import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
 import { retrying } from "@tollgate/kit/retry";
 import type { Address, Hex } from "viem";
 import type {
-  AcceptVoucherOutcome,
   ChannelRecord,
   ChannelStatus,
   ChannelStore,
   CommitOutcome,
+  OfferVoucherOutcome,
   ReleaseOutcome,
-  ReserveOnVoucherOutcome,
   ReserveOutcome,
 } from "../domain/ports.js";
 
@@ -78,6 +77,32 @@ local function reserve(KEYS, ARGV)
 end
 `;
 
+/**
+ * Offers voucher `cum` (decimal) with signature `sig` to channel `ch`; `checked` is '1' when its
+ * signature was verified, `chainDeposit` and `chainSettled` the chain's figures. Answers
+ * 'accepted' (raised: the voucher, the vouchers hash and the deposit updated), 'same', or why
+ * nothing changed: unknown, not_open, unchecked, stale, settled, above_deposit.
+ */
+const OFFER = `
+local function offer(ch, vouchers, cum, sig, checked, chainDeposit, chainSettled)
+  local c = redis.call('HMGET', ch, 'status', 'highest', 'sig', 'deposit', 'settled')
+  if not c[1] then return 'unknown' end
+  if c[1] ~= 'open' then return 'not_open' end
+  if checked ~= '1' and (c[2] ~= cum or string.lower(c[3] or '') ~= string.lower(sig)) then
+    return 'unchecked'
+  end
+  local n, highest = tonumber(cum), tonumber(c[2])
+  if n < highest then return 'stale' end
+  if n == highest then return 'same' end
+  if n <= math.max(tonumber(c[5]), tonumber(chainSettled)) then return 'settled' end
+  if n > math.max(tonumber(c[4]), tonumber(chainDeposit)) then return 'above_deposit' end
+  redis.call('HSET', ch, 'highest', cum, 'sig', sig)
+  if tonumber(chainDeposit) > tonumber(c[4]) then redis.call('HSET', ch, 'deposit', chainDeposit) end
+  redis.call('HSET', vouchers, cum, sig)
+  return 'accepted'
+end
+`;
+
 const SCRIPTS = {
   // KEYS: ch, vouchers. ARGV: payer payee operator token salt signer enh deposit settled cum sig
   mppCreateChannel: {
@@ -90,21 +115,6 @@ redis.call('HSET', KEYS[1], 'payer', ARGV[1], 'payee', ARGV[2], 'operator', ARGV
   'closingAt', '0')
 redis.call('HSET', KEYS[2], ARGV[10], ARGV[11])
 return 1
-`,
-  },
-  // KEYS: ch, vouchers. ARGV: cumulative, signature
-  mppAcceptVoucher: {
-    keys: 2,
-    lua: `
-local c = redis.call('HMGET', KEYS[1], 'status', 'highest')
-if not c[1] then return {'unknown', '0'} end
-if c[1] ~= 'open' then return {'not_open', '0'} end
-local cum, highest = tonumber(ARGV[1]), tonumber(c[2])
-if cum < highest then return {'stale', c[2]} end
-if cum == highest then return {'same', c[2]} end
-redis.call('HSET', KEYS[1], 'highest', ARGV[1], 'sig', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return {'accepted', ARGV[1]}
 `,
   },
   // KEYS: ch. ARGV: deposit
@@ -123,14 +133,17 @@ return 1
 return reserve(KEYS, ARGV)
 `,
   },
-  // KEYS: ch, holds, exps, res. ARGV: rid, amount, now, expiresAt, forgetAt, cumulative, signature
-  mppReserveOnVoucher: {
-    keys: 4,
-    lua: `${SWEEP}${RESERVE}
-local v = redis.call('HMGET', KEYS[1], 'highest', 'sig')
-if not v[1] then return {'unknown'} end
-if v[1] ~= ARGV[6] or string.lower(v[2] or '') ~= string.lower(ARGV[7]) then return {'not_accepted'} end
-return reserve(KEYS, ARGV)
+  // KEYS: ch, holds, exps, res, vouchers. ARGV: rid ('' for no hold), amount, now, expiresAt,
+  // forgetAt, cumulative, signature, checked ('1' or '0'), chainDeposit, chainSettled
+  mppOfferVoucher: {
+    keys: 5,
+    lua: `${SWEEP}${RESERVE}${OFFER}
+local kind = offer(KEYS[1], KEYS[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+if kind ~= 'accepted' and kind ~= 'same' then return {kind} end
+local held = ''
+if ARGV[1] ~= '' then held = reserve(KEYS, ARGV)[1] end
+local c = redis.call('HMGET', KEYS[1], 'highest', 'spent', 'units')
+return {kind, c[1], c[2], c[3], held}
 `,
   },
   // KEYS: ch, holds, exps, res. ARGV: rid, actual, now, forgetAt
@@ -313,36 +326,24 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
   const dirtyKey = `${p}dirty`;
   const lock = (name: string) => `${p}lock:${name}`;
 
-  const holdArgs = (channelId: Hex, reservationId: string, amount: bigint, now: number, expiresAt: number) =>
-    [
-      ch(channelId),
-      holds(channelId),
-      exps(channelId),
-      res(channelId, reservationId),
-      reservationId,
-      amount.toString(),
-      now,
-      expiresAt,
-      expiresAt + retentionMs,
-    ] as const;
+  /** The keys `reserve` (Lua) touches. */
+  const holdKeys = (channelId: Hex, reservationId: string) =>
+    [ch(channelId), holds(channelId), exps(channelId), res(channelId, reservationId)] as const;
+  /** The arguments `reserve` (Lua) reads. */
+  const holdArgv = (reservationId: string, amount: bigint, now: number, expiresAt: number) =>
+    [reservationId, amount.toString(), now, expiresAt, expiresAt + retentionMs] as const;
 
-  /** Runs a hold script and reads its answer (the figures of `reserved`, or why not). */
-  async function held(
-    channelId: Hex,
-    reservationId: string,
-    script: () => Promise<unknown>,
-  ): Promise<ReserveOnVoucherOutcome> {
+  /**
+   * Runs a script that may take hold `reservationId`. When the connection dropped while it ran,
+   * Redis may hold the amount without us knowing (the reply was lost): the caller gets the
+   * error (503, no model runs), and the hold goes back once Redis answers again, not at its
+   * expiry (a no-op if it never ran).
+   */
+  async function unsure<T>(channelId: Hex, reservationId: string, script: () => Promise<T>): Promise<T> {
     try {
-      const [kind, spent, accepted, units] = (await script()) as string[];
-      if (kind === "reserved") {
-        return { kind, spent: BigInt(spent!), accepted: BigInt(accepted!), units: Number(units) };
-      }
-      return { kind } as ReserveOnVoucherOutcome;
+      return await script();
     } catch (err) {
-      // The connection dropped while the script ran: Redis may hold the amount without us
-      // knowing (the reply was lost). The caller gets the error (503, no model runs), and the
-      // hold goes back once Redis answers again, not at its expiry (a no-op if it never ran).
-      if (isRedisUnavailable(err))
+      if (isRedisUnavailable(err) && reservationId !== "")
         // Given up after a minute: the hold then lapses at its expiry, as before.
         void retrying(
           () => store.release(channelId, reservationId, Date.now()),
@@ -352,6 +353,12 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
       throw err;
     }
   }
+
+  /** A reserve's answer: the figures of `reserved`, or why not. */
+  const reserveOutcome = ([kind, spent, accepted, units]: string[]): ReserveOutcome =>
+    kind === "reserved"
+      ? { kind, spent: BigInt(spent!), accepted: BigInt(accepted!), units: Number(units) }
+      : ({ kind } as ReserveOutcome);
 
   const store: ChannelStore = {
     async get(channelId) {
@@ -379,35 +386,42 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
       return created === 1;
     },
 
-    async acceptVoucher(channelId, voucher) {
-      const [kind, highest] = (await client.mppAcceptVoucher(
-        ch(channelId),
-        vouchers(channelId),
-        voucher.cumulative.toString(),
-        voucher.signature,
-      )) as [string, string];
-      if (kind === "unknown" || kind === "not_open") return { kind };
-      return { kind, highest: BigInt(highest) } as AcceptVoucherOutcome;
+    async offerVoucher(channelId, voucher, hold) {
+      const rid = hold?.reservationId ?? "";
+      const [kind, accepted, spent, units, held] = (await unsure(channelId, rid, () =>
+        client.mppOfferVoucher(
+          ...holdKeys(channelId, rid),
+          vouchers(channelId),
+          ...holdArgv(rid, hold?.amount ?? 0n, hold?.now ?? 0, hold?.expiresAt ?? 0),
+          voucher.cumulative.toString(),
+          voucher.signature,
+          voucher.checked ? "1" : "0",
+          voucher.chainDeposit.toString(),
+          voucher.chainSettled.toString(),
+        ),
+      )) as string[];
+      if (kind !== "accepted" && kind !== "same") return { kind } as OfferVoucherOutcome;
+      const figures = { accepted: BigInt(accepted!), spent: BigInt(spent!), units: Number(units) };
+      if (!hold) return { kind, ...figures };
+      return {
+        kind,
+        ...figures,
+        held: held === "reserved" ? { kind: "reserved", ...figures } : ({ kind: held } as ReserveOutcome),
+      };
     },
 
     async raiseDeposit(channelId, deposit) {
       await client.mppRaiseDeposit(ch(channelId), deposit.toString());
     },
 
-    reserve(channelId, reservationId, amount, now, expiresAt) {
-      return held(channelId, reservationId, () =>
-        client.mppReserve(...holdArgs(channelId, reservationId, amount, now, expiresAt)),
-      ) as Promise<ReserveOutcome>;
-    },
-
-    reserveOnVoucher(channelId, voucher, reservationId, amount, now, expiresAt) {
-      return held(channelId, reservationId, () =>
-        client.mppReserveOnVoucher(
-          ...holdArgs(channelId, reservationId, amount, now, expiresAt),
-          voucher.cumulative.toString(),
-          voucher.signature,
+    async reserve(channelId, reservationId, amount, now, expiresAt) {
+      const answer = await unsure(channelId, reservationId, () =>
+        client.mppReserve(
+          ...holdKeys(channelId, reservationId),
+          ...holdArgv(reservationId, amount, now, expiresAt),
         ),
       );
+      return reserveOutcome(answer as string[]);
     },
 
     async commit(channelId, reservationId, actual, now): Promise<CommitOutcome> {

@@ -11,11 +11,11 @@ describe("mpp-payment's Redis keys on a Redis Cluster: every script stays in one
     for (let i = 0; i < 200; i++) {
       const channelId = hex(32);
       const { redis, calls } = slotRecorder((name) => {
-        if (name === "mppAcceptVoucher") return ["accepted", "10"];
+        if (name === "mppOfferVoucher") return ["accepted", "20", "0", "0", "reserved"];
         if (name === "mppCommit") return ["committed", "1", "10", "1", "0"];
         if (name === "mppBeginClose") return "busy";
         if (name === "mppTryLock" || name === "mppCreateChannel") return 1;
-        if (name === "mppReserve" || name === "mppReserveOnVoucher") return ["reserved", "0", "5", "0"];
+        if (name === "mppReserve") return ["reserved", "0", "5", "0"];
         if (name === "mppRelease") return "released";
         return null;
       });
@@ -39,17 +39,22 @@ describe("mpp-payment's Redis keys on a Redis Cluster: every script stays in one
         settled: 0n,
         voucher: { cumulative: 10n, signature: hex(65) },
       });
-      await store.acceptVoucher(channelId, { cumulative: 20n, signature: hex(65) });
+      const voucher = {
+        cumulative: 20n,
+        signature: hex(65),
+        checked: true,
+        chainDeposit: 0n,
+        chainSettled: 0n,
+      };
+      await store.offerVoucher(channelId, voucher);
       await store.raiseDeposit(channelId, 200n);
       await store.reserve(channelId, rid, 5n, now, now + 60_000);
-      await store.reserveOnVoucher(
-        channelId,
-        { cumulative: 20n, signature: hex(65) },
-        rid,
-        5n,
+      await store.offerVoucher(channelId, voucher, {
+        reservationId: rid,
+        amount: 5n,
         now,
-        now + 60_000,
-      );
+        expiresAt: now + 60_000,
+      });
       await store.commit(channelId, rid, 4n, now);
       await store.release(channelId, rid, now);
       await store.beginClose(channelId, now, 60_000);

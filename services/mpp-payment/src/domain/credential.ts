@@ -46,6 +46,11 @@ export interface Authenticated {
   verified: VerifiedChallenge;
   payload: SessionPayload;
   source: string | undefined;
+  /**
+   * A voucher payload this process met before (its text in checkedVouchers): most likely the
+   * channel's accepted voucher, reused, whose signature need not be recovered again.
+   */
+  seen: boolean;
 }
 
 /** The credential pipeline shared by Verify and Close: envelope, challenge, payload, digest, descriptor. */
@@ -79,7 +84,7 @@ export function authenticate(ctx: PaymentContext, req: CredentialedRequest): Aut
     checkDescriptor(ctx, payload);
     if (text !== undefined) ctx.checkedVouchers.set(text, payload);
   }
-  return { verified, payload, source: presented.source };
+  return { verified, payload, source: presented.source, seen: known !== undefined };
 }
 
 /** The descriptor hashes to the channel id, and names this service's payee, token and no operator. */

@@ -136,7 +136,7 @@ export async function commit(
   const { store, log } = ctx;
   const channelId = channelIdOf(channelIdText, "mpp_commit_failed");
   if (!RESERVATION_ID.test(reservationId))
-    throw new PaymentError("mpp_commit_failed", "the reservation is unknown");
+    throw new PaymentError("mpp_commit_failed", "the reservation is unknown", { hold: "unknown" });
   const actual = parseAmount(actualCost);
   if (actual === undefined)
     throw new PaymentError("mpp_commit_failed", "actual cost must be an amount of base units");
@@ -149,7 +149,7 @@ export async function commit(
   }
   if (outcome.kind !== "committed") {
     const why = { unknown: "is unknown", released: "was released", expired: "has expired" }[outcome.kind];
-    throw new PaymentError("mpp_commit_failed", `the reservation ${why}`);
+    throw new PaymentError("mpp_commit_failed", `the reservation ${why}`, { hold: outcome.kind });
   }
   await store.markDirty(channelId).catch((err: unknown) => {
     log.warn({ channel: channelTag(channelId), err }, "settlement mark failed");

@@ -539,7 +539,7 @@ describe("Verify with the request's hold (one round trip)", () => {
   it("checks a reused voucher and holds the quote in one store step, answering the hold's receipt", async () => {
     const { s, channelId, pay } = await session();
     const first = await pay(2n * UNIT, "req_1");
-    expect(first.calls).toEqual(["reserveOnVoucher"]);
+    expect(first.calls).toEqual(["offerVoucher"]);
     expect(first.verified).toMatchObject({ action: "voucher", channelId, acceptedCumulative: 2n * UNIT });
     expect(deserializeSessionReceipt(first.held!.receipt)).toMatchObject({
       challengeId: first.issued.id,
@@ -552,17 +552,34 @@ describe("Verify with the request's hold (one round trip)", () => {
     expect((await s.store.get(channelId))?.held).toBe(first.issued.quote);
     await s.payments.commit(first.held!.reservationId, channelId, first.issued.id, "1234");
     const second = await pay(2n * UNIT, "req_2");
-    expect(second.calls).toEqual(["reserveOnVoucher"]);
+    expect(second.calls).toEqual(["offerVoucher"]);
     expect(second.held!.reservationId).not.toBe(first.held!.reservationId);
     expect(deserializeSessionReceipt(second.held!.receipt)).toMatchObject({ spent: "1234", units: 1 });
   });
 
-  it("verifies any other voucher the long way: a higher one is accepted and held, a forged one refused", async () => {
+  it("accepts a new voucher and holds the quote in one store step too, as the mppx client pays; a forged one is refused", async () => {
     const { s, channelId, payer, pay } = await session();
     const higher = await pay(3n * UNIT, "req_1");
-    expect(higher.calls).toContain("acceptVoucher");
+    expect(higher.calls).toEqual(["offerVoucher"]);
     expect(higher.verified.acceptedCumulative).toBe(3n * UNIT);
+    expect(deserializeSessionReceipt(higher.held!.receipt)).toMatchObject({
+      challengeId: higher.issued.id,
+      acceptedCumulative: String(3n * UNIT),
+      spent: "0",
+      units: 0,
+    });
+    expect(higher.verified.acceptedReceipt).toBe(higher.held!.receipt);
     expect((await s.store.get(channelId))?.held).toBe(higher.issued.quote);
+    await s.payments.commit(higher.held!.reservationId, channelId, higher.issued.id, "1234");
+    // The next request's voucher, one bucket higher (mppx's session manager signs one per request).
+    const next = await pay(4n * UNIT, "req_4");
+    expect(next.calls).toEqual(["offerVoucher"]);
+    expect(deserializeSessionReceipt(next.held!.receipt)).toMatchObject({
+      acceptedCumulative: String(4n * UNIT),
+      spent: "1234",
+      units: 1,
+    });
+    await s.payments.release(next.held!.reservationId, channelId);
     // The accepted amount signed by someone else is not the accepted voucher: refused, nothing held.
     const req = paidRequest();
     const issued = s.payments.challenge(req);
@@ -584,7 +601,7 @@ describe("Verify with the request's hold (one round trip)", () => {
     );
     // A stale voucher (the one reused before) is refused too.
     await rejects(pay(2n * UNIT, "req_3"), "mpp_payment_verification_failed");
-    expect((await s.store.get(channelId))?.held).toBe(higher.issued.quote);
+    expect(await s.store.get(channelId)).toMatchObject({ held: 0n, spent: 1234n, units: 1 });
   });
 
   it("holds nothing when the bucket is used up, but accepts the voucher (the Reserve then asks for a refresh)", async () => {
@@ -659,6 +676,12 @@ describe("Reserve, Commit, Release", () => {
     s.advance(5_000);
     expect(await s.payments.commit(rid, channelId, issued.id, "9999")).toBe(header);
     expect((await s.store.get(channelId))?.spent).toBe(1234n);
+    // metering's commit of the same hold from its usage event (no challenge) succeeds, charging nothing more.
+    expect(deserializeSessionReceipt(await s.payments.commit(rid, channelId, "", "1234"))).toMatchObject({
+      spent: "1234",
+      units: 1,
+    });
+    expect(await s.store.get(channelId)).toMatchObject({ held: 0n, spent: 1234n, units: 1 });
   });
 
   it("charges at most the hold, and refuses what does not fit the bucket", async () => {
@@ -741,7 +764,12 @@ describe("Reserve, Commit, Release", () => {
     await s.payments.release(rid, channelId);
     const after = await s.store.get(channelId);
     expect(after).toEqual(before);
-    await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed");
+    // Says why, so that metering's commit from the usage event knows not to retry it.
+    expect(
+      await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed"),
+    ).toMatchObject({
+      hold: "released",
+    });
   });
 
   it("lets an abandoned hold expire after the reservation TTL", async () => {
@@ -751,7 +779,11 @@ describe("Reserve, Commit, Release", () => {
     await rejects(s.payments.reserve(channelId, "next", "1"), "mpp_voucher_bucket_refresh_required");
     s.advance(60_000);
     await s.payments.reserve(channelId, "next", String(UNIT));
-    await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed");
+    expect(
+      await rejects(s.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed"),
+    ).toMatchObject({
+      hold: "expired",
+    });
   });
 
   it("answers store failures and unknown sessions with mpp_reservation_failed and mpp_commit_failed", async () => {
@@ -767,8 +799,19 @@ describe("Reserve, Commit, Release", () => {
     const b = setup({ store: broken, chain: s.chain });
     await rejects(b.payments.reserve(channelId, "y", "1"), "mpp_reservation_failed");
     const rid = (await s.payments.reserve(channelId, "z", "1")).reservationId;
-    await rejects(b.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed");
-    await rejects(s.payments.commit("rsv_unknown", channelId, issued.id, "1"), "mpp_commit_failed");
+    // A store failure names no hold: the caller may retry it.
+    expect((await rejects(b.payments.commit(rid, channelId, issued.id, "1"), "mpp_commit_failed")).hold).toBe(
+      undefined,
+    );
+    expect(
+      await rejects(s.payments.commit("rsv_unknown", channelId, issued.id, "1"), "mpp_commit_failed"),
+    ).toMatchObject({ hold: "unknown" });
+    expect(
+      await rejects(
+        s.payments.commit(`rsv_${"0".repeat(32)}`, channelId, issued.id, "1"),
+        "mpp_commit_failed",
+      ),
+    ).toMatchObject({ hold: "unknown" });
   });
 });
 

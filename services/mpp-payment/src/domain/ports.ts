@@ -68,11 +68,6 @@ export interface NewChannel {
   voucher: SignedVoucher;
 }
 
-/** Result of raising the accepted cumulative voucher. */
-export type AcceptVoucherOutcome =
-  | { kind: "accepted" | "same" | "stale"; highest: bigint }
-  | { kind: "not_open" | "unknown" };
-
 /**
  * Result of a reserve: `conflict` means the reservation id is taken by a finished reservation.
  * `reserved` carries the channel's committed spend, accepted cumulative and committed requests
@@ -84,11 +79,43 @@ export type ReserveOutcome =
   | { kind: "insufficient" | "not_open" | "unknown" | "conflict" };
 
 /**
- * Result of a hold on the accepted voucher: `not_accepted` when the voucher is not the channel's
- * accepted one (its cumulative is not the highest, or its signature not the stored one's), and
- * then nothing changed; otherwise what `reserve` answers.
+ * A voucher offered to a channel, with what the domain checked and read before the store step:
+ * whether its signature was verified against the channel's descriptor, and the channel's
+ * on-chain deposit and settled amount (docs/paid-door.md, "One round trip").
  */
-export type ReserveOnVoucherOutcome = ReserveOutcome | { kind: "not_accepted" };
+export interface OfferedVoucher extends SignedVoucher {
+  /**
+   * The signature was verified. When false, only the channel's accepted voucher itself (its
+   * cumulative the highest, its signature the stored one's, case aside) passes; any other answers
+   * `unchecked` and changes nothing.
+   */
+  checked: boolean;
+  /** The deposit read on chain, at most MAX_AMOUNT; the stored deposit rises to it on an accept. */
+  chainDeposit: bigint;
+  /** The settled amount read on chain. */
+  chainSettled: bigint;
+}
+
+/** A hold to take in the same step as a voucher's accept: `reserve`'s arguments. */
+export interface HoldRequest {
+  reservationId: string;
+  amount: bigint;
+  now: number;
+  expiresAt: number;
+}
+
+/**
+ * Result of offering a voucher. `accepted`: it raised the accepted cumulative; `same`: it equals
+ * it (nothing changed). Both carry the channel's accepted cumulative, committed spend and
+ * committed requests after the step, and `held`, what the hold asked for answered (as `reserve`
+ * does). The others change nothing: `unknown` channel; `not_open` (closing or closed); `stale`,
+ * below the accepted cumulative; `unchecked`, not the accepted voucher and not `checked`;
+ * `settled`, a raise not above the settled amount (stored or on chain); `above_deposit`, a raise
+ * above the deposit (stored or on chain).
+ */
+export type OfferVoucherOutcome =
+  | { kind: "accepted" | "same"; accepted: bigint; spent: bigint; units: number; held?: ReserveOutcome }
+  | { kind: "unknown" | "not_open" | "stale" | "unchecked" | "settled" | "above_deposit" };
 
 /** Result of a commit; a repeated commit returns the first one's figures. */
 export type CommitOutcome =
@@ -112,8 +139,15 @@ export interface ChannelStore {
   get(channelId: Hex): Promise<ChannelRecord | undefined>;
   /** Creates the channel with its first voucher; false when it already exists (nothing changes). */
   create(channel: NewChannel): Promise<boolean>;
-  /** Raises the highest voucher when `cumulative` is above it; equal is `same`, below is `stale`. */
-  acceptVoucher(channelId: Hex, voucher: SignedVoucher): Promise<AcceptVoucherOutcome>;
+  /**
+   * Offers a voucher to the channel and, given `hold`, takes that hold in the same atomic step
+   * (one store round trip for any voucher: docs/paid-door.md, "One round trip"). A voucher above
+   * the accepted cumulative raises it when it is `checked`, above the settled amount and within
+   * the deposit (stored or on chain; the stored one rises to the chain's); an equal one is
+   * `same`. The hold is then taken as `reserve` takes it; a hold that cannot be taken leaves
+   * the voucher accepted.
+   */
+  offerVoucher(channelId: Hex, voucher: OfferedVoucher, hold?: HoldRequest): Promise<OfferVoucherOutcome>;
   /** Raises the stored deposit to `deposit` when it is higher. */
   raiseDeposit(channelId: Hex, deposit: bigint): Promise<void>;
   /**
@@ -128,19 +162,6 @@ export interface ChannelStore {
     now: number,
     expiresAt: number,
   ): Promise<ReserveOutcome>;
-  /**
-   * `reserve`, in the same atomic step as checking that `voucher` is the channel's accepted one:
-   * its cumulative the highest, its signature the stored one's (case aside). One store round trip
-   * for a reused voucher (docs/paid-door.md, "One round trip"); `not_accepted` changes nothing.
-   */
-  reserveOnVoucher(
-    channelId: Hex,
-    voucher: SignedVoucher,
-    reservationId: string,
-    amount: bigint,
-    now: number,
-    expiresAt: number,
-  ): Promise<ReserveOnVoucherOutcome>;
   /** spent += min(actual, hold), releases the hold, units += 1; idempotent by reservation id. */
   commit(channelId: Hex, reservationId: string, actual: bigint, now: number): Promise<CommitOutcome>;
   /** Returns a live hold; idempotent by reservation id. */

@@ -27,7 +27,13 @@ describe("settlement worker", () => {
     const c = newChannel(UNIT);
     await store.create(c);
     for (const u of [2n, 3n])
-      await store.acceptVoucher(c.channelId, { cumulative: u * UNIT, signature: sig(Number(u)) });
+      await store.offerVoucher(c.channelId, {
+        cumulative: u * UNIT,
+        signature: sig(Number(u)),
+        checked: true,
+        chainDeposit: 0n,
+        chainSettled: 0n,
+      });
     let left = spent;
     for (let i = 0; left > 0n; i++) {
       const part = left > UNIT ? UNIT : left;

@@ -1,6 +1,6 @@
 import type { Hex } from "viem";
 import { loadOrAdopt } from "./adopt.js";
-import { MAX_AMOUNT, maxOf, storable } from "./amounts.js";
+import { MAX_AMOUNT, storable } from "./amounts.js";
 import { checkClose } from "./close.js";
 import { failed, type PaymentContext, same } from "./context.js";
 import {
@@ -13,8 +13,8 @@ import {
   type Verified,
 } from "./credential.js";
 import { PaymentError } from "./errors.js";
-import { holdTerms, type Reserved, reserve, reservedOf } from "./holds.js";
-import type { ChannelRecord, OnChainState } from "./ports.js";
+import { type HoldTerms, holdTerms, type Reserved, reserve, reservedOf } from "./holds.js";
+import type { OnChainState, ReserveOutcome } from "./ports.js";
 import { sessionReceipt } from "./receipts.js";
 import { channelTag, safeCause } from "./safe-log.js";
 import type { SessionPayload } from "./session-payload.js";
@@ -50,11 +50,17 @@ export async function verifyAndReserve(
 ): Promise<VerifiedAndHeld> {
   const auth = authenticate(ctx, req);
   const { action } = auth.payload;
-  if ((action !== "open" && action !== "voucher") || req.body.length === 0) {
-    return { verified: await verifyAuthenticated(ctx, auth) };
+  if (action === "voucher" && req.body.length > 0) {
+    // A quote out of bounds takes no hold: the voucher is still accepted, and a Reserve says why.
+    let terms: HoldTerms | undefined;
+    try {
+      terms = holdTerms(ctx, auth.payload.channelId, requestId, auth.verified.quote);
+    } catch {
+      terms = undefined;
+    }
+    return verifyVoucher(ctx, auth, terms);
   }
-  const reused = action === "voucher" ? await holdOnAcceptedVoucher(ctx, auth, requestId) : undefined;
-  if (reused) return reused;
+  if (action !== "open" || req.body.length === 0) return { verified: await verifyAuthenticated(ctx, auth) };
   const verified = await verifyAuthenticated(ctx, auth);
   const held = await reserve(
     ctx,
@@ -66,90 +72,56 @@ export async function verifyAndReserve(
   return { verified, held };
 }
 
-/**
- * The reused voucher (docs/contract.md, "Payment sessions", rule 4): when the voucher is byte for
- * byte the channel's accepted one, nothing about it needs verifying again, and the check that it
- * still is and the hold are one store step. Undefined when that step takes no hold (another
- * voucher, a closed channel, a bucket to refresh, a quote out of bounds): the caller goes the
- * long way, which verifies the voucher and says why.
- */
-async function holdOnAcceptedVoucher(
-  ctx: PaymentContext,
-  { verified, payload: p, source }: Authenticated,
-  requestId: string,
-): Promise<VerifiedAndHeld | undefined> {
-  if (p.action !== "voucher" || verified.quote <= 0n || verified.quote > ctx.s.bucket) return undefined;
-  // The descriptor is the stored one: the channel id is its hash (authenticate checked it).
-  checkAllowed(ctx, p.descriptor.payer);
-  checkSource(ctx, source, p);
-  checkLive(await ctx.chainState(p.channelId));
-  const terms = holdTerms(ctx, p.channelId, requestId, verified.quote);
-  const outcome = await ctx.store.reserveOnVoucher(
-    p.channelId,
-    { cumulative: p.cumulativeAmount, signature: p.signature },
-    terms.reservationId,
-    terms.quote,
-    terms.at,
-    terms.expiresAt,
-  );
-  if (outcome.kind !== "reserved") return undefined;
-  const held = reservedOf(terms, outcome, verified.challenge.id);
-  return {
-    verified: {
-      action: p.action,
-      channelId: p.channelId,
-      challengeId: verified.challenge.id,
-      binding: verified.binding,
-      quote: verified.quote,
-      acceptedCumulative: outcome.accepted,
-      // With the hold, its receipt is the accepted voucher's too: the spend before the request.
-      acceptedReceipt: held.receipt,
-    },
-    held,
-  };
-}
-
 /** A channel whose deposit is gone or whose payer asked to close it on chain takes no voucher. */
 function checkLive(state: OnChainState): void {
   if (state.deposit === 0n) throw failed("channel is not funded on chain");
   if (state.closeRequestedAt !== 0) throw failed("channel has a pending close request");
 }
 
-/** Verifies an authenticated credential: the channel's part (verify). */
-async function verifyAuthenticated(ctx: PaymentContext, auth: Authenticated): Promise<Verified> {
-  const { verified, payload: p, source } = auth;
-  const base = {
+/** The verified credential's fields every action answers. */
+function verifiedOf({ verified, payload: p }: Authenticated) {
+  return {
     action: p.action,
     channelId: p.channelId,
     challengeId: verified.challenge.id,
     binding: verified.binding,
     quote: verified.quote,
   };
-  // Built when read: a request whose hold is taken in the same call answers its errors with the
-  // hold's receipt instead (the same spend before the request), and never pays for this one.
-  const acceptedAs = (a: Accepted) => {
-    let receipt: string | undefined;
-    return {
-      ...base,
-      acceptedCumulative: a.cumulative,
-      get acceptedReceipt() {
-        receipt ??= sessionReceipt({
-          challengeId: verified.challenge.id,
-          channelId: p.channelId,
-          acceptedCumulative: a.cumulative,
-          spent: a.spent,
-          units: a.units,
-          at: ctx.now(),
-        });
-        return receipt;
-      },
-    };
+}
+
+/**
+ * An accepted open or voucher: its receipt is built when read. A request whose hold is taken in
+ * the same call answers its errors with the hold's receipt instead (the same spend before the
+ * request), and never pays for this one.
+ */
+function acceptedAs(ctx: PaymentContext, auth: Authenticated, a: Accepted): Verified {
+  let receipt: string | undefined;
+  return {
+    ...verifiedOf(auth),
+    acceptedCumulative: a.cumulative,
+    get acceptedReceipt() {
+      receipt ??= sessionReceipt({
+        challengeId: auth.verified.challenge.id,
+        channelId: auth.payload.channelId,
+        acceptedCumulative: a.cumulative,
+        spent: a.spent,
+        units: a.units,
+        at: ctx.now(),
+      });
+      return receipt;
+    },
   };
+}
+
+/** Verifies an authenticated credential: the channel's part (verify). */
+async function verifyAuthenticated(ctx: PaymentContext, auth: Authenticated): Promise<Verified> {
+  const { verified, payload: p, source } = auth;
+  const base = verifiedOf(auth);
   switch (p.action) {
     case "open":
-      return acceptedAs(await verifyOpen(ctx, p, source));
+      return acceptedAs(ctx, auth, await verifyOpen(ctx, p, source));
     case "voucher":
-      return acceptedAs(await acceptVoucher(ctx, p, await loadOrAdopt(ctx, p, source), source));
+      return (await verifyVoucher(ctx, auth)).verified;
     case "topUp": {
       const { accepted, receipt } = await verifyTopUp(ctx, p, source, verified.challenge.id);
       return { ...base, acceptedCumulative: accepted, paymentReceipt: receipt };
@@ -166,55 +138,116 @@ async function verifyAuthenticated(ctx: PaymentContext, auth: Authenticated): Pr
   }
 }
 
-/** Raises (or re-accepts) the cumulative voucher of a known channel. Vouchers are
- * cumulative: each one authorizes the total spend so far, so a lower or equal one adds nothing. */
+/**
+ * "voucher": accepts the voucher and, given `terms`, holds the request's quote in the same store
+ * step. The voucher reused across requests (docs/contract.md, "Payment sessions", rule 4) is
+ * byte for byte the one already verified and stored: its signature is not recovered again.
+ */
+async function verifyVoucher(
+  ctx: PaymentContext,
+  auth: Authenticated,
+  terms?: HoldTerms,
+): Promise<VerifiedAndHeld> {
+  const { payload: p, source, seen } = auth;
+  if (p.action !== "voucher") throw failed("credential is not a voucher");
+  const { accepted, held } = await acceptVoucher(ctx, p, source, !seen, terms);
+  if (terms && held?.kind === "reserved") {
+    const reserved = reservedOf(terms, held, auth.verified.challenge.id);
+    // With the hold, its receipt is the accepted voucher's too: the spend before the request.
+    const verified = {
+      ...verifiedOf(auth),
+      acceptedCumulative: accepted.cumulative,
+      acceptedReceipt: reserved.receipt,
+    };
+    return { verified, held: reserved };
+  }
+  return { verified: acceptedAs(ctx, auth, accepted) };
+}
+
+/**
+ * Offers an open's or voucher's cumulative voucher to its channel (vouchers are cumulative: each
+ * one authorizes the total spend so far, so a lower one adds nothing) and, given `hold`, takes
+ * the hold in the same atomic store step: one store round trip for a known channel. The checks
+ * that need no stored state run first: payer allowlist, credential source, the signature (when
+ * `signatureFirst`, else only when the voucher is not the channel's accepted one) and the
+ * channel's on-chain state; the store checks the rest in its step (docs/paid-door.md, "One
+ * round trip"). A channel the store does not know is adopted from the chain (adopt.ts).
+ */
 async function acceptVoucher(
   ctx: PaymentContext,
   p: Extract<SessionPayload, { action: "open" | "voucher" }>,
-  record: ChannelRecord,
   source: string | undefined,
-): Promise<Accepted> {
-  const { store } = ctx;
-  if (record.status !== "open") throw failed("channel is closing or closed");
-  checkAllowed(ctx, record.descriptor.payer);
-  checkSource(ctx, source, record);
-  const cumulative = p.cumulativeAmount;
-  // The voucher reused across requests (docs/contract.md, "Payment sessions", rule 4) is byte for
-  // byte the one already verified and stored: recovering its signer again would only burn CPU on
-  // every request.
-  const reused =
-    cumulative === record.highest.cumulative &&
-    p.signature.toLowerCase() === record.highest.signature.toLowerCase();
-  if (!reused) checkSignature(ctx, p.channelId, cumulative, p.signature, record);
-  const highest = record.highest.cumulative;
-  if (cumulative < highest) throw failed("voucher is below the accepted cumulative");
-  let state = await ctx.chainState(p.channelId);
-  if (cumulative > maxOf(record.deposit, state.deposit)) state = await ctx.chainState(p.channelId, true);
+  signatureFirst: boolean,
+  hold?: HoldTerms,
+): Promise<{ accepted: Accepted; held?: ReserveOutcome }> {
+  // The descriptor is the stored one: the channel id is its hash (authenticate checked it).
+  checkAllowed(ctx, p.descriptor.payer);
+  checkSource(ctx, source, p);
+  const { channelId, cumulativeAmount: cumulative, signature } = p;
+  let checked = false;
+  const check = () => {
+    checkSignature(ctx, channelId, cumulative, signature, p);
+    checked = true;
+  };
+  if (signatureFirst) check();
+  let state = await ctx.chainState(channelId);
+  let fresh = false;
+  const refresh = async () => {
+    state = await ctx.chainState(channelId, true);
+    fresh = true;
+  };
   checkLive(state);
-  if (cumulative > highest) {
-    if (cumulative <= maxOf(record.settled, state.settled))
-      throw failed("voucher is not above the settled amount");
-    const deposit = maxOf(record.deposit, state.deposit);
-    if (cumulative > deposit) {
-      throw new PaymentError(
-        "mpp_session_deposit_below_request_cost",
-        "the session deposit is lower than the voucher authorization",
-      );
+  let adopted = false;
+  for (;;) {
+    const outcome = await ctx.store.offerVoucher(
+      channelId,
+      {
+        cumulative,
+        signature,
+        checked,
+        chainDeposit: state.deposit > MAX_AMOUNT ? MAX_AMOUNT : state.deposit,
+        chainSettled: state.settled,
+      },
+      hold && {
+        reservationId: hold.reservationId,
+        amount: hold.quote,
+        now: hold.at,
+        expiresAt: hold.expiresAt,
+      },
+    );
+    switch (outcome.kind) {
+      case "accepted":
+      case "same": {
+        const accepted = { cumulative: outcome.accepted, spent: outcome.spent, units: outcome.units };
+        return outcome.held ? { accepted, held: outcome.held } : { accepted };
+      }
+      case "unchecked":
+        check();
+        break;
+      case "above_deposit":
+        // Above the deposit known: the channel may have been topped up since the cached read.
+        if (fresh) {
+          throw new PaymentError(
+            "mpp_session_deposit_below_request_cost",
+            "the session deposit is lower than the voucher authorization",
+          );
+        }
+        await refresh();
+        checkLive(state);
+        break;
+      case "unknown":
+        if (adopted) throw failed("channel is unknown");
+        await loadOrAdopt(ctx, p, source);
+        adopted = true;
+        state = await ctx.chainState(channelId);
+        break;
+      case "stale":
+        throw failed("voucher is below the accepted cumulative");
+      case "not_open":
+        throw failed("channel is closing or closed");
+      case "settled":
+        throw failed("voucher is not above the settled amount");
     }
-    if (deposit > record.deposit)
-      await store.raiseDeposit(p.channelId, deposit > MAX_AMOUNT ? MAX_AMOUNT : deposit);
-  }
-  const outcome = await store.acceptVoucher(p.channelId, { cumulative, signature: p.signature });
-  switch (outcome.kind) {
-    case "accepted":
-    case "same":
-      return { cumulative: outcome.highest, spent: record.spent, units: record.units };
-    case "stale":
-      throw failed("voucher is below the accepted cumulative");
-    case "not_open":
-      throw failed("channel is closing or closed");
-    case "unknown":
-      throw failed("channel is unknown");
   }
 }
 
@@ -230,7 +263,7 @@ async function verifyOpen(
   const { store, chain, log } = ctx;
   const existing = await store.get(p.channelId);
   // A replayed open (the client retried after a lost answer) is its voucher again.
-  if (existing) return acceptVoucher(ctx, p, existing, source);
+  if (existing) return (await acceptVoucher(ctx, p, source, false)).accepted;
   checkAllowed(ctx, p.descriptor.payer);
   checkSource(ctx, source, p);
   if (p.authorizedSigner !== undefined && !same(p.authorizedSigner, p.descriptor.authorizedSigner)) {
@@ -275,9 +308,7 @@ async function verifyOpen(
     voucher: { cumulative: p.cumulativeAmount, signature: p.signature },
   });
   if (created) return { cumulative: p.cumulativeAmount, spent: 0n, units: 0 };
-  const raced = await store.get(p.channelId);
-  if (!raced) throw failed("channel could not be recorded");
-  return acceptVoucher(ctx, p, raced, source);
+  return (await acceptVoucher(ctx, p, source, true)).accepted;
 }
 
 /** "topUp": the channel must be known; broadcast, confirm TopUp, raise the deposit. */

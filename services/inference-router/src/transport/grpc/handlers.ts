@@ -43,6 +43,7 @@ function toDomain(input: WireInput | undefined): CompletionInput {
       keyId: billing?.keyId ?? "",
       reservationId: billing?.reservationId ?? "",
       ...(billing?.quote ? { quote: quoteOf(billing.quote) } : {}),
+      ...(billing?.channelId ? { channelId: billing.channelId } : {}),
     },
   };
 }

@@ -6,7 +6,15 @@ import { natsNames } from "@tollgate/proto/subjects";
 import { Door, UsageBatchSchema, UsageRecordedSchema } from "@tollgate/proto/usage";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createMemoryUsageStore } from "../../adapters/memory-usage-store.js";
-import type { ReservationSettler, SettleItem, SettlementOutcome, UsageStore } from "../../domain/ports.js";
+import type {
+  PaidCommitItem,
+  PaidCommitOutcome,
+  PaidCommitter,
+  ReservationSettler,
+  SettleItem,
+  SettlementOutcome,
+  UsageStore,
+} from "../../domain/ports.js";
 import { consumeUsage } from "./usage-consumer.js";
 
 const names = natsNames("unit");
@@ -166,7 +174,7 @@ describe("consumeUsage", () => {
     );
     await bus.publish(names.usageRecorded, recorded({ eventId: "evt_none", door: Door.ACCOUNT }), "req_3");
     // Everything published before the consumer starts arrives as one batch.
-    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    const sub = await consumeUsage(bus, names, store, log, undefined, { settler });
     await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
     await sub.stop();
     // Once per batch: the reservation named twice is asked once, and again after the failure.
@@ -187,7 +195,7 @@ describe("consumeUsage", () => {
       settleMany: async (items): Promise<SettlementOutcome[]> => items.map(() => "unknown"),
     };
     const { log, lines } = capture();
-    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    const sub = await consumeUsage(bus, names, store, log, undefined, { settler });
     await bus.publish(
       names.usageRecorded,
       recorded({ door: Door.ACCOUNT, reservationId: "rsv_AAAAAAAAAAAAAAAAAAAA_{acct_secretish}" }),
@@ -257,7 +265,7 @@ describe("consumeUsage in batches", () => {
         `req_${k}`,
       );
     }
-    const sub = await consumeUsage(bus, names, store, capture().log, undefined, settler);
+    const sub = await consumeUsage(bus, names, store, capture().log, undefined, { settler });
     await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
     await sub.stop();
     expect(batches).toEqual([40]);
@@ -287,7 +295,7 @@ describe("consumeUsage in batches", () => {
       recorded({ eventId: "b", door: Door.ACCOUNT, reservationId: rsv(2) }),
       "b",
     );
-    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    const sub = await consumeUsage(bus, names, store, log, undefined, { settler });
     await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
     await sub.stop();
     expect([...settled.keys()]).toEqual([rsv(1), rsv(2)]);
@@ -312,7 +320,7 @@ describe("consumeUsage in batches", () => {
         `req_${k}`,
       );
     }
-    const sub = await consumeUsage(bus, names, store, capture().log, undefined, settler);
+    const sub = await consumeUsage(bus, names, store, capture().log, undefined, { settler });
     await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
     await sub.stop();
     expect(batches).toEqual([3, 1]);
@@ -348,7 +356,7 @@ describe("consumeUsage in batches", () => {
       );
     }
     const { log, lines } = capture();
-    const sub = await consumeUsage(bus, names, store, log, undefined, crashing);
+    const sub = await consumeUsage(bus, names, store, log, undefined, { settler: crashing });
     await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
     await sub.stop();
     expect(auth.calls).toHaveLength(2);
@@ -459,7 +467,7 @@ describe("consumeUsage in batches", () => {
       },
     };
     const { log } = capture();
-    const sub = await consumeUsage(bus, names, store, log, undefined, settler);
+    const sub = await consumeUsage(bus, names, store, log, undefined, { settler });
     await bus.publish(
       names.usageBatch,
       batchOf(
@@ -489,5 +497,238 @@ describe("consumeUsage in batches", () => {
     await sub.stop();
     expect((await store.query({}, DAY.from, DAY.to, "day")).totals.cost).toBe(9n);
     expect(lines.filter((l) => l["msg"] === "invalid usage event dropped")).toHaveLength(2);
+  });
+});
+
+const CHANNEL = `0x${"ab".repeat(32)}`;
+const hold = (k: number) => `rsv_${String(k).padStart(32, "0")}`;
+
+/**
+ * A committer that charges like mpp-payment's Commit: a held hold is charged once (the first
+ * commit's cost, never above the hold), a committed one answers "committed" and changes
+ * nothing, a finished one answers why. `fail` picks calls to reject as a transport failure
+ * before anything is charged; `crashAfter` picks calls that charge and then lose the reply.
+ */
+function paymentLike(
+  holds: Record<string, bigint>,
+  opts: {
+    fail?: (item: PaidCommitItem, call: number) => boolean;
+    crashAfter?: (item: PaidCommitItem, call: number) => boolean;
+    finished?: Record<string, Exclude<PaidCommitOutcome, "committed">>;
+  } = {},
+) {
+  const charged = new Map<string, bigint>();
+  const calls: PaidCommitItem[] = [];
+  let inFlight = 0;
+  let mostInFlight = 0;
+  const committer: PaidCommitter = {
+    async commit(item) {
+      calls.push(item);
+      const call = calls.length;
+      inFlight++;
+      mostInFlight = Math.max(mostInFlight, inFlight);
+      try {
+        await new Promise((r) => setTimeout(r, 1));
+        if (opts.fail?.(item, call)) throw new Error("mpp-payment unavailable");
+        const finished = opts.finished?.[item.reservationId];
+        if (finished) return finished;
+        const amount = holds[item.reservationId];
+        if (amount === undefined) return "unknown";
+        if (!charged.has(item.reservationId)) {
+          charged.set(item.reservationId, item.cost < amount ? item.cost : amount);
+        }
+        if (opts.crashAfter?.(item, call)) throw new Error("reply lost");
+        return "committed";
+      } finally {
+        inFlight--;
+      }
+    },
+  };
+  return { committer, charged, calls, mostInFlight: () => mostInFlight };
+}
+
+const paid = (k: number, init: MessageInitShape<typeof UsageRecordedSchema> = {}) => ({
+  eventId: `evt_paid_${k}`,
+  requestId: `req_paid_${k}`,
+  door: Door.PAID,
+  reservationId: hold(k),
+  channelId: CHANNEL,
+  cost: String(100 + k),
+  ...init,
+});
+
+describe("consumeUsage commits paid holds", () => {
+  it("commits a paid hold with its channel and the event's cost, then acknowledges", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const payment = paymentLike({ [hold(1)]: 1_000n });
+    const observed: PaidCommitOutcome[] = [];
+    const { log } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, {
+      committer: payment.committer,
+      observePaidCommit: (o) => observed.push(o),
+    });
+    await bus.publish(names.usageRecorded, recorded(paid(1)), "evt_paid_1");
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(payment.calls).toEqual([{ reservationId: hold(1), channelId: CHANNEL, cost: 101n }]);
+    expect(payment.charged).toEqual(new Map([[hold(1), 101n]]));
+    expect(observed).toEqual(["committed"]);
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals).toMatchObject({
+      requests: 1n,
+      cost: 101n,
+    });
+  });
+
+  it("charges a hold once when its event comes twice, and when a batch comes again after a lost reply", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    // The first commit of hold 2 charges it, then its reply is lost: the batch comes again.
+    const payment = paymentLike(
+      { [hold(1)]: 1_000n, [hold(2)]: 1_000n, [hold(3)]: 1_000n },
+      { crashAfter: (item, call) => item.reservationId === hold(2) && call <= 3 },
+    );
+    const { log, lines } = capture();
+    await bus.publish(names.usageRecorded, recorded(paid(1)), "evt_paid_1");
+    // The same event under another message id (a publisher retry), and in a batch.
+    await bus.publish(names.usageRecorded, recorded(paid(1)), "evt_paid_1b");
+    await bus.publish(names.usageBatch, batchOf(paid(2), paid(3), paid(1)), "batch:paid");
+    const sub = await consumeUsage(bus, names, store, log, undefined, { committer: payment.committer });
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    // Hold 2 is asked again after its lost reply; every call names its channel and cost.
+    expect(payment.calls.filter((c) => c.reservationId === hold(2)).length).toBeGreaterThanOrEqual(2);
+    expect(new Set(payment.calls.map((c) => `${c.channelId} ${c.cost}`))).toEqual(
+      new Set([`${CHANNEL} 101`, `${CHANNEL} 102`, `${CHANNEL} 103`]),
+    );
+    // Told == committed == metered: each hold charged its event's cost once, as the rollups say.
+    expect(payment.charged).toEqual(
+      new Map([
+        [hold(1), 101n],
+        [hold(2), 102n],
+        [hold(3), 103n],
+      ]),
+    );
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals).toMatchObject({
+      requests: 3n,
+      cost: 306n,
+    });
+    const retried = lines.filter((l) => l["msg"] === "usage events not applied; delivered again");
+    expect(retried).toHaveLength(1);
+    expect(retried[0]).toMatchObject({ notRecorded: 0, notSettled: 0, notCommitted: 1 });
+  });
+
+  it("acknowledges a hold api-edge committed first, charging nothing more", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const payment = paymentLike({ [hold(1)]: 1_000n });
+    // api-edge's Commit after its answer landed first.
+    await payment.committer.commit({ reservationId: hold(1), channelId: CHANNEL, cost: 101n });
+    const { log, lines } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, { committer: payment.committer });
+    await bus.publish(names.usageRecorded, recorded(paid(1)), "evt_paid_1");
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(payment.calls).toHaveLength(2);
+    expect(payment.charged).toEqual(new Map([[hold(1), 101n]]));
+    expect(lines.filter((l) => l["level"] === "warn")).toEqual([]);
+  });
+
+  it("acknowledges holds that will never be charged, logging and counting each without its channel", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const payment = paymentLike(
+      { [hold(1)]: 1_000n, [hold(2)]: 1_000n },
+      { finished: { [hold(1)]: "released", [hold(2)]: "expired" } },
+    );
+    const observed: PaidCommitOutcome[] = [];
+    const { log, lines } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, {
+      committer: payment.committer,
+      observePaidCommit: (o) => observed.push(o),
+    });
+    await bus.publish(names.usageBatch, batchOf(paid(1), paid(2), paid(3)), "batch:finished");
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(payment.calls).toHaveLength(3);
+    expect(observed.sort()).toEqual(["expired", "released", "unknown"]);
+    const warned = lines.filter((l) => l["msg"] === "paid hold not committed from its usage event");
+    expect(warned.map((l) => [l["reservationId"], l["hold"]])).toEqual([
+      [hold(1), "released"],
+      [hold(2), "expired"],
+      [hold(3), "unknown"],
+    ]);
+    expect(JSON.stringify(lines)).not.toContain(CHANNEL.slice(2));
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals.requests).toBe(3n);
+  });
+
+  it("delivers an event again while its commit fails in transport, and commits it once it passes", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    // mpp-payment unreachable for the first two calls of hold 2.
+    let failures = 2;
+    const payment = paymentLike(
+      { [hold(1)]: 1_000n, [hold(2)]: 1_000n },
+      { fail: (item) => item.reservationId === hold(2) && failures-- > 0 },
+    );
+    const { log, lines } = capture();
+    const sub = await consumeUsage(bus, names, store, log, undefined, { committer: payment.committer });
+    await bus.publish(names.usageBatch, batchOf(paid(1), paid(2)), "batch:flaky");
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 10_000, interval: 20 });
+    await sub.stop();
+    expect(payment.charged).toEqual(
+      new Map([
+        [hold(1), 101n],
+        [hold(2), 102n],
+      ]),
+    );
+    expect(payment.calls.filter((c) => c.reservationId === hold(2))).toHaveLength(3);
+    const retried = lines.filter((l) => l["msg"] === "usage events not applied; delivered again");
+    expect(retried).toHaveLength(2);
+    expect(retried[0]).toMatchObject({ notRecorded: 0, notCommitted: 1 });
+    expect((await store.query({}, DAY.from, DAY.to, "day")).totals).toMatchObject({
+      requests: 2n,
+      cost: 203n,
+    });
+  });
+
+  it("commits nothing for an account-door event, or a paid one without its channel (an older router)", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const payment = paymentLike({ [hold(1)]: 1_000n, [hold(2)]: 1_000n });
+    const { settler, settled } = idempotentSettler();
+    const sub = await consumeUsage(bus, names, store, capture().log, undefined, {
+      settler,
+      committer: payment.committer,
+    });
+    await bus.publish(
+      names.usageBatch,
+      batchOf(paid(1, { channelId: "" }), paid(2, { door: Door.ACCOUNT }), paid(3, { reservationId: "" })),
+      "batch:none",
+    );
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(payment.calls).toEqual([]);
+    expect([...settled.keys()]).toEqual([hold(2)]);
+  });
+
+  it("commits a batch's holds a few at a time", async () => {
+    const bus = memoryBus();
+    const store = createMemoryUsageStore();
+    const holds = Object.fromEntries(Array.from({ length: 60 }, (_, k) => [hold(k), 1_000n]));
+    const payment = paymentLike(holds);
+    const sub = await consumeUsage(bus, names, store, capture().log, undefined, {
+      committer: payment.committer,
+    });
+    await bus.publish(
+      names.usageBatch,
+      batchOf(...Array.from({ length: 60 }, (_, k) => paid(k))),
+      "batch:many",
+    );
+    await vi.waitFor(async () => expect(await sub.pending()).toBe(0), { timeout: 5_000, interval: 20 });
+    await sub.stop();
+    expect(payment.charged.size).toBe(60);
+    expect(payment.mostInFlight()).toBeGreaterThan(1);
+    expect(payment.mostInFlight()).toBeLessThanOrEqual(16);
   });
 });

@@ -3,8 +3,8 @@ import type { BatchVerdict, BusMessage, BusSubscription, EventBus } from "@tollg
 import type { Logger } from "@tollgate/kit/log";
 import type { NatsNames } from "@tollgate/proto/subjects";
 import { Door, type UsageRecorded, usageEventsOf } from "@tollgate/proto/usage";
-import { type Applied, applyUsageBatch } from "../../domain/apply-usage.js";
-import type { ReservationSettler, UsageStore } from "../../domain/ports.js";
+import { type Applied, applyUsageBatch, type Charging } from "../../domain/apply-usage.js";
+import type { PaidCommitOutcome, UsageStore } from "../../domain/ports.js";
 import { parseCost, type UsageEvent, validateUsageEvent } from "../../domain/usage.js";
 
 /** Maps a UsageRecorded message to the domain event; throws MeteringError when it cannot be applied. */
@@ -21,13 +21,23 @@ export function toUsageEvent(m: UsageRecorded): UsageEvent {
     outputTokens: m.outputTokens,
     reasoningTokens: m.reasoningTokens,
     cost: parseCost(m.cost),
-    // Only account-door reservations are auth-policy's; the paid door settles with mpp-payment.
+    // Only account-door reservations are auth-policy's; the paid door's holds are mpp-payment's,
+    // committed with their channel (an event from a router older than channel_id has none:
+    // api-edge's Commit alone charges it).
     ...(m.door === Door.ACCOUNT && m.reservationId !== "" ? { reservationId: m.reservationId } : {}),
+    ...(m.door === Door.PAID && m.reservationId !== "" && m.channelId !== ""
+      ? { paidHold: { reservationId: m.reservationId, channelId: m.channelId } }
+      : {}),
   });
 }
 
 /** Told what became of each consumed event (for metrics); `message` is absent when it was invalid. */
 export type UsageObserver = (outcome: "recorded" | "duplicate" | "invalid", message?: UsageRecorded) => void;
+
+/** Where the consumer charges usage besides the rollups, and who is told of each paid commit (metrics). */
+export interface UsageCharging extends Charging {
+  observePaidCommit?: (outcome: PaidCommitOutcome) => void;
+}
 
 /** How the consumer batches; the bus defaults apply to what is left out. */
 export interface UsageBatching {
@@ -42,12 +52,16 @@ export interface UsageBatching {
  * (one event a message) on one, UsageBatch (several, from a router under load) on the other, so
  * a metering replica older than batches never sees one (docs/architecture.md, "The bus"). Every
  * event the bus has in hand is recorded in one store round trip and every reservation among
- * them settled in one call (docs/architecture.md, "Metering in batches"). A message is
- * acknowledged only after the store has applied each of its events and, for an account-door
- * event with a reservation, the settler has settled it; one with an event whose recording or
- * settlement failed is delivered again, and the store's dedupe by event id and the idempotent
- * settlement keep the count exact for the events it carries that were applied already. A
- * malformed message or event is dropped (redelivery cannot repair it) without holding up the rest.
+ * them settled in one call (docs/architecture.md, "Metering in batches"); every paid hold among
+ * them is committed with mpp-payment (docs/money.md, "Paid door: the commit after the answer").
+ * A message is acknowledged only after the store has applied each of its events and, for an
+ * account-door event with a reservation, the settler has settled it, and for a paid-door event
+ * with a hold, mpp-payment has answered its commit (a hold it will never charge, being unknown,
+ * released or expired, is logged and counted, not retried); one with an event whose recording,
+ * settlement or commit failed is delivered again, and the store's dedupe by event id and the
+ * idempotent settlement and commit keep the count exact for the events it carries that were
+ * applied already. A malformed message or event is dropped (redelivery cannot repair it)
+ * without holding up the rest.
  */
 export async function consumeUsage(
   bus: EventBus,
@@ -55,7 +69,7 @@ export async function consumeUsage(
   store: UsageStore,
   log: Logger,
   observe?: UsageObserver,
-  settler?: ReservationSettler,
+  charging: UsageCharging = {},
   batching: UsageBatching = {},
 ): Promise<BusSubscription> {
   const handle = async (msgs: BusMessage[]): Promise<BatchVerdict[]> => {
@@ -88,7 +102,7 @@ export async function consumeUsage(
       applied = await applyUsageBatch(
         valid.map((v) => v.event),
         store,
-        settler,
+        charging,
       );
     } catch (err) {
       // The store could say nothing: every valid event comes again, the invalid ones do not.
@@ -96,7 +110,7 @@ export async function consumeUsage(
       for (const v of valid) verdicts[v.at] = "retry";
       return verdicts;
     }
-    const failed = { record: 0, settle: 0 };
+    const failed = { record: 0, settle: 0, commit: 0 };
     let firstError: Error | undefined;
     valid.forEach(({ at, message, event }, i) => {
       const a = applied[i]!;
@@ -119,11 +133,27 @@ export async function consumeUsage(
       } else if (a.settlement) {
         log.debug({ requestId: event.requestId, settlement: a.settlement }, "reservation settled");
       }
+      if (a.paidCommit) {
+        charging.observePaidCommit?.(a.paidCommit);
+        if (a.paidCommit !== "committed") {
+          // Nothing to retry: the hold will never be charged (api-edge released it, it lapsed
+          // before this event came, or mpp-payment no longer knows it).
+          log.warn(
+            { requestId: event.requestId, reservationId: event.paidHold?.reservationId, hold: a.paidCommit },
+            "paid hold not committed from its usage event",
+          );
+        }
+      }
     });
     if (firstError) {
       // One line per batch, not per event: an outage would otherwise log every event every second.
       log.warn(
-        { notRecorded: failed.record, notSettled: failed.settle, err: firstError },
+        {
+          notRecorded: failed.record,
+          notSettled: failed.settle,
+          notCommitted: failed.commit,
+          err: firstError,
+        },
         "usage events not applied; delivered again",
       );
     }

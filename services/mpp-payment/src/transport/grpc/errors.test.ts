@@ -49,6 +49,15 @@ describe("toStatusError", () => {
     ).toMatchObject({ status: GrpcStatus.UNAVAILABLE, code: "mpp_session_close_unavailable" });
   });
 
+  it("names the hold a Commit found unknown, released or expired in the detail `hold`, and no other", () => {
+    for (const hold of ["unknown", "released", "expired"] as const) {
+      expect(
+        toStatusError(new PaymentError("mpp_commit_failed", "the reservation is gone", { hold })),
+      ).toMatchObject({ status: GrpcStatus.INTERNAL, code: "mpp_commit_failed", details: { hold } });
+    }
+    expect(toStatusError(new PaymentError("mpp_commit_failed", "failed"))).toMatchObject({ details: {} });
+  });
+
   it("passes anything else through untouched", () => {
     const err = new Error("boom");
     expect(toStatusError(err)).toBe(err);

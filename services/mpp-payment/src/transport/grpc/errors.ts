@@ -23,10 +23,12 @@ const STORE_CALL_CODES: ReadonlySet<PaymentErrorCode> = new Set([
  * Turns a domain error into the status the bridge sends; anything else passes through (INTERNAL).
  * A Reserve, Commit or Release that failed because Redis was down or restarting passes its cause
  * on, which the bridge answers UNAVAILABLE (store_unavailable): api-edge answers a retryable 503
- * for a Reserve, and runs an idempotent Commit or Release again once Redis answers.
+ * for a Reserve, and runs an idempotent Commit or Release again once Redis answers. A Commit
+ * refused because its hold is unknown, released or expired says which in the detail `hold`
+ * (trailing metadata `tollgate-hold`): metering acknowledges that usage event instead of retrying it.
  */
 export function toStatusError(err: unknown): unknown {
   if (!(err instanceof PaymentError)) return err;
   if (STORE_CALL_CODES.has(err.code) && isRedisUnavailable(err.cause)) return err.cause;
-  return new StatusError(statusOf(err.code), err.code, err.message);
+  return new StatusError(statusOf(err.code), err.code, err.message, err.hold ? { hold: err.hold } : {});
 }

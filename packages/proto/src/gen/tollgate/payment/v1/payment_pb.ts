@@ -594,8 +594,10 @@ export const PaymentService: GenService<{
   },
   /**
    * Commit records the served request's actual cost and returns the Payment-Receipt. api-edge
-   * sends it after the answer (idempotent by reservation id), with the receipt it derived from
-   * the hold's reserved_receipt.
+   * sends it after the answer, with the receipt it derived from the hold's reserved_receipt, and
+   * metering sends it from the request's usage event; idempotent by reservation id (a repeat
+   * answers the first commit's figures). A hold that is unknown, released or expired is refused
+   * with mpp_commit_failed and the error detail `hold` naming which.
    *
    * @generated from rpc tollgate.payment.v1.PaymentService.Commit
    */
