@@ -41,13 +41,8 @@ const payments = createPayments({
   log: createLogger({ service: "bench", level: "silent" }),
 });
 const payer = new TestPayer(PAYEE);
+await payer.openOn(payments);
 const req = paidRequest();
-await payments.verify({
-  authorization: payer.credential(payments.challenge(req).header, await payer.open(UNIT)),
-  httpMethod: "POST",
-  path: PATH,
-  body: req.body,
-});
 let seq = 0;
 const p50 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
 async function run(label: string, creds: string[], print = true) {

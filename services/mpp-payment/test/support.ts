@@ -5,6 +5,7 @@ import { Session } from "mppx/tempo";
 import { type Address, type Hex, keccak256, toHex, zeroAddress } from "viem";
 import { generatePrivateKey, type PrivateKeyAccount, privateKeyToAccount } from "viem/accounts";
 import type { PaidRequest } from "../src/domain/catalog.js";
+import type { Payments } from "../src/domain/payments.js";
 import type { Chain, ChannelDescriptor, OnChainState, SignedVoucher } from "../src/domain/ports.js";
 import type { PaymentSettings } from "../src/domain/settings.js";
 
@@ -137,6 +138,17 @@ export class TestPayer {
 
   get source(): string {
     return `did:pkh:eip155:${CHAIN_ID}:${this.account.address}`;
+  }
+
+  /** Opens this payer's channel on `payments` with a first paid request (a voucher of `cumulative`). */
+  async openOn(payments: Payments, cumulative: bigint = UNIT): Promise<void> {
+    const req = paidRequest();
+    await payments.verify({
+      authorization: this.credential(payments.challenge(req).header, await this.open(cumulative)),
+      httpMethod: "POST",
+      path: PATH,
+      body: req.body,
+    });
   }
 
   async open(cumulative: bigint, transaction: Hex = "0x76aa"): Promise<Record<string, unknown>> {

@@ -87,13 +87,7 @@ describe('Verify of a new voucher on the Redis store (docs/paid-door.md, "One ro
     const chain = new FakeChain();
     const { payments, store, commands } = replica(ns, chain);
     const payer = new TestPayer(PAYEE);
-    const req = paidRequest();
-    await payments.verify({
-      authorization: payer.credential(payments.challenge(req).header, await payer.open(UNIT)),
-      httpMethod: "POST",
-      path: PATH,
-      body: req.body,
-    });
+    await payer.openOn(payments);
     // Loads the script on the server: a first EVALSHA answered NOSCRIPT is followed by an EVAL.
     await store.offerVoucher(new TestPayer(PAYEE).channelId, {
       cumulative: 1n,
