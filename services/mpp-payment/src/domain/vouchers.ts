@@ -1,6 +1,6 @@
 import { Session } from "mppx/tempo";
-import { SignatureEnvelope } from "ox/tempo";
-import type { Address, Hex } from "viem";
+import { Channel, SignatureEnvelope } from "ox/tempo";
+import { type Address, type Hex, hashTypedData, isAddressEqual } from "viem";
 import type { ChannelDescriptor } from "./ports.js";
 
 const SECP256K1_HALF_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n / 2n;
@@ -12,22 +12,36 @@ export function expectedSigner(descriptor: ChannelDescriptor): Address {
   return Session.Precompile.Channel.resolveAuthorizedSigner(descriptor);
 }
 
-/** True when the signature's s is in the lower half of its curve order (the spec demands low-s). */
-function isLowS(signature: Hex): boolean {
-  try {
-    const envelope = SignatureEnvelope.from(signature);
-    if (envelope.type === "secp256k1") return envelope.signature.s <= SECP256K1_HALF_N;
-    if (envelope.type === "p256" || envelope.type === "webAuthn") return envelope.signature.s <= P256_HALF_N;
-    return false;
-  } catch {
-    return false;
+/** True when the envelope's s is in the lower half of its curve order (the spec demands low-s). */
+function isLowS(envelope: SignatureEnvelope.SignatureEnvelope): boolean {
+  if (envelope.type === "secp256k1") return envelope.signature.s <= SECP256K1_HALF_N;
+  if (envelope.type === "p256" || envelope.type === "webAuthn") return envelope.signature.s <= P256_HALF_N;
+  return false;
+}
+
+/** The digest a voucher's signer signs: the escrow precompile's own sign payload, or EIP-712
+ * over another escrow's domain (the same choice the mppx client signs with). */
+function voucherPayload(escrow: Address, chainId: number, channelId: Hex, cumulative: bigint): Hex {
+  if (escrow.toLowerCase() === Channel.address.toLowerCase()) {
+    return Channel.getVoucherSignPayload({ chainId, channelId, cumulativeAmount: cumulative });
   }
+  return hashTypedData({
+    domain: Session.Precompile.Voucher.getVoucherDomain(escrow, chainId),
+    types: Session.Precompile.Voucher.voucherTypes,
+    primaryType: "Voucher",
+    message: { channelId, cumulativeAmount: cumulative },
+  });
 }
 
 /**
  * Verifies a TIP-1034 voucher: EIP-712 "TIP20 Channel Reserve"/1 `Voucher(bytes32,uint96)`
  * over this escrow and chain, a canonical primitive signature envelope with low s, signed by
  * `signer` (always taken from the stored or on-chain descriptor, never from the request alone).
+ *
+ * A secp256k1 signature is verified by recovering its signer once (ecrecover, as the escrow
+ * settles it) and comparing; mppx's `verifyVoucher` recovers it twice, and the recovery is most
+ * of a new voucher's CPU (docs/performance.md, "One recovery per new voucher"). p256 and
+ * WebAuthn envelopes carry their public key and go through mppx's check.
  */
 export function verifyVoucherSignature(
   escrow: Address,
@@ -37,11 +51,22 @@ export function verifyVoucherSignature(
   signature: Hex,
   signer: Address,
 ): boolean {
-  if (!isLowS(signature)) return false;
-  return Session.Precompile.Voucher.verifyVoucher(
-    escrow,
-    chainId,
-    { channelId, cumulativeAmount: cumulative, signature },
-    signer,
-  );
+  try {
+    const envelope = SignatureEnvelope.from(signature);
+    if (!isLowS(envelope)) return false;
+    if (envelope.type !== "secp256k1") {
+      return Session.Precompile.Voucher.verifyVoucher(
+        escrow,
+        chainId,
+        { channelId, cumulativeAmount: cumulative, signature },
+        signer,
+      );
+    }
+    // Canonical encoding only: one signature, one spelling.
+    if (SignatureEnvelope.serialize(envelope).toLowerCase() !== signature.toLowerCase()) return false;
+    const payload = voucherPayload(escrow, chainId, channelId, cumulative);
+    return isAddressEqual(SignatureEnvelope.extractAddress({ payload, signature: envelope }), signer);
+  } catch {
+    return false;
+  }
 }

@@ -1,0 +1,146 @@
+import { Session } from "mppx/tempo";
+import { Address as OxAddress, P256, Secp256k1 } from "ox";
+import { Channel, SignatureEnvelope } from "ox/tempo";
+import { type Address, type Hex, hashTypedData } from "viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { describe, expect, it } from "vitest";
+import { verifyVoucherSignature } from "./vouchers.js";
+
+// verifyVoucherSignature recovers a secp256k1 signer once instead of calling mppx's
+// verifyVoucher (which recovers it twice). It must accept exactly what mppx accepts, with low s
+// on top: every case is checked against mppx's own answer.
+
+const N_SECP = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
+const CHAIN = 4217;
+const OTHER_ESCROW = "0x1111111111111111111111111111111111111111" as Address;
+const channelId = `0x${"ab".repeat(32)}` as Hex;
+
+/** The digest the signer signs (the precompile's sign payload, or EIP-712 for another escrow). */
+function digest(escrow: Address, chainId: number, cumulative: bigint): Hex {
+  if (escrow.toLowerCase() === Channel.address.toLowerCase())
+    return Channel.getVoucherSignPayload({ chainId, channelId, cumulativeAmount: cumulative });
+  return hashTypedData({
+    domain: Session.Precompile.Voucher.getVoucherDomain(escrow, chainId),
+    types: Session.Precompile.Voucher.voucherTypes,
+    primaryType: "Voucher",
+    message: { channelId, cumulativeAmount: cumulative },
+  });
+}
+
+const key = generatePrivateKey();
+const signer = privateKeyToAccount(key).address;
+const stranger = privateKeyToAccount(generatePrivateKey()).address;
+
+function secp(
+  escrow: Address,
+  cumulative: bigint,
+  tweak?: (s: { r: bigint; s: bigint; yParity: number }) => void,
+): Hex {
+  const sig = Secp256k1.sign({ payload: digest(escrow, CHAIN, cumulative), privateKey: key });
+  const edited = { ...sig };
+  tweak?.(edited);
+  return SignatureEnvelope.serialize(SignatureEnvelope.from(edited)) as Hex;
+}
+
+const p256 = P256.createKeyPair();
+const p256Signer = OxAddress.fromPublicKey(p256.publicKey) as Address;
+
+function p256Voucher(
+  escrow: Address,
+  cumulative: bigint,
+  tweak?: (s: { r: bigint; s: bigint }) => void,
+): Hex {
+  const signature = {
+    ...P256.sign({ payload: digest(escrow, CHAIN, cumulative), privateKey: p256.privateKey }),
+  };
+  tweak?.(signature);
+  return SignatureEnvelope.serialize(
+    SignatureEnvelope.from({ signature, publicKey: p256.publicKey, prehash: false, type: "p256" }),
+  ) as Hex;
+}
+
+type Case = [
+  why: string,
+  escrow: Address,
+  cumulative: bigint,
+  signature: Hex,
+  signer: Address,
+  want: boolean,
+];
+
+function cases(escrow: Address): Case[] {
+  const good = secp(escrow, 500n);
+  return [
+    ["a voucher signed by its signer", escrow, 500n, good, signer, true],
+    ["the same, in upper-case hex", escrow, 500n, `0x${good.slice(2).toUpperCase()}` as Hex, signer, true],
+    ["signed by someone else", escrow, 500n, good, stranger, false],
+    ["another amount", escrow, 501n, good, signer, false],
+    [
+      "the other recovery bit",
+      escrow,
+      500n,
+      secp(escrow, 500n, (s) => {
+        s.yParity ^= 1;
+      }),
+      signer,
+      false,
+    ],
+    [
+      "a high-s twin",
+      escrow,
+      500n,
+      secp(escrow, 500n, (s) => {
+        s.s = N_SECP - s.s;
+        s.yParity ^= 1;
+      }),
+      signer,
+      false,
+    ],
+    [
+      "r of zero",
+      escrow,
+      500n,
+      secp(escrow, 500n, (s) => {
+        s.r = 0n;
+      }),
+      signer,
+      false,
+    ],
+    ["with a trailing byte", escrow, 500n, `${good}00` as Hex, signer, false],
+    ["truncated", escrow, 500n, good.slice(0, -2) as Hex, signer, false],
+    ["not hex", escrow, 500n, "0xzz" as Hex, signer, false],
+    ["a p256 voucher", escrow, 500n, p256Voucher(escrow, 500n), p256Signer, true],
+    ["a p256 voucher, another amount", escrow, 700n, p256Voucher(escrow, 500n), p256Signer, false],
+    ["a p256 voucher, not its signer", escrow, 500n, p256Voucher(escrow, 500n), signer, false],
+  ];
+}
+
+describe("verifyVoucherSignature", () => {
+  for (const escrow of [Channel.address as Address, OTHER_ESCROW]) {
+    const kind = escrow === OTHER_ESCROW ? "another escrow (EIP-712)" : "the escrow precompile";
+    it(`answers as mppx's verifyVoucher does, low s required (${kind})`, () => {
+      for (const [why, esc, cumulative, signature, who, want] of cases(escrow)) {
+        const ours = verifyVoucherSignature(esc, CHAIN, channelId, cumulative, signature, who);
+        expect(ours, why).toBe(want);
+        const theirs = Session.Precompile.Voucher.verifyVoucher(
+          esc,
+          CHAIN,
+          { channelId, cumulativeAmount: cumulative, signature },
+          who,
+        );
+        // mppx accepts a high-s twin; the spec demands low s, so that is the one difference.
+        if (why !== "a high-s twin") expect(ours, `${why}: same as mppx`).toBe(theirs);
+      }
+    });
+  }
+
+  it("refuses a voucher for another chain", () => {
+    const signature = secp(Channel.address as Address, 500n);
+    expect(
+      verifyVoucherSignature(Channel.address as Address, CHAIN, channelId, 500n, signature, signer),
+    ).toBe(true);
+    expect(
+      verifyVoucherSignature(Channel.address as Address, CHAIN + 1, channelId, 500n, signature, signer),
+    ).toBe(false);
+  });
+});
