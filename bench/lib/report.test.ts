@@ -116,6 +116,37 @@ describe("the bench's targets against the peer", () => {
     expect(table).toMatch(/\| CPU-ms per request at 1 conn +\| +0\.80 \| +0\.90 \|/);
   });
 
+  it("prints the paid request over account for both voucher kinds, the reused one judged", () => {
+    const paid = (scenario: string, overheadP50: number): Row => ({
+      mode: "stack",
+      scenario,
+      side: "paid",
+      conns: 1,
+      reqPerSec: null,
+      p50: 3 + overheadP50,
+      p99: 9,
+      mean: 3,
+      count: 100,
+      non2xx: 0,
+      errors: 0,
+      overheadP50,
+      overheadP99: 1,
+      vs: "account",
+      statusCodes: { 200: 100 },
+    });
+    const rows = [
+      paid("paid door: paid request (reused voucher)", 0.5),
+      paid("paid door: paid request (new voucher each)", 2.25),
+    ];
+    const figures = peerFigures(rows, [], [], ["stack"]);
+    expect(figures[0]?.paidNewOverAccount).toBe(2.25);
+    const table = peerTable(figures);
+    expect(table).toMatch(/\| paid request over account request, p50 \(ms\) +\| +\+0\.5 \|/);
+    expect(table).toMatch(/\| +with a new voucher each \(mppx's way\), p50 \(ms\) +\| +\+2\.25 \|/);
+    const verdict = evaluatePeerTargets(figures).find((t) => t.target.startsWith("paid request"));
+    expect(verdict?.pass).toBe(true);
+  });
+
   it("prints the heap in use beside the RSS of the soak, and judges the RSS", () => {
     const point = (n: number, rssMb: number, heapUsedMb: number): SoakPoint => ({
       mode: "all-in-one",

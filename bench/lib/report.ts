@@ -106,6 +106,8 @@ export interface PeerFigures {
   streamTtftAdded: number | null;
   chunkGapAdded: number | null;
   paidOverAccount: number | null;
+  /** The paid request with a new voucher each (the unmodified mppx client's way), over account. */
+  paidNewOverAccount: number | null;
   idleRssMb: number | null;
   rssAfter10kMb: number | null;
   rssAfter100kMb: number | null;
@@ -145,6 +147,10 @@ export function peerFigures(rows: Row[], rss: RssRow[], soak: SoakPoint[], modes
         rows.find((r) => r.mode === mode && r.scenario === "paid door: paid request (reused voucher)")
           ?.overheadP50,
       ),
+      paidNewOverAccount: v(
+        rows.find((r) => r.mode === mode && r.scenario === "paid door: paid request (new voucher each)")
+          ?.overheadP50,
+      ),
       // The stack's: its services' idle RSS summed.
       idleRssMb: main.length > 0 ? round(main.reduce((a, r) => a + r.idleMb, 0)) : null,
       rssAfter10kMb: soakAt(10_000),
@@ -168,6 +174,7 @@ export function peerTable(figures: PeerFigures[]): string {
     ["stream time to first token added, p50 (ms)", (f) => signed(f.streamTtftAdded)],
     ["stream chunk gap added, p50 (ms)", (f) => signed(f.chunkGapAdded)],
     ["paid request over account request, p50 (ms)", (f) => signed(f.paidOverAccount)],
+    ["  with a new voucher each (mppx's way), p50 (ms)", (f) => signed(f.paidNewOverAccount)],
     ["idle RSS (MB; stack: services summed)", (f) => num(f.idleRssMb, 1)],
     ["RSS after 10k requests (MB)", (f) => num(f.rssAfter10kMb, 1)],
     ["RSS after 100k requests (MB)", (f) => num(f.rssAfter100kMb, 1)],

@@ -326,11 +326,39 @@ export async function streaming(t: Target, s: Settings): Promise<Row[]> {
 }
 
 /**
- * Paid door with voucher reuse: PaidSession opens a channel, then sequential paid requests
- * (each: the unpaid 402 round trip, then the paid retry carrying the reused voucher) alternate
- * with account-door requests of the same prompt over the same node:http client.
+ * Paid door: PaidSession opens a channel, then sequential paid requests (each: the unpaid 402
+ * round trip, then the paid retry carrying the credential) alternate with account-door requests
+ * of the same prompt over the same node:http client. Twice: first reusing one voucher (the
+ * target's figure), then with a new, higher voucher signed for every request, as the unmodified
+ * mppx session manager pays (its server side recovers each new voucher's signer).
  */
 export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
+  const reused = await paidRun(t, s, "reused");
+  const fresh = await paidRun(t, s, "new");
+  return [
+    row(t.mode, "paid door: account request", "account", 1, reused.account),
+    row(t.mode, "paid door: paid request (reused voucher)", "paid", 1, reused.paid, {
+      name: "account",
+      latency: reused.account.latency,
+    }),
+    row(t.mode, "paid door: 402 + paid request", "paid-total", 1, reused.total, {
+      name: "account",
+      latency: reused.account.latency,
+    }),
+    row(t.mode, "paid door: paid request (new voucher each)", "paid", 1, fresh.paid, {
+      name: "account",
+      latency: fresh.account.latency,
+    }),
+  ];
+}
+
+/** One paid-door run: paid requests whose voucher is `voucher` ("reused": one voucher for all;
+ * "new": a new one each), each followed by an account request. */
+async function paidRun(
+  t: Target,
+  s: Settings,
+  voucher: "reused" | "new",
+): Promise<{ account: Measured; paid: Measured; total: Measured }> {
   // The latest exchange of each leg, set by the fetch PaidSession uses.
   const last: { paid?: Exchange | undefined; unpaid?: Exchange | undefined } = {};
   const forget = () => {
@@ -342,6 +370,7 @@ export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
     privateKey: DEMO_PAYER_PRIVATE_KEY,
     rpcUrl: t.rpcUrl,
     maxDeposit: 50_000_000n,
+    voucherEachRequest: voucher === "new",
     fetch: timedFetch((e) => {
       if (e.paid) last.paid = e;
       else last.unpaid = e;
@@ -356,6 +385,8 @@ export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
       headers: { "content-type": "application/json", authorization: `Bearer ${t.key}` },
       body: bodies.through(),
     });
+  // What a measured paid request's voucher must have been: reused, or newly signed ("raised").
+  const expected = voucher === "reused" ? "reused" : "raised";
 
   const paidLeg: number[] = [];
   const paidTotal: number[] = [];
@@ -364,7 +395,7 @@ export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
   const accountCodes: Record<string, number> = {};
   let paidFailures = 0;
   let accountNon2xx = 0;
-  let notReused = 0;
+  let unexpected = 0;
   const run = async (seconds: number, record: boolean) => {
     const deadline = performance.now() + seconds * 1000;
     // Bounded by time and by count.
@@ -372,10 +403,10 @@ export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
       forget();
       try {
         const r = await session.chat(bodies.paid());
-        const reused = r.voucher === "reused" && r.attempts.length === 1;
+        const asExpected = r.voucher === expected && r.attempts.length === 1;
         if (record) {
           paidCodes[r.status] = (paidCodes[r.status] ?? 0) + 1;
-          if (!reused) notReused++;
+          if (!asExpected) unexpected++;
           else if (last.paid && last.unpaid) {
             paidLeg.push(last.paid.ms);
             paidTotal.push(last.paid.ms + last.unpaid.ms);
@@ -411,25 +442,15 @@ export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
     reqPerSec: Number.NaN,
     latency: summarize(paidLeg),
     non2xx: paidFailures,
-    errors: notReused,
+    errors: unexpected,
     statusCodes: paidCodes,
   };
   const total: Measured = { ...paid, latency: summarize(paidTotal) };
   progress(
-    `paid door: paid leg p50 ${round(paid.latency.p50)} ms, 402+paid p50 ${round(total.latency.p50)} ms, ` +
+    `paid door (${voucher} voucher): paid leg p50 ${round(paid.latency.p50)} ms, 402+paid p50 ${round(total.latency.p50)} ms, ` +
       `account p50 ${round(acc.latency.p50)} ms (${paidLeg.length} paid, ${accountMs.length} account)`,
   );
-  return [
-    row(t.mode, "paid door: account request", "account", 1, acc),
-    row(t.mode, "paid door: paid request (reused voucher)", "paid", 1, paid, {
-      name: "account",
-      latency: acc.latency,
-    }),
-    row(t.mode, "paid door: 402 + paid request", "paid-total", 1, total, {
-      name: "account",
-      latency: acc.latency,
-    }),
-  ];
+  return { account: acc, paid, total };
 }
 
 /** The gateway process's RSS once a number of requests have been served. */
