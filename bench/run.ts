@@ -5,8 +5,8 @@
 // inference-routers, auth + rate limits + budgets + metering on), each scenario runs straight
 // to a fake upstream, then through the gateway: buffered chat at 1/10/50 connections
 // (autocannon, with the CPU the gateway's processes spent per request), streaming time to first
-// byte, first token and chunk gaps, and (Tollgate only) the paid door with a reused voucher
-// (node:http). With BENCH_LONG=1, the all-in-one and the peer also serve 100k requests, their
+// byte, first token and chunk gaps, and (Tollgate only) the paid door with a reused voucher,
+// then with a new voucher each request as mppx pays (node:http). With BENCH_LONG=1, the all-in-one and the peer also serve 100k requests, their
 // RSS taken after 10k and 100k. It prints the tables, the figures beside the peer's, a PASS/FAIL
 // line per target, and writes bench/results/<timestamp>.json and latest.json. Everything runs
 // on 127.0.0.1, bounded in time: about four minutes with the defaults.
