@@ -106,7 +106,9 @@ export async function pipelined<T>(
   const groups = new Map<string, number[]>();
   items.forEach((item, i) => {
     const group = isCluster(redis) ? hashTagOf(keyOf(item)) : "";
-    groups.set(group, [...(groups.get(group) ?? []), i]);
+    const indices = groups.get(group);
+    if (indices) indices.push(i);
+    else groups.set(group, [i]);
   });
   const out: PipelineReply[] = items.map(() => [new Error("no reply"), null]);
   await Promise.all(

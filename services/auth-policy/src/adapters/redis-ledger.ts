@@ -578,8 +578,8 @@ function settlementOf(outcome: string, settled: string): Settlement {
 
 // Batch settlement (SettleReservations): settle()'s two steps for every item at once, so a
 // batch costs two Redis round trips however many reservations it holds: one pipeline reads
-// every record's budgets, one pipeline runs the settlement script per known reservation. Each
-// script is settle()'s own and touches one reservation's keys, which share its account's hash
+// each distinct record's budgets once (a lease's tickets share one record), one pipeline runs
+// the settlement script per known reservation. Each script is settle()'s own and touches one reservation's keys, which share its account's hash
 // tag (on a Redis Cluster, one pipeline per account, sent together). An item whose read or
 // script failed is answered by its error and the others stand.
 
@@ -602,10 +602,18 @@ function settleManyIn(
     if (reading.length === 0) return out as Settlement[];
     const recordOf = (r: { item: SettleItem }) =>
       recordKey(reservationOf(r.item.reservationId).reservationId);
-    const read = await pipelined(redis, reading, recordOf, (p, r) => p.hget(recordOf(r), "budgets"));
+    // One read per record: a lease's tickets (a batch holds many) share their lease's record.
+    const records = [...new Set(reading.map(recordOf))];
+    const budgetsRead = await pipelined(
+      redis,
+      records,
+      (key) => key,
+      (p, key) => p.hget(key, "budgets"),
+    );
+    const read = new Map(records.map((key, n) => [key, budgetsRead[n]!]));
     const settling: Array<{ k: number; item: SettleItem; budgets: string }> = [];
-    reading.forEach(({ k, item }, n) => {
-      const [err, budgets] = read[n]!;
+    reading.forEach(({ k, item }) => {
+      const [err, budgets] = read.get(recordOf({ item }))!;
       if (err) out[k] = err;
       else if (budgets === null) out[k] = { outcome: "unknown" };
       else settling.push({ k, item, budgets: budgets as string });

@@ -82,6 +82,43 @@ describe("redis ledger: batch settlement", () => {
   });
 });
 
+describe("redis ledger: batch settlement reads a record once", () => {
+  it("reads a record its items share once: a redelivered event settles nothing more", async () => {
+    const p = prefix();
+    const ledger = createRedisLedger(redis, { prefix: p });
+    const now = new Date();
+    const b = {
+      id: "{acct}:connection:c:month:y",
+      scope: "connection" as const,
+      limit: 1_000n,
+      periodEndMs: now.getTime() + 86_400_000,
+    };
+    const id = newReservationId("acct");
+    await ledger.admit([], { hold: { reservationId: id, amount: 100n, budgets: [b] } }, now);
+    if (isCluster(redis)) throw new Error("this test watches one Redis server");
+    const sent: string[] = [];
+    const monitor = await redis.monitor();
+    monitor.on("monitor", (_time: string, args: string[], source: string) => {
+      if (!source.includes("lua")) sent.push(String(args[0]).toLowerCase());
+    });
+    const results = await settleReservations(ledger, [
+      { reservationId: id, cost: 40n, eventId: "e0" },
+      { reservationId: id, cost: 40n, eventId: "e0" },
+      { reservationId: id, cost: 40n, eventId: "e0" },
+    ]);
+    await new Promise((r) => setTimeout(r, 100));
+    monitor.disconnect();
+    expect(results.map((r) => (r instanceof Error ? r.message : r.outcome))).toEqual([
+      "settled",
+      "already_settled",
+      "already_settled",
+    ]);
+    expect(sent.filter((c) => c === "hget")).toHaveLength(1);
+    const peek = await ledger.admit([], { peek: [b] }, now);
+    expect(peek.budgets[0]).toEqual({ spent: 40n, held: 0n });
+  });
+});
+
 describe("SettleReservations over gRPC", () => {
   it("settles a batch with a result per item: a bad amount fails alone, a repeat changes nothing", async () => {
     const p = prefix();
