@@ -60,6 +60,26 @@ export function usageRecordedOf(e: UsageEvent): UsageRecorded {
   });
 }
 
+/**
+ * The wire message of a stream's usage so far, given the one made for the same stream's chunk
+ * before (`last`): the fields the events of one stream share are copied from it, and only those
+ * that move from chunk to chunk are set (the counts, the cost, the upstream, the time), instead
+ * of building the whole message again for every chunk (docs/performance.md, "Stream time to
+ * first byte"). Without `last`, or for another event id, it is usageRecordedOf.
+ */
+export function usageRecordedSoFar(e: UsageEvent, last: UsageRecorded | undefined): UsageRecorded {
+  if (!last || last.eventId !== e.eventId) return usageRecordedOf(e);
+  return {
+    ...last,
+    occurredAt: timestampFromDate(e.occurredAt),
+    upstreamId: e.upstreamId,
+    inputTokens: e.tokens.inputTokens,
+    outputTokens: e.tokens.outputTokens,
+    reasoningTokens: e.tokens.reasoningTokens,
+    cost: e.cost.toString(),
+  };
+}
+
 /** Where usage events go: one event alone (UsageRecorded), several together (UsageBatch). */
 export interface UsageSubjects {
   recorded: string;
