@@ -3,7 +3,10 @@
  * (multi-line data fields are joined with "\n" as the SSE spec says). `onBytes` is called as
  * each piece of the body is read, before its events are yielded.
  */
-export async function* parseSse(body: AsyncIterable<Uint8Array>, onBytes?: () => void): AsyncGenerator<string> {
+export async function* parseSse(
+  body: AsyncIterable<Uint8Array>,
+  onBytes?: () => void,
+): AsyncGenerator<string> {
   const decoder = new TextDecoder();
   let buffer = "";
   let data: string[] = [];
