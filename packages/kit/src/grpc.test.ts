@@ -252,6 +252,30 @@ describe("grpc bridge", () => {
     expect(got).toEqual(["chunk-0", "chunk-1", "chunk-2", "chunk-3", "chunk-4", "usage:7"]);
   });
 
+  it("starts a stream with V8's stack capture off, as a unary call (grpc-js's caller-stack Error)", async () => {
+    const Real = globalThis.Error;
+    const limits: number[] = [];
+    globalThis.Error = new Proxy(Real, {
+      construct(target, args, newTarget) {
+        limits.push(Real.stackTraceLimit);
+        return Reflect.construct(target, args, newTarget);
+      },
+    });
+    let first: Promise<unknown>;
+    const events = inferenceClient.streamComplete({ input: { requestId: "req_3", model: "ok" } });
+    const iterator = events[Symbol.asyncIterator]();
+    try {
+      // The call starts in the first next(), synchronously.
+      first = iterator.next();
+    } finally {
+      globalThis.Error = Real;
+    }
+    await first;
+    for (let r = await iterator.next(); !r.done; r = await iterator.next());
+    expect(limits.length).toBeGreaterThan(0);
+    expect(limits.every((limit) => limit === 0)).toBe(true);
+  });
+
   it("delivers the messages sent before a stream fails, then the domain error", async () => {
     const got: string[] = [];
     let err: unknown;

@@ -480,8 +480,9 @@ export type Client<M extends GenServiceMethods> = ServiceClient<M> & {
 };
 
 /**
- * Runs `start` with V8's stack capture off. grpc-js makes an Error in every unary call to keep
- * the caller's stack for a failed call's message; a failure reaches callers as a RemoteError
+ * Runs `start` with V8's stack capture off. grpc-js makes an Error in every unary and
+ * server-streaming call to keep the caller's stack for a failed call's message (a stream's
+ * start is on the way to its first byte); a failure reaches callers as a RemoteError
  * built from the status, its code and details (toRemoteError), never from that stack, and the
  * capture cost 15–25 µs of CPU per call on the request path (docs/performance.md).
  */
@@ -559,7 +560,10 @@ export function createClient<M extends GenServiceMethods>(
           const metadata = new grpc.Metadata();
           auth.addCallCredential(metadata);
           const span = clientSpan(metadata);
-          const call = fn(req, metadata, callOpts) as grpc.ClientReadableStream<unknown>;
+          // The same caller stack as a unary call's, made when the call starts: off too.
+          const call = withoutCallerStack(() =>
+            fn(req, metadata, callOpts),
+          ) as grpc.ClientReadableStream<unknown>;
           const onAbort = () => call.cancel();
           opts.signal?.addEventListener("abort", onAbort, { once: true });
           // Stays CANCELLED when the consumer stops iterating before the stream ends.

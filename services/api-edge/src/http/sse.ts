@@ -94,9 +94,14 @@ export interface StreamFormat {
   fail(error: HttpError, requestId: string): SseEvent[];
 }
 
+/** A view of a message's bytes as a Buffer, not a copy. */
+const view = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+
+const EMPTY_CHOICES = Buffer.from('"choices":[]');
+
 /** A usage-only chunk (`"choices":[]`), which is held back until the cost is known. */
 function isUsageChunk(bytes: Uint8Array): boolean {
-  return Buffer.from(bytes).includes('"choices":[]');
+  return view(bytes).includes(EMPTY_CHOICES);
 }
 
 /**
@@ -114,7 +119,7 @@ export function passthroughFormat(): StreamFormat {
         usageChunk = bytes;
         return [];
       }
-      return [{ data: Buffer.from(bytes).toString("utf8") }];
+      return [{ data: view(bytes).toString("utf8") }];
     },
     finish(_usage, money) {
       const events: SseEvent[] = [];

@@ -1,9 +1,14 @@
-import { fromBinary } from "@bufbuild/protobuf";
+import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { EventBus } from "@tollgate/kit/bus";
 import { UsageBatchSchema, UsageOperation, UsageRecordedSchema } from "@tollgate/proto/usage";
 import { describe, expect, it, vi } from "vitest";
 import type { UsageEvent } from "../domain/ports.js";
-import { batchMsgId, createBusUsagePublisher } from "./bus-usage-publisher.js";
+import {
+  batchMsgId,
+  createBusUsagePublisher,
+  usageRecordedOf,
+  usageRecordedSoFar,
+} from "./bus-usage-publisher.js";
 
 const SUBJECTS = { recorded: "usage.recorded", batch: "usage.batch" };
 
@@ -199,5 +204,34 @@ describe("createBusUsagePublisher: adaptive batching", () => {
     await vi.waitFor(() => expect(attempts.at(-1)?.msgId).toBe("evt_4"), { timeout: 1_000, interval: 5 });
     attempts.at(-1)!.ack();
     await later;
+  });
+});
+
+describe("usageRecordedSoFar", () => {
+  const soFar: UsageEvent = {
+    ...EVENT,
+    outcome: "upstream_failed",
+    tokens: { inputTokens: 5, outputTokens: 1, reasoningTokens: 0 },
+  };
+
+  it("is the message usageRecordedOf makes, from the stream's message before it", () => {
+    const next: UsageEvent = {
+      ...soFar,
+      occurredAt: new Date("2025-03-10T12:00:01Z"),
+      upstreamId: "up-2",
+      tokens: { inputTokens: 6, outputTokens: 2, reasoningTokens: 1 },
+      cost: 43n,
+    };
+    const made = usageRecordedSoFar(next, usageRecordedOf(soFar));
+    expect(made).toEqual(usageRecordedOf(next));
+    expect(fromBinary(UsageRecordedSchema, toBinary(UsageRecordedSchema, made))).toEqual(
+      usageRecordedOf(next),
+    );
+  });
+
+  it("makes the whole message for the first chunk, and for another stream's event", () => {
+    expect(usageRecordedSoFar(soFar, undefined)).toEqual(usageRecordedOf(soFar));
+    const other: UsageEvent = { ...soFar, eventId: "evt_2", requestId: "req_2", keyId: "key_2" };
+    expect(usageRecordedSoFar(other, usageRecordedOf(soFar))).toEqual(usageRecordedOf(other));
   });
 });

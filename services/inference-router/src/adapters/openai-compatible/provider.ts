@@ -39,7 +39,9 @@ const PATHS = {
 export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): OpenAICompatibleProvider {
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (opts.apiKey) headers.authorization = `Bearer ${opts.apiKey}`;
-  const pathOf = (operation: ProviderRequest["operation"]) => upstreamPath(opts.baseUrl, PATHS[operation]);
+  // The base URL's path, parsed once per upstream rather than on every request's way out.
+  const base = upstreamPath(opts.baseUrl, "");
+  const pathOf = (operation: ProviderRequest["operation"]) => `${base}${PATHS[operation]}`;
   const wire: WireFormat = {
     provider: "openai",
     headers,

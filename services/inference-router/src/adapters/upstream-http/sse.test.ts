@@ -30,6 +30,13 @@ async function expectEverySplit(text: string, expected: string[]): Promise<void>
 }
 
 describe("parseSse", () => {
+  it("tells onBytes of every piece of the body as it is read, before that piece's events", async () => {
+    const seen: string[] = [];
+    const body = chunked('data: {"a":1}\n\ndata: {"b"', [6, 15]);
+    for await (const data of parseSse(body, () => seen.push("bytes"))) seen.push(data);
+    expect(seen).toEqual(["bytes", "bytes", '{"a":1}', "bytes"]);
+  });
+
   it("yields one payload per event however the bytes are split (mid-line, mid-'data:')", async () => {
     const text = 'data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n';
     await expectEverySplit(text, ['{"a":1}', '{"b":2}', "[DONE]"]);

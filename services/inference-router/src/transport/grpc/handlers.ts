@@ -8,7 +8,7 @@ import {
   type CompletionInput as WireInput,
 } from "@tollgate/proto/inference";
 import type { UsageRecorded } from "@tollgate/proto/usage";
-import { usageRecordedOf } from "../../adapters/bus-usage-publisher.js";
+import { usageRecordedSoFar } from "../../adapters/bus-usage-publisher.js";
 import { InferenceError } from "../../domain/errors.js";
 import type { CompletionInput, Inference, UsageSummary } from "../../domain/inference.js";
 import type { UsageEvent } from "../../domain/ports.js";
@@ -103,7 +103,7 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
             model ??= event.chunk.model;
             if (event.soFar !== soFar || !usageSoFar) {
               soFar = event.soFar;
-              usageSoFar = usageRecordedOf(soFar);
+              usageSoFar = usageRecordedSoFar(soFar, usageSoFar);
             }
             yield {
               event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) },
