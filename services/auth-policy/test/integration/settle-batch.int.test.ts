@@ -36,6 +36,33 @@ afterAll(async () => {
   await fixture.stop();
 });
 
+/** A connection's monthly budget of 1,000 in account "acct", its period ending in a day. */
+function monthBudget(name: string, now: Date) {
+  return {
+    id: `{acct}:connection:c:month:${name}`,
+    scope: "connection" as const,
+    limit: 1_000n,
+    periodEndMs: now.getTime() + 86_400_000,
+  };
+}
+
+/** The commands sent to Redis until stop() (MONITOR): those a script runs are left out. */
+async function watchCommands(): Promise<{ sent: string[]; stop: () => Promise<void> }> {
+  if (isCluster(redis)) throw new Error("this test watches one Redis server");
+  const sent: string[] = [];
+  const monitor = await redis.monitor();
+  monitor.on("monitor", (_time: string, args: string[], source: string) => {
+    if (!source.includes("lua")) sent.push(String(args[0]).toLowerCase());
+  });
+  return {
+    sent,
+    stop: async () => {
+      await new Promise((r) => setTimeout(r, 100));
+      monitor.disconnect();
+    },
+  };
+}
+
 describe("redis ledger: batch settlement", () => {
   settleBatchContract((opts) => createRedisLedger(redis, { ...opts, prefix: prefix(), clock: "caller" }));
 
@@ -44,12 +71,7 @@ describe("redis ledger: batch settlement", () => {
     const ledger = createRedisLedger(redis, { prefix: p });
     expect(ledger.settleMany).toBeTypeOf("function");
     const now = new Date();
-    const b = {
-      id: "{acct}:connection:c:month:x",
-      scope: "connection" as const,
-      limit: 1_000n,
-      periodEndMs: now.getTime() + 86_400_000,
-    };
+    const b = monthBudget("x", now);
     const ids = [newReservationId("acct"), newReservationId("acct")];
     for (const reservationId of ids) {
       await ledger.admit([], { hold: { reservationId, amount: 100n, budgets: [b] } }, now);
@@ -57,20 +79,13 @@ describe("redis ledger: batch settlement", () => {
     // A record Redis cannot read as a hash: its item fails, alone.
     const broken = newReservationId("acct");
     await redis.set(`${p}auth:reservation:${broken}`, "not a hash");
-    const sent: string[] = [];
-    if (isCluster(redis)) throw new Error("this test watches one Redis server");
-    const monitor = await redis.monitor();
-    monitor.on("monitor", (_time: string, args: string[], source: string) => {
-      // Commands a script runs are shown too; only what the ledger sends counts.
-      if (!source.includes("lua")) sent.push(String(args[0]).toLowerCase());
-    });
+    const { sent, stop } = await watchCommands();
     const results = await settleReservations(ledger, [
       { reservationId: ids[0]!, cost: 40n, eventId: "e0" },
       { reservationId: broken, cost: 1n, eventId: "eb" },
       { reservationId: ids[1]!, cost: 60n, eventId: "e1" },
     ]);
-    await new Promise((r) => setTimeout(r, 100));
-    monitor.disconnect();
+    await stop();
     expect(results[0]).toEqual({ outcome: "settled", cost: 40n });
     expect(results[1]).toBeInstanceOf(Error);
     expect(results[2]).toEqual({ outcome: "settled", cost: 60n });
@@ -87,27 +102,16 @@ describe("redis ledger: batch settlement reads a record once", () => {
     const p = prefix();
     const ledger = createRedisLedger(redis, { prefix: p });
     const now = new Date();
-    const b = {
-      id: "{acct}:connection:c:month:y",
-      scope: "connection" as const,
-      limit: 1_000n,
-      periodEndMs: now.getTime() + 86_400_000,
-    };
+    const b = monthBudget("y", now);
     const id = newReservationId("acct");
     await ledger.admit([], { hold: { reservationId: id, amount: 100n, budgets: [b] } }, now);
-    if (isCluster(redis)) throw new Error("this test watches one Redis server");
-    const sent: string[] = [];
-    const monitor = await redis.monitor();
-    monitor.on("monitor", (_time: string, args: string[], source: string) => {
-      if (!source.includes("lua")) sent.push(String(args[0]).toLowerCase());
-    });
+    const { sent, stop } = await watchCommands();
     const results = await settleReservations(ledger, [
       { reservationId: id, cost: 40n, eventId: "e0" },
       { reservationId: id, cost: 40n, eventId: "e0" },
       { reservationId: id, cost: 40n, eventId: "e0" },
     ]);
-    await new Promise((r) => setTimeout(r, 100));
-    monitor.disconnect();
+    await stop();
     expect(results.map((r) => (r instanceof Error ? r.message : r.outcome))).toEqual([
       "settled",
       "already_settled",

@@ -1,10 +1,10 @@
 import { Session } from "mppx/tempo";
 import { Address as OxAddress, P256, Secp256k1 } from "ox";
 import { Channel, SignatureEnvelope } from "ox/tempo";
-import { type Address, type Hex, hashTypedData } from "viem";
+import type { Address, Hex } from "viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { describe, expect, it } from "vitest";
-import { verifyVoucherSignature } from "./vouchers.js";
+import { verifyVoucherSignature, voucherPayload } from "./vouchers.js";
 
 // verifyVoucherSignature recovers a secp256k1 signer once instead of calling mppx's
 // verifyVoucher (which recovers it twice). It must accept exactly what mppx accepts, with low s
@@ -15,17 +15,9 @@ const CHAIN = 4217;
 const OTHER_ESCROW = "0x1111111111111111111111111111111111111111" as Address;
 const channelId = `0x${"ab".repeat(32)}` as Hex;
 
-/** The digest the signer signs (the precompile's sign payload, or EIP-712 for another escrow). */
-function digest(escrow: Address, chainId: number, cumulative: bigint): Hex {
-  if (escrow.toLowerCase() === Channel.address.toLowerCase())
-    return Channel.getVoucherSignPayload({ chainId, channelId, cumulativeAmount: cumulative });
-  return hashTypedData({
-    domain: Session.Precompile.Voucher.getVoucherDomain(escrow, chainId),
-    types: Session.Precompile.Voucher.voucherTypes,
-    primaryType: "Voucher",
-    message: { channelId, cumulativeAmount: cumulative },
-  });
-}
+/** The digest the signer signs, for this test's channel. */
+const digest = (escrow: Address, chainId: number, cumulative: bigint): Hex =>
+  voucherPayload(escrow, chainId, channelId, cumulative);
 
 const key = generatePrivateKey();
 const signer = privateKeyToAccount(key).address;

@@ -21,7 +21,7 @@ function isLowS(envelope: SignatureEnvelope.SignatureEnvelope): boolean {
 
 /** The digest a voucher's signer signs: the escrow precompile's own sign payload, or EIP-712
  * over another escrow's domain (the same choice the mppx client signs with). */
-function voucherPayload(escrow: Address, chainId: number, channelId: Hex, cumulative: bigint): Hex {
+export function voucherPayload(escrow: Address, chainId: number, channelId: Hex, cumulative: bigint): Hex {
   if (escrow.toLowerCase() === Channel.address.toLowerCase()) {
     return Channel.getVoucherSignPayload({ chainId, channelId, cumulativeAmount: cumulative });
   }
