@@ -11,7 +11,6 @@ import {
 } from "../domain/budget.js";
 import type { Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
 import { BUCKET_MS, WINDOW_BUCKETS } from "../domain/rate-limit.js";
-import type { SettleItem } from "../domain/types.js";
 
 /** Options of the Redis ledger. */
 export interface RedisLedgerOptions extends LedgerOptions {
@@ -579,9 +578,10 @@ function settlementOf(outcome: string, settled: string): Settlement {
 // Batch settlement (SettleReservations): settle()'s two steps for every item at once, so a
 // batch costs two Redis round trips however many reservations it holds: one pipeline reads
 // each distinct record's budgets once (a lease's tickets share one record), one pipeline runs
-// the settlement script per known reservation. Each script is settle()'s own and touches one reservation's keys, which share its account's hash
-// tag (on a Redis Cluster, one pipeline per account, sent together). An item whose read or
-// script failed is answered by its error and the others stand.
+// the settlement script per known reservation. Each script is settle()'s own and touches one
+// reservation's keys, which share its account's hash tag (on a Redis Cluster, one pipeline per
+// account, sent together). An item whose read or script failed is answered by its error and
+// the others stand.
 
 type SettlePipeline = Pipeline & {
   authSettle(numKeys: number, ...args: Array<string | number>): SettlePipeline;
@@ -595,44 +595,51 @@ function settleManyIn(
   clockArg: (now: Date) => number | string,
 ): NonNullable<Ledger["settleMany"]> {
   return async (items, now) => {
-    const out: Array<Settlement | Error | undefined> = items.map((i) =>
-      isReservationId(reservationOf(i.reservationId).reservationId) ? undefined : { outcome: "unknown" },
+    // Each item's reservation (a lease ticket names its lease) and record, worked out once.
+    const parsed = items.map((item) => {
+      const { reservationId, ticket } = reservationOf(item.reservationId);
+      return { item, reservationId, ticket, record: recordKey(reservationId) };
+    });
+    const out: Array<Settlement | Error | undefined> = parsed.map((p) =>
+      isReservationId(p.reservationId) ? undefined : { outcome: "unknown" },
     );
-    const reading = items.flatMap((item, k) => (out[k] === undefined ? [{ k, item }] : []));
+    const reading = parsed.flatMap((p, k) => (out[k] === undefined ? [{ k, ...p }] : []));
     if (reading.length === 0) return out as Settlement[];
-    const recordOf = (r: { item: SettleItem }) =>
-      recordKey(reservationOf(r.item.reservationId).reservationId);
     // One read per record: a lease's tickets (a batch holds many) share their lease's record.
-    const records = [...new Set(reading.map(recordOf))];
+    const records = [...new Set(reading.map((r) => r.record))];
     const budgetsRead = await pipelined(
       redis,
       records,
-      (key) => key,
-      (p, key) => p.hget(key, "budgets"),
+      (record) => record,
+      (p, record) => p.hget(record, "budgets"),
     );
-    const read = new Map(records.map((key, n) => [key, budgetsRead[n]!]));
-    const settling: Array<{ k: number; item: SettleItem; budgets: string }> = [];
-    reading.forEach(({ k, item }) => {
-      const [err, budgets] = read.get(recordOf({ item }))!;
-      if (err) out[k] = err;
-      else if (budgets === null) out[k] = { outcome: "unknown" };
-      else settling.push({ k, item, budgets: budgets as string });
-    });
-    const replies = await pipelined(redis, settling, recordOf, (p, { item, budgets }) => {
-      const ids = budgets === "" ? [] : budgets.split(" ");
-      const keys = [recordOf({ item }), ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
-      const { reservationId, ticket } = reservationOf(item.reservationId);
-      (p as SettlePipeline).authSettle(
-        keys.length,
-        ...keys,
-        clockArg(now),
-        reservationId,
-        item.cost.toString(),
-        item.eventId,
-        budgets,
-        ticket,
-      );
-    });
+    const read = new Map(records.map((record, n) => [record, budgetsRead[n]!]));
+    const settling: Array<(typeof reading)[number] & { budgets: string }> = [];
+    for (const r of reading) {
+      const [err, budgets] = read.get(r.record)!;
+      if (err) out[r.k] = err;
+      else if (budgets === null) out[r.k] = { outcome: "unknown" };
+      else settling.push({ ...r, budgets: budgets as string });
+    }
+    const replies = await pipelined(
+      redis,
+      settling,
+      (r) => r.record,
+      (p, { item, reservationId, ticket, record, budgets }) => {
+        const ids = budgets === "" ? [] : budgets.split(" ");
+        const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+        (p as SettlePipeline).authSettle(
+          keys.length,
+          ...keys,
+          clockArg(now),
+          reservationId,
+          item.cost.toString(),
+          item.eventId,
+          budgets,
+          ticket,
+        );
+      },
+    );
     settling.forEach(({ k }, n) => {
       const [err, reply] = replies[n]!;
       if (err) {
