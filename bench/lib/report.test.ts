@@ -3,7 +3,14 @@ import type { RssRow } from "./procs.js";
 import { evaluatePeerTargets, peerFigures, peerTable } from "./report.js";
 import type { Row, SoakPoint } from "./scenarios.js";
 
-function buffered(mode: string, conns: number, reqPerSec: number, p50: number, cpuMs: number): Row[] {
+function buffered(
+  mode: string,
+  conns: number,
+  reqPerSec: number,
+  p50: number,
+  cpuMs: number,
+  idleCpuMsPerSec?: number,
+): Row[] {
   const base = {
     scenario: "buffered chat",
     conns,
@@ -35,6 +42,7 @@ function buffered(mode: string, conns: number, reqPerSec: number, p50: number, c
       overheadP99: 2 * p50,
       vs: "direct",
       cpuMsPerRequest: cpuMs,
+      idleCpuMsPerSec,
     },
   ];
 }
@@ -110,10 +118,14 @@ describe("the bench's targets against the peer", () => {
   });
 
   it("prints Portkey's figures in a column beside Tollgate's", () => {
-    const rows = [...buffered("all-in-one", 1, 900, 0.5, 0.8), ...buffered("portkey", 1, 800, 0.7, 0.9)];
+    const rows = [
+      ...buffered("all-in-one", 1, 900, 0.5, 0.8, 2.5),
+      ...buffered("portkey", 1, 800, 0.7, 0.9, 0),
+    ];
     const table = peerTable(peerFigures(rows, [], [], ["all-in-one", "portkey"]));
     expect(table.split("\n")[0]).toMatch(/\| figure +\| all-in-one \| portkey \|/);
     expect(table).toMatch(/\| CPU-ms per request at 1 conn +\| +0\.80 \| +0\.90 \|/);
+    expect(table).toMatch(/\| CPU while idle \(ms per s; stack: every process\) +\| +2\.5 \| +0\.0 \|/);
   });
 
   it("prints the paid request over account for both voucher kinds, the reused one judged", () => {

@@ -109,6 +109,8 @@ export interface PeerFigures {
   /** The paid request with a new voucher each (the unmodified mppx client's way), over account. */
   paidNewOverAccount: number | null;
   idleRssMb: number | null;
+  /** The gateway's CPU while idle (ms per second), measured during the direct 1-connection point. */
+  idleCpuMsPerSec: number | null;
   rssAfter10kMb: number | null;
   rssAfter100kMb: number | null;
   /** V8's heap in use at the same points (garbage included), when the gateway reports it. */
@@ -153,6 +155,7 @@ export function peerFigures(rows: Row[], rss: RssRow[], soak: SoakPoint[], modes
       ),
       // The stack's: its services' idle RSS summed.
       idleRssMb: main.length > 0 ? round(main.reduce((a, r) => a + r.idleMb, 0)) : null,
+      idleCpuMsPerSec: v(t1?.idleCpuMsPerSec),
       rssAfter10kMb: soakAt(10_000),
       rssAfter100kMb: soakAt(100_000),
       heapUsedAfter10kMb: soakAt(10_000, "heapUsedMb"),
@@ -176,6 +179,7 @@ export function peerTable(figures: PeerFigures[]): string {
     ["paid request over account request, p50 (ms)", (f) => signed(f.paidOverAccount)],
     ["  with a new voucher each (mppx's way), p50 (ms)", (f) => signed(f.paidNewOverAccount)],
     ["idle RSS (MB; stack: services summed)", (f) => num(f.idleRssMb, 1)],
+    ["CPU while idle (ms per s; stack: every process)", (f) => num(f.idleCpuMsPerSec, 1)],
     ["RSS after 10k requests (MB)", (f) => num(f.rssAfter10kMb, 1)],
     ["RSS after 100k requests (MB)", (f) => num(f.rssAfter100kMb, 1)],
     [

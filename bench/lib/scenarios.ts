@@ -82,6 +82,11 @@ export interface Row {
    * measured.
    */
   cpuMsPerRequest?: number | null;
+  /**
+   * CPU milliseconds per second the gateway's processes (as for cpuMsPerRequest) used while the
+   * load point before this one went straight to the upstream: the gateway idle, its timers only.
+   */
+  idleCpuMsPerSec?: number | null;
 }
 
 const PROMPT = "Say hello to the benchmark";
@@ -235,7 +240,7 @@ export async function buffered(t: Target, s: Settings, probe?: CpuProbe): Promis
     await cannon(directUrl, bodies.direct(), {}, c, s.warmup);
     let done = probe?.(`direct ${c} conn`);
     const d = await cannon(directUrl, bodies.direct(), {}, c, s.duration);
-    done?.();
+    const idle = done?.();
     await cannon(req.url, throughBody, req.headers, c, s.warmup);
     done = probe?.(`through ${c} conn`);
     const th = await cannon(req.url, throughBody, req.headers, c, s.duration);
@@ -244,6 +249,8 @@ export async function buffered(t: Target, s: Settings, probe?: CpuProbe): Promis
     const through = row(t.mode, "buffered chat", "through", c, th, { name: "direct", latency: d.latency });
     through.cpuMsPerRequest =
       cpu && th.latency.count > 0 ? round((1000 * cpu.gatewayCpuSeconds) / th.latency.count) : null;
+    through.idleCpuMsPerSec =
+      idle && idle.seconds > 0 ? round((1000 * idle.gatewayCpuSeconds) / idle.seconds) : null;
     rows.push(through);
     progress(
       `buffered ${c} conn: direct ${Math.round(d.reqPerSec)} req/s p50 ${round(d.latency.p50)} ms; ` +

@@ -249,6 +249,19 @@ describe("createLogger on stdout (buffered writes)", () => {
     expect(out).not.toContain("later");
   });
 
+  it("wakes an idle process with no timer of its own, before a line and after it is written", async () => {
+    // Counts the logger's timer callbacks during two idle spells of 350 ms (a 100 ms interval
+    // fires about three times in each); the spell's own sleep timer is the one subtracted.
+    const p = child(
+      `import { createHook } from "node:async_hooks"; const timeouts = new Set(); let fired = 0; createHook({ init(id, type) { if (type === "Timeout") timeouts.add(id); }, before(id) { if (timeouts.has(id)) fired++; } }).enable(); ${prelude} const sleep = (ms) => new Promise((r) => setTimeout(r, ms)); const idleSpell = async () => { const f = fired; await sleep(350); return fired - f - 1; }; const before = await idleSpell(); log.info("one line"); await sleep(500); const after = await idleSpell(); console.error(JSON.stringify({ before, after })); process.exit(0);`,
+    );
+    let err = "";
+    p.stderr.on("data", (d: Buffer) => (err += d.toString("utf8")));
+    const { out } = await outputOf(p);
+    expect(JSON.parse(err.trim().split("\n").at(-1) ?? "{}")).toEqual({ before: 0, after: 0 });
+    expect(out).toContain("one line");
+  });
+
   it("writes the lines still pending when the process exits, or dies of an uncaught error", async () => {
     const exited = await outputOf(child(`${prelude} log.info("last words"); process.exit(3);`));
     expect(exited.code).toBe(3);

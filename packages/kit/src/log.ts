@@ -97,17 +97,27 @@ interface SonicState {
  * or an error is written at once, with the lines before it (right after a write in flight, if
  * one is). Lines still pending are written synchronously when the process exits, normally or on
  * an uncaught error; a SIGKILL loses at most the last 100 ms of routine lines. An idle process
- * writes nothing (sonic-boom's own flush would write an empty chunk on every tick).
+ * writes nothing (sonic-boom's own flush would write an empty chunk on every tick), and has no
+ * timer of the logger's to wake it.
  */
 function bufferedStdout(): DestinationStream {
   const dest = pino.destination({ sync: false, minLength: LOG_BUFFER_BYTES });
   const state = dest as unknown as SonicState;
   // Unknown internals (another sonic-boom): flush on every tick, as its own periodic flush does.
   const pending = () => (state._len ?? 1) > 0;
-  const timer = setInterval(() => {
-    if (pending()) dest.flush();
-  }, LOG_FLUSH_MS).unref();
-  dest.once("close", () => clearInterval(timer));
+  // One timer, armed by the first line that waits and gone once nothing waits: an idle process
+  // is never woken by its logger.
+  let timer: NodeJS.Timeout | undefined;
+  const later = () => {
+    timer ??= setTimeout(() => {
+      timer = undefined;
+      if (!pending()) return;
+      dest.flush();
+      // A write in flight keeps what it has not taken yet: look again after the next interval.
+      if (pending()) later();
+    }, LOG_FLUSH_MS).unref();
+  };
+  dest.once("close", () => clearTimeout(timer));
   const urgent = () => {
     dest.flush();
     // A write already in flight leaves the rest buffered when it ends: write it then.
@@ -117,6 +127,7 @@ function bufferedStdout(): DestinationStream {
     write(line: string): boolean {
       const ok = dest.write(line);
       if (!ROUTINE_LINE.test(line)) urgent();
+      if (pending()) later();
       return ok;
     },
     // logger.flush() (the shutdown's last step) reaches the file through these.
