@@ -1,5 +1,6 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { collectDefaultMetrics, Gauge, Registry } from "prom-client";
 import { RemoteError, StatusError } from "./grpc.js";
 
@@ -21,13 +22,64 @@ export const SLOW_SECONDS_BUCKETS: readonly number[] = [
 ];
 
 /**
- * How often, in ms, the event-loop lag of the default metrics (`tollgate_nodejs_eventloop_lag_*`)
- * is sampled. prom-client's default of 10 ms wakes every process 100 times a second, idle or
- * not: about 8 ms of CPU a second per process on these machines, nearly all an idle service's
- * CPU. Sampled every 100 ms, a scrape every 15 s still summarises 150 samples, and a block of
- * the loop longer than 100 ms is never missed (docs/operations.md, "Idle CPU").
+ * How often, in ms, the event-loop delay behind `tollgate_nodejs_eventloop_lag_{min,max,mean,
+ * stddev,p50,p90,p99}_seconds` is sampled. prom-client samples every 10 ms, which wakes every
+ * process 100 times a second, idle or not: about 8 ms of CPU a second per process on these
+ * machines, nearly all an idle service's CPU (docs/operations.md, "Idle CPU").
  */
 export const EVENT_LOOP_SAMPLE_MS = 100;
+
+/** The delay gauges, by name suffix, with prom-client's help texts. */
+const DELAY_GAUGES = {
+  min: "The minimum recorded event loop delay.",
+  max: "The maximum recorded event loop delay.",
+  mean: "The mean of the recorded event loop delays.",
+  stddev: "The standard deviation of the recorded event loop delays.",
+  p50: "The 50th percentile of the recorded event loop delays.",
+  p90: "The 90th percentile of the recorded event loop delays.",
+  p99: "The 99th percentile of the recorded event loop delays.",
+} as const;
+
+/**
+ * Replaces prom-client's event-loop delay gauges with the same names, sampled every
+ * EVENT_LOOP_SAMPLE_MS. Node's sampler records the time between two of its ticks, the interval
+ * included; prom-client reports that as is, so that an idle process reads 0.01 s. These report
+ * only the delay beyond the interval (an idle process reads about 0), so a p99 above ~0.1 s
+ * still means a saturated replica (docs/runbooks/api-edge.md). As in prom-client, the first
+ * gauge's collection fills all seven and starts a new window for the next scrape.
+ */
+function sampleEventLoopDelay(registry: Registry): void {
+  const sampler = monitorEventLoopDelay({ resolution: EVENT_LOOP_SAMPLE_MS });
+  sampler.enable();
+  const intervalNs = EVENT_LOOP_SAMPLE_MS * 1e6;
+  const beyond = (ns: number) => (sampler.count > 0 ? Math.max(0, ns - intervalNs) / 1e9 : 0);
+  const gauges = new Map<keyof typeof DELAY_GAUGES, Gauge>();
+  for (const [suffix, help] of Object.entries(DELAY_GAUGES) as Array<[keyof typeof DELAY_GAUGES, string]>) {
+    const name = `${METRIC_PREFIX}nodejs_eventloop_lag_${suffix}_seconds`;
+    registry.removeSingleMetric(name);
+    const first = gauges.size === 0;
+    gauges.set(
+      suffix,
+      new Gauge({
+        name,
+        help,
+        registers: [registry],
+        collect: first
+          ? () => {
+              gauges.get("min")?.set(beyond(sampler.min));
+              gauges.get("max")?.set(beyond(sampler.max));
+              gauges.get("mean")?.set(beyond(sampler.mean));
+              gauges.get("stddev")?.set(sampler.count > 0 ? sampler.stddev / 1e9 : 0);
+              gauges.get("p50")?.set(beyond(sampler.percentile(50)));
+              gauges.get("p90")?.set(beyond(sampler.percentile(90)));
+              gauges.get("p99")?.set(beyond(sampler.percentile(99)));
+              sampler.reset();
+            }
+          : undefined,
+      }),
+    );
+  }
+}
 
 /** Options of createMetrics. */
 export interface MetricsOptions {
@@ -43,11 +95,14 @@ export interface MetricsOptions {
 export function createMetrics(service: string, opts: MetricsOptions = {}): Registry {
   const registry = new Registry();
   if (opts.processMetrics ?? true) {
+    // prom-client's own delay sampler is parked (its interval is longer than any process lives)
+    // and its gauges are replaced by sampleEventLoopDelay's.
     collectDefaultMetrics({
       register: registry,
       prefix: METRIC_PREFIX,
-      eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS,
+      eventLoopMonitoringPrecision: 2 ** 31 - 1,
     });
+    sampleEventLoopDelay(registry);
     new Gauge({
       name: `${METRIC_PREFIX}service_info`,
       help: "Always 1; names the service (or all-in-one) this process runs",
