@@ -145,23 +145,23 @@ describe("errorOutcome", () => {
 
 describe("the process metrics of createMetrics", () => {
   /** The value of one sample line of a registry's text exposition. */
-  const valueOf = (text: string, name: string) =>
-    Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? Number.NaN);
+  const sample = (text: string, metric: string) =>
+    Number(new RegExp(`^${metric} (\\S+)$`, "m").exec(text)?.[1] ?? Number.NaN);
 
   it("reports the event loop's delay beyond the sampling interval: about 0 idle, a block as long as it was", async () => {
     const registry = createMetrics("t");
     await registry.metrics(); // starts a window
     await new Promise((r) => setTimeout(r, 450));
     const idle = await registry.metrics();
-    expect(valueOf(idle, "tollgate_nodejs_eventloop_lag_p99_seconds")).toBeLessThan(0.02);
-    expect(valueOf(idle, "tollgate_nodejs_eventloop_lag_min_seconds")).toBeLessThan(0.02);
+    expect(sample(idle, "tollgate_nodejs_eventloop_lag_p99_seconds")).toBeLessThan(0.02);
+    expect(sample(idle, "tollgate_nodejs_eventloop_lag_min_seconds")).toBeLessThan(0.02);
     // Node's sampler does not record the first tick after a scrape resets it: wait for one.
     await new Promise((r) => setTimeout(r, 150));
     const end = Date.now() + 300;
     while (Date.now() < end);
     await new Promise((r) => setTimeout(r, 250));
     const blocked = await registry.metrics();
-    const max = valueOf(blocked, "tollgate_nodejs_eventloop_lag_max_seconds");
+    const max = sample(blocked, "tollgate_nodejs_eventloop_lag_max_seconds");
     // The 300 ms block, less the part of it before the sampler's next tick was due (< 100 ms).
     expect(max).toBeGreaterThan(0.19);
     expect(max).toBeLessThan(0.5);
