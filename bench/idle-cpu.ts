@@ -10,7 +10,7 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildBundles, SERVICE_DIRS } from "@tollgate/testkit/stack";
-import { cpuSecondsOf } from "./lib/procs.js";
+import { RssTracker } from "./lib/procs.js";
 import { sleep } from "./lib/stats.js";
 import { startBenchStack } from "./lib/targets.js";
 
@@ -20,19 +20,21 @@ if (process.env["IDLE_BUILD"] !== "0") buildBundles([...SERVICE_DIRS]);
 const running = await startBenchStack(mkdtempSync(join(tmpdir(), "tollgate-idle-cpu-")), "bundle");
 try {
   await sleep(settle * 1000);
-  const measured = running.processes.filter((p) => p.pid !== undefined);
-  const before = measured.map((p) => cpuSecondsOf(p.pid!) ?? Number.NaN);
+  // The same CPU window make bench takes for each load point, here with no load.
+  const tracker = new RssTracker("stack");
+  for (const p of running.processes) tracker.track(p.name, p.pid, p.role, p.idleMb);
+  const close = tracker.cpuWindow("idle");
   await sleep(seconds * 1000);
-  const after = measured.map((p) => cpuSecondsOf(p.pid!) ?? Number.NaN);
-  console.log(`| process | role | CPU while idle, ms per s (${seconds} s after ${settle} s) |`);
-  console.log("|---|---|---:|");
-  let total = 0;
-  measured.forEach((p, i) => {
-    const msPerSecond = ((after[i]! - before[i]!) * 1000) / seconds;
-    if (p.role !== "harness") total += msPerSecond;
-    console.log(`| ${p.name} | ${p.role} | ${msPerSecond.toFixed(1)} |`);
-  });
-  console.log(`| (the stack: services, NATS and Redis) | | ${total.toFixed(1)} |`);
+  const { gatewayCpuSeconds } = close();
+  const percent = tracker.cpu[0]!.processes;
+  console.log(`| process | CPU while idle, ms per s (${seconds} s after ${settle} s) |`);
+  console.log("|---|---:|");
+  // % of one core is 10 ms of CPU a second.
+  for (const p of running.processes)
+    console.log(`| ${p.name} | ${((percent[p.name] ?? Number.NaN) * 10).toFixed(1)} |`);
+  console.log(
+    `| (the stack: services, NATS and Redis) | ${((gatewayCpuSeconds * 1000) / seconds).toFixed(1)} |`,
+  );
 } finally {
   await running.stop();
 }
