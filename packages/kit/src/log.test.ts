@@ -1,8 +1,8 @@
-import { spawn } from "node:child_process";
 import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
+import { childScript, outputOf } from "./child-script.js";
 import { createLogger, REDACT_PATHS } from "./log.js";
 
 /** A destination that keeps every line pino writes, synchronously. */
@@ -199,23 +199,11 @@ describe("createLogger, plain fields", () => {
 });
 
 describe("createLogger on stdout (buffered writes)", () => {
-  const repo = fileURLToPath(new URL("../../..", import.meta.url));
   const logModule = fileURLToPath(new URL("./log.ts", import.meta.url));
-  const child = (script: string) =>
-    spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
-      cwd: repo,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
   const prelude = `import { createLogger } from ${JSON.stringify(logModule)}; const log = createLogger({ service: "t" });`;
-  const outputOf = (p: ReturnType<typeof child>) =>
-    new Promise<{ out: string; code: number | null }>((resolve) => {
-      let out = "";
-      p.stdout.on("data", (d: Buffer) => (out += d.toString("utf8")));
-      p.on("close", (code) => resolve({ out, code }));
-    });
 
   it("writes a line within a fraction of a second while the process keeps running", async () => {
-    const p = child(`${prelude} log.info("still here"); setTimeout(() => {}, 10_000);`);
+    const p = childScript(`${prelude} log.info("still here"); setTimeout(() => {}, 10_000);`);
     const seen = await new Promise<number>((resolve, reject) => {
       const started = Date.now();
       let out = "";
@@ -233,7 +221,7 @@ describe("createLogger on stdout (buffered writes)", () => {
   it("writes a warning at once, with the routine lines before it", async () => {
     // The event loop is then kept busy for 1.5 s: no 100 ms tick can write anything meanwhile, so
     // the warning (and the line before it) arrives on its own, without the line after it.
-    const p = child(
+    const p = childScript(
       `${prelude} setTimeout(() => { log.info("routine"); log.warn("attention"); log.info("later"); const end = Date.now() + 1_500; while (Date.now() < end); }, 500); setTimeout(() => {}, 10_000);`,
     );
     const out = await new Promise<string>((resolve, reject) => {
@@ -252,22 +240,22 @@ describe("createLogger on stdout (buffered writes)", () => {
   it("wakes an idle process with no timer of its own, before a line and after it is written", async () => {
     // Counts the logger's timer callbacks during two idle spells of 350 ms (a 100 ms interval
     // fires about three times in each); the spell's own sleep timer is the one subtracted.
-    const p = child(
+    const p = childScript(
       `import { createHook } from "node:async_hooks"; const timeouts = new Set(); let fired = 0; createHook({ init(id, type) { if (type === "Timeout") timeouts.add(id); }, before(id) { if (timeouts.has(id)) fired++; } }).enable(); ${prelude} const sleep = (ms) => new Promise((r) => setTimeout(r, ms)); const idleSpell = async () => { const f = fired; await sleep(350); return fired - f - 1; }; const before = await idleSpell(); log.info("one line"); await sleep(500); const after = await idleSpell(); console.error(JSON.stringify({ before, after })); process.exit(0);`,
     );
-    let err = "";
-    p.stderr.on("data", (d: Buffer) => (err += d.toString("utf8")));
-    const { out } = await outputOf(p);
+    const { out, err } = await outputOf(p);
     expect(JSON.parse(err.trim().split("\n").at(-1) ?? "{}")).toEqual({ before: 0, after: 0 });
     expect(out).toContain("one line");
   });
 
   it("writes the lines still pending when the process exits, or dies of an uncaught error", async () => {
-    const exited = await outputOf(child(`${prelude} log.info("last words"); process.exit(3);`));
+    const exited = await outputOf(childScript(`${prelude} log.info("last words"); process.exit(3);`));
     expect(exited.code).toBe(3);
     expect(exited.out).toContain("last words");
     const crashed = await outputOf(
-      child(`${prelude} log.info("before the crash"); setImmediate(() => { throw new Error("boom"); });`),
+      childScript(
+        `${prelude} log.info("before the crash"); setImmediate(() => { throw new Error("boom"); });`,
+      ),
     );
     expect(crashed.code).not.toBe(0);
     expect(crashed.out).toContain("before the crash");

@@ -1,4 +1,6 @@
+import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
+import { childScript, outputOf } from "./child-script.js";
 import { GrpcStatus, RemoteError, StatusError } from "./grpc.js";
 import {
   Counter,
@@ -169,17 +171,9 @@ describe("the process metrics of createMetrics", () => {
   });
 
   it("keeps an idle process nearly asleep: under 4 ms of CPU a second, where sampling every 10 ms took about 8", async () => {
-    const { spawn } = await import("node:child_process");
-    const { fileURLToPath } = await import("node:url");
     const metricsModule = fileURLToPath(new URL("./metrics.ts", import.meta.url));
     const script = `import { createMetrics } from ${JSON.stringify(metricsModule)}; createMetrics("t"); const sleep = (ms) => new Promise((r) => setTimeout(r, ms)); await sleep(1000); const before = process.cpuUsage(); await sleep(3000); const used = process.cpuUsage(before); console.log(JSON.stringify((used.user + used.system) / 3000));`;
-    const p = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
-      cwd: fileURLToPath(new URL("../../..", import.meta.url)),
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let out = "";
-    p.stdout.on("data", (d: Buffer) => (out += d.toString("utf8")));
-    await new Promise((r) => p.on("close", r));
+    const { out } = await outputOf(childScript(script));
     const msPerSecond = Number(out.trim());
     expect(msPerSecond).toBeGreaterThanOrEqual(0);
     expect(msPerSecond).toBeLessThan(4);

@@ -29,6 +29,9 @@ export const SLOW_SECONDS_BUCKETS: readonly number[] = [
  */
 export const EVENT_LOOP_SAMPLE_MS = 100;
 
+/** An interval longer than any process lives (the largest a libuv timer takes): a sampler that never wakes. */
+const PARKED_SAMPLER_MS = 2 ** 31 - 1;
+
 /** The delay gauges, by name suffix, with prom-client's help texts. */
 const DELAY_GAUGES = {
   min: "The minimum recorded event loop delay.",
@@ -95,12 +98,11 @@ export interface MetricsOptions {
 export function createMetrics(service: string, opts: MetricsOptions = {}): Registry {
   const registry = new Registry();
   if (opts.processMetrics ?? true) {
-    // prom-client's own delay sampler is parked (its interval is longer than any process lives)
-    // and its gauges are replaced by sampleEventLoopDelay's.
+    // prom-client's own delay sampler is parked and its gauges are replaced by sampleEventLoopDelay's.
     collectDefaultMetrics({
       register: registry,
       prefix: METRIC_PREFIX,
-      eventLoopMonitoringPrecision: 2 ** 31 - 1,
+      eventLoopMonitoringPrecision: PARKED_SAMPLER_MS,
     });
     sampleEventLoopDelay(registry);
     new Gauge({
