@@ -149,19 +149,26 @@ async function opsOf(name: string, op: string): Promise<number> {
   return m ? Number(m[1]) : -1;
 }
 
-/** Sends unpaid requests (a challenge each, round-robin) until both replicas have answered one. */
+/**
+ * Sends unpaid requests (a challenge each) eight at a time until both replicas have answered
+ * one: api-edge sends a call to the replica with the fewest of its calls in flight, so calls
+ * made one at a time all go to one replica and only overlapping ones reach the other.
+ */
 async function bothReplicasServe(): Promise<void> {
   const names = ["mpp-payment-1", "mpp-payment-2"];
   const before = await Promise.all(names.map((n) => opsOf(n, "challenge")));
+  const probe = async () => {
+    const res = await fetch(`${stack.url}${PAID_PATH}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(chatBody("probe")),
+    });
+    await res.body?.cancel();
+  };
   await until(
     "api-edge to reach both mpp-payment replicas",
     async () => {
-      const res = await fetch(`${stack.url}${PAID_PATH}`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify(chatBody("probe")),
-      });
-      await res.body?.cancel();
+      await Promise.all(Array.from({ length: 8 }, probe));
       const now = await Promise.all(names.map((n) => opsOf(n, "challenge")));
       return now.every((c, i) => c > before[i]!) ? true : undefined;
     },

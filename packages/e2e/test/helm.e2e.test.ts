@@ -175,7 +175,7 @@ describe("the production example, rendered", () => {
     expect(pdbs.sort()).toEqual(SERVICES);
   });
 
-  it("autoscales inference-router, which api-edge reaches round-robin through a headless Service", () => {
+  it("autoscales inference-router, which api-edge reaches through a headless Service", () => {
     const hpa = objects.find(
       (o) => o.kind === "HorizontalPodAutoscaler" && componentOf(o) === "inference-router",
     );

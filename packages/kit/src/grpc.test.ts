@@ -350,7 +350,7 @@ describe("grpc bridge", () => {
 });
 
 describe("grpcTarget", () => {
-  it("turns a comma list into an ipv4 round-robin target", () => {
+  it("turns a comma list into an ipv4 target", () => {
     expect(grpcTarget("a:1,b:2")).toBe("ipv4:a:1,b:2");
     expect(grpcTarget(" 10.0.0.1:50052 , 10.0.0.2:50052 ")).toBe("ipv4:10.0.0.1:50052,10.0.0.2:50052");
   });

@@ -13,6 +13,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "pino";
 import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
 import { Health, type HealthCheck } from "./health.js";
+import { LEAST_REQUEST } from "./least-request.js";
 import { isRedisUnavailable } from "./redis.js";
 import {
   ATTR,
@@ -456,9 +457,10 @@ export function toRemoteError(err: unknown): Error {
 }
 
 /**
- * Turns "host:port" or a comma list of them into a grpc target. A list uses the ipv4 resolver
- * and round-robin balancing, which is how the local stack spreads calls over router replicas;
- * "dns:///name" targets (Kubernetes headless services) also round-robin.
+ * Turns "host:port" or a comma list of them into a grpc target. A list uses the ipv4 resolver,
+ * which is how the local stack spreads calls over router replicas; "dns:///name" targets
+ * (Kubernetes headless services) resolve to every replica too. Either way each call goes to the
+ * replica with the fewest calls in flight from this client (least-request.ts).
  */
 export function grpcTarget(address: string): string {
   const parts = address
@@ -508,7 +510,7 @@ export function createClient<M extends GenServiceMethods>(
   const Ctor = grpc.makeGenericClientConstructor(grpcDefinition(service), service.typeName);
   const raw = new Ctor(grpcTarget(address), auth.channelCredentials(), {
     ...CHANNEL_OPTIONS,
-    "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] }),
+    "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ [LEAST_REQUEST]: {} }] }),
   }) as unknown as Record<
     string,
     (...args: unknown[]) => grpc.ClientUnaryCall | grpc.ClientReadableStream<unknown>

@@ -28,8 +28,8 @@ export interface StackOptions {
   /** Number of api-edge replicas (default 1), each with its own public and admin port. */
   edges?: number;
   /**
-   * Number of mpp-payment replicas (default 1) on the one Redis; api-edge round-robins over
-   * them. One replica is named "mpp-payment", several "mpp-payment-1", "mpp-payment-2", ...
+   * Number of mpp-payment replicas (default 1) on the one Redis; api-edge spreads its calls over
+   * them (packages/kit/src/least-request.ts). One replica is named "mpp-payment", several "mpp-payment-1", "mpp-payment-2", ...
    */
   payments?: number;
   /**

@@ -55,7 +55,7 @@ const envSchema = z.object({
   HOST: z.string().default("127.0.0.1"),
   PORT: port(8080),
   AUTH_POLICY_ADDR: z.string().default("127.0.0.1:50051"),
-  /** One address, a comma list (round-robin) or a dns:/// target. */
+  /** One address, a comma list or a dns:/// target (calls spread over every replica). */
   INFERENCE_ROUTER_ADDR: z.string().default("127.0.0.1:50053"),
   /** The paid door's mpp-payment; "off" disables the paid route. */
   MPP_PAYMENT_ADDR: z.string().default("127.0.0.1:50052"),

@@ -56,7 +56,7 @@ export interface MeteringOptions {
    */
   authPolicyAddr?: string;
   /**
-   * mpp-payment (a comma list round-robins over its replicas), which commits the paid door's
+   * mpp-payment (a comma list spreads calls over its replicas), which commits the paid door's
    * holds from their usage events besides api-edge's Commit; connected on first use. Unset: paid
    * holds are committed by api-edge alone (docs/money.md, "Paid door: the commit after the answer").
    */

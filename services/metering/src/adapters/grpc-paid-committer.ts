@@ -11,7 +11,7 @@ const FINISHED: ReadonlySet<string> = new Set<PaidCommitOutcome>(["unknown", "re
 
 /**
  * Commits paid-door holds through mpp-payment's Commit over gRPC (a comma list of addresses
- * round-robins over its replicas); the channel connects on first use, so metering may start
+ * spreads calls over its replicas); the channel connects on first use, so metering may start
  * before mpp-payment. Commit is idempotent by reservation id: a hold api-edge (or an earlier
  * delivery) committed already answers its first figures and is charged nothing more. A refusal
  * naming the hold unknown, released or expired is that outcome; anything else (UNAVAILABLE, a
