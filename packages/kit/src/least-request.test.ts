@@ -1,23 +1,31 @@
-import type { Server } from "@grpc/grpc-js";
+import { experimental, type Server } from "@grpc/grpc-js";
 import { InferenceService } from "@tollgate/proto/inference";
 import pino from "pino";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { addService, bindServer, createClient, createServer, GrpcStatus, StatusError } from "./grpc.js";
 import { choose, FAILED_HOLD_MS, PREFERENCE_MS } from "./least-request.js";
 
 const decoder = new TextDecoder();
 
-/** A replica: answers Complete with its name after `delayMs`, or UNAVAILABLE while `failing`. */
+/**
+ * A replica: answers Complete with its name after `delayMs`, or UNAVAILABLE while `failing`; a
+ * call for the model "hold" waits until `release()`.
+ */
 async function replica(name: string, opts: { delayMs?: number } = {}) {
-  const state = { failing: false, calls: 0 };
+  let release = () => {};
+  const held = new Promise<void>((r) => {
+    release = r;
+  });
+  const state = { failing: false, calls: 0, release };
   const server = createServer();
   addService(
     server,
     InferenceService,
     {
-      async complete() {
+      async complete(req) {
         state.calls++;
         if (state.failing) throw new StatusError(GrpcStatus.UNAVAILABLE, "unavailable", "not now");
+        if (req.input?.model === "hold") await held;
         if (opts.delayMs) await new Promise((r) => setTimeout(r, opts.delayMs));
         return { body: new TextEncoder().encode(name) };
       },
@@ -129,5 +137,82 @@ describe("choose", () => {
     expect(choose([failed, busy], now)?.id).toBe(2);
     expect(choose([failed], now)?.id).toBe(1);
     expect(choose([failed, busy], now + FAILED_HOLD_MS)?.id).toBe(1);
+  });
+});
+
+/** Resolves the test's "replicas:///" names to `endpoints`, and again each time `again()` runs. */
+const resolved = {
+  endpoints: [] as Array<{ addresses: Array<{ host: string; port: number }> }>,
+  again: [] as Array<() => void>,
+};
+class ReplicasResolver {
+  constructor(
+    _target: unknown,
+    private readonly listener: (...args: unknown[]) => boolean,
+  ) {
+    resolved.again.push(() => this.report());
+  }
+  private report() {
+    this.listener(experimental.statusOrFromValue(resolved.endpoints), {}, null, "");
+  }
+  updateResolution() {
+    process.nextTick(() => this.report());
+  }
+  destroy() {}
+  static getDefaultAuthority() {
+    return "replicas";
+  }
+}
+experimental.registerResolver(
+  "replicas",
+  ReplicasResolver as unknown as Parameters<typeof experimental.registerResolver>[1],
+);
+
+describe("a name resolved again (a Kubernetes headless Service)", () => {
+  it("keeps counting the calls each replica has in flight", async () => {
+    // The shuffle keeps the resolver's order; the preferred replica does not move mid-test.
+    const random = vi.spyOn(Math, "random").mockReturnValue(0.999);
+    const intoSlot = Date.now() % PREFERENCE_MS;
+    if (intoSlot > PREFERENCE_MS - 2_000)
+      await new Promise((r) => setTimeout(r, PREFERENCE_MS - intoSlot + 20));
+    try {
+      const a = await replica("a");
+      const b = await replica("b");
+      resolved.endpoints = [a, b].map((r) => ({ addresses: [{ host: "127.0.0.1", port: r.port }] }));
+      resolved.again = [];
+      const client = createClient(InferenceService, "replicas:///tollgate");
+      await client.$ready(5_000);
+      await new Promise((r) => setTimeout(r, 100));
+      const arrived = async (n: number) => {
+        while (a.state.calls + b.state.calls < n) await new Promise((r) => setTimeout(r, 5));
+      };
+      const hold = () =>
+        client.complete({ input: { model: "hold" } }).then((res) => decoder.decode(res.body));
+      // Three held calls: the preferred replica takes two, the other one.
+      const held = [hold()];
+      await arrived(1);
+      const busy = a.state.calls === 1 ? a : b;
+      const other = busy === a ? b : a;
+      held.push(hold());
+      await arrived(2);
+      held.push(hold());
+      await arrived(3);
+      expect([busy.state.calls, other.state.calls]).toEqual([2, 1]);
+
+      // The name is resolved again, to the same replicas.
+      for (const again of resolved.again) again();
+      await new Promise((r) => setTimeout(r, 100));
+
+      // A new call goes to the replica with fewer in flight. Counts that restarted at zero
+      // (as round-robin's list does) sent it to the preferred, busier one.
+      const served = decoder.decode((await client.complete({})).body);
+      expect(served).toBe(other.name);
+      a.state.release();
+      b.state.release();
+      expect((await Promise.all(held)).sort()).toEqual([busy.name, busy.name, other.name].sort());
+      client.$close();
+    } finally {
+      random.mockRestore();
+    }
   });
 });

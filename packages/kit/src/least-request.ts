@@ -161,9 +161,9 @@ class LeastRequestBalancer implements experimental.LoadBalancer {
         );
       return true;
     }
-    for (const r of this.replicas) r.leaf.destroy();
     const list = shuffled(endpoints.value);
     if (list.length === 0) {
+      for (const r of this.replicas) r.leaf.destroy();
       const message = `no addresses resolved: ${note}`;
       this.replicas = [];
       this.publish(
@@ -173,14 +173,21 @@ class LeastRequestBalancer implements experimental.LoadBalancer {
       );
       return true;
     }
+    // A Kubernetes name is resolved again whenever a replica leaves READY (its connection ages
+    // out every five minutes): a replica still listed keeps its record, so the calls it has in
+    // flight (long streams) still count; its new leaf reuses the pooled connection.
+    const kept = new Map(this.replicas.map((r) => [experimental.endpointToString(r.leaf.getEndpoint()), r]));
+    const oldLeaves = this.replicas.map((r) => r.leaf);
     this.updating = true;
-    this.replicas = list.map((endpoint: Endpoint) => ({
-      leaf: new experimental.LeafLoadBalancer(endpoint, this.childHelper, options, note),
-      inFlight: 0,
-      picked: 0,
-      failedAt: 0,
-    }));
+    this.replicas = list.map((endpoint: Endpoint) => {
+      const leaf = new experimental.LeafLoadBalancer(endpoint, this.childHelper, options, note);
+      const replica = kept.get(experimental.endpointToString(endpoint));
+      if (!replica) return { leaf, inFlight: 0, picked: 0, failedAt: 0 };
+      replica.leaf = leaf;
+      return replica;
+    });
     for (const r of this.replicas) r.leaf.startConnecting();
+    for (const leaf of oldLeaves) leaf.destroy();
     this.updating = false;
     this.update();
     return true;
