@@ -181,7 +181,10 @@ class LeastRequestBalancer implements experimental.LoadBalancer {
     this.updating = true;
     this.replicas = list.map((endpoint: Endpoint) => {
       const leaf = new experimental.LeafLoadBalancer(endpoint, this.childHelper, options, note);
-      const replica = kept.get(experimental.endpointToString(endpoint));
+      const key = experimental.endpointToString(endpoint);
+      const replica = kept.get(key);
+      // Taken once: an address listed twice gets a record of its own for its second leaf.
+      kept.delete(key);
       if (!replica) return { leaf, inFlight: 0, picked: 0, failedAt: 0 };
       replica.leaf = leaf;
       return replica;
