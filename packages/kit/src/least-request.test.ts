@@ -43,10 +43,17 @@ afterEach(() => {
   for (const s of servers.splice(0)) s.forceShutdown();
 });
 
-async function twoReplicas(delayMs?: number) {
-  const a = await replica("a", { delayMs });
-  const b = await replica("b", { delayMs });
-  const client = createClient(InferenceService, `127.0.0.1:${a.port},127.0.0.1:${b.port}`);
+type Replica = Awaited<ReturnType<typeof replica>>;
+
+/**
+ * Replicas "a" and "b" and a client of both, connected. `address` names them to the client: by
+ * default a comma list of their addresses.
+ */
+async function twoReplicas(opts: { delayMs?: number; address?: (a: Replica, b: Replica) => string } = {}) {
+  const a = await replica("a", opts);
+  const b = await replica("b", opts);
+  const address = opts.address ?? (() => `127.0.0.1:${a.port},127.0.0.1:${b.port}`);
+  const client = createClient(InferenceService, address(a, b));
   // Both connections up before the first call, as a running api-edge has them.
   await client.$ready(5_000);
   await new Promise((r) => setTimeout(r, 100));
@@ -73,7 +80,7 @@ describe("spreading calls over replicas (fewest in flight)", () => {
   });
 
   it("spreads calls that overlap over both replicas, evenly", async () => {
-    const { client, call } = await twoReplicas(30);
+    const { client, call } = await twoReplicas({ delayMs: 30 });
     const served = await Promise.all(Array.from({ length: 20 }, call));
     client.$close();
     const count = (n: string) => served.filter((s) => s === n).length;
@@ -176,13 +183,13 @@ describe("a name resolved again (a Kubernetes headless Service)", () => {
     if (intoSlot > PREFERENCE_MS - 2_000)
       await new Promise((r) => setTimeout(r, PREFERENCE_MS - intoSlot + 20));
     try {
-      const a = await replica("a");
-      const b = await replica("b");
-      resolved.endpoints = [a, b].map((r) => ({ addresses: [{ host: "127.0.0.1", port: r.port }] }));
-      resolved.again = [];
-      const client = createClient(InferenceService, "replicas:///tollgate");
-      await client.$ready(5_000);
-      await new Promise((r) => setTimeout(r, 100));
+      const { a, b, client } = await twoReplicas({
+        address: (a, b) => {
+          resolved.endpoints = [a, b].map((r) => ({ addresses: [{ host: "127.0.0.1", port: r.port }] }));
+          resolved.again = [];
+          return "replicas:///tollgate";
+        },
+      });
       const arrived = async (n: number) => {
         while (a.state.calls + b.state.calls < n) await new Promise((r) => setTimeout(r, 5));
       };

@@ -29,7 +29,8 @@ export interface StackOptions {
   edges?: number;
   /**
    * Number of mpp-payment replicas (default 1) on the one Redis; api-edge spreads its calls over
-   * them (packages/kit/src/least-request.ts). One replica is named "mpp-payment", several "mpp-payment-1", "mpp-payment-2", ...
+   * them (packages/kit/src/least-request.ts). One replica is named "mpp-payment", several
+   * "mpp-payment-1", "mpp-payment-2", ...
    */
   payments?: number;
   /**
