@@ -59,11 +59,11 @@ async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T 
   }
 }
 
-/** Distinct free ports (two asked for in a row can be the same one). */
+/** Free ports, distinct (freePort never hands out one twice). */
 async function freePorts(n: number): Promise<number[]> {
-  const ports = new Set<number>();
-  while (ports.size < n) ports.add(await freePort());
-  return [...ports];
+  const ports: number[] = [];
+  while (ports.length < n) ports.push(await freePort());
+  return ports;
 }
 
 /** One server process of a cluster. */

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { accessSync, constants, mkdtempSync, rmSync } from "node:fs";
+import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
@@ -56,18 +56,75 @@ export function uniqueNamespace(prefix = "t"): string {
   return `${prefix}_${randomBytes(4).toString("hex")}`;
 }
 
-/** A TCP port that was free on 127.0.0.1 a moment ago. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * Listening ports for the servers a test starts. A port is handed out, then bound by a child
+ * process a few seconds later; in that gap nothing else may take it. So ports come from below the
+ * kernel's ephemeral range (which every outgoing connection and every `listen(0)` draws from),
+ * each test worker draws from a slice of its own (vitest's `VITEST_POOL_ID`; slice 0 for a process
+ * outside vitest, such as the bench), and a process never hands out the same port twice until its
+ * slice wraps. A port some other program already listens on is passed over.
+ */
+const PORT_FLOOR = 20_000;
+const PORT_SLICES = 9;
+
+function ephemeralFloor(): number {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 0 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+interface PortSlice {
+  first: number;
+  size: number;
+  next: number;
+}
+
+let slice: PortSlice | undefined;
+
+function portSlice(): PortSlice | undefined {
+  if (slice) return slice;
+  const span = ephemeralFloor() - PORT_FLOOR;
+  if (span < PORT_SLICES * 64) return undefined;
+  const size = Math.floor(span / PORT_SLICES);
+  const pool = Number(process.env["VITEST_POOL_ID"] ?? 0);
+  const index = Number.isInteger(pool) && pool > 0 ? ((pool - 1) % (PORT_SLICES - 1)) + 1 : 0;
+  // A random start, so a worker that runs the next test file does not retry the ports its last
+  // file's servers may still hold in TIME_WAIT.
+  slice = { first: PORT_FLOOR + index * size, size, next: Math.floor(Math.random() * size) };
+  return slice;
+}
+
+/** Binds 127.0.0.1:port and closes it: the port number when that worked, else 0. */
+function tryBind(port: number): Promise<number> {
+  return new Promise((resolve) => {
     const server = createServer();
     server.unref();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
+    server.once("error", () => resolve(0));
+    server.listen(port, "127.0.0.1", () => {
       const address = server.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      server.close(() => (port > 0 ? resolve(port) : reject(new Error("could not read a free port"))));
+      const bound = typeof address === "object" && address !== null ? address.port : 0;
+      server.close(() => resolve(bound));
     });
   });
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed out before. */
+export async function freePort(): Promise<number> {
+  const s = portSlice();
+  if (s) {
+    for (let tries = 0; tries < s.size; tries++) {
+      const candidate = s.first + (s.next % s.size);
+      s.next = (s.next + 1) % s.size;
+      if ((await tryBind(candidate)) === candidate) return candidate;
+    }
+  }
+  // No room below the ephemeral range (or all of it busy): the kernel's pick.
+  const port = await tryBind(0);
+  if (port === 0) throw new Error("could not read a free port");
+  return port;
 }
 
 /** The path of an executable: the first match on PATH, else the first existing fallback. */

@@ -162,19 +162,39 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
-function waitForPort(port: number, timeoutMs: number): Promise<void> {
+/**
+ * Resolves once something accepts on 127.0.0.1:port. With `child`, fails as soon as that process
+ * exits instead of waiting out the timeout, naming how it ended (its output is in the stack's lines).
+ */
+function waitForPort(
+  port: number,
+  timeoutMs: number,
+  child?: { name: string; process: ChildProcess },
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   return new Promise((resolve, reject) => {
+    let exited: string | undefined;
+    const onExit = (code: number | null, signal: NodeJS.Signals | null) => {
+      exited = signal ?? `code ${code}`;
+    };
+    child?.process.once("exit", onExit);
+    const finish = (err?: Error) => {
+      child?.process.off("exit", onExit);
+      if (err) reject(err);
+      else resolve();
+    };
     const attempt = () => {
+      if (exited !== undefined)
+        return finish(new Error(`${child?.name} exited (${exited}) before it listened on 127.0.0.1:${port}`));
       const socket = connect({ host: "127.0.0.1", port });
       socket.once("connect", () => {
         socket.destroy();
-        resolve();
+        finish();
       });
       socket.once("error", () => {
         socket.destroy();
         if (Date.now() > deadline)
-          reject(new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`));
+          finish(new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`));
         else setTimeout(attempt, 100);
       });
     };
@@ -285,7 +305,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     if (existing) existing.child = child;
     else processes.push({ name, port, child });
     relaunch.set(name, () => launch(name, script, port, env, metricsPort));
-    return waitForPort(port, 30_000);
+    return waitForPort(port, 30_000, { name, process: child });
   };
   const relaunch = new Map<string, () => Promise<void>>();
 

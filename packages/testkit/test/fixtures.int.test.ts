@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { connect as connectTcp } from "node:net";
 import { jetstreamManager, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -118,5 +119,15 @@ describe("fixtures", () => {
     const port = await freePort();
     expect(port).toBeGreaterThan(0);
     expect(await accepts(port)).toBe(false);
+  });
+
+  it("freePort hands out distinct ports below the ephemeral range, where no client socket can sit on one before its server binds it", async () => {
+    const ephemeralLow = Number(
+      readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").split(/\s+/)[0],
+    );
+    const ports: number[] = [];
+    for (let i = 0; i < 200; i++) ports.push(await freePort());
+    expect(new Set(ports).size).toBe(ports.length);
+    expect(ports.filter((p) => p >= ephemeralLow)).toEqual([]);
   });
 });
