@@ -11,10 +11,15 @@ describe("startStack", () => {
       redisUrl: redis.url,
       // Every service reads this file at start and refuses it.
       transformConfig: () => "models: [unclosed\n",
-    }).then(
-      () => undefined,
-      (err: Error) => err,
-    );
+    })
+      .then(
+        async (stack) => {
+          await stack.stop();
+          return undefined;
+        },
+        (err: Error) => err,
+      )
+      .finally(() => Promise.all([nats.stop(), redis.stop()]));
     expect(failure?.message).toMatch(
       /the stack did not start: [\w-]+ exited \(code [1-9]\d*\) before it listened/,
     );
