@@ -141,9 +141,12 @@ async function metered(requests = 0n): Promise<{ requests: bigint; cost: bigint 
   try {
     const deadline = Date.now() + 10_000;
     for (;;) {
+      // The lag first: once it reads 0, every event published before is applied, so totals read
+      // after it count them (read before it, they could miss events applied in between).
+      const caughtUp = (await lag()) === 0;
       const totals = (await metering.getUsage({})).totals;
       const now = { requests: totals?.requests ?? 0n, cost: BigInt(totals?.cost || "0") };
-      if ((now.requests >= requests && (await lag()) === 0) || Date.now() > deadline) return now;
+      if ((caughtUp && now.requests >= requests) || Date.now() > deadline) return now;
       await new Promise((r) => setTimeout(r, 100));
     }
   } finally {
