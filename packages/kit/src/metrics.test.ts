@@ -170,12 +170,14 @@ describe("the process metrics of createMetrics", () => {
     expect(blocked.match(/^# TYPE tollgate_nodejs_eventloop_lag_max_seconds gauge$/gm)).toHaveLength(1);
   });
 
-  it("keeps an idle process nearly asleep: under 4 ms of CPU a second, where sampling every 10 ms took about 8", async () => {
+  it("keeps an idle process nearly asleep: its main thread wakes about 10 times a second, where sampling every 10 ms woke it about 100 times", async () => {
+    // Wake-ups, not CPU time: a count the machine's load does not change (CPU time of an idle
+    // process moves by milliseconds a second with whatever else runs beside it).
     const metricsModule = fileURLToPath(new URL("./metrics.ts", import.meta.url));
-    const script = `import { createMetrics } from ${JSON.stringify(metricsModule)}; createMetrics("t"); const sleep = (ms) => new Promise((r) => setTimeout(r, ms)); await sleep(1000); const before = process.cpuUsage(); await sleep(3000); const used = process.cpuUsage(before); console.log(JSON.stringify((used.user + used.system) / 3000));`;
+    const script = `import { readFileSync } from "node:fs"; import { createMetrics } from ${JSON.stringify(metricsModule)}; createMetrics("t"); const wakes = () => Number(/voluntary_ctxt_switches:\\s+(\\d+)/.exec(readFileSync("/proc/self/status", "utf8"))[1]); const sleep = (ms) => new Promise((r) => setTimeout(r, ms)); await sleep(1000); const before = wakes(); await sleep(3000); console.log(JSON.stringify((wakes() - before) / 3));`;
     const { out } = await outputOf(childScript(script));
-    const msPerSecond = Number(out.trim());
-    expect(msPerSecond).toBeGreaterThanOrEqual(0);
-    expect(msPerSecond).toBeLessThan(4);
+    const wakesPerSecond = Number(out.trim());
+    expect(wakesPerSecond).toBeGreaterThan(0);
+    expect(wakesPerSecond).toBeLessThan(30);
   }, 20_000);
 });
