@@ -36,8 +36,9 @@ const READY_TIMEOUT_MS = 10_000;
 const STOP_TIMEOUT_MS = 5_000;
 const START_ATTEMPTS = 3;
 
-// Children still running when the test process exits are killed synchronously, so a crashed
-// or interrupted test run never leaves servers behind.
+// Children still running when the test process exits (or is ended by SIGTERM, as vitest ends
+// its workers) are killed synchronously, so a crashed or interrupted test run never leaves
+// servers behind.
 const running = new Set<ChildProcess>();
 const tempDirs = new Set<string>();
 let exitHookInstalled = false;
@@ -45,9 +46,16 @@ let exitHookInstalled = false;
 function installExitHook(): void {
   if (exitHookInstalled) return;
   exitHookInstalled = true;
-  process.on("exit", () => {
+  const cleanUp = () => {
     for (const child of running) child.kill("SIGKILL");
     for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  };
+  process.on("exit", cleanUp);
+  // vitest ends a worker with SIGTERM, which skips "exit": clean up then too, and die of the
+  // signal as before unless something else listens for it.
+  process.once("SIGTERM", () => {
+    cleanUp();
+    if (process.listenerCount("SIGTERM") === 0) process.kill(process.pid, "SIGTERM");
   });
 }
 

@@ -1,7 +1,9 @@
 import { readFileSync } from "node:fs";
 import { connect as connectTcp } from "node:net";
+import { fileURLToPath } from "node:url";
 import { jetstreamManager, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
+import { childScript, outputOf } from "@tollgate/kit/child-script";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import {
@@ -107,6 +109,40 @@ describe("fixtures", () => {
       }
     }
   });
+
+  it("kills its private servers when its process is ended by SIGTERM, as vitest ends a worker", async () => {
+    const fixturesModule = fileURLToPath(new URL("../src/fixtures.ts", import.meta.url));
+    const child = childScript(
+      `import { privateRedis } from ${JSON.stringify(fixturesModule)}; const r = await privateRedis(); console.log(r.url); setInterval(() => {}, 1000);`,
+    );
+    const ended = outputOf(child);
+    const url = await new Promise<string>((resolve, reject) => {
+      let out = "";
+      child.stdout.on("data", (d: Buffer) => {
+        out += d.toString("utf8");
+        const m = /redis:\/\/\S+/.exec(out);
+        if (m) resolve(m[0]);
+      });
+      child.once("close", () => reject(new Error(`the child ended first: ${out}`)));
+    });
+    const port = Number(new URL(url).port);
+    expect(await accepts(port)).toBe(true);
+    child.kill("SIGTERM");
+    expect((await ended).code).toBeNull();
+    expect(child.signalCode).toBe("SIGTERM");
+    try {
+      const deadline = Date.now() + 3_000;
+      while ((await accepts(port)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(await accepts(port)).toBe(false);
+    } finally {
+      // On failure, the server the child left: shut it down.
+      if (await accepts(port)) {
+        const leftover = redisClient(url);
+        await leftover.call("SHUTDOWN", "NOSAVE").catch(() => undefined);
+        leftover.disconnect();
+      }
+    }
+  }, 20_000);
 
   it("uniqueNamespace never repeats", () => {
     const names = Array.from({ length: 1_000 }, () => uniqueNamespace("usage"));
