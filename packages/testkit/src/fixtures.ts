@@ -124,7 +124,7 @@ export async function freePort(): Promise<number> {
   const s = portSlice();
   if (s) {
     for (let tries = 0; tries < s.size; tries++) {
-      const candidate = s.first + (s.next % s.size);
+      const candidate = s.first + s.next;
       s.next = (s.next + 1) % s.size;
       if ((await tryBind(candidate)) === candidate) return candidate;
     }
