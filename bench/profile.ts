@@ -18,10 +18,10 @@ import { join, relative } from "node:path";
 import { PaidSession } from "@tollgate/agent-client";
 import { dialEnv, SERVICE_NAMES, type ServiceName } from "@tollgate/config/topology";
 import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/demo/tempo-devnet";
-import { REPO_ROOT } from "@tollgate/testkit/stack";
+import { REPO_ROOT, waitForPort, waitForReady } from "@tollgate/testkit/stack";
 import autocannon from "autocannon";
 import { timedFetch } from "./lib/http.js";
-import { cpuSecondsOf, spawnScript, stopChild, waitForPort, waitForReady } from "./lib/procs.js";
+import { cpuSecondsOf, spawnScript, stopChild } from "./lib/procs.js";
 import { bodies } from "./lib/scenarios.js";
 import { type Running, type RunningStack, startAllInOne, startBenchStack } from "./lib/targets.js";
 
@@ -94,7 +94,7 @@ async function profileInStack(
     CPU_PROF,
   );
   await waitForPort(proc.port);
-  if (name === "api-edge") await waitForReady(s.target.gatewayUrl);
+  if (name === "api-edge") await waitForReady(s.target.gatewayUrl, 60_000);
   say(`  ${name} restarted under --cpu-prof (pid ${child.pid})`);
   return { stop: () => stopChild(child, 20_000), pid: child.pid };
 }

@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { openSync, readdirSync, readFileSync } from "node:fs";
-import { connect } from "node:net";
 import { commandOf, REPO_ROOT } from "@tollgate/testkit/stack";
 import { sleep } from "./stats.js";
 
@@ -52,39 +51,6 @@ export function stopChild(child: ChildProcess, timeoutMs = 10_000): Promise<void
     });
     child.kill("SIGTERM");
   });
-}
-
-export async function waitForPort(port: number, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const s = connect({ host: "127.0.0.1", port });
-      s.once("connect", () => {
-        s.destroy();
-        resolve(true);
-      });
-      s.once("error", () => {
-        s.destroy();
-        resolve(false);
-      });
-    });
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`nothing listens on 127.0.0.1:${port} after ${timeoutMs} ms`);
-    await sleep(100);
-  }
-}
-
-export async function waitForReady(url: string, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const ok = await fetch(`${url}/readyz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ok) return;
-    if (Date.now() > deadline) throw new Error(`${url}/readyz not ready within ${timeoutMs} ms`);
-    await sleep(150);
-  }
 }
 
 /** VmRSS and VmHWM (peak RSS) of a process, in MiB; undefined when it is gone. */

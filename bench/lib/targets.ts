@@ -3,18 +3,15 @@ import { randomBytes } from "node:crypto";
 import { openSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { freePort, uniqueNamespace, useNats, useRedis } from "@tollgate/testkit/fixtures";
-import { DEMO_CONFIG, REPO_ROOT, type Stack, startStack } from "@tollgate/testkit/stack";
 import {
-  findPid,
-  memoryOf,
-  type Role,
-  type Runtime,
-  spawnScript,
-  stopChild,
-  track,
+  DEMO_CONFIG,
+  REPO_ROOT,
+  type Stack,
+  startStack,
   waitForPort,
   waitForReady,
-} from "./procs.js";
+} from "@tollgate/testkit/stack";
+import { findPid, memoryOf, type Role, type Runtime, spawnScript, stopChild, track } from "./procs.js";
 import type { Target } from "./scenarios.js";
 import { sleep } from "./stats.js";
 
@@ -110,7 +107,7 @@ export async function startAllInOne(
     );
     steps.push(() => stopChild(gateway, 20_000));
     const url = `http://127.0.0.1:${port}`;
-    await waitForReady(url);
+    await waitForReady(url, 60_000);
     const processes: Running["processes"] = [
       { name: "all-in-one", pid: gateway.pid, role: "all-in-one" },
       { name: "fake-upstream", pid: upstream.pid, role: "harness" },

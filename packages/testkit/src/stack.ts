@@ -166,9 +166,9 @@ export interface Stack {
  * Resolves once something accepts on 127.0.0.1:port. With `child`, fails as soon as that process
  * exits instead of waiting out the timeout, naming how it ended (its output is in the stack's lines).
  */
-function waitForPort(
+export function waitForPort(
   port: number,
-  timeoutMs: number,
+  timeoutMs = 30_000,
   child?: { name: string; process: ChildProcess },
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -202,7 +202,8 @@ function waitForPort(
   });
 }
 
-async function waitForReady(url: string, timeoutMs: number): Promise<void> {
+/** Resolves once `url`/readyz answers 2xx; fails after `timeoutMs`. */
+export async function waitForReady(url: string, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const ok = await fetch(`${url}/readyz`).then(
