@@ -53,6 +53,13 @@ const grpc = (n: number): TopologyPort[] => [
   { name: "metrics", port: 9050 + n, env: "METRICS_PORT" },
 ];
 
+/**
+ * Every service's node flags. `--expose-gc` lets a service end its start-up with one
+ * memory-reducing collection (packages/kit/src/startup-memory.ts): an idle replica then holds
+ * what it uses, not what loading its modules needed.
+ */
+const NODE_FLAGS = ["--expose-gc"] as const;
+
 export const TOPOLOGY = {
   "api-edge": {
     summary: "the public HTTP door, the admin API and metrics",
@@ -76,7 +83,7 @@ export const TOPOLOGY = {
     redis: true,
     // Read for the plans and prices its OpenAPI document shows (x-payment-info).
     configFile: true,
-    nodeFlags: [],
+    nodeFlags: NODE_FLAGS,
   },
   "auth-policy": {
     summary: "Virtual Keys, accounts, policy and budgets over gRPC",
@@ -85,7 +92,7 @@ export const TOPOLOGY = {
     nats: true,
     redis: true,
     configFile: true,
-    nodeFlags: [],
+    nodeFlags: NODE_FLAGS,
   },
   "mpp-payment": {
     summary: "the paid door's payments over gRPC",
@@ -93,10 +100,8 @@ export const TOPOLOGY = {
     dials: [],
     nats: false,
     redis: true,
-    // A 2 MB young generation: mppx and viem leave startup garbage that would otherwise keep
-    // about 30 MB of semi-space resident at idle; payments allocate little per request.
     configFile: true,
-    nodeFlags: ["--max-semi-space-size=2"],
+    nodeFlags: NODE_FLAGS,
   },
   "inference-router": {
     summary: "upstream providers and completions over gRPC",
@@ -105,7 +110,7 @@ export const TOPOLOGY = {
     nats: true,
     redis: false,
     configFile: true,
-    nodeFlags: [],
+    nodeFlags: NODE_FLAGS,
   },
   metering: {
     summary: "usage events from JetStream and analytics over gRPC",
@@ -119,7 +124,7 @@ export const TOPOLOGY = {
     nats: true,
     redis: true,
     configFile: false,
-    nodeFlags: [],
+    nodeFlags: NODE_FLAGS,
   },
 } as const satisfies Record<ServiceName, ServiceTopology>;
 

@@ -6,10 +6,14 @@ const REPO_ROOT = fileURLToPath(new URL("../../..", import.meta.url));
 
 /**
  * For tests of process-wide behaviour (what a process writes, how often it wakes): runs an ES
- * module `script` under tsx in a child node at the repository's root, stdout and stderr piped.
+ * module `script` under tsx in a child node (with `nodeFlags`) at the repository's root, stdout
+ * and stderr piped.
  */
-export function childScript(script: string): ChildProcessWithoutNullStreams {
-  return spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+export function childScript(
+  script: string,
+  nodeFlags: readonly string[] = [],
+): ChildProcessWithoutNullStreams {
+  return spawn(process.execPath, [...nodeFlags, "--import", "tsx", "--input-type=module", "-e", script], {
     cwd: REPO_ROOT,
     stdio: ["pipe", "pipe", "pipe"],
   });
