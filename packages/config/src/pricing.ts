@@ -50,6 +50,54 @@ export function smallestOutputCap(body: Partial<Record<OutputCapField, unknown>>
   return caps.length > 0 ? Math.min(...caps) : undefined;
 }
 
+/**
+ * Output-length fields that inference servers read besides OpenAI's: llama.cpp's `n_predict`
+ * (read before `max_tokens`), TGI's and SGLang's `max_new_tokens`, Ollama's `num_predict`, and
+ * the legacy `max_tokens_to_sample`; also inside the `options`, `parameters` and
+ * `sampling_params` objects some of them take. None is ever forwarded: a positive integer in one
+ * can only lower the one cap the upstream gets (docs/money.md, "The output cap").
+ */
+export const RUNTIME_CAP_FIELDS = [
+  "n_predict",
+  "max_new_tokens",
+  "num_predict",
+  "max_tokens_to_sample",
+] as const;
+const RUNTIME_CAP_CONTAINERS = ["options", "parameters", "sampling_params"] as const;
+
+/**
+ * Removes every runtime output-length field from `body` (a copy the caller owns: nested
+ * containers are copied before they change) and returns the smallest positive integer among
+ * them; undefined when there was none.
+ */
+export function takeRuntimeCaps(body: Record<string, unknown>): number | undefined {
+  let smallest: number | undefined;
+  const take = (from: Record<string, unknown>) => {
+    for (const f of RUNTIME_CAP_FIELDS) {
+      if (!(f in from)) continue;
+      const v = from[f];
+      if (typeof v === "number" && Number.isInteger(v) && v > 0) smallest = Math.min(smallest ?? v, v);
+      delete from[f];
+    }
+  };
+  take(body);
+  for (const c of RUNTIME_CAP_CONTAINERS) {
+    const inner = body[c];
+    if (typeof inner !== "object" || inner === null || Array.isArray(inner)) continue;
+    if (!RUNTIME_CAP_FIELDS.some((f) => f in inner)) continue;
+    const copy = { ...(inner as Record<string, unknown>) };
+    take(copy);
+    body[c] = copy;
+  }
+  return smallest;
+}
+
+/**
+ * The paid door's own request fields (docs/contract.md, "The paid door"): they choose the plan
+ * and the model at the gateway and mean nothing to an upstream, so they are never forwarded.
+ */
+export const PAID_DOOR_FIELDS = ["plan", "model_optimization"] as const;
+
 /** Most output sequences one request may ask for (`n` × prompts, or `best_of` × prompts). */
 export const MAX_OUTPUT_SEQUENCES = 4_096;
 

@@ -255,6 +255,60 @@ describe("Inference.complete", () => {
     expect(provider.requests[1]!.body).not.toHaveProperty("max_completion_tokens");
   });
 
+  it("forwards no inference server's own length field (llama.cpp's n_predict, TGI's max_new_tokens, Ollama's num_predict, also inside options): one can only lower the cap", async () => {
+    const { provider, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const body = {
+      model: "public-small",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 1,
+      n_predict: 100_000,
+      max_new_tokens: 100_000,
+      num_predict: -1,
+      max_tokens_to_sample: 100_000,
+      options: { num_predict: 100_000, temperature: 0.5 },
+      parameters: { max_new_tokens: 100_000 },
+      ignore_eos: true,
+    };
+    await inference.complete(input({ body, maxOutputTokens: 100 }), new AbortController().signal);
+    const sent = provider.requests[0]!.body;
+    expect(sent).toEqual({
+      model: "org/small-7b",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 1,
+      options: { temperature: 0.5 },
+      parameters: {},
+      ignore_eos: true,
+    });
+    // The caller's body is left as it came (it is also read for the usage estimate).
+    expect(body.options).toEqual({ num_predict: 100_000, temperature: 0.5 });
+    // A smaller runtime field lowers the one cap forwarded.
+    await inference.complete(
+      input({ body: { model: "public-small", messages: [], n_predict: 7 }, maxOutputTokens: 100 }),
+      new AbortController().signal,
+    );
+    expect(provider.requests[1]!.body).toMatchObject({ max_tokens: 7 });
+    expect(provider.requests[1]!.body).not.toHaveProperty("n_predict");
+  });
+
+  it("forwards a paid-door request without the paid door's own fields (plan, model_optimization)", async () => {
+    const { provider, inference } = setup({ result: chatResult("x", usage(1, 1)) });
+    const body = {
+      plan: "Starter",
+      model_optimization: true,
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 4,
+    };
+    await inference.complete(
+      input({ body, maxOutputTokens: 4, billing: { ...BILLING, door: "paid" } }),
+      new AbortController().signal,
+    );
+    expect(provider.requests[0]!.body).toEqual({
+      model: "org/small-7b",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 4,
+    });
+  });
+
   it("charges no more than the quote and reports the excess when the upstream produces more", async () => {
     const provider = new FakeProvider({ result: chatResult("x", usage(10, 100_000)) });
     const publisher = new MemoryPublisher();

@@ -1,4 +1,10 @@
-import { costOf, OUTPUT_CAP_FIELDS, smallestOutputCap } from "@tollgate/config";
+import {
+  costOf,
+  OUTPUT_CAP_FIELDS,
+  PAID_DOOR_FIELDS,
+  smallestOutputCap,
+  takeRuntimeCaps,
+} from "@tollgate/config";
 import type { Catalog, ModelRoute } from "./catalog.js";
 import { InferenceError } from "./errors.js";
 import type { ProviderRequest, TokenCounts, UsageEvent, UsagePublisher } from "./ports.js";
@@ -175,18 +181,23 @@ export class Inference {
 
   /**
    * The upstream's body: the caller's, with the upstream model id, exactly one output cap (the
-   * gateway's: the smallest of the authorized cap and every cap alias the caller sent; the
-   * aliases themselves are removed) and, for a stream, usage asked for. A vLLM upstream is also
-   * asked for continuous usage, so a stream cut short is billed its exact input tokens.
+   * gateway's: the smallest of the authorized cap and every cap alias the caller sent, inference
+   * servers' own length fields included; the aliases themselves are removed), without the paid
+   * door's own fields, and, for a stream, usage asked for. A vLLM upstream is also asked for
+   * continuous usage, so a stream cut short is billed its exact input tokens.
    */
   #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {
     const body: Record<string, unknown> = { ...input.body, model: route.upstreamModel };
+    if (input.billing.door === "paid") for (const f of PAID_DOOR_FIELDS) delete body[f];
+    const runtimeCap = takeRuntimeCaps(body);
     if (input.operation === "embeddings") {
       // No output to cap; an embedding is never streamed.
       for (const f of [...OUTPUT_CAP_FIELDS, "stream", "stream_options"]) delete body[f];
       return { operation: input.operation, body };
     }
-    const caps = [smallestOutputCap(body), input.maxOutputTokens].filter((c): c is number => c !== undefined);
+    const caps = [smallestOutputCap(body), runtimeCap, input.maxOutputTokens].filter(
+      (c): c is number => c !== undefined,
+    );
     for (const f of OUTPUT_CAP_FIELDS) delete body[f];
     if (caps.length > 0) {
       const onlyNewName = "max_completion_tokens" in input.body && !("max_tokens" in input.body);
