@@ -612,6 +612,50 @@ describe("GET /v1/models/{model}", () => {
   });
 });
 
+describe("chat content parts", () => {
+  const withParts = (id: "chat" | "mppChat", content: unknown) =>
+    request(id, {
+      payload: JSON.stringify({ ...(BODIES[id] as object), messages: [{ role: "user", content }] }),
+    });
+
+  it.each([
+    ["an image", { type: "image_url", image_url: { url: "https://example.com/huge.png", detail: "high" } }],
+    ["audio", { type: "input_audio", input_audio: { data: "AAAA", format: "wav" } }],
+    ["a file", { type: "file", file: { file_id: "file-1" } }],
+  ] as const)(
+    "refuses %s part with 400 invalid_request on both doors, holding nothing and quoting nothing",
+    async (_, part) => {
+      for (const id of ["chat", "mppChat"] as const) {
+        const { app, f } = edge();
+        const res = await app.inject(withParts(id, [{ type: "text", text: "what is this?" }, part]));
+        expect(res.statusCode, res.body).toBe(400);
+        expect(code(res)).toBe("invalid_request");
+        expect(res.json().error.message).toMatch(/only text content parts/);
+        expect(res.headers["www-authenticate"]).toBeUndefined();
+        expect(f.completed).toEqual([]);
+        expect(f.settled).toEqual([]);
+      }
+    },
+  );
+
+  it("serves text parts (and an earlier assistant turn's refusal part)", async () => {
+    const { app } = edge();
+    const res = await app.inject(
+      request("chat", {
+        payload: JSON.stringify({
+          model: "small",
+          messages: [
+            { role: "user", content: [{ type: "text", text: "hello" }] },
+            { role: "assistant", content: [{ type: "refusal", refusal: "no" }] },
+            { role: "user", content: [{ type: "text", text: "please" }] },
+          ],
+        }),
+      }),
+    );
+    expect(res.statusCode, res.body).toBe(200);
+  });
+});
+
 describe("the paid route", () => {
   it("answers an unpaid request with 402 payment_required and a challenge", async () => {
     const { app } = edge();

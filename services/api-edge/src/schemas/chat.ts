@@ -7,12 +7,48 @@ import { z } from "zod";
  */
 export const CHAT_LIMITS = { maxMessages: 2048, maxOutputTokens: 1_000_000 } as const;
 
-const contentPart = z.looseObject({ type: z.string() });
+/**
+ * The message of a string-or-list union: the problem of the option the value looked like (a
+ * list's own issue, with its place), not zod's bare "Invalid input".
+ */
+export function closestOption(fallback: string) {
+  return (iss: z.core.$ZodRawIssue): string => {
+    const options = iss.code === "invalid_union" ? iss.errors : [];
+    const tried = options.find(
+      (issues) => !(issues.length === 1 && issues[0]?.code === "invalid_type" && issues[0].path.length === 0),
+    );
+    const first = tried?.[0];
+    if (!first) return fallback;
+    // A union inside (an input item) said its chosen option's first message: add that one's place.
+    const inner =
+      first.code === "invalid_union"
+        ? first.errors.find((o) => o[0]?.message === first.message)?.[0]
+        : undefined;
+    const path = [...first.path, ...(inner?.path ?? [])];
+    return `${path.length > 0 ? `${path.join(".")}: ` : ""}${first.message}`;
+  };
+}
+
+/**
+ * Text content parts only (`text`, and `refusal` in an earlier assistant turn): each input token
+ * of text is at least a byte of the body, which bounds the quote (docs/money.md, "The quote").
+ * An image, audio or file part costs input tokens that no byte count bounds, so it is refused.
+ */
+const contentPart = z.looseObject({
+  type: z.enum(["text", "refusal"], {
+    error:
+      "only text content parts are accepted (no image, audio or file): their input cannot be bounded by a quote",
+  }),
+});
 
 /** One OpenAI chat message; fields beyond these pass through to the upstream untouched. */
 const message = z.looseObject({
   role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
-  content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+  content: z
+    .union([z.string(), z.array(contentPart), z.null()], {
+      error: closestOption("content must be a string, a list of text parts or null"),
+    })
+    .optional(),
 });
 
 const outputCap = z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens);

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { CHAT_LIMITS } from "./chat.js";
+import { CHAT_LIMITS, closestOption } from "./chat.js";
 
 /** A text content block; any other block type (image, document, tool_use, tool_result…) is refused. */
 const textBlock = z.looseObject({
@@ -11,16 +11,7 @@ const textBlock = z.looseObject({
 
 /** Content as Anthropic sends it: a string, or content blocks. */
 const content = z.union([z.string(), z.array(textBlock).min(1)], {
-  error: (iss) => {
-    const options = iss.code === "invalid_union" ? iss.errors : [];
-    const list = options.find(
-      (issues) => !(issues.length === 1 && issues[0]?.code === "invalid_type" && issues[0].path.length === 0),
-    );
-    const first = list?.[0];
-    return first
-      ? `${first.path.length > 0 ? `${first.path.join(".")}: ` : ""}${first.message}`
-      : "content must be a string or a list of text blocks";
-  },
+  error: closestOption("content must be a string or a list of text blocks"),
 });
 
 /** Fields of the Messages API this route cannot honour, refused rather than ignored. */

@@ -1,27 +1,5 @@
 import { z } from "zod";
-import { CHAT_LIMITS } from "./chat.js";
-
-/**
- * The message of a string-or-list union: the problem of the option the value looked like (a
- * list's own issue, with its place), not zod's bare "Invalid input".
- */
-function closestOption(fallback: string) {
-  return (iss: z.core.$ZodRawIssue): string => {
-    const options = iss.code === "invalid_union" ? iss.errors : [];
-    const tried = options.find(
-      (issues) => !(issues.length === 1 && issues[0]?.code === "invalid_type" && issues[0].path.length === 0),
-    );
-    const first = tried?.[0];
-    if (!first) return fallback;
-    // A union inside (an input item) said its chosen option's first message: add that one's place.
-    const inner =
-      first.code === "invalid_union"
-        ? first.errors.find((o) => o[0]?.message === first.message)?.[0]
-        : undefined;
-    const path = [...first.path, ...(inner?.path ?? [])];
-    return `${path.length > 0 ? `${path.join(".")}: ` : ""}${first.message}`;
-  };
-}
+import { CHAT_LIMITS, closestOption } from "./chat.js";
 
 /** Text content parts: `input_text`, and `output_text` for earlier assistant turns. */
 const textPart = z.looseObject({
