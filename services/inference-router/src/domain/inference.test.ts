@@ -1,5 +1,7 @@
 import { costOf, type ModelConfig } from "@tollgate/config";
 import { describe, expect, it } from "vitest";
+import { completionOf, streamDecoder } from "../adapters/anthropic/response.js";
+import { normaliseUsage } from "../adapters/openai-compatible/provider.js";
 import { Catalog } from "./catalog.js";
 import { InferenceError } from "./errors.js";
 import { type CompletionInput, Inference, type StreamEvent } from "./inference.js";
@@ -421,6 +423,116 @@ describe("Inference.complete", () => {
       new AbortController().signal,
     );
     expect(publisher.events[0]!.tokens).toEqual(usage(1, 4, 0));
+  });
+
+  describe("usage counts that are not counts (negative, a string), read by the adapters", () => {
+    /** An upstream whose raw answers are read as an adapter reads them off the wire. */
+    class WireProvider implements Provider {
+      readonly id = "up-1";
+      constructor(
+        private readonly answer: (req: ProviderRequest) => ProviderResult,
+        private readonly events: (req: ProviderRequest) => ProviderChunk[],
+      ) {}
+      async complete(req: ProviderRequest): Promise<ProviderResult> {
+        return this.answer(req);
+      }
+      async *stream(req: ProviderRequest): AsyncGenerator<ProviderChunk> {
+        for (const chunk of this.events(req)) {
+          await Promise.resolve();
+          yield chunk;
+        }
+      }
+    }
+    const wired = (provider: Provider) => {
+      const publisher = new MemoryPublisher();
+      const inference = new Inference(
+        new Catalog([MODEL], new Map([["up-1", provider]])),
+        publisher,
+        SNAPSHOT,
+        () => "evt_1",
+      );
+      return { publisher, inference };
+    };
+    const content = "naïve café answer";
+    // "Say something": 13 bytes of prompt text (4 tokens); the answer's 19 bytes (5 tokens), or
+    // one token per streamed text chunk.
+    const bufferedEstimate = usage(4, 5, 0);
+    const streamedEstimate = usage(4, 3, 0);
+    const charged = async (provider: Provider) => {
+      const { publisher, inference } = wired(provider);
+      const { usage: buffered } = await inference.complete(input(), new AbortController().signal);
+      const [streamed] = usagesOf(await drain(inference.stream(input(), true, new AbortController().signal)));
+      return { buffered, streamed: streamed!, published: publisher.events.map((e) => [e.tokens, e.cost]) };
+    };
+
+    it("OpenAI-compatible: charged the estimate, not nothing", async () => {
+      const bogus = { prompt_tokens: -1000, completion_tokens: "5" };
+      const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => ({
+        json: { model: "org/small-7b", choices, usage: null, ...extra },
+      });
+      const raw = [
+        chunk([{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }]),
+        chunk([{ index: 0, delta: { content: "one " }, finish_reason: null }]),
+        chunk([{ index: 0, delta: { content: "two " }, finish_reason: null }]),
+        chunk([{ index: 0, delta: { content: "three" }, finish_reason: null }]),
+        chunk([{ index: 0, delta: {}, finish_reason: "stop" }]),
+        chunk([], { usage: bogus }),
+      ];
+      const { buffered, streamed, published } = await charged(
+        new WireProvider(
+          (req) => {
+            const json = { ...chatResult(content, undefined).json, usage: bogus };
+            return { json, usage: normaliseUsage(json.usage, req.operation) };
+          },
+          (req) => raw.map(({ json }) => ({ json, usage: normaliseUsage(json.usage, req.operation) })),
+        ),
+      );
+      expect(buffered).toMatchObject({ ...bufferedEstimate, cost: costOf(bufferedEstimate, PRICES) });
+      expect(streamed).toMatchObject({ ...streamedEstimate, cost: costOf(streamedEstimate, PRICES) });
+      expect(buffered.cost).toBeGreaterThan(0n);
+      expect(streamed.cost).toBeGreaterThan(0n);
+      expect(published).toEqual([
+        [bufferedEstimate, costOf(bufferedEstimate, PRICES)],
+        [streamedEstimate, costOf(streamedEstimate, PRICES)],
+      ]);
+    });
+
+    it("Anthropic: charged the estimate (or its exact input and counted output), not nothing", async () => {
+      const message = {
+        type: "message",
+        id: "msg_1",
+        model: "claude",
+        content: [{ type: "text", text: content }],
+        stop_reason: "end_turn",
+        usage: { input_tokens: "10", output_tokens: -5 },
+      };
+      const events = (startUsage: Record<string, unknown>) => [
+        { type: "message_start", message: { id: "msg_1", model: "claude", usage: startUsage } },
+        ...["one ", "two ", "three"].map((text) => ({
+          type: "content_block_delta",
+          index: 0,
+          delta: { type: "text_delta", text },
+        })),
+        { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: -5 } },
+        { type: "message_stop" },
+      ];
+      const provider = (startUsage: Record<string, unknown>) =>
+        new WireProvider(
+          (req) => completionOf(message, req),
+          (req) => {
+            const next = streamDecoder(req);
+            return events(startUsage).flatMap((e) => next(JSON.stringify(e)).chunks);
+          },
+        );
+      const { buffered, streamed } = await charged(provider({ input_tokens: -1000, output_tokens: 1 }));
+      expect(buffered).toMatchObject({ ...bufferedEstimate, cost: costOf(bufferedEstimate, PRICES) });
+      expect(streamed).toMatchObject({ ...streamedEstimate, cost: costOf(streamedEstimate, PRICES) });
+      expect(buffered.cost).toBeGreaterThan(0n);
+      expect(streamed.cost).toBeGreaterThan(0n);
+      // A valid input count with an output that is not one: the exact input, a token per chunk.
+      const { streamed: counted } = await charged(provider({ input_tokens: 10, output_tokens: 1 }));
+      expect(counted).toMatchObject({ ...usage(10, 3, 0), cost: costOf(usage(10, 3, 0), PRICES) });
+    });
   });
 
   it("refuses an unknown model without calling the upstream or publishing", async () => {

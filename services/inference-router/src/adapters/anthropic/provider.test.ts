@@ -6,7 +6,7 @@ import type { UpstreamTimeouts } from "../upstream-http/http-provider.js";
 import { drain, failure } from "../upstream-http/testing.js";
 import { ANTHROPIC_VERSION, createAnthropicProvider } from "./provider.js";
 import { messagesBody } from "./request.js";
-import { streamDecoder } from "./response.js";
+import { completionOf, streamDecoder } from "./response.js";
 
 const KEY = "sk-ant-test-key";
 let fake: FakeUpstream;
@@ -383,6 +383,77 @@ describe("Anthropic stream events", () => {
       [{ finish_reason: "length" }],
     ]);
     expect(later[2]!.chunks[0]!.usage).toEqual({ inputTokens: 37, outputTokens: 3, reasoningTokens: 0 });
+  });
+
+  it("gives no usage for counts that are not counts (the router then estimates): never a free answer", () => {
+    const message = (usage: Record<string, unknown>) => ({
+      type: "message",
+      id: "msg_1",
+      model: "claude",
+      content: [{ type: "text", text: "Hi" }],
+      stop_reason: "end_turn",
+      usage,
+    });
+    const bad = [-1000, 1.5, "10", Number.NaN, null];
+    for (const v of bad) {
+      for (const usage of [
+        { input_tokens: v, output_tokens: 5 },
+        { input_tokens: 5, output_tokens: v },
+        { input_tokens: 5, output_tokens: 5, cache_read_input_tokens: v === null ? -1 : v },
+      ]) {
+        const answer = completionOf(message(usage), chat());
+        expect(answer.usage).toBeUndefined();
+        expect(answer.json).not.toHaveProperty("usage");
+      }
+    }
+    // A completed message without its output count has no count either.
+    expect(completionOf(message({ input_tokens: 5 }), chat()).usage).toBeUndefined();
+    // Absent or null cache counts are no cache use: still the upstream's count.
+    expect(
+      completionOf(message({ input_tokens: 5, output_tokens: 2, cache_creation_input_tokens: null }), chat())
+        .usage,
+    ).toEqual({ inputTokens: 5, outputTokens: 2, reasoningTokens: 0 });
+
+    const text = { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Hi" } };
+    const stop = { type: "message_stop" };
+    // message_start's input is not a count: the text chunks carry none, nor does the usage chunk.
+    const badInput = decode([
+      { type: "message_start", message: { id: "msg_1", usage: { input_tokens: -1000, output_tokens: 1 } } },
+      text,
+      { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 9 } },
+      stop,
+    ]);
+    expect(badInput[1]!.chunks.map((c) => c.usage)).toEqual([undefined, undefined]);
+    expect(badInput[3]!.chunks[0]!.usage).toBeUndefined();
+    expect(badInput[3]!.chunks[0]!.json).not.toHaveProperty("usage");
+    expect(badInput[3]!.chunks[0]!.json.choices).toEqual([]);
+    // message_delta's output is not a count (or is missing): the usage chunk carries none.
+    for (const usage of [{ output_tokens: -5 }, { output_tokens: "9" }, {}]) {
+      const badOutput = decode([
+        { type: "message_start", message: { id: "msg_1", usage: { input_tokens: 10 } } },
+        text,
+        { type: "message_delta", delta: { stop_reason: "end_turn" }, usage },
+        stop,
+      ]);
+      expect(badOutput[1]!.chunks[1]!.usage).toEqual({
+        inputTokens: 10,
+        outputTokens: 1,
+        reasoningTokens: 0,
+      });
+      expect(badOutput[3]!.chunks[0]!.usage).toBeUndefined();
+    }
+    // message_delta's repeated input that is not a count does not replace message_start's.
+    const badRepeat = decode([
+      { type: "message_start", message: { id: "msg_1", usage: { input_tokens: 10 } } },
+      text,
+      {
+        type: "message_delta",
+        delta: { stop_reason: "end_turn" },
+        usage: { input_tokens: -1, output_tokens: 4 },
+      },
+      stop,
+    ]);
+    expect(badRepeat[3]!.chunks[0]!.usage).toEqual({ inputTokens: 10, outputTokens: 4, reasoningTokens: 0 });
   });
 
   it("treats message_stop before message_delta, or an unreadable event, as an interrupted answer", () => {

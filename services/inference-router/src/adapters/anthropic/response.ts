@@ -5,17 +5,30 @@ import { errorEventFailure, unreadable } from "./errors.js";
 /**
  * Anthropic usage → token counts. Input is every input token the upstream read: the uncached
  * ones (`input_tokens`) plus those written to and read from its prompt cache (the gateway prices
- * every input token alike). Undefined when the upstream sent none.
+ * every input token alike). Undefined when the upstream sent none, and when what it sent is not
+ * a count (docs/spend.md, "Without a count from the upstream"): an `input_tokens` or
+ * `output_tokens` missing or not a non-negative integer, or a cache count given but not one.
+ * The domain then estimates, so an upstream that misreports cannot serve a request free.
  */
 export function anthropicUsage(raw: unknown): TokenCounts | undefined {
+  const inputTokens = inputOf(raw);
+  if (inputTokens === undefined) return undefined;
+  const outputTokens = tokenCount((raw as Record<string, unknown>).output_tokens);
+  if (outputTokens === undefined) return undefined;
+  return { inputTokens, outputTokens, reasoningTokens: 0 };
+}
+
+/** The input tokens of an Anthropic usage (cache writes and reads included); undefined: no count. */
+function inputOf(raw: unknown): number | undefined {
   if (typeof raw !== "object" || raw === null) return undefined;
   const u = raw as Record<string, unknown>;
-  return {
-    inputTokens:
-      count(u.input_tokens) + count(u.cache_creation_input_tokens) + count(u.cache_read_input_tokens),
-    outputTokens: count(u.output_tokens),
-    reasoningTokens: 0,
-  };
+  const uncached = tokenCount(u.input_tokens);
+  // The cache counts are absent (or null) when the prompt cache was not used.
+  const cached = (v: unknown) => (v === undefined || v === null ? 0 : tokenCount(v));
+  const written = cached(u.cache_creation_input_tokens);
+  const read = cached(u.cache_read_input_tokens);
+  if (uncached === undefined || written === undefined || read === undefined) return undefined;
+  return uncached + written + read;
 }
 
 /** Anthropic's stop reason as an OpenAI finish reason. */
@@ -67,7 +80,8 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
   const chat = req.operation === "chat";
   let head: Record<string, unknown> = { id: "", object: "", created: 0, model: req.body.model };
   let input: Record<string, unknown> = {};
-  let output = 0;
+  /** message_delta's output count; undefined until then, or when it gave none. */
+  let output: number | undefined;
   /** Text chunks so far: the output tokens counted until the upstream's own count comes. */
   let pieces = 0;
   let finish: string | undefined;
@@ -76,8 +90,11 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
     json: { ...head, choices: [{ index: 0, ...choice, logprobs: null }] },
     usage,
   });
-  /** The counts so far: the exact input, one output token per text chunk. */
-  const soFar = (): TokenCounts => ({ ...anthropicUsage(input)!, outputTokens: pieces });
+  /** The counts so far: the exact input, one output token per text chunk; none without an input count. */
+  const soFar = (): TokenCounts | undefined => {
+    const inputTokens = inputOf(input);
+    return inputTokens === undefined ? undefined : { inputTokens, outputTokens: pieces, reasoningTokens: 0 };
+  };
   const withRole = (next: ProviderChunk): DecodedEvent => {
     if (roleSent) return { chunks: [next], done: false };
     roleSent = true;
@@ -125,9 +142,9 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
       case "message_delta": {
         const delta = (event.delta ?? {}) as Record<string, unknown>;
         const usage = (event.usage ?? {}) as Record<string, unknown>;
-        output = count(usage.output_tokens);
-        // Newer API versions repeat the input counts here; they win when given.
-        if (usage.input_tokens !== undefined && usage.input_tokens !== null) input = { ...input, ...usage };
+        output = tokenCount(usage.output_tokens);
+        // Newer API versions repeat the input counts here; they win when given (as a count).
+        if (tokenCount(usage.input_tokens) !== undefined) input = { ...input, ...usage };
         finish = finishReason(delta.stop_reason);
         return withRole(
           chat ? chunk({ delta: {}, finish_reason: finish }) : chunk({ text: "", finish_reason: finish }),
@@ -137,11 +154,10 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
         // A stream stopped before its message_delta has no final counts: it is unfinished.
         if (finish === undefined) throw unreadable();
         const rawUsage = { ...input, output_tokens: output };
-        const usage = anthropicUsage(rawUsage)!;
-        return {
-          chunks: [{ json: { ...head, choices: [], usage: openAiUsage(usage, rawUsage) }, usage }],
-          done: true,
-        };
+        // Counts that are not counts are none: the usage chunk goes without, the router estimates.
+        const usage = anthropicUsage(rawUsage);
+        const json = { ...head, choices: [], ...(usage ? { usage: openAiUsage(usage, rawUsage) } : {}) };
+        return { chunks: [{ json, usage }], done: true };
       }
       case "error":
         throw errorEventFailure(event.error);
@@ -154,7 +170,7 @@ export function streamDecoder(req: ProviderRequest): (data: string) => DecodedEv
 
 /** Token counts in OpenAI's usage shape, the cache reads as `prompt_tokens_details.cached_tokens`. */
 function openAiUsage(usage: TokenCounts, raw: unknown): Record<string, unknown> {
-  const cached = count((raw as Record<string, unknown> | null)?.cache_read_input_tokens);
+  const cached = tokenCount((raw as Record<string, unknown> | null)?.cache_read_input_tokens) ?? 0;
   return {
     prompt_tokens: usage.inputTokens,
     completion_tokens: usage.outputTokens,
@@ -163,6 +179,7 @@ function openAiUsage(usage: TokenCounts, raw: unknown): Record<string, unknown> 
   };
 }
 
-function count(v: unknown): number {
-  return typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : 0;
+/** A token count: a non-negative safe integer; anything else is none. */
+function tokenCount(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
 }

@@ -379,20 +379,46 @@ describe("parseRetryAfter", () => {
 });
 
 describe("normaliseUsage", () => {
-  it("maps OpenAI usage and ignores what is missing or malformed", () => {
+  it("maps OpenAI usage; an embedding has no output, and an invalid reasoning count (never priced) is 0", () => {
     expect(
-      normaliseUsage({
-        prompt_tokens: 3,
-        completion_tokens: 4,
-        completion_tokens_details: { reasoning_tokens: 2 },
-      }),
+      normaliseUsage(
+        { prompt_tokens: 3, completion_tokens: 4, completion_tokens_details: { reasoning_tokens: 2 } },
+        "chat",
+      ),
     ).toEqual({ inputTokens: 3, outputTokens: 4, reasoningTokens: 2 });
-    expect(normaliseUsage({ prompt_tokens: -1, completion_tokens: 1.5 })).toEqual({
+    expect(normaliseUsage({ prompt_tokens: 0, completion_tokens: 0 }, "text")).toEqual({
       inputTokens: 0,
       outputTokens: 0,
       reasoningTokens: 0,
     });
-    expect(normaliseUsage(null)).toBeUndefined();
-    expect(normaliseUsage(undefined)).toBeUndefined();
+    expect(normaliseUsage({ prompt_tokens: 7, total_tokens: 7 }, "embeddings")).toEqual({
+      inputTokens: 7,
+      outputTokens: 0,
+      reasoningTokens: 0,
+    });
+    expect(
+      normaliseUsage(
+        { prompt_tokens: 3, completion_tokens: 4, completion_tokens_details: { reasoning_tokens: -2 } },
+        "chat",
+      ),
+    ).toEqual({ inputTokens: 3, outputTokens: 4, reasoningTokens: 0 });
+    expect(normaliseUsage(null, "chat")).toBeUndefined();
+    expect(normaliseUsage(undefined, "chat")).toBeUndefined();
+  });
+
+  it("reads counts that are not counts as no usage, so the request is estimated rather than served free", () => {
+    const notCounts = [-1000, -1, 1.5, "10", Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53, null, true];
+    for (const bad of notCounts) {
+      expect(normaliseUsage({ prompt_tokens: bad, completion_tokens: 5 }, "chat")).toBeUndefined();
+      expect(normaliseUsage({ prompt_tokens: 5, completion_tokens: bad }, "text")).toBeUndefined();
+      expect(normaliseUsage({ prompt_tokens: bad }, "embeddings")).toBeUndefined();
+    }
+    expect(normaliseUsage({ prompt_tokens: -1000, completion_tokens: -5 }, "chat")).toBeUndefined();
+    // A chat or text completion always produces output: a usage without its count is no count.
+    expect(normaliseUsage({ prompt_tokens: 12 }, "chat")).toBeUndefined();
+    expect(normaliseUsage({ prompt_tokens: 12, completion_tokens: null }, "text")).toBeUndefined();
+    // An embedding's given-but-invalid output count is no count either.
+    expect(normaliseUsage({ prompt_tokens: 7, completion_tokens: -1 }, "embeddings")).toBeUndefined();
+    expect(normaliseUsage({}, "embeddings")).toBeUndefined();
   });
 });

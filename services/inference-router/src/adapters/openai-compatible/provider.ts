@@ -55,8 +55,8 @@ export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): O
             ? { model: target.model, input: PROBE_PROMPT }
             : { model: target.model, prompt: PROBE_PROMPT, max_tokens: 1 },
     }),
-    answer: (json) => ({ json, usage: normaliseUsage(json.usage) }),
-    decoder: () => (data) => {
+    answer: (json, req) => ({ json, usage: normaliseUsage(json.usage, req.operation) }),
+    decoder: (req) => (data) => {
       if (data === "[DONE]") return { chunks: [], done: true };
       let json: Record<string, unknown>;
       try {
@@ -66,22 +66,38 @@ export function createOpenAICompatibleProvider(opts: OpenAICompatibleOptions): O
       }
       if (json.error !== undefined)
         throw attemptFailure("upstream_error", "the upstream failed mid-stream", "interrupted");
-      return { chunks: [{ json, usage: normaliseUsage(json.usage) }], done: false };
+      return { chunks: [{ json, usage: normaliseUsage(json.usage, req.operation) }], done: false };
     },
     statusError: (status, text, retryAfter) => statusFailure(status, text, retryAfter, [429, 503]),
   };
   return createHttpProvider(opts, wire);
 }
 
-/** OpenAI usage → token counts; undefined when the upstream sent none. */
-export function normaliseUsage(raw: unknown): TokenCounts | undefined {
+/**
+ * OpenAI usage → token counts; undefined when the upstream sent none, and when what it sent is
+ * not a count (docs/spend.md, "Without a count from the upstream"): a prompt_tokens that is not
+ * a non-negative integer, a completion_tokens that is given but not one, or none on a chat or
+ * text completion (an embedding has no output). The domain then estimates, so an upstream that
+ * misreports (negative, fractional, a string) cannot serve a request free. reasoning_tokens is
+ * a part of completion_tokens, never priced on its own (costOf prices input and output): an
+ * invalid one is reported as 0.
+ */
+export function normaliseUsage(
+  raw: unknown,
+  operation: ProviderRequest["operation"],
+): TokenCounts | undefined {
   if (typeof raw !== "object" || raw === null) return undefined;
   const u = raw as Record<string, unknown>;
-  const n = (v: unknown) => (typeof v === "number" && Number.isInteger(v) && v >= 0 ? v : 0);
+  const inputTokens = tokenCount(u.prompt_tokens);
+  if (inputTokens === undefined) return undefined;
+  const given = u.completion_tokens !== undefined && u.completion_tokens !== null;
+  const outputTokens = given || operation !== "embeddings" ? tokenCount(u.completion_tokens) : 0;
+  if (outputTokens === undefined) return undefined;
   const details = (u.completion_tokens_details ?? {}) as Record<string, unknown>;
-  return {
-    inputTokens: n(u.prompt_tokens),
-    outputTokens: n(u.completion_tokens),
-    reasoningTokens: n(details.reasoning_tokens),
-  };
+  return { inputTokens, outputTokens, reasoningTokens: tokenCount(details.reasoning_tokens) ?? 0 };
+}
+
+/** A token count: a non-negative safe integer; anything else is none. */
+function tokenCount(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
 }
