@@ -26,7 +26,10 @@ export interface AllInOne {
   /** The in-process credentials of one service, for a test that calls a service directly. */
   internalAuth(name: ServiceIdentity): InternalAuth;
   gateway: GatewayConfig;
-  /** The first clear-text development key of the configuration, if any. */
+  /**
+   * The bundled demo configuration's development key, when the running configuration holds it
+   * (see demoKeyOf); never a key of any other configuration.
+   */
   demoKey?: string;
   /** The bundled fake upstream, in demo mode. */
   upstream?: FakeUpstream;
@@ -42,6 +45,32 @@ export interface AllInOne {
 }
 
 const LOOPBACK = "127.0.0.1";
+
+/** The clear-text key secrets of a configuration, in the order it lists them. */
+const clearSecrets = (g: GatewayConfig): string[] =>
+  g.accounts.flatMap((a) =>
+    a.connections.flatMap((c) => c.keys.flatMap((k) => (k.secret ? [k.secret] : []))),
+  );
+
+/**
+ * The one key the banner may print: the development key of the bundled demo configuration
+ * (deploy/config/tollgate.yaml, its first clear-text key, read from that file so it is written
+ * down once), when `gateway` holds it, as the demo and copies of it do. Any other key is an
+ * operator's Virtual Key, which never reaches the process's output (docs/contract.md,
+ * "Authentication": secrets never reach a log line): with any other configuration there is none.
+ */
+export function demoKeyOf(gateway: GatewayConfig): string | undefined {
+  const secrets = clearSecrets(gateway);
+  if (secrets.length === 0) return undefined;
+  let demoKey: string | undefined;
+  try {
+    demoKey = clearSecrets(loadGatewayConfig(DEMO_CONFIG_PATH))[0];
+  } catch {
+    // No bundled demo configuration beside this build: no key is the demo's.
+    return undefined;
+  }
+  return demoKey !== undefined && secrets.includes(demoKey) ? demoKey : undefined;
+}
 
 /**
  * Starts all five services in this process (docs/architecture.md, "Three ways to run it"): the same
@@ -209,9 +238,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       throw err;
     }
   }
-  const demoKey = gateway.accounts
-    .flatMap((a) => a.connections.flatMap((c) => c.keys))
-    .find((k) => k.secret)?.secret;
+  const demoKey = demoKeyOf(gateway);
   const urlHost = (h: string) => {
     const name = h === "0.0.0.0" || h === "::" ? LOOPBACK : h;
     return name.includes(":") ? `[${name}]` : name;

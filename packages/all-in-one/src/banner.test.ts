@@ -1,7 +1,80 @@
+import { type GatewayConfig, loadGatewayConfig, parseGatewayConfig } from "@tollgate/config";
 import { ConfigError } from "@tollgate/kit/config";
 import { describe, expect, it } from "vitest";
-import { describeStartupError } from "./banner.js";
-import { loadConfig } from "./config.js";
+import { demoKeyOf } from "./app.js";
+import { bannerText, describeStartupError } from "./banner.js";
+import { DEMO_CONFIG_PATH, loadConfig } from "./config.js";
+
+/** An operator's real Virtual Key, as distinctive as a leak would be easy to find. */
+const OPERATOR_SECRET = "tg_SWEEPCFGSECRET_0123456789abcdef0123456789";
+
+/** The banner `make start` prints for `gateway`, its key chosen as startAllInOne chooses it. */
+function bannerFor(gateway: GatewayConfig): string {
+  const demoKey = demoKeyOf(gateway);
+  return bannerText(
+    { url: "http://127.0.0.1:8080", gateway, ...(demoKey ? { demoKey } : {}) },
+    loadConfig({ TOLLGATE_CONFIG: "/etc/tollgate/tollgate.yaml" }),
+  );
+}
+
+/** The development key the bundled demo configuration writes down. */
+const demoSecret = () =>
+  loadGatewayConfig(DEMO_CONFIG_PATH).accounts[0]!.connections[0]!.keys.find((k) => k.secret)!.secret!;
+
+describe("the banner's key", () => {
+  it("prints no key of an operator's own configuration, only how to call with one of its keys", () => {
+    const gateway = parseGatewayConfig(
+      {
+        upstreams: [{ id: "local", baseUrl: "http://127.0.0.1:9/v1" }],
+        models: [
+          {
+            id: "house-model",
+            upstream: "local",
+            upstreamModel: "m",
+            runtime: "vllm",
+            pricing: { inputPerMillion: 1, outputPerMillion: 1 },
+          },
+        ],
+        accounts: [
+          {
+            id: "acme",
+            connections: [
+              {
+                id: "main",
+                models: ["house-model"],
+                defaultModel: "house-model",
+                keys: [{ id: "prod", secret: OPERATOR_SECRET }],
+              },
+            ],
+          },
+        ],
+      },
+      "tollgate.yaml",
+    );
+    const text = bannerFor(gateway);
+    expect(text).not.toContain(OPERATOR_SECRET);
+    expect(text).not.toContain("SWEEPCFGSECRET");
+    expect(text).not.toContain("demo key:");
+    expect(text).toContain("use one of your configuration's keys");
+    expect(text).toContain('-H "Authorization: Bearer $KEY"');
+    expect(text).toContain('"model":"house-model"');
+  });
+
+  it("prints the bundled demo configuration's development key, and no key added beside it", () => {
+    const demo = demoSecret();
+    const text = bannerFor(loadGatewayConfig(DEMO_CONFIG_PATH));
+    expect(text).toContain(`  demo key: ${demo}\n`);
+    expect(text).toContain(`-H "Authorization: Bearer ${demo}"`);
+    expect(text).toContain('"model":"tollgate-mini"');
+    // A copy of the demo with an operator's key listed before the demo's: still only the demo's.
+    const copied = structuredClone(loadGatewayConfig(DEMO_CONFIG_PATH));
+    const keys = copied.accounts[0]!.connections[0]!.keys;
+    keys.unshift({ ...keys[0]!, id: "prod", secret: OPERATOR_SECRET });
+    const copy = bannerFor(copied);
+    expect(copy).toContain(`  demo key: ${demo}\n`);
+    expect(copy).not.toContain(OPERATOR_SECRET);
+  });
+});
 
 /** The error Node gives a listen on a taken address. */
 const taken = (port: number, address = "127.0.0.1") =>

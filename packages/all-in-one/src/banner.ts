@@ -4,8 +4,9 @@ import type { AllInOneConfig } from "./config.js";
 
 /**
  * Tells a person at the terminal how to call the gateway. The demo key is printed here on
- * purpose (it is the demo configuration's development key), never through the logger; the
- * admin token never is.
+ * purpose, never through the logger: app.demoKey is only ever the bundled demo configuration's
+ * development key (demoKeyOf in app.ts). With any other configuration no key is printed, only
+ * how to call with one of its keys; the admin token never is.
  */
 export function printBanner(app: AllInOne, cfg: AllInOneConfig): void {
   process.stderr.write(bannerText(app, cfg));
@@ -32,13 +33,18 @@ export function bannerText(
       "  admin API: off (set ADMIN_TOKEN, 16 characters or more, to serve it on 127.0.0.1:ADMIN_PORT)",
     );
   }
-  if (app.demoKey) {
+  if (app.demoKey || app.gateway.accounts.length > 0) {
+    // An operator's own keys are Virtual Keys, never printed: the curl lines read $KEY instead.
+    const bearer = app.demoKey ?? "$KEY";
     lines.push(
-      `  demo key: ${app.demoKey}`,
+      app.demoKey
+        ? `  demo key: ${app.demoKey}`
+        : "  key: use one of your configuration's keys (only the bundled demo configuration's key is printed)",
       "",
       "Try it:",
-      `  curl -s ${app.url}/v1/models -H "Authorization: Bearer ${app.demoKey}"`,
-      `  curl -s ${app.url}/v1/chat/completions -H "Authorization: Bearer ${app.demoKey}" \\`,
+      ...(app.demoKey ? [] : ["  export KEY=<one of your configuration's keys>"]),
+      `  curl -s ${app.url}/v1/models -H "Authorization: Bearer ${bearer}"`,
+      `  curl -s ${app.url}/v1/chat/completions -H "Authorization: Bearer ${bearer}" \\`,
       `    -H "Content-Type: application/json" \\`,
       `    -d '{"model":${JSON.stringify(exampleModel(app))},"max_tokens":32,"messages":[{"role":"user","content":"Hello"}]}'`,
     );
@@ -69,10 +75,14 @@ export function bannerText(
   return `${lines.join("\n")}\n`;
 }
 
-/** A model the demo key may call: its connection's default, else the configuration's first model. */
+/**
+ * A model the printed key may call: the demo key's connection's default; without a printed key,
+ * the first connection's default; else the configuration's first model.
+ */
 function exampleModel(app: Pick<AllInOne, "gateway" | "demoKey">): string {
   for (const a of app.gateway.accounts)
-    for (const c of a.connections) if (c.keys.some((k) => k.secret === app.demoKey)) return c.defaultModel;
+    for (const c of a.connections)
+      if (!app.demoKey || c.keys.some((k) => k.secret === app.demoKey)) return c.defaultModel;
   return app.gateway.models[0]?.id ?? "MODEL";
 }
 
