@@ -416,6 +416,16 @@ export const ERRORS = {
     retryable: false,
     doors: ["admin"],
   },
+  // Changing a budget's period in place would count the new period from zero, forgetting what
+  // was spent in it so far (docs/money.md, "Budget periods"): the budget's state conflicts.
+  budget_period_change: {
+    owners: ["auth-policy"],
+    grpc: "FAILED_PRECONDITION",
+    http: 409,
+    type: "conflict_error",
+    retryable: false,
+    doors: ["admin"],
+  },
   // The state changed but caches may not know yet; the message tells the caller to retry.
   broadcast_failed: {
     owners: ["auth-policy"],

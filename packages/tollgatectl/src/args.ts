@@ -95,7 +95,8 @@ connection together (connections create); --key-rpm/--key-tpm limit each key, --
 --route-tpm one route of the connection. Times are ISO 8601 (2030-01-31 or
 2030-01-31T12:00:00Z). Spend is in base units of the payment token (6 decimals).
 --budget caps the spend of all keys of a connection together, or of one key, per period (UTC;
-default month): 5000000 is 5 USD.
+default month): 5000000 is 5 USD. An update must name the budget's own period: a change of
+period is refused (409 budget_period_change); --no-budget, then the new budget, starts afresh.
 
 Exit codes: 0 done, 1 the admin API refused or could not be reached, 2 bad command line.`;
 

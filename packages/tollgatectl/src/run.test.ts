@@ -178,6 +178,20 @@ describe("tollgatectl run", () => {
     expect(r.out).toBe("");
   });
 
+  it("shows the refusal of a budget period changed in place, and what was asked", async () => {
+    const message =
+      "the connection's budget counts per 'day' period; giving it a 'month' period would count the new period from zero";
+    const api = fakeApi(409, { error: { message, type: "conflict_error", code: "budget_period_change" } });
+    const r = await tollgatectl(["connections", "update", "sw1", "c2", "--budget", "300"], api);
+    expect(r.code).toBe(1);
+    expect(r.err).toBe(`tollgatectl: ${message} (budget_period_change, HTTP 409)\n`);
+    expect(r.out).toBe("");
+    expect(api.sent[0]?.init.method).toBe("PATCH");
+    expect(JSON.parse(api.sent[0]?.init.body as string)).toEqual({
+      budget: { amount: "300", period: "month" },
+    });
+  });
+
   it("exits 1 when the API cannot be reached", async () => {
     let err = "";
     // The real fetch, against a port nothing listens on.

@@ -241,7 +241,7 @@ export const ADMIN_OPERATIONS = {
     path: CONNECTION,
     summary: "Set or clear the connection's budget, replace its limits",
     description:
-      "A budget object sets the budget, null clears it, absent keeps it; limits, when given, replace the connection's limits.",
+      "A budget object sets the budget, null clears it, absent keeps it; limits, when given, replace the connection's limits. A budget keeps its period: one of another period is refused (409 budget_period_change), as the new period would count from zero; clear the budget first to start afresh.",
     body: updateConnectionBody,
     status: 200,
     answer: connection,
@@ -286,7 +286,8 @@ export const ADMIN_OPERATIONS = {
     method: "PATCH",
     path: KEY,
     summary: "Set or clear the key's own budget",
-    description: "A budget object sets the key's own budget, null clears it.",
+    description:
+      "A budget object sets the key's own budget, null clears it. A budget keeps its period: one of another period is refused (409 budget_period_change); clear it first to start afresh.",
     body: updateKeyBody,
     status: 200,
     answer: key,

@@ -720,6 +720,7 @@ describe("admin API: errors", () => {
     [GrpcStatus.ALREADY_EXISTS, "account_exists", 409, "conflict_error"],
     [GrpcStatus.ALREADY_EXISTS, "connection_exists", 409, "conflict_error"],
     [GrpcStatus.FAILED_PRECONDITION, "key_not_active", 409, "conflict_error"],
+    [GrpcStatus.FAILED_PRECONDITION, "budget_period_change", 409, "conflict_error"],
     [GrpcStatus.UNAVAILABLE, "broadcast_failed", 503, "server_error"],
     [GrpcStatus.INVALID_ARGUMENT, "time_range_too_large", 400, "invalid_request_error"],
   ])("a remote %s %s becomes %s with the remote message", async (status, code, http, type) => {

@@ -405,6 +405,128 @@ describe("listing, showing, updating and deleting", () => {
   });
 });
 
+describe("a budget's period", () => {
+  // Day budget 300 with 234 spent today (six requests of cost 39, each held at a quote of 40),
+  // then the operator asks for 300 a month instead.
+  const DAY = { amount: 300n, period: "day" as const };
+  const MONTH = { amount: 300n, period: "month" as const };
+  const QUOTE = 40n;
+
+  /** Holds a quote against the connection's (and the key's) budgets; settles it at `cost` when admitted. */
+  async function request(keyId: string, cost: bigint, now = NOW): Promise<boolean> {
+    const c = await admin.getConnection("acme", "main");
+    const k = await admin.getKey(keyId);
+    const budgets = budgetChecks({
+      accountId: "acme",
+      connectionId: "main",
+      keyId,
+      connectionBudget: c.budget,
+      keyBudget: k.budget,
+      now,
+    });
+    const id = newReservationId("acme");
+    const a = await ledger.admit([], { hold: { reservationId: id, amount: QUOTE, budgets } }, now);
+    if (a.admitted) await ledger.settle(id, cost, `evt_${id}`, now);
+    return a.admitted;
+  }
+
+  beforeEach(async () => {
+    admin = createAdmin({ store, publisher, knownModels: new Set(["mini", "pro"]), ledger });
+  });
+
+  it("is not changed in place: the connection's spend this period stays counted and caps the next requests", async () => {
+    await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      budget: DAY,
+      clearBudget: false,
+    });
+    const { key } = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    let told = 0n;
+    for (let i = 0; i < 6; i++) {
+      expect(await request(key.keyId, 39n)).toBe(true);
+      told += 39n;
+    }
+    const change = (budget: Budget) =>
+      admin.updateConnection({ accountId: "acme", connectionId: "main", budget, clearBudget: false });
+    const refused = await change(MONTH).catch((err: AuthError) => err);
+    expect(refused).toBeInstanceOf(AuthError);
+    expect(refused).toMatchObject({ code: "budget_period_change" });
+    expect((refused as AuthError).message).toContain("'day'");
+    expect(await codeOf(change({ amount: 300n, period: "week" }))).toBe("budget_period_change");
+    expect(await codeOf(change({ amount: 300n, period: { days: 1 } }))).toBe("budget_period_change");
+    // The budget and its spend are as they were: what the operator reads is what was spent.
+    const c = await admin.getConnection("acme", "main");
+    expect(c.budget).toEqual(DAY);
+    expect(await admin.connectionUsage(c, NOW)).toMatchObject({
+      spent: told,
+      held: 0n,
+      remaining: 300n - told,
+    });
+    // The next requests are admitted only while they fit what is left; spend never passes 300.
+    let served = 0;
+    while (await request(key.keyId, 39n)) {
+      told += 39n;
+      served++;
+    }
+    expect(served).toBe(1);
+    const usage = await admin.connectionUsage(await admin.getConnection("acme", "main"), NOW);
+    expect(usage).toMatchObject({ spent: told, held: 0n });
+    expect(told).toBeLessThanOrEqual(300n);
+    expect(usage!.remaining).toBeGreaterThanOrEqual(0n);
+    // The amount may change within the same period; the spend stays counted.
+    const raised = await change({ amount: 500n, period: "day" });
+    expect(await admin.connectionUsage(raised, NOW)).toMatchObject({ spent: told, remaining: 500n - told });
+  });
+
+  it("is not changed in place on a key's own budget either", async () => {
+    const { key } = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: DAY },
+      NOW,
+    );
+    for (let i = 0; i < 6; i++) expect(await request(key.keyId, 39n)).toBe(true);
+    expect(await codeOf(admin.updateKey({ keyId: key.keyId, budget: MONTH, clearBudget: false }))).toBe(
+      "budget_period_change",
+    );
+    const k = await admin.getKey(key.keyId);
+    expect(k.budget).toEqual(DAY);
+    expect(await admin.keyUsage(k, NOW)).toMatchObject({ spent: 234n, held: 0n, remaining: 66n });
+    expect(await request(key.keyId, 39n)).toBe(true);
+    expect(await request(key.keyId, 39n)).toBe(false);
+  });
+
+  it("changes only by clearing the budget and setting the new one, which counts from that moment", async () => {
+    await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      budget: DAY,
+      clearBudget: false,
+    });
+    const { key } = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: DAY },
+      NOW,
+    );
+    for (let i = 0; i < 6; i++) expect(await request(key.keyId, 39n)).toBe(true);
+    await admin.updateConnection({ accountId: "acme", connectionId: "main", clearBudget: true });
+    const c = await admin.updateConnection({
+      accountId: "acme",
+      connectionId: "main",
+      budget: MONTH,
+      clearBudget: false,
+    });
+    expect(c.budget).toEqual(MONTH);
+    expect(await admin.connectionUsage(c, NOW)).toMatchObject({ spent: 0n, held: 0n });
+    await admin.updateKey({ keyId: key.keyId, clearBudget: true });
+    const k = await admin.updateKey({ keyId: key.keyId, budget: MONTH, clearBudget: false });
+    expect(k.budget).toEqual(MONTH);
+    // A budget set where there was none, and one whose period stays, are taken as before.
+    const other = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
+    expect(
+      (await admin.updateKey({ keyId: other.key.keyId, budget: DAY, clearBudget: false })).budget,
+    ).toEqual(DAY);
+  });
+});
+
 describe("budget spend", () => {
   it("shows a budget's settled spend, holds and what is left in its current period", async () => {
     admin = createAdmin({ store, publisher, knownModels: new Set(["mini"]), ledger });

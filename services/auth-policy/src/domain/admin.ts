@@ -5,6 +5,7 @@ import { routeNames } from "@tollgate/config";
 import {
   type Budget,
   budgetChecks,
+  encodePeriod,
   MAX_BUDGET_AMOUNT,
   MAX_PERIOD_DAYS,
   periodAt,
@@ -120,6 +121,26 @@ function checkBudget(what: string, budget: Budget | undefined): void {
   if (typeof p === "object" && (!Number.isInteger(p.days) || p.days < 1 || p.days > MAX_PERIOD_DAYS)) {
     throw invalid(`${what}.period_days must be from 1 to ${MAX_PERIOD_DAYS}`);
   }
+}
+
+const periodName = (b: Budget) => (typeof b.period === "string" ? b.period : `${b.period.days}-day`);
+
+/**
+ * Refuses to change a budget's period in place. Spend is counted per period (one counter per
+ * period tag), so a budget given another period would count the new period from zero and forget
+ * what was spent in it so far: a connection with 234 spent today under 300 a day could spend 300
+ * more this month under 300 a month. The amount may change; a period changes by clearing the
+ * budget and setting the new one, a deliberate fresh start (docs/money.md, "Budget periods").
+ */
+function checkPeriodKept(what: string, current: Budget | undefined, next: Budget | undefined): void {
+  if (!current || !next || encodePeriod(current.period) === encodePeriod(next.period)) return;
+  throw new AuthError(
+    "budget_period_change",
+    `the ${what}'s budget counts per '${periodName(current)}' period; giving it a '${periodName(next)}' ` +
+      "period would count the new period from zero and forget what was spent in it so far. Keep the " +
+      "period and change the amount, or clear the budget and set the new one, which counts only " +
+      "spend from then on",
+  );
 }
 
 function checkExpiry(expiresAt: Date | undefined, now: Date): void {
@@ -267,7 +288,10 @@ export function createAdmin(deps: AdminDeps) {
     /** One connection. */
     getConnection: (accountId: string, connectionId: string) => requireConnection(accountId, connectionId),
 
-    /** Sets or clears a connection's budget and, when given, replaces its limits. */
+    /**
+     * Sets or clears a connection's budget and, when given, replaces its limits. A budget's
+     * period is never changed in place (checkPeriodKept).
+     */
     async updateConnection(input: {
       accountId: string;
       connectionId: string;
@@ -286,6 +310,7 @@ export function createAdmin(deps: AdminDeps) {
         }
       }
       const current = await requireConnection(input.accountId, input.connectionId);
+      checkPeriodKept("connection", current.budget, input.budget);
       const { budget: _old, ...rest } = current;
       const budget = input.clearBudget ? undefined : (input.budget ?? current.budget);
       const next: ConnectionPolicy = {
@@ -312,13 +337,14 @@ export function createAdmin(deps: AdminDeps) {
       return key;
     },
 
-    /** Sets or clears a key's own budget. */
+    /** Sets or clears a key's own budget; its period is never changed in place (checkPeriodKept). */
     async updateKey(input: { keyId: string; budget?: Budget; clearBudget: boolean }): Promise<KeyRecord> {
       if (input.budget && input.clearBudget) throw invalid("give a budget or clear_budget, not both");
       checkBudget("budget", input.budget);
       const current = await store.findById(input.keyId);
       if (!current) throw new AuthError("key_not_found", `no key '${input.keyId}'`);
       if (!input.budget && !input.clearBudget) return current;
+      checkPeriodKept("key", current.budget, input.budget);
       const key = await store.setKeyBudget(input.keyId, input.clearBudget ? undefined : input.budget);
       if (!key) throw new AuthError("key_not_found", `no key '${input.keyId}'`);
       return key;

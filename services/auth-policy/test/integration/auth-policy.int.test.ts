@@ -443,6 +443,62 @@ describe("budgets on two auth-policy replicas sharing one Redis", () => {
     expect((await models()).budgetRemaining).toBe((BUDGET - spent).toString());
   });
 
+  it("keeps a budget's period when asked to change it in place: its spend today still caps the next requests", async () => {
+    // Every request is quoted 40 (10 bytes + 8 × 1 message + 16 + 6 output tokens) and costs 39.
+    const COST = 39n;
+    const accountId = uniqueNamespace("acct");
+    await one.createAccount({ accountId });
+    await two.createConnection({
+      accountId,
+      connectionId: "c2",
+      models: ["priced"],
+      budget: { amount: "300", period: BudgetPeriod.DAY },
+    });
+    const { secret } = await one.createKey({ accountId, connectionId: "c2" });
+    const ask = { key: secret, route: Route.CHAT_COMPLETIONS, model: "", maxOutputTokens: 6, bodyBytes: 10 };
+    let told = 0n;
+    let n = 0;
+    /** One request on either replica, settled at COST when admitted; the refusal's code otherwise. */
+    const request = async (): Promise<string> => {
+      const via = n++ % 2 === 0 ? one : two;
+      const res = await via
+        .authorize({ ...ask, messageCount: 1, requestId: `req_${n}` })
+        .catch((e: unknown) => e);
+      if (res instanceof RemoteError) return res.code ?? "?";
+      const { reservationId, quote } = res as { reservationId: string; quote: string };
+      expect(quote).toBe("40");
+      await via.settleReservation({ reservationId, actualCost: COST.toString(), eventId: `evt_${n}` });
+      told += COST;
+      return "ok";
+    };
+    for (let i = 0; i < 6; i++) expect(await request()).toBe("ok");
+    expect(told).toBe(234n);
+
+    // The operator asks for 300 a month instead of 300 a day.
+    const refused = await failure(
+      two.updateConnection({
+        accountId,
+        connectionId: "c2",
+        budget: { amount: "300", period: BudgetPeriod.MONTH },
+      }),
+    );
+    expect(refused).toMatchObject({ status: GrpcStatus.FAILED_PRECONDITION, code: "budget_period_change" });
+    const shown = (await one.getConnection({ accountId, connectionId: "c2" })).connection;
+    expect(shown?.budget).toMatchObject({ amount: "300", period: BudgetPeriod.DAY });
+    expect(shown?.budgetUsage).toMatchObject({ spent: "234", held: "0", remaining: "66" });
+
+    // The next requests are served only while they fit: one more, then 402.
+    const outcomes: string[] = [];
+    for (let i = 0; i < 40; i++) outcomes.push(await request());
+    expect(outcomes.filter((o) => o === "ok")).toHaveLength(1);
+    expect(outcomes.slice(1).every((o) => o === "budget_exceeded")).toBe(true);
+    // The books: what callers were told == budget spent, nothing held, never below zero.
+    const after = (await two.getConnection({ accountId, connectionId: "c2" })).connection?.budgetUsage;
+    expect(after).toMatchObject({ spent: told.toString(), held: "0" });
+    expect(told).toBeLessThanOrEqual(300n);
+    expect(BigInt(after!.remaining)).toBe(300n - told);
+  });
+
   it("answers settlements of unknown reservations and bad amounts, and applies a key's own budget", async () => {
     const unknown = await one.settleReservation({
       reservationId: "rsv_AAAAAAAAAAAAAAAAAAAA_{nobody}",

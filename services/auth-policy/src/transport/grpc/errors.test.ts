@@ -26,6 +26,7 @@ const EXPECTED: Record<AuthErrorCode, GrpcStatus> = {
   account_exists: GrpcStatus.ALREADY_EXISTS,
   connection_exists: GrpcStatus.ALREADY_EXISTS,
   key_not_active: GrpcStatus.FAILED_PRECONDITION,
+  budget_period_change: GrpcStatus.FAILED_PRECONDITION,
   broadcast_failed: GrpcStatus.UNAVAILABLE,
 };
 
