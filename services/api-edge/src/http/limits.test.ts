@@ -1,4 +1,4 @@
-import type { Socket } from "node:net";
+import { type AddressInfo, connect, type Socket } from "node:net";
 import Fastify, { type FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
 import { clientErrorHandler, DEFAULT_LIMITS, requireHost, serverOptions } from "./limits.js";
@@ -96,5 +96,43 @@ describe("requireHost", () => {
     });
     expect((await app.inject({ method: "GET", url: "/", headers: { host: "x" } })).statusCode).toBe(200);
     await app.close();
+  });
+
+  it("refuses a request with two Authorization headers as invalid_request, whatever their order; one is served", async () => {
+    const app = Fastify();
+    requireHost(app);
+    app.setErrorHandler((err: { code?: string }, _req, reply) => reply.code(400).send({ code: err.code }));
+    app.get("/", async (req) => ({ authorization: req.headers.authorization }));
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const { port } = app.server.address() as AddressInfo;
+    // Over a socket: Node's parser, not an injector, decides what a duplicate header becomes.
+    const send = (lines: string[]) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect({ host: "127.0.0.1", port }, () => {
+          socket.end(
+            `GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`,
+          );
+        });
+        let got = "";
+        socket.on("data", (d: Buffer) => (got += d.toString("utf8")));
+        socket.on("end", () => resolve(got));
+        socket.on("error", reject);
+      });
+    try {
+      for (const pair of [
+        ["Authorization: Bearer tg_good", "Authorization: Payment eyJ4IjoxfQ"],
+        ["authorization: Payment eyJ4IjoxfQ", "AUTHORIZATION: Bearer tg_good"],
+        ["Authorization: Bearer tg_good", "Authorization: Bearer tg_other"],
+      ]) {
+        const answer = await send(pair);
+        expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+        expect(answer).toContain('"code":"invalid_request"');
+      }
+      const one = await send(["Authorization: Bearer tg_good"]);
+      expect(one).toMatch(/^HTTP\/1\.1 200 /);
+      expect(one).toContain('"authorization":"Bearer tg_good"');
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -81,15 +81,31 @@ export function clientErrorHandler(log: FastifyBaseLogger) {
 }
 
 /**
- * HTTP/1.1 requires a Host header (RFC 9112, 3.2): a request without one is a 400
- * invalid_request with the usual error body.
+ * Header rules every request meets before anything else, each a 400 invalid_request with the
+ * usual error body: HTTP/1.1 requires a Host header (RFC 9112, 3.2); and `Authorization` is a
+ * single field (RFC 9110, 11.6.2). Node keeps only the first of several, so a second one (a
+ * Payment credential after a Virtual Key, or another key) would be dropped without a word and
+ * the request judged on the first: it is refused instead (docs/contract.md, "Authentication").
  */
 export function requireHost(app: FastifyInstance): void {
   app.addHook("onRequest", async (req) => {
     if (req.raw.httpVersion === "1.1" && req.headers.host === undefined) {
       throw new EdgeError("invalid_request", "an HTTP/1.1 request needs a Host header");
     }
+    if (req.headers.authorization !== undefined && authorizationFields(req.raw.rawHeaders) > 1) {
+      throw new EdgeError("invalid_request", "send one Authorization header, not several");
+    }
   });
+}
+
+/** How many Authorization fields a request's raw header list holds. */
+function authorizationFields(raw: readonly string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length === 13 && name.toLowerCase() === "authorization") n++;
+  }
+  return n;
 }
 
 /**
