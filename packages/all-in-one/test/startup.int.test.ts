@@ -12,6 +12,8 @@ const ADMIN_TOKEN = "admin-token-never-printed-0123456789";
 interface Run {
   child: ChildProcess;
   stderr(): string;
+  /** The process's log lines (stdout). */
+  stdout(): string;
   exited: Promise<number | null>;
 }
 
@@ -22,14 +24,18 @@ const servers: Server[] = [];
 function run(env: Record<string, string>): Run {
   const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
-    stdio: ["ignore", "ignore", "pipe"],
+    stdio: ["ignore", "pipe", "pipe"],
   });
   let stderr = "";
+  let stdout = "";
   child.stderr!.on("data", (c: Buffer) => {
     stderr += c.toString("utf8");
   });
+  child.stdout!.on("data", (c: Buffer) => {
+    stdout += c.toString("utf8");
+  });
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const r = { child, stderr: () => stderr, exited };
+  const r = { child, stderr: () => stderr, stdout: () => stdout, exited };
   running.push(r);
   return r;
 }
@@ -51,6 +57,39 @@ afterEach(async () => {
 });
 
 const noStack = (text: string) => expect(text).not.toMatch(/^\s+at /m);
+
+/** An operator's own configuration (one account, one model, one key of `secret`); its path. */
+function operatorConfig(secret: string): string {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-startup-"));
+  const config = join(dir, "tollgate.yaml");
+  writeFileSync(
+    config,
+    [
+      "upstreams:",
+      "  - { id: local, baseUrl: 'http://127.0.0.1:9/v1' }",
+      "models:",
+      "  - { id: house-model, upstream: local, upstreamModel: m, runtime: vllm, pricing: { inputPerMillion: 1, outputPerMillion: 1 } }",
+      "accounts:",
+      "  - id: acme",
+      "    connections:",
+      "      - id: main",
+      "        models: [house-model]",
+      "        defaultModel: house-model",
+      `        keys: [{ id: k1, secret: ${secret} }]`,
+      "",
+    ].join("\n"),
+  );
+  return config;
+}
+
+/** Resolves once the banner's "Try it:" is out (or the process ended, or 30 s passed). */
+async function bannerOf(r: Run): Promise<string> {
+  const deadline = Date.now() + 30_000;
+  while (!r.stderr().includes("Try it:") && r.child.exitCode === null && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return r.stderr();
+}
 
 describe("the all-in-one process at startup", () => {
   it("names the taken public address and PORT in one line, and exits non-zero", async () => {
@@ -93,34 +132,32 @@ describe("the all-in-one process at startup", () => {
   });
 
   it("shows the admin API without its token and a curl example with a configured model", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "tollgate-startup-"));
-    const config = join(dir, "tollgate.yaml");
-    writeFileSync(
-      config,
-      [
-        "upstreams:",
-        "  - { id: local, baseUrl: 'http://127.0.0.1:9/v1' }",
-        "models:",
-        "  - { id: house-model, upstream: local, upstreamModel: m, runtime: vllm, pricing: { inputPerMillion: 1, outputPerMillion: 1 } }",
-        "accounts:",
-        "  - id: acme",
-        "    connections:",
-        "      - id: main",
-        "        models: [house-model]",
-        "        defaultModel: house-model",
-        "        keys: [{ id: k1, secret: tg_dev_0123456789abcdef }]",
-        "",
-      ].join("\n"),
-    );
+    const config = operatorConfig("tg_dev_0123456789abcdef");
     const r = run({ PORT: "0", METRICS_PORT: "0", ADMIN_PORT: "0", ADMIN_TOKEN, TOLLGATE_CONFIG: config });
-    const deadline = Date.now() + 30_000;
-    while (!r.stderr().includes("Try it:") && r.child.exitCode === null && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    const text = r.stderr();
+    const text = await bannerOf(r);
     expect(text).toMatch(/admin API: http:\/\/127\.0\.0\.1:\d+\/admin\/v1 \(on because ADMIN_TOKEN is set/);
     expect(text).toContain('"model":"house-model"');
     expect(text).not.toContain("tollgate-mini");
     expect(text).not.toContain(ADMIN_TOKEN);
+  });
+
+  it("prints and logs none of an operator's own keys at start, at the most verbose log level", async () => {
+    // An operator's real Virtual Key, as distinctive as a leak would be easy to find.
+    const secret = "tg_SWEEPCFGSECRET_0123456789abcdef0123456789";
+    const r = run({
+      PORT: "0",
+      METRICS_PORT: "0",
+      LOG_LEVEL: "trace",
+      TOLLGATE_CONFIG: operatorConfig(secret),
+    });
+    const banner = await bannerOf(r);
+    // And whatever is logged just after the banner.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    expect(banner).toContain("Tollgate is running on");
+    expect(banner).toContain("use one of your configuration's keys");
+    for (const text of [banner, r.stdout()]) {
+      expect(text).not.toContain("SWEEPCFGSECRET");
+      expect(text).not.toContain("demo key:");
+    }
   });
 });
