@@ -106,6 +106,18 @@ describe("Cooldowns", () => {
     expect(cooldowns.isCooledDown("unknown")).toBe(false);
     expect(notices).toEqual([]);
   });
+
+  it("bounds another replica's cooldown by what its own policy could decide: a notice of 49 days skips the upstream for at most maxRetryAfterMs", () => {
+    const { clock, cooldowns } = breaker();
+    cooldowns.apply({ upstreamId: "u", durationMs: 4_294_967_295, reason: "retry_after" });
+    expect(cooldowns.cooledDownUntil("u")).toBe(clock.t + 60_000);
+    clock.t += 60_000;
+    expect(cooldowns.isCooledDown("u")).toBe(false);
+    // Nothing that is not a positive duration changes anything.
+    for (const durationMs of [Number.NaN, -1, 0])
+      cooldowns.apply({ upstreamId: "u", durationMs, reason: "failures" });
+    expect(cooldowns.isCooledDown("u")).toBe(false);
+  });
 });
 
 describe("Cooldowns, failures a caller's input can cause", () => {

@@ -122,11 +122,18 @@ export class Cooldowns {
     else this.#open(upstreamId, s, policy.durationMs, "failures");
   }
 
-  /** A cooldown another replica decided: skip the upstream for that long from now. */
+  /**
+   * A cooldown another replica decided: skip the upstream for that long from now, but never
+   * longer than a replica with this policy decides one (its `durationMs`, or `maxRetryAfterMs`
+   * for a Retry-After): a notice asking for more, from a misconfigured replica or from whatever
+   * else can publish on the bus, cannot take a model down for longer.
+   */
   apply(notice: CooldownNotice): void {
-    if (!this.policies.has(notice.upstreamId) || notice.durationMs <= 0) return;
+    const policy = this.policies.get(notice.upstreamId);
+    if (!policy || !(notice.durationMs > 0)) return;
+    const longest = Math.max(policy.durationMs, policy.maxRetryAfterMs);
     const s = this.#refresh(notice.upstreamId);
-    s.until = Math.max(s.until, this.deps.now() + notice.durationMs);
+    s.until = Math.max(s.until, this.deps.now() + Math.min(notice.durationMs, longest));
     this.#settle(s);
   }
 
