@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { natsOptions, natsServers, natsUrlOf } from "./nats.js";
+import { natsCredentials, natsOptions, natsServers, natsUrlOf } from "./nats.js";
 
 describe("natsOptions", () => {
   it("turns off the async stack trace nats.js would capture on every request and publish", () => {
@@ -11,6 +11,30 @@ describe("natsOptions", () => {
     expect(opts.servers).toEqual(["nats://a:4222", "nats://b:4222"]);
     expect(opts.name).toBe("svc");
     expect(opts.maxReconnectAttempts).toBe(-1);
+  });
+});
+
+describe("NATS credentials in the URL", () => {
+  it("passes a user and password, or a token, as options and keeps them out of the server list", () => {
+    const opts = natsOptions("nats://svc-router:p%40ss%3Aw0rd@nats-0:4222,nats://nats-1:4222", "svc");
+    expect(opts.servers).toEqual(["nats://nats-0:4222", "nats://nats-1:4222"]);
+    expect(opts).toMatchObject({ user: "svc-router", pass: "p@ss:w0rd" });
+    expect(natsOptions("nats://s3cr3t-token@nats:4222", "svc")).toMatchObject({
+      servers: ["nats://nats:4222"],
+      token: "s3cr3t-token",
+    });
+    expect(natsOptions("u:p@127.0.0.1:4222", "svc")).toMatchObject({
+      servers: ["127.0.0.1:4222"],
+      user: "u",
+      pass: "p",
+    });
+  });
+
+  it("sets none when the URL carries none", () => {
+    const opts = natsOptions("nats://a:4222", "svc");
+    expect(natsCredentials(["nats://a:4222", "b:4222"])).toBeUndefined();
+    expect(opts).not.toHaveProperty("user");
+    expect(opts).not.toHaveProperty("token");
   });
 });
 

@@ -23,15 +23,48 @@ export function natsUrlOf(url: string | undefined, servers: string | undefined):
 }
 
 /**
+ * The credentials a NATS URL carries (`nats://user:password@host:4222`, or `nats://token@host`),
+ * percent-decoded, from the first server of the list that has any; nats.js itself does not read
+ * them from a URL. Undefined when none does.
+ */
+export function natsCredentials(
+  servers: readonly string[],
+): { user: string; pass: string } | { token: string } | undefined {
+  for (const server of servers) {
+    if (!server.includes("@")) continue;
+    let u: URL;
+    try {
+      u = new URL(server.includes("://") ? server : `nats://${server}`);
+    } catch {
+      continue;
+    }
+    if (u.username === "" && u.password === "") continue;
+    const user = decodeURIComponent(u.username);
+    if (u.password === "") return { token: user };
+    return { user, pass: decodeURIComponent(u.password) };
+  }
+  return undefined;
+}
+
+/** A server of the list without the credentials it may carry (they go in the options). */
+function withoutCredentials(server: string): string {
+  return server.replace(/^([a-z]+:\/\/)?[^@/]*@/i, (_m, scheme: string | undefined) => scheme ?? "");
+}
+
+/**
  * The options of every NATS connection the services make, given one server or a comma-separated
  * list of the servers of a cluster (the client also learns the others from the cluster):
  * reconnect forever, to any of them, so a restart of a server is survived, and no async stack
  * trace captured per request and publish (nats.js builds an Error for each one otherwise; a
- * failed call still carries its own stack).
+ * failed call still carries its own stack). A user and password, or a token, in the URL
+ * authenticate the connection: NATS is a trust boundary (docs/kubernetes.md, "NATS and Redis
+ * are trust boundaries").
  */
 export function natsOptions(url: string, name: string): NodeConnectionOptions {
+  const servers = natsServers(url);
   return {
-    servers: natsServers(url),
+    servers: servers.map(withoutCredentials),
+    ...natsCredentials(servers),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,

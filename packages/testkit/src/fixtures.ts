@@ -159,6 +159,8 @@ interface ServerSpec {
   /** The reply (prefix) that proves the server is ready to serve. */
   ready: string;
   scheme: string;
+  /** `user:password` the server requires, put in its URL. */
+  userinfo?: string;
 }
 
 /** Resolves once a TCP connection to the port receives `ready`; rejects on error or after the timeout. */
@@ -199,7 +201,8 @@ class PrivateServer {
   }
 
   get url(): string {
-    return `${this.spec.scheme}://127.0.0.1:${this.port}`;
+    const userinfo = this.spec.userinfo ? `${this.spec.userinfo}@` : "";
+    return `${this.spec.scheme}://${userinfo}127.0.0.1:${this.port}`;
   }
 
   async start(): Promise<void> {
@@ -314,7 +317,7 @@ function sharedFixture(url: string): ServerFixture {
   };
 }
 
-function natsSpec(): ServerSpec {
+function natsSpec(auth?: NatsAuth): ServerSpec {
   const binary = findBinary("nats-server", NATS_FALLBACKS);
   if (!binary) {
     throw new Error(
@@ -325,10 +328,20 @@ function natsSpec(): ServerSpec {
   return {
     name: "nats-server",
     binary,
-    args: (port, dir) => ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", dir],
-    // A NATS server greets every new connection with INFO once it is ready.
+    args: (port, dir) => [
+      "-a",
+      "127.0.0.1",
+      "-p",
+      String(port),
+      "-js",
+      "-sd",
+      dir,
+      ...(auth ? ["--user", auth.user, "--pass", auth.pass] : []),
+    ],
+    // A NATS server greets every new connection with INFO once it is ready (before any login).
     ready: "INFO ",
     scheme: "nats",
+    ...(auth ? { userinfo: `${encodeURIComponent(auth.user)}:${encodeURIComponent(auth.pass)}` } : {}),
   };
 }
 
@@ -369,9 +382,18 @@ export async function useNats(): Promise<NatsFixture> {
   return privateNats();
 }
 
-/** Always a private nats-server with JetStream, for tests that stop, restart or break it. */
-export async function privateNats(): Promise<NatsFixture> {
-  return startPrivate(natsSpec());
+/** A user and password a private nats-server requires (its fixture's URL carries them). */
+export interface NatsAuth {
+  user: string;
+  pass: string;
+}
+
+/**
+ * Always a private nats-server with JetStream, for tests that stop, restart or break it; with
+ * `auth`, one that refuses any connection without that user and password.
+ */
+export async function privateNats(auth?: NatsAuth): Promise<NatsFixture> {
+  return startPrivate(natsSpec(auth));
 }
 
 /** Redis: REDIS_URL when set (namespace your keys), else a private redis-server on a free loopback port. */
