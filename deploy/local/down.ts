@@ -28,3 +28,6 @@ for (const p of [...processes].reverse()) {
   console.log(`stopped ${p.name}`);
 }
 rmSync(file);
+// The stack's per-service internal tokens (packages/testkit/src/internal-auth.ts): they served
+// only the processes just stopped; the next `make up` writes new ones.
+rmSync(join(REPO_ROOT, ".tollgate", "logs", "internal-auth"), { recursive: true, force: true });

@@ -25,7 +25,7 @@ export interface StackTokens {
 /**
  * Writes a fresh random token per service into `<dir>/internal-auth/` (owner-only files) and
  * the digest file every server reads. The tokens never leave the directory, which the stack
- * removes when it stops.
+ * removes when it stops (`make down` for the detached stack of `make up`).
  */
 export function writeStackTokens(dir: string): StackTokens {
   const root = join(dir, "internal-auth");
