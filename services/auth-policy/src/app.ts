@@ -18,7 +18,7 @@ import { createRedisLedger } from "./adapters/redis-ledger.js";
 import { createAdmin } from "./domain/admin.js";
 import { broadcastDueDeadlines } from "./domain/deadlines.js";
 import { importConfig } from "./domain/import-config.js";
-import type { RevocationPublisher } from "./domain/ports.js";
+import type { OverHold, RevocationPublisher } from "./domain/ports.js";
 import { authMetrics, countAuthCalls } from "./metrics.js";
 import { authAccess } from "./transport/grpc/access.js";
 import { authHandlers } from "./transport/grpc/handlers.js";
@@ -135,6 +135,23 @@ export async function start(
         : {}),
       onHoldsExpired: (count: number) => {
         for (let i = 0; i < count; i++) metrics.reservation("expired");
+      },
+      // A usage event naming more than was reserved for it (a forged event, or a bug upstream):
+      // charged only what was reserved (docs/money.md, "Leases"), counted and logged.
+      onOverHold: (over: OverHold) => {
+        metrics.overHold.inc({ kind: over.kind });
+        // Counters are doubles: an int64 cost far above 2^53 is counted approximately.
+        metrics.overHoldBaseUnits.inc({ kind: over.kind }, Number(over.asked - over.charged));
+        log.warn(
+          {
+            kind: over.kind,
+            reservationId: over.reservationId,
+            eventId: over.eventId,
+            asked: over.asked.toString(),
+            charged: over.charged.toString(),
+          },
+          "settlement above what was reserved for it; charged only that",
+        );
       },
     };
     const ledger = redis

@@ -27,6 +27,12 @@ export interface AuthMetrics {
   /** Leases by outcome: granted, none (a budget or window too close to its end), returned. */
   leases: Counter<"outcome">;
   /**
+   * Settlements that asked more than was reserved for them, charged only that (docs/money.md,
+   * "Charges" and "Leases"), by kind (lease, reservation), and the base units not charged.
+   */
+  overHold: Counter<"kind">;
+  overHoldBaseUnits: Counter<"kind">;
+  /**
    * Counts a reservation event. Authorize grants (reserved), budget refusals (refused) and
    * SettleReservation answers (settled) are counted from the RPCs by countAuthCalls; the
    * budget code calls this for what no RPC shows: a hold that expires unused ("expired").
@@ -51,7 +57,25 @@ export function authMetrics(registry: Registry): AuthMetrics {
     registers,
   });
   for (const outcome of ["granted", "none", "returned"]) leases.inc({ outcome }, 0);
+  const overHold = new Counter({
+    name: `${METRIC_PREFIX}settlements_over_hold_total`,
+    help: "Settlements whose cost was above what was reserved for them (a reservation's hold, what is left of a lease), charged only that, by kind",
+    labelNames: ["kind"],
+    registers,
+  });
+  const overHoldBaseUnits = new Counter({
+    name: `${METRIC_PREFIX}settlements_over_hold_base_units_total`,
+    help: "Base units named by settlements above what was reserved for them and not charged, by kind",
+    labelNames: ["kind"],
+    registers,
+  });
+  for (const kind of ["lease", "reservation"]) {
+    overHold.inc({ kind }, 0);
+    overHoldBaseUnits.inc({ kind }, 0);
+  }
   return {
+    overHold,
+    overHoldBaseUnits,
     calls: new Counter({
       name: `${METRIC_PREFIX}auth_calls_total`,
       help: "AuthService calls by method and outcome (ok or the refusal code)",

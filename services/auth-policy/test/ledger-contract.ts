@@ -188,17 +188,44 @@ export function ledgerContract(make: LedgerFactory): void {
     const l = await ledger();
     const b = budget(10n);
     const id = rid();
-    await hold(l, [b], 10n, 0, id);
-    // Usage above the quote of an expired hold may take spend past the budget.
-    await l.settle(id, 15n, "evt", at(HOLD_MS));
+    await hold(l, [b], 8n, 0, id);
+    // A hold that expired frees its room for another; its usage, arriving late, still counts.
+    await hold(l, [b], 10n, HOLD_MS);
+    await l.settle(id, 7n, "evt", at(HOLD_MS + 1));
     const seen = await l.admit([], { peek: [b] }, at(HOLD_MS + 1));
     expect(seen).toMatchObject({
       admitted: true,
       budgetsAdmitted: true,
-      budgets: [{ spent: 15n, held: 0n }],
+      budgets: [{ spent: 7n, held: 10n }],
     });
     expect((await hold(l, [b], 0n, HOLD_MS + 2)).admitted).toBe(false);
-    expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 15n, held: 0n });
+    expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 7n, held: 10n });
+  });
+
+  it("charges a reservation at most its hold, however much its usage event names", async () => {
+    const l = await ledger();
+    const b = budget(100n);
+    const id = rid();
+    await hold(l, [b], 60n, 0, id);
+    // A usage event above the quote (forged, or a router that did not cap it) is capped at the hold.
+    expect(await l.settle(id, 2_000_000n, "evt_forged", at(1))).toEqual({
+      outcome: "settled",
+      cost: 60n,
+      uncharged: 1_999_940n,
+    });
+    expect(await l.settle(id, 2_000_000n, "evt_forged", at(2))).toEqual({
+      outcome: "already_settled",
+      cost: 60n,
+    });
+    // Also after its hold expired: never more than was reserved for it.
+    const late = rid();
+    await hold(l, [b], 40n, 0, late);
+    expect(await l.settle(late, 9_223_372_036_854_775_807n, "evt_late", at(HOLD_MS + 1))).toEqual({
+      outcome: "settled_after_expiry",
+      cost: 40n,
+      uncharged: 9_223_372_036_854_775_767n,
+    });
+    expect(await peek(l, b, HOLD_MS + 2)).toEqual({ spent: 100n, held: 0n });
   });
 
   it("charges a lease once per ticket and, returned, keeps only what is committed and not yet charged", async () => {
@@ -265,5 +292,71 @@ export function ledgerContract(make: LedgerFactory): void {
       cost: 7n,
     });
     expect(await peek(l, b, HOLD_MS + 3)).toEqual({ spent: 107n, held: 0n });
+  });
+  it("caps forged tickets of a live lease at what the lease reserved: spend never passes the budget", async () => {
+    const l = await ledger();
+    const b = budget(1_000n);
+    const lease = rid();
+    await l.admit([], { hold: { reservationId: lease, amount: 400n, budgets: [b], lease: true } }, at(0));
+    // A legitimate request settles exactly.
+    expect(await l.settle(`${lease}~1`, 30n, "evt_1", at(1))).toEqual({ outcome: "settled", cost: 30n });
+    // Someone who read the lease id off the bus names tickets never issued, at 2 000 000 each.
+    const forged = [];
+    for (let n = 900; n <= 904; n++)
+      forged.push(await l.settle(`${lease}~${n}`, 2_000_000n, `evt_f${n}`, at(2)));
+    expect(forged[0]).toEqual({ outcome: "settled", cost: 370n, uncharged: 1_999_630n });
+    for (const f of forged.slice(1))
+      expect(f).toEqual({ outcome: "settled", cost: 0n, uncharged: 2_000_000n });
+    // Idempotent by ticket: a redelivery answers the capped charge and moves nothing.
+    expect(await l.settle(`${lease}~900`, 2_000_000n, "evt_f900", at(3))).toEqual({
+      outcome: "already_settled",
+      cost: 370n,
+    });
+    // Spend stops at what the lease reserved (never past the budget); nothing is held past it.
+    expect(await peek(l, b, 3)).toEqual({ spent: 400n, held: 0n });
+    const back = { committed: 80n, unusedRequests: 0, unusedTokens: 0, unsure: [] };
+    expect(await l.returnLease(lease, back, at(4))).toEqual({ released: 0n });
+    expect(await l.settle(`${lease}~2`, 50n, "evt_2", at(5))).toMatchObject({ cost: 0n, uncharged: 50n });
+    expect(await peek(l, b, 6)).toEqual({ spent: 400n, held: 0n });
+    // What is left of the budget is still there for the next requests.
+    expect((await hold(l, [b], 600n, 7)).admitted).toBe(true);
+    expect((await hold(l, [b], 1n, 8)).admitted).toBe(false);
+  });
+
+  it("charges a returned lease at most what its return left to charge: forged tickets get nothing", async () => {
+    const l = await ledger();
+    const b = budget(1_000n);
+    const lease = rid();
+    await l.admit([], { hold: { reservationId: lease, amount: 400n, budgets: [b], lease: true } }, at(0));
+    expect(await l.settle(`${lease}~1`, 30n, "evt_1", at(1))).toEqual({ outcome: "settled", cost: 30n });
+    // Returned with ticket 2 (50) still to be charged and ticket 3 unsure (its quote 40).
+    const back = { committed: 120n, unusedRequests: 0, unusedTokens: 0, unsure: [{ ticket: 3, quote: 40n }] };
+    expect(await l.returnLease(lease, back, at(2))).toEqual({ released: 280n });
+    // An unsure ticket is charged at most its quote; the legitimate ones settle exactly.
+    expect(await l.settle(`${lease}~2`, 50n, "evt_2", at(3))).toEqual({ outcome: "settled", cost: 50n });
+    expect(await l.settle(`${lease}~3`, 25n, "evt_3", at(4))).toEqual({ outcome: "settled", cost: 25n });
+    expect(await peek(l, b, 5)).toEqual({ spent: 105n, held: 0n });
+    // The forged ones, after the return, find nothing left to charge.
+    expect(await l.settle(`${lease}~900`, 50_000n, "evt_f", at(6))).toEqual({
+      outcome: "settled",
+      cost: 0n,
+      uncharged: 50_000n,
+    });
+    expect(await l.settle(lease, 50_000n, "evt_g", at(7))).toMatchObject({ cost: 0n });
+    // Told == spent: the budget shows exactly the legitimate costs, and nothing is held.
+    expect(await peek(l, b, 8)).toEqual({ spent: 105n, held: 0n });
+
+    // An unsure ticket charged before its other tickets cannot take more than its quote.
+    const other = rid();
+    await l.admit([], { hold: { reservationId: other, amount: 400n, budgets: [b], lease: true } }, at(10));
+    const back2 = { committed: 90n, unusedRequests: 0, unusedTokens: 0, unsure: [{ ticket: 1, quote: 40n }] };
+    expect(await l.returnLease(other, back2, at(11))).toEqual({ released: 310n });
+    expect(await l.settle(`${other}~1`, 70n, "evt_o1", at(12))).toEqual({
+      outcome: "settled",
+      cost: 40n,
+      uncharged: 30n,
+    });
+    expect(await l.settle(`${other}~2`, 50n, "evt_o2", at(13))).toEqual({ outcome: "settled", cost: 50n });
+    expect(await peek(l, b, 14)).toEqual({ spent: 195n, held: 0n });
   });
 }

@@ -98,4 +98,47 @@ export function settleBatchContract(make: BatchLedgerFactory): void {
     }));
     await expect(settleReservations(l, many, at(0))).rejects.toMatchObject({ code: "invalid_argument" });
   });
+  it("charges a batch's forged lease tickets at most what the lease reserved, and a reservation its hold", async () => {
+    const l = await ledger();
+    const b = budget(1_000_000n, "acct_v");
+    const lease = newReservationId("acct_v");
+    const granted = await l.admit(
+      [],
+      { hold: { reservationId: lease, amount: 2_000n, budgets: [b], lease: true } },
+      at(0),
+    );
+    expect(granted.admitted).toBe(true);
+    const alone = await hold(l, b, 300n, "acct_v");
+    // One batch: the victim's two requests, five tickets never issued at 50 000 each, and a
+    // reservation's usage event naming far more than its quote.
+    const batch = [
+      { reservationId: `${lease}~1`, cost: 531n, eventId: "evt_1" },
+      ...[900, 901, 902, 903, 904].map((n) => ({
+        reservationId: `${lease}~${n}`,
+        cost: 50_000n,
+        eventId: `evt_forged_${n}`,
+      })),
+      { reservationId: `${lease}~2`, cost: 351n, eventId: "evt_2" },
+      { reservationId: alone, cost: 2_000_000n, eventId: "evt_alone" },
+    ];
+    const first = await settleReservations(l, batch, at(1_000));
+    expect(first[0]).toEqual({ outcome: "settled", cost: 531n });
+    expect(first[1]).toEqual({ outcome: "settled", cost: 1_469n, uncharged: 48_531n });
+    for (const r of first.slice(2, 7)) expect(r).toMatchObject({ outcome: "settled", cost: 0n });
+    expect(first[7]).toEqual({ outcome: "settled", cost: 300n, uncharged: 1_999_700n });
+    // Spend never passes what was reserved (the lease and the hold), nor the budget.
+    const seen = await peek(l, b, 1_000);
+    expect(seen).toEqual({ spent: 2_300n, held: 0n });
+    // Redelivered: nothing moves.
+    const again = await settleReservations(l, batch, at(2_000));
+    expect(again.every((r) => !(r instanceof Error) && r.outcome === "already_settled")).toBe(true);
+    expect(
+      await l.returnLease(
+        lease,
+        { committed: 882n, unusedRequests: 0, unusedTokens: 0, unsure: [] },
+        at(2_000),
+      ),
+    ).toEqual({ released: 0n });
+    expect(await peek(l, b, 2_000)).toEqual({ spent: 2_300n, held: 0n });
+  });
 }

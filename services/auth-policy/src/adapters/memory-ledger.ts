@@ -5,7 +5,7 @@ import {
   fits,
   leaseTicketOf,
 } from "../domain/budget.js";
-import type { Admission, Ledger, LedgerOptions, WindowCount } from "../domain/ports.js";
+import type { Admission, Ledger, LedgerOptions, OverHold, WindowCount } from "../domain/ports.js";
 import { BUCKET_MS, countWindow, WINDOW_BUCKETS } from "../domain/rate-limit.js";
 import type { Settlement } from "../domain/types.js";
 
@@ -43,6 +43,11 @@ interface ReservationState {
     charged: Map<string, bigint>;
     total: bigint;
     returned: boolean;
+    /**
+     * Once returned: what may still be charged on it (what the return left committed and not yet
+     * charged); before, the allowance less `total` is.
+     */
+    left?: bigint;
     /** Once returned: the quote of each unsure ticket not yet charged. */
     unsure: Map<string, bigint>;
   };
@@ -170,29 +175,52 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
     h.amount = left;
   };
 
+  // A settlement's outcome; a cost capped below what it asked is told to onOverHold.
+  const settled = (over: Omit<OverHold, "charged">, cost: bigint, expired: boolean): Settlement => {
+    const outcome = expired ? "settled_after_expiry" : "settled";
+    if (cost >= over.asked) return { outcome, cost };
+    opts.onOverHold?.({ ...over, charged: cost });
+    return { outcome, cost, uncharged: over.asked - cost };
+  };
+
   // One request's cost charged against a lease, once per ticket: out of its hold (as far as it
-  // goes; after the return, an unsure request's whole quote) into spend.
+  // goes; after the return, an unsure request's whole quote) into spend. Never more than is left
+  // of the lease (docs/money.md, "Leases"): its allowance less what was charged on it, or once
+  // returned what the return left to charge; an unsure ticket never more than its quote.
   const charge = (
+    settledId: string,
     reservationId: string,
     r: ReservationState,
     lease: NonNullable<ReservationState["lease"]>,
-    cost: bigint,
+    asked: bigint,
+    eventId: string,
     by: string,
     nowMs: number,
   ): Settlement => {
     const prior = lease.charged.get(by);
     if (prior !== undefined) return { outcome: "already_settled", cost: prior };
-    const out = lease.unsure.get(by) ?? cost;
+    const unsure = lease.unsure.get(by);
+    let room = lease.left ?? r.amount - lease.total;
+    if (room < 0n) room = 0n;
+    if (unsure !== undefined && unsure < room) room = unsure;
+    const cost = asked < room ? asked : room;
+    const out = unsure ?? cost;
+    let left = (lease.left ?? r.amount - lease.total) - out;
+    if (left < 0n) left = 0n;
     for (const id of r.budgets) {
       const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
       const h = b.holds.get(reservationId);
-      if (h) holdLeft(b, h, h.amount - out);
+      if (h) {
+        const after = h.amount - out;
+        holdLeft(b, h, after < left ? after : left);
+      }
       b.spent += cost;
       budgets.set(id, b);
     }
     lease.charged.set(by, cost);
     lease.total += cost;
-    return { outcome: r.expiresMs <= nowMs ? "settled_after_expiry" : "settled", cost };
+    if (lease.left !== undefined) lease.left = left;
+    return settled({ kind: "lease", reservationId: settledId, eventId, asked }, cost, r.expiresMs <= nowMs);
   };
 
   const ledger: MemoryLedger = {
@@ -305,6 +333,9 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
       }
       let keep = back.committed - charged;
       if (keep < 0n) keep = 0n;
+      // What may still be charged on it: what stays committed, within what is left of the allowance.
+      const allowance = r.amount - r.lease.total;
+      r.lease.left = allowance < keep ? (allowance > 0n ? allowance : 0n) : keep;
       let released = 0n;
       r.budgets.forEach((id, j) => {
         const b = budgets.get(id);
@@ -333,17 +364,23 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
       if (r.settled) return { outcome: "already_settled", cost: r.settled.cost };
       if (r.lease) {
         const by = ticket ? `t:${ticket.ticket}` : `e:${eventId}`;
-        return charge(reservationId, r, r.lease, cost, by, nowMs);
+        return charge(id, reservationId, r, r.lease, cost, eventId, by, nowMs);
       }
+      // Never more than its hold, the request's quote (docs/money.md, "Charges").
+      const charged = cost < r.amount ? cost : r.amount;
       for (const id of r.budgets) {
         const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
         const h = b.holds.get(reservationId);
         if (h) drop(b, h);
-        b.spent += cost;
+        b.spent += charged;
         budgets.set(id, b);
       }
-      r.settled = { cost, eventId };
-      return { outcome: r.expiresMs <= nowMs ? "settled_after_expiry" : "settled", cost };
+      r.settled = { cost: charged, eventId };
+      return settled(
+        { kind: "reservation", reservationId: id, eventId, asked: cost },
+        charged,
+        r.expiresMs <= nowMs,
+      );
     },
   };
   return ledger;

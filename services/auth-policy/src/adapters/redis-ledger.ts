@@ -6,6 +6,7 @@ import {
   DEFAULT_SETTLEMENT_WINDOW_SECONDS,
   isReservationId,
   leaseTicketOf,
+  type SettleItem,
   type Settlement,
   type SettleOutcome,
 } from "../domain/budget.js";
@@ -34,7 +35,8 @@ export interface RedisLedgerOptions extends LedgerOptions {
 //                                              cost, eventId, settledAt; a lease (state lease,
 //                                              then returned) also windows, bucket, charged,
 //                                              t:<ticket> → cost per request charged, and once
-//                                              returned u:<ticket> → quote per unsure request
+//                                              returned u:<ticket> → quote per unsure request and
+//                                              left (what may still be charged on it)
 // Amounts are decimal strings changed only with HINCRBY (exact int64). Lua compares them as
 // doubles, exact because budgets are at most 2^53 - 1: a sum above that compares as above any
 // budget. Budget keys live until their period ends plus the settlement window; reservation
@@ -244,16 +246,24 @@ end
 `;
 
 // Settles a reservation once: removes its holds (if not yet dropped as expired), adds the cost
-// to the spend of each budget period it was made in, and marks the record settled.
+// to the spend of each budget period it was made in, and marks the record settled. The cost is
+// never more than the reservation's amount (its hold, the request's quote): above it, the amount
+// is charged (docs/money.md, "Charges").
 // A lease's record is charged instead, once per ticket (the request's `<lease id>~<n>`): the cost
 // comes out of the lease's hold (as far as it goes; after the return, an unsure request's whole
-// quote does) and into spend.
+// quote does) and into spend. Never more than is left of the lease (docs/money.md, "Leases"):
+// its amount less what was charged on it, or once returned what the return left to charge
+// ('left', which each charge lowers by what it takes out); an unsure ticket never more than its
+// quote. So whatever a usage event names, a lease's tickets together charge at most its hold.
+// Costs above 2^53 compare as above any amount (amounts are at most 2^53 - 1); the cost charged
+// is then an amount, exact.
 //   KEYS: the record, then per budget its hash and its holds zset
 //   ARGV: now ms ('' = Redis TIME), reservation id, cost, event id, budget ids as read before,
 //         ticket ('' when the id names no lease ticket)
-//   Returns: outcome, cost
+//   Returns: outcome, cost charged, 'lease' when the record is a lease
 const SETTLE_LUA = `
-${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil')
+${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil',
+  'amount', 'charged', 'left')
 if not st[1] then return { 'unknown', '' } end
 ${NOW_LUA}if tonumber(st[5]) <= now then return { 'unknown', '' } end
 if st[1] == 'settled' then return { 'already_settled', st[4] } end
@@ -265,22 +275,39 @@ if st[1] == 'lease' or st[1] == 'returned' then
   if ARGV[6] ~= '' then eid = 't:' .. ARGV[6] end
   local prior = redis.call('HGET', KEYS[1], eid)
   if prior then return { 'already_settled', prior } end
-  local out = tonumber(cost)
+  local left = tonumber(st[6] or '0') - tonumber(st[7] or '0')
+  if st[8] then left = tonumber(st[8]) end
+  if left < 0 then left = 0 end
+  local room = left
+  local unsure = nil
   if ARGV[6] ~= '' then
-    local unsure = redis.call('HGET', KEYS[1], 'u:' .. ARGV[6])
-    if unsure then out = tonumber(unsure) end
+    unsure = redis.call('HGET', KEYS[1], 'u:' .. ARGV[6])
+    if unsure then
+      unsure = tonumber(unsure)
+      if unsure < room then room = unsure end
+    end
   end
+  if tonumber(cost) > room then cost = string.format('%.0f', room) end
+  local out = unsure or tonumber(cost)
+  left = left - out
+  if left < 0 then left = 0 end
   for j = 1, (#KEYS - 1) / 2 do
     local h, z = KEYS[2 * j], KEYS[2 * j + 1]
-    leaseHold(h, z, rid, function(a) return a - out end)
+    leaseHold(h, z, rid, function(a)
+      local l = a - out
+      if l > left then l = left end
+      return l
+    end)
     redis.call('HINCRBY', h, 'spent', cost)
     if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
   end
   redis.call('HSET', KEYS[1], eid, cost)
   redis.call('HINCRBY', KEYS[1], 'charged', cost)
-  if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
-  return { 'settled', cost }
+  if st[8] then redis.call('HSET', KEYS[1], 'left', string.format('%.0f', left)) end
+  if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost, 'lease' } end
+  return { 'settled', cost, 'lease' }
 end
+if st[6] and tonumber(cost) > tonumber(st[6]) then cost = st[6] end
 for j = 1, (#KEYS - 1) / 2 do
   local h, z = KEYS[2 * j], KEYS[2 * j + 1]
   local a = redis.call('HGET', h, 'r:' .. rid)
@@ -301,7 +328,9 @@ return { 'settled', cost }
 
 // Ends a lease: keeps of its hold in each budget only what was committed on it and not yet
 // charged, releases the rest, gives its unused units back to the bucket it took them from (if
-// that bucket is still counted), and marks it returned. A repeat changes nothing.
+// that bucket is still counted), records what may still be charged on it ('left': the same
+// committed and not yet charged, within its amount) and marks it returned. A repeat changes
+// nothing.
 //   KEYS: the record, then per budget its hash and its holds zset, then its windows
 //   ARGV: reservation id, committed, unused requests, unused tokens, budget ids as read before,
 //         number of budgets, unsure tickets ('<ticket>:<quote>' separated by spaces): an unsure
@@ -325,6 +354,11 @@ for pair in string.gmatch(ARGV[7], '%S+') do
 end
 local keep = tonumber(ARGV[2]) - charged
 if keep < 0 then keep = 0 end
+-- What may still be charged on it: what stays committed, within what is left of its amount.
+local left = tonumber(redis.call('HGET', KEYS[1], 'amount') or '0') - tonumber(st[3] or '0')
+if left < 0 then left = 0 end
+if keep < left then left = keep end
+redis.call('HSET', KEYS[1], 'left', string.format('%.0f', left))
 local m = tonumber(ARGV[6])
 local released = 0
 for j = 1, m do
@@ -357,7 +391,7 @@ const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
-  authSettle(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
+  authSettle(numKeys: number, ...args: Array<string | number>): Promise<[string, string, string?]>;
   authReturnLease(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
 };
 
@@ -520,7 +554,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       heldHere.delete(reservationId);
       if (here !== undefined) {
         try {
-          return await settleWith(reservationId, here, cost, eventId, now, ticket);
+          return await settleWith(id, reservationId, here, cost, eventId, now, ticket);
         } catch (err) {
           if (isRedisUnavailable(err)) throw err;
           // The record says otherwise (it cannot, as ids are never reused): read it below.
@@ -530,11 +564,12 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       // script check that they are still what it was given (and that nobody settled first).
       const budgets = await redis.hget(recordKey(reservationId), "budgets");
       if (budgets === null) return { outcome: "unknown" };
-      return settleWith(reservationId, budgets, cost, eventId, now, ticket);
+      return settleWith(id, reservationId, budgets, cost, eventId, now, ticket);
     },
   };
 
   async function settleWith(
+    settledId: string,
     reservationId: string,
     budgets: string,
     cost: bigint,
@@ -545,7 +580,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     const record = recordKey(reservationId);
     const ids = budgets === "" ? [] : budgets.split(" ");
     const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
-    const [outcome, settled] = await client.authSettle(
+    const reply = await client.authSettle(
       keys.length,
       ...keys,
       clockArg(now),
@@ -555,9 +590,24 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
       budgets,
       ticket,
     );
-    return settlementOf(outcome, settled);
+    return capped({ reservationId: settledId, cost, eventId }, reply);
   }
-  ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg);
+
+  /** The script's reply as a Settlement; a cost charged below the one asked is told to onOverHold. */
+  function capped(item: SettleItem, [outcome, charged, kind]: [string, string, string?]): Settlement {
+    const s = settlementOf(outcome, charged);
+    if ((s.outcome !== "settled" && s.outcome !== "settled_after_expiry") || s.cost === undefined) return s;
+    if (s.cost >= item.cost) return s;
+    opts.onOverHold?.({
+      kind: kind === "lease" ? "lease" : "reservation",
+      reservationId: item.reservationId,
+      eventId: item.eventId,
+      asked: item.cost,
+      charged: s.cost,
+    });
+    return { ...s, uncharged: item.cost - s.cost };
+  }
+  ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg, capped);
   return ledger;
 }
 
@@ -593,6 +643,7 @@ function settleManyIn(
   budgetKey: (id: string) => string,
   holdsKey: (id: string) => string,
   clockArg: (now: Date) => number | string,
+  capped: (item: SettleItem, reply: [string, string, string?]) => Settlement,
 ): NonNullable<Ledger["settleMany"]> {
   return async (items, now) => {
     // Each item's reservation (a lease ticket names its lease) and record, worked out once.
@@ -640,14 +691,13 @@ function settleManyIn(
         );
       },
     );
-    settling.forEach(({ k }, n) => {
+    settling.forEach(({ k, item }, n) => {
       const [err, reply] = replies[n]!;
       if (err) {
         out[k] = err;
         return;
       }
-      const [outcome, settled] = reply as [string, string];
-      out[k] = settlementOf(outcome, settled);
+      out[k] = capped(item, reply as [string, string, string?]);
     });
     return out.map((r) => r ?? new Error("not settled"));
   };

@@ -251,6 +251,25 @@ export interface LedgerOptions {
    * when its first budget drops the hold); for the reservations metric.
    */
   onHoldsExpired?: (count: number) => void;
+  /**
+   * Told of each settlement charged less than it asked because it asked more than was reserved
+   * for it (docs/money.md, "Charges"): a reservation above its hold, a lease ticket above what
+   * is left of its lease. Once per settlement that charged; a repeat answers the capped cost.
+   */
+  onOverHold?: (over: OverHold) => void;
+}
+
+/** A settlement that asked more than was reserved for it (LedgerOptions.onOverHold). */
+export interface OverHold {
+  /** "lease" for a lease's ticket (or the lease id itself), else "reservation". */
+  kind: "lease" | "reservation";
+  /** The id settled (`<lease id>~<n>` for a ticket). */
+  reservationId: string;
+  eventId: string;
+  /** The cost the settlement named. */
+  asked: bigint;
+  /** What was charged. */
+  charged: bigint;
 }
 
 /**
@@ -273,6 +292,10 @@ export interface Ledger extends RateLimiter {
   /**
    * Settles a reservation at most once: removes its holds and adds `cost` to the spend of the
    * period it was made in, also when the holds have expired. A repeat changes nothing.
+   * What is charged never exceeds what was reserved: a reservation's cost is capped at its hold;
+   * a lease's tickets together at the lease's allowance, and once it is returned at what the
+   * return left to charge (an unsure ticket at its quote). The part not charged is answered as
+   * `uncharged` and told to `onOverHold`.
    */
   settle(reservationId: string, cost: bigint, eventId: string, now: Date): Promise<Settlement>;
   /**

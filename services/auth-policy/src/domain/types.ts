@@ -57,6 +57,11 @@ export interface Settlement {
   outcome: SettleOutcome;
   /** The cost the reservation was settled with (the first settlement's); undefined if unknown. */
   cost?: bigint;
+  /**
+   * Set only by the settlement that charged it, when the cost asked was above what is left of
+   * what was reserved for it (a reservation's hold, a lease's allowance): the part not charged.
+   */
+  uncharged?: bigint;
 }
 
 /** One reservation of a batch settlement (Ledger.settleMany). */

@@ -1,8 +1,9 @@
 import { parseGatewayConfig } from "@tollgate/config";
 import { createClient, GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
+import { createMetrics } from "@tollgate/kit/metrics";
 import { connectRedis, isCluster, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
-import { AuthService, Route, SettleOutcome } from "@tollgate/proto/auth";
+import { AuthService, BudgetPeriod, Route, SettleOutcome } from "@tollgate/proto/auth";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
@@ -203,6 +204,98 @@ describe("SettleReservations over gRPC", () => {
         .catch((e: unknown) => e);
       expect(tooMany).toBeInstanceOf(RemoteError);
       expect(tooMany).toMatchObject({ status: GrpcStatus.INVALID_ARGUMENT, code: "invalid_argument" });
+    } finally {
+      auth.$close();
+      await app.stop();
+    }
+  });
+  it("caps the settlement of forged tickets of a live lease at its allowance, and counts them", async () => {
+    const p = prefix();
+    const gateway = parseGatewayConfig({
+      upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
+      models: [
+        {
+          id: "priced",
+          upstream: "u",
+          upstreamModel: "c",
+          runtime: "vllm",
+          pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
+        },
+      ],
+    });
+    const log = createLogger({ service: "auth-policy", level: "silent" });
+    const metrics = createMetrics("auth-policy");
+    const app = await start(
+      { grpcHost: "127.0.0.1", grpcPort: 0, gateway, redisUrl: fixture.url, redisPrefix: p },
+      log,
+      { metrics },
+    );
+    const auth = createClient(AuthService, `127.0.0.1:${app.port}`);
+    try {
+      const BUDGET = 1_000_000n;
+      await auth.createAccount({ accountId: "vic1" });
+      await auth.createConnection({
+        accountId: "vic1",
+        connectionId: "main",
+        models: ["priced"],
+        budget: { amount: BUDGET.toString(), period: BudgetPeriod.DAY },
+      });
+      const { secret } = await auth.createKey({ accountId: "vic1", connectionId: "main" });
+      // Quoted 200 each: 100 bytes + 8 × 1 message + 16 + 76 output tokens; 8 of them leased.
+      const ask = {
+        key: secret,
+        route: Route.CHAT_COMPLETIONS,
+        model: "",
+        maxOutputTokens: 76,
+        bodyBytes: 100,
+        messageCount: 1,
+      };
+      const lease = await auth.acquireLease({ request: ask, requests: 8 });
+      expect(lease).toMatchObject({ granted: true, budget: "1600" });
+      const usage = async () =>
+        (await auth.getConnection({ accountId: "vic1", connectionId: "main" })).connection?.budgetUsage;
+      // The victim's request (ticket 1, 177), then tickets never issued at 2 000 000 each.
+      const forged = [900, 901, 902, 903, 904].map((n) => ({
+        reservationId: `${lease.leaseId}~${n}`,
+        actualCost: "2000000",
+        eventId: `evt_forged_${n}`,
+      }));
+      const first = await auth.settleReservations({
+        items: [{ reservationId: `${lease.leaseId}~1`, actualCost: "177", eventId: "evt_1" }, ...forged],
+      });
+      expect(first.results.map((r) => [r.outcome, r.settledCost])).toEqual([
+        [SettleOutcome.SETTLED, "177"],
+        [SettleOutcome.SETTLED, "1423"],
+        [SettleOutcome.SETTLED, "0"],
+        [SettleOutcome.SETTLED, "0"],
+        [SettleOutcome.SETTLED, "0"],
+        [SettleOutcome.SETTLED, "0"],
+      ]);
+      const one = await auth.settleReservation({
+        reservationId: `${lease.leaseId}~905`,
+        actualCost: "2000000",
+        eventId: "evt_forged_905",
+      });
+      expect([one.outcome, one.settledCost]).toEqual([SettleOutcome.SETTLED, "0"]);
+      // Spend stops at the lease's allowance, far inside the budget; nothing more is held.
+      expect(await usage()).toMatchObject({ spent: "1600", held: "0", remaining: String(BUDGET - 1_600n) });
+      // The lease goes back: nothing is held after it, and spend never passed the budget.
+      const back = await auth.returnLease({
+        leaseId: lease.leaseId,
+        committed: "177",
+        unusedRequests: 0,
+        unusedTokens: 0,
+        unsure: [],
+      });
+      expect(back.released).toBe("0");
+      expect(await usage()).toMatchObject({ spent: "1600", held: "0" });
+      // The next request is still admitted (no 402 for the rest of the day).
+      const next = await auth.authorize(ask);
+      expect(next.budgetRemaining).toBe(String(BUDGET - 1_600n - 200n));
+      // Counted once per capped settlement, with the base units refused.
+      const text = await metrics.metrics();
+      expect(text).toMatch(/tollgate_settlements_over_hold_total\{kind="lease"\} 6/);
+      expect(text).toMatch(/tollgate_settlements_over_hold_base_units_total\{kind="lease"\} 11998577/);
     } finally {
       auth.$close();
       await app.stop();
