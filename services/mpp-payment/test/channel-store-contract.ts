@@ -187,6 +187,76 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
     for (const o of outcomes) expect(o.kind === "accepted" || o.kind === "stale").toBe(true);
   });
 
+  it("consumes a challenge with the first hold under it: another reservation is `used` and holds nothing, the same one is the same hold", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    const use = (id: string) => ({ id, until: Date.now() + TTL });
+    const reserve = (rid: string, challenge: string) =>
+      store.reserve(c.channelId, rid, 100_000n, Date.now(), Date.now() + TTL, use(challenge));
+    const offer = (rid: string, challenge: string) =>
+      store.offerVoucher(c.channelId, unchecked(c.voucher), {
+        ...hold(rid, 100_000n, Date.now()),
+        challenge: use(challenge),
+      });
+    expect((await reserve("r1", "c1")).kind).toBe("reserved");
+    // Another reservation presenting the consumed challenge: refused, through either step.
+    expect(await reserve("r2", "c1")).toEqual({ kind: "used" });
+    expect(heldOf(await offer("r2", "c1"))).toEqual({ kind: "used" });
+    // The same reservation again (a retried request) is the same hold, through either step.
+    expect((await reserve("r1", "c1")).kind).toBe("reserved");
+    expect(heldOf(await offer("r1", "c1"))?.kind).toBe("reserved");
+    expect((await store.get(c.channelId))?.held).toBe(100_000n);
+    // A hold taken by the voucher step consumes its challenge for reserve as well.
+    expect(heldOf(await offer("r3", "c3"))?.kind).toBe("reserved");
+    expect(await reserve("r4", "c3")).toEqual({ kind: "used" });
+    // Committed or released, the challenge stays consumed.
+    await store.commit(c.channelId, "r1", 7n, Date.now());
+    await store.release(c.channelId, "r3", Date.now());
+    expect(await reserve("r5", "c1")).toEqual({ kind: "used" });
+    expect(heldOf(await offer("r5", "c3"))).toEqual({ kind: "used" });
+    expect(await store.get(c.channelId)).toMatchObject({ held: 0n, spent: 7n, units: 1 });
+    // A hold without a challenge (none to consume) and a fresh challenge still hold.
+    expect((await store.reserve(c.channelId, "r6", 1n, Date.now(), Date.now() + TTL)).kind).toBe("reserved");
+    expect((await reserve("r7", "c7")).kind).toBe("reserved");
+  });
+
+  it("is not consumed by a hold that was not taken, and is forgotten after its time", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    const now = Date.now();
+    const soon = { id: "c1", until: now + 150 };
+    expect((await store.reserve(c.channelId, "r1", 1_000_001n, now, now + TTL, soon)).kind).toBe(
+      "insufficient",
+    );
+    expect((await store.reserve(c.channelId, "r2", 1n, now, now + TTL, soon)).kind).toBe("reserved");
+    expect((await store.reserve(c.channelId, "r3", 1n, now, now + TTL, soon)).kind).toBe("used");
+    await new Promise((r) => setTimeout(r, 300));
+    const later = Date.now();
+    expect((await store.reserve(c.channelId, "r3", 1n, later, later + TTL, soon)).kind).toBe("reserved");
+  });
+
+  it("serves exactly one of concurrent holds presenting one challenge", async () => {
+    const store = await makeStore();
+    const c = newChannel(1_000_000n);
+    await store.create(c);
+    const now = Date.now();
+    const challenge = { id: "c1", until: now + TTL };
+    const outcomes = await Promise.all(
+      Array.from({ length: 10 }, (_, i) =>
+        i % 2 === 0
+          ? store.reserve(c.channelId, `r${i}`, 1_000n, now, now + TTL, challenge)
+          : store
+              .offerVoucher(c.channelId, unchecked(c.voucher), { ...hold(`r${i}`, 1_000n, now), challenge })
+              .then((o) => heldOf(o)!),
+      ),
+    );
+    expect(outcomes.filter((o) => o.kind === "reserved")).toHaveLength(1);
+    expect(outcomes.filter((o) => o.kind === "used")).toHaveLength(9);
+    expect((await store.get(c.channelId))?.held).toBe(1_000n);
+  });
+
   it("holds quotes inside the accepted cumulative and refuses what does not fit", async () => {
     const store = await makeStore();
     const c = newChannel(1_000_000n);

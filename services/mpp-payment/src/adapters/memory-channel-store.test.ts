@@ -32,6 +32,27 @@ describe("memory channel store", () => {
     expect(store.retained().reservations).toBeLessThanOrEqual((24 * 3_600_000 + 60_000) / step + 2);
   });
 
+  it("keeps no used challenge past its time under sustained load", async () => {
+    const store = createMemoryChannelStore();
+    const channels = [newChannel(), newChannel()];
+    for (const c of channels) await store.create(c);
+    // 2 hours of paid requests on two channels, one every second, each consuming its challenge
+    // (remembered 6 minutes); the second channel goes quiet after the first 10 minutes.
+    for (let i = 0; i < 7_200; i++) {
+      const now = i * 1_000;
+      const active = i < 600 ? channels : channels.slice(0, 1);
+      for (const c of active) {
+        const challenge = { id: `c${i}`, until: now + 360_000 };
+        expect((await store.reserve(c.channelId, `r${i}`, 1n, now, now + 1_000, challenge)).kind).toBe(
+          "reserved",
+        );
+        await store.commit(c.channelId, `r${i}`, 1n, now);
+      }
+    }
+    // The active channel: the last 6 minutes; the quiet one: swept with the finished reservations.
+    expect(store.retained().usedChallenges).toBeLessThanOrEqual(360 + 1);
+  });
+
   it("lets a lease lapse after its time to live", async () => {
     let now = 0;
     const store = createMemoryChannelStore({ now: () => now });

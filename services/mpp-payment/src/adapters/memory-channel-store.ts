@@ -1,5 +1,11 @@
 import type { Hex } from "viem";
-import type { ChannelRecord, ChannelStore, ReserveOutcome, SignedVoucher } from "../domain/ports.js";
+import type {
+  ChallengeUse,
+  ChannelRecord,
+  ChannelStore,
+  ReserveOutcome,
+  SignedVoucher,
+} from "../domain/ports.js";
 
 /** Options of the in-memory store. */
 export interface MemoryChannelStoreOptions {
@@ -26,6 +32,8 @@ interface Channel {
   vouchers: Map<string, SignedVoucher>;
   /** Live holds: reservation id → amount and expiry. */
   holds: Map<string, { amount: bigint; expiresAt: number }>;
+  /** Used challenges: challenge id → the reservation whose hold consumed it, until when. */
+  used: Map<string, { reservationId: string; until: number }>;
 }
 
 /** How often finished reservations past their retention are dropped, at most. */
@@ -33,7 +41,7 @@ const FORGET_EVERY_MS = 60_000;
 
 /** The memory channel store, and what it holds (for tests of its memory). */
 export interface MemoryChannelStore extends ChannelStore {
-  retained(): { reservations: number };
+  retained(): { reservations: number; usedChallenges: number };
 }
 
 /**
@@ -68,9 +76,15 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
     }
   };
 
+  /** Drops the used marks of a channel whose challenges can no longer be presented. */
+  const sweepUsed = (c: Channel, now: number) => {
+    for (const [id, mark] of c.used) if (mark.until <= now) c.used.delete(id);
+  };
+
   const forget = (now: number) => {
     if (now < nextForget) return;
     for (const [k, r] of reservations) if (r.forgetAt <= now) reservations.delete(k);
+    for (const c of channels.values()) sweepUsed(c, now);
     // Once a minute (not once a retention): what is kept stays within the retention.
     nextForget = now + Math.min(retentionMs, FORGET_EVERY_MS);
   };
@@ -82,18 +96,26 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
     amount: bigint,
     now: number,
     expiresAt: number,
+    challenge?: ChallengeUse,
   ): ReserveOutcome => {
     forget(now);
     const c = channels.get(channelId);
     if (!c) return { kind: "unknown" };
+    if (challenge) {
+      sweepUsed(c, now);
+      const by = c.used.get(challenge.id);
+      if (by && by.reservationId !== reservationId) return { kind: "used" };
+    }
     sweep(c, now);
-    const reserved = () =>
-      ({
+    const reserved = () => {
+      if (challenge) c.used.set(challenge.id, { reservationId, until: challenge.until });
+      return {
         kind: "reserved",
         spent: c.record.spent,
         accepted: c.record.highest.cumulative,
         units: c.record.units,
-      }) as const;
+      } as const;
+    };
     const existing = reservations.get(key(channelId, reservationId));
     if (existing)
       return existing.state === "held" && c.holds.has(reservationId) ? reserved() : { kind: "conflict" };
@@ -113,7 +135,10 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
   };
 
   return {
-    retained: () => ({ reservations: reservations.size }),
+    retained: () => ({
+      reservations: reservations.size,
+      usedChallenges: [...channels.values()].reduce((n, c) => n + c.used.size, 0),
+    }),
     async get(channelId) {
       const c = channels.get(channelId);
       return c ? copy(c) : undefined;
@@ -138,6 +163,7 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
         closingSince: 0,
         vouchers,
         holds: new Map(),
+        used: new Map(),
       });
       return true;
     },
@@ -167,7 +193,9 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
         c.vouchers.set(accepted.cumulative.toString(), { ...accepted });
         kind = "accepted";
       }
-      const held = hold && reserveNow(channelId, hold.reservationId, hold.amount, hold.now, hold.expiresAt);
+      const held =
+        hold &&
+        reserveNow(channelId, hold.reservationId, hold.amount, hold.now, hold.expiresAt, hold.challenge);
       return {
         kind,
         accepted: r.highest.cumulative,
@@ -182,8 +210,8 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
       if (c && deposit > c.record.deposit) c.record.deposit = deposit;
     },
 
-    async reserve(channelId, reservationId, amount, now, expiresAt) {
-      return reserveNow(channelId, reservationId, amount, now, expiresAt);
+    async reserve(channelId, reservationId, amount, now, expiresAt, challenge) {
+      return reserveNow(channelId, reservationId, amount, now, expiresAt, challenge);
     },
 
     async commit(channelId, reservationId, actual, now) {

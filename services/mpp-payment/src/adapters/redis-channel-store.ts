@@ -2,6 +2,7 @@ import { isRedisUnavailable, type Redis } from "@tollgate/kit/redis";
 import { retrying } from "@tollgate/kit/retry";
 import type { Address, Hex } from "viem";
 import type {
+  ChallengeUse,
   ChannelRecord,
   ChannelStatus,
   ChannelStore,
@@ -29,6 +30,9 @@ export interface RedisChannelStoreOptions {
 //   P ch:{id}:vouchers   hash: cumulative → signature, every accepted voucher above settled
 //   P res:{id}:<rid>     hash: amount, state (held|committed|released|expired), expiry and the
 //                        committed figures; expires (PEXPIREAT) after the retention period
+//   P used:{id}:<cid>    string: the reservation id whose hold consumed challenge <cid>
+//                        (docs/paid-door.md, "One challenge, one request"); expires
+//                        (PEXPIREAT) when the challenge can no longer be presented
 //   P dirty              set: channels whose spend may be unsettled (settlement worker)
 //   P lock:<name>        string: lease owner, with a TTL
 // Amounts are decimal strings; scripts compare them with tonumber (exact up to 2^53, the
@@ -52,16 +56,30 @@ end
 
 /**
  * Holds ARGV[2] under reservation id ARGV[1] inside the accepted cumulative (highest − spent −
- * held), until ARGV[4]; its record is forgotten at ARGV[5]. KEYS: ch, holds, exps, res.
+ * held), until ARGV[4]; its record is forgotten at ARGV[5]. KEYS: ch, holds, exps, res. With
+ * `usedUntil` ('' for none), the hold pays under the challenge whose used mark is `used`: a mark
+ * naming another reservation answers 'used' and holds nothing; a hold taken sets the mark to
+ * ARGV[1] until `usedUntil`, in the same step.
  */
 const RESERVE = `
-local function reserve(KEYS, ARGV)
+local function reserve(KEYS, ARGV, used, usedUntil)
   if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
+  if usedUntil ~= '' then
+    local by = redis.call('GET', used)
+    if by and by ~= ARGV[1] then return {'used'} end
+  end
+  local function mark()
+    if usedUntil ~= '' then
+      redis.call('SET', used, ARGV[1])
+      redis.call('PEXPIREAT', used, usedUntil)
+    end
+  end
   sweep(KEYS[1], KEYS[2], KEYS[3], ARGV[3])
   local c = redis.call('HMGET', KEYS[1], 'status', 'highest', 'spent', 'held', 'units')
   local state = redis.call('HGET', KEYS[4], 'state')
   if state then
     if state == 'held' and redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+      mark()
       return {'reserved', c[3], c[2], c[5]}
     end
     return {'conflict'}
@@ -73,6 +91,7 @@ local function reserve(KEYS, ARGV)
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])
   redis.call('HSET', KEYS[4], 'amount', ARGV[2], 'state', 'held', 'exp', ARGV[4])
   redis.call('PEXPIREAT', KEYS[4], ARGV[5])
+  mark()
   return {'reserved', c[3], c[2], c[5]}
 end
 `;
@@ -126,22 +145,24 @@ if d and tonumber(ARGV[1]) > tonumber(d) then redis.call('HSET', KEYS[1], 'depos
 return 1
 `,
   },
-  // KEYS: ch, holds, exps, res. ARGV: rid, amount, now, expiresAt, forgetAt
+  // KEYS: ch, holds, exps, res, used. ARGV: rid, amount, now, expiresAt, forgetAt, usedUntil
+  // ('' for no challenge)
   mppReserve: {
-    keys: 4,
+    keys: 5,
     lua: `${SWEEP}${RESERVE}
-return reserve(KEYS, ARGV)
+return reserve(KEYS, ARGV, KEYS[5], ARGV[6])
 `,
   },
-  // KEYS: ch, holds, exps, res, vouchers. ARGV: rid ('' for no hold), amount, now, expiresAt,
-  // forgetAt, cumulative, signature, checked ('1' or '0'), chainDeposit, chainSettled
+  // KEYS: ch, holds, exps, res, vouchers, used. ARGV: rid ('' for no hold), amount, now,
+  // expiresAt, forgetAt, cumulative, signature, checked ('1' or '0'), chainDeposit, chainSettled,
+  // usedUntil ('' for no challenge)
   mppOfferVoucher: {
-    keys: 5,
+    keys: 6,
     lua: `${SWEEP}${RESERVE}${OFFER}
 local kind = offer(KEYS[1], KEYS[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
 if kind ~= 'accepted' and kind ~= 'same' then return {kind} end
 local held = ''
-if ARGV[1] ~= '' then held = reserve(KEYS, ARGV)[1] end
+if ARGV[1] ~= '' then held = reserve(KEYS, ARGV, KEYS[6], ARGV[11])[1] end
 local c = redis.call('HMGET', KEYS[1], 'highest', 'spent', 'units')
 return {kind, c[1], c[2], c[3], held}
 `,
@@ -323,6 +344,9 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
   const exps = (id: Hex) => `${ch(id)}:exp`;
   const vouchers = (id: Hex) => `${ch(id)}:vouchers`;
   const res = (id: Hex, rid: string) => `${p}res:{${id}}:${rid}`;
+  /** The used mark of a challenge; without one, a key of the channel's slot the script leaves alone. */
+  const used = (id: Hex, challenge: ChallengeUse | undefined) => `${p}used:{${id}}:${challenge?.id ?? ""}`;
+  const usedUntil = (challenge: ChallengeUse | undefined) => (challenge ? String(challenge.until) : "");
   const dirtyKey = `${p}dirty`;
   const lock = (name: string) => `${p}lock:${name}`;
 
@@ -392,12 +416,14 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
         client.mppOfferVoucher(
           ...holdKeys(channelId, rid),
           vouchers(channelId),
+          used(channelId, hold?.challenge),
           ...holdArgv(rid, hold?.amount ?? 0n, hold?.now ?? 0, hold?.expiresAt ?? 0),
           voucher.cumulative.toString(),
           voucher.signature,
           voucher.checked ? "1" : "0",
           voucher.chainDeposit.toString(),
           voucher.chainSettled.toString(),
+          usedUntil(hold?.challenge),
         ),
       )) as string[];
       if (kind !== "accepted" && kind !== "same") return { kind } as OfferVoucherOutcome;
@@ -414,11 +440,13 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
       await client.mppRaiseDeposit(ch(channelId), deposit.toString());
     },
 
-    async reserve(channelId, reservationId, amount, now, expiresAt) {
+    async reserve(channelId, reservationId, amount, now, expiresAt, challenge) {
       const answer = await unsure(channelId, reservationId, () =>
         client.mppReserve(
           ...holdKeys(channelId, reservationId),
+          used(channelId, challenge),
           ...holdArgv(reservationId, amount, now, expiresAt),
+          usedUntil(challenge),
         ),
       );
       return reserveOutcome(answer as string[]);

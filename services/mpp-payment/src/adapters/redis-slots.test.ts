@@ -48,12 +48,14 @@ describe("mpp-payment's Redis keys on a Redis Cluster: every script stays in one
       };
       await store.offerVoucher(channelId, voucher);
       await store.raiseDeposit(channelId, 200n);
-      await store.reserve(channelId, rid, 5n, now, now + 60_000);
+      const challenge = { id: randomBytes(32).toString("base64url"), until: now + 360_000 };
+      await store.reserve(channelId, rid, 5n, now, now + 60_000, challenge);
       await store.offerVoucher(channelId, voucher, {
         reservationId: rid,
         amount: 5n,
         now,
         expiresAt: now + 60_000,
+        challenge,
       });
       await store.commit(channelId, rid, 4n, now);
       await store.release(channelId, rid, now);

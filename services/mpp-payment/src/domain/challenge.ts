@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { Challenge, Credential, PaymentRequest } from "mppx";
 import type { Address } from "viem";
 import type { PaidRequest, PricedRequest } from "./catalog.js";
@@ -39,6 +39,8 @@ export interface VerifiedChallenge {
   binding: Binding;
   /** The quote bound at challenge time. */
   quote: bigint;
+  /** When the challenge expires (ms since the epoch). */
+  expires: number;
 }
 
 /** The session method and intent: tempo/session, the only one the paid door accepts. */
@@ -95,6 +97,10 @@ export function issueChallenge(
     inputCap: String(binding.inputCap),
     outputCap: String(binding.outputCap),
     quote: priced.quote.toString(),
+    // Replay metadata: every challenge is a new one, even for the same body in the same
+    // millisecond, since one challenge pays for one request (docs/paid-door.md, "One
+    // challenge, one request").
+    nonce: randomBytes(16).toString("base64url"),
   };
   const challenge = Challenge.from({
     secretKey: s.secret,
@@ -223,9 +229,14 @@ function bindingOf(meta: Record<string, unknown>): { binding: Binding; quote: bi
 /**
  * Checks that this service issued the echoed challenge (HMAC over realm, method, intent, request,
  * expires, digest and opaque), that it has not expired, that its request still matches the current
- * config and that it was issued for this route. Every failure is mpp_invalid_challenge. Challenge
- * ids may be used several times (MPP lets a session reuse one): replay is bounded by expiry, the
- * HMAC and cumulative voucher monotonicity.
+ * config and that it was issued for this route. Every failure is mpp_invalid_challenge. This is
+ * stateless: it does not tell a replayed credential from a fresh one. A content request's
+ * challenge is single-use, and that is the store's to enforce: the first hold taken under a
+ * challenge id consumes it, and any other request presenting it is refused mpp_invalid_challenge
+ * in the store step that would have held (holds.ts, challengeUse; docs/paid-door.md, "One
+ * challenge, one request"). Cumulative vouchers do not bound a replay: a byte-identical voucher
+ * is the accepted one again. Bodyless management requests (topUp, close) take no hold and may
+ * reuse the current challenge (credential.ts).
  */
 export function verifyChallenge(
   presented: PresentedCredential,
@@ -257,7 +268,7 @@ export function verifyChallenge(
   if (bound.binding.httpMethod !== route.httpMethod || bound.binding.path !== route.path) {
     throw invalid("challenge was issued for another route");
   }
-  return { challenge, binding: bound.binding, quote: bound.quote };
+  return { challenge, binding: bound.binding, quote: bound.quote, expires };
 }
 
 /** mpp_body_digest_mismatch unless `body` is byte-identical to the body the challenge bound

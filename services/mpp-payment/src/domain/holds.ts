@@ -3,7 +3,7 @@ import type { Hex } from "viem";
 import { parseAmount } from "./amounts.js";
 import type { PaymentContext } from "./context.js";
 import { PaymentError } from "./errors.js";
-import type { ChannelStore, ReserveOutcome } from "./ports.js";
+import type { ChallengeUse, ChannelStore, ReserveOutcome } from "./ports.js";
 import { sessionReceipt } from "./receipts.js";
 import { channelTag } from "./safe-log.js";
 
@@ -22,13 +22,46 @@ export interface Reserved {
   receipt: string;
 }
 
-/** A hold about to be taken: its channel, id, amount and lifetime. */
+/** A hold about to be taken: its channel, id, amount and lifetime, and the challenge it consumes. */
 export interface HoldTerms {
   channelId: Hex;
   reservationId: string;
   quote: bigint;
   at: number;
   expiresAt: number;
+  challenge?: ChallengeUse;
+}
+
+/**
+ * How long a used mark outlives its challenge's expiry: a replica whose clock runs behind the
+ * one that took the hold still takes the challenge for unexpired that long.
+ */
+export const USED_MARK_SKEW_MS = 60_000;
+/** Challenge ids this service hands out (mppx: base64url of an HMAC); one becomes part of a store key. */
+const CHALLENGE_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * The challenge a content request's hold consumes (docs/paid-door.md, "One challenge, one
+ * request"): one challenge pays for one request, so a captured credential cannot be replayed.
+ * It is remembered until `expires` (the challenge's, when Verify read it; else the latest a
+ * challenge issued now could expire) plus USED_MARK_SKEW_MS; after that the challenge itself is
+ * refused as expired. No challenge id (a Reserve without one): nothing to consume.
+ */
+export function challengeUse(
+  ctx: PaymentContext,
+  challengeId: string,
+  expires?: number,
+): ChallengeUse | undefined {
+  if (challengeId === "") return undefined;
+  if (!CHALLENGE_ID.test(challengeId))
+    throw new PaymentError("mpp_invalid_challenge", "challenge id is malformed");
+  const until = expires ?? ctx.now() + ctx.s.challengeTtlSeconds * 1000;
+  return { id: challengeId, until: until + USED_MARK_SKEW_MS };
+}
+
+/** The refusal of a request presenting a challenge another request's hold consumed. */
+export function challengeUsed(): PaymentError {
+  return new PaymentError("mpp_invalid_challenge", "challenge was already used; obtain a new one");
 }
 
 /**
@@ -41,6 +74,7 @@ export function holdTerms(
   channelIdText: string,
   requestId: string,
   quote: bigint | undefined,
+  challenge?: ChallengeUse,
 ): HoldTerms {
   const { s } = ctx;
   if (quote === undefined || quote <= 0n) {
@@ -58,7 +92,8 @@ export function holdTerms(
       ? `rsv_${randomBytes(16).toString("hex")}`
       : `rsv_${createHash("sha256").update(`${channelId}|${requestId}`).digest("hex").slice(0, 32)}`;
   const at = ctx.now();
-  return { channelId, reservationId, quote, at, expiresAt: at + s.reservationTtlSeconds * 1000 };
+  const expiresAt = at + s.reservationTtlSeconds * 1000;
+  return { channelId, reservationId, quote, at, expiresAt, ...(challenge ? { challenge } : {}) };
 }
 
 /** The hold a store step took, with its receipt; or the refusal it answered. */
@@ -91,6 +126,8 @@ export function reservedOf(terms: HoldTerms, outcome: ReserveOutcome, challengeI
       throw new PaymentError("mpp_reservation_failed", "the session is unknown");
     case "conflict":
       throw new PaymentError("mpp_reservation_failed", "the request was already reserved and finished");
+    case "used":
+      throw challengeUsed();
   }
 }
 
@@ -101,7 +138,10 @@ export function reservedOf(terms: HoldTerms, outcome: ReserveOutcome, challengeI
  * committed requests read in the same step as the hold. Adding the request's charge (at most
  * `quote`) to its spent and one to its units gives the receipt of the answer (docs/paid-door.md,
  * "One round trip"): true once the hold is committed, and within the accepted cumulative, since
- * spent + the hold never exceeds it.
+ * spent + the hold never exceeds it. Given a challenge id, the hold consumes that challenge
+ * (challengeUse); a challenge that another request's hold consumed is refused
+ * mpp_invalid_challenge, holding nothing. `expires` is the challenge's expiry when the caller
+ * verified it.
  */
 export async function reserve(
   ctx: PaymentContext,
@@ -109,13 +149,15 @@ export async function reserve(
   requestId: string,
   quoteText: string,
   challengeId = "",
+  expires?: number,
 ): Promise<Reserved> {
   const { store, log } = ctx;
-  const terms = holdTerms(ctx, channelIdText, requestId, parseAmount(quoteText));
-  const { channelId, reservationId, quote, at, expiresAt } = terms;
+  const use = challengeUse(ctx, challengeId, expires);
+  const terms = holdTerms(ctx, channelIdText, requestId, parseAmount(quoteText), use);
+  const { channelId, reservationId, quote, at, expiresAt, challenge } = terms;
   let outcome: ReserveOutcome;
   try {
-    outcome = await store.reserve(channelId, reservationId, quote, at, expiresAt);
+    outcome = await store.reserve(channelId, reservationId, quote, at, expiresAt, challenge);
   } catch (err) {
     log.error({ channel: channelTag(channelId), err }, "reserve failed");
     throw new PaymentError("mpp_reservation_failed", "the voucher authorization could not be reserved", {

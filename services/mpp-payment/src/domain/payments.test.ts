@@ -651,6 +651,131 @@ describe("Verify with the request's hold (one round trip)", () => {
   });
 });
 
+describe("One challenge, one request (docs/paid-door.md): a replayed credential", () => {
+  /** A payer's channel (voucher 2 units) and one paid request's credential, not yet sent. */
+  async function replayable() {
+    const s = setup();
+    const o = await opened(s, 2n * UNIT);
+    const credentialFor = async (action: "voucher" | "open" = "voucher", payer = o.payer) => {
+      const req = paidRequest();
+      const issued = s.payments.challenge(req);
+      const payload = action === "open" ? await payer.open(UNIT) : await payer.voucher(2n * UNIT);
+      return {
+        issued,
+        credential: {
+          authorization: payer.credential(issued.header, payload),
+          httpMethod: "POST",
+          path: PATH,
+          body: req.body,
+        },
+      };
+    };
+    return { s, ...o, credentialFor };
+  }
+
+  it("refuses the same challenge and body sent again with mpp_invalid_challenge, charging nothing", async () => {
+    const { s, channelId, credentialFor } = await replayable();
+    const { issued, credential } = await credentialFor();
+    const first = await s.payments.verifyAndReserve(credential, "req_1");
+    await s.payments.commit(first.held!.reservationId, channelId, issued.id, "1234");
+    const err = await rejects(s.payments.verifyAndReserve(credential, "req_replay"), "mpp_invalid_challenge");
+    expect(err.message).toBe("challenge was already used; obtain a new one");
+    // The Reserve api-edge falls back to when Verify held nothing refuses it too.
+    await rejects(
+      s.payments.reserve(channelId, "req_replay_2", issued.quote.toString(), issued.id),
+      "mpp_invalid_challenge",
+    );
+    expect(await s.store.get(channelId)).toMatchObject({ held: 0n, spent: 1234n, units: 1 });
+    // The payer's next request: its receipt reports only the payer's own spend.
+    const next = await credentialFor();
+    const second = await s.payments.verifyAndReserve(next.credential, "req_2");
+    expect(deserializeSessionReceipt(second.held!.receipt)).toMatchObject({
+      challengeId: next.issued.id,
+      spent: "1234",
+      units: 1,
+    });
+  });
+
+  it("serves exactly one of concurrent replays of one credential", async () => {
+    const { s, channelId, credentialFor } = await replayable();
+    const { issued, credential } = await credentialFor();
+    const results = await Promise.allSettled(
+      ["a", "b", "c", "d"].map((id) => s.payments.verifyAndReserve(credential, `req_${id}`)),
+    );
+    const served = results.filter((r) => r.status === "fulfilled" && r.value.held !== undefined);
+    const refused = results.filter(
+      (r) => r.status === "rejected" && (r.reason as PaymentError).code === "mpp_invalid_challenge",
+    );
+    expect([served.length, refused.length]).toEqual([1, 3]);
+    expect(await s.store.get(channelId)).toMatchObject({ held: issued.quote, spent: 0n });
+  });
+
+  it("refuses a replayed open with a body once its challenge paid for a request", async () => {
+    const s = setup();
+    const payer = new TestPayer(PAYEE);
+    const req = paidRequest();
+    const issued = s.payments.challenge(req);
+    const credential = {
+      authorization: payer.credential(issued.header, await payer.open(UNIT)),
+      httpMethod: "POST",
+      path: PATH,
+      body: req.body,
+    };
+    const first = await s.payments.verifyAndReserve(credential, "req_1");
+    expect(first.held).toBeDefined();
+    await rejects(s.payments.verifyAndReserve(credential, "req_2"), "mpp_invalid_challenge");
+    expect(await s.store.get(payer.channelId)).toMatchObject({ held: issued.quote, spent: 0n });
+    expect(s.chain.calls.filter((c) => c === "submitOpen")).toHaveLength(1);
+  });
+
+  it("answers a retry of the same request (the same request id) with the same hold", async () => {
+    const { s, channelId, credentialFor } = await replayable();
+    const { issued, credential } = await credentialFor();
+    const first = await s.payments.verifyAndReserve(credential, "req_1");
+    const retried = await s.payments.verifyAndReserve(credential, "req_1");
+    expect(retried.held!.reservationId).toBe(first.held!.reservationId);
+    expect(
+      (await s.payments.reserve(channelId, "req_1", issued.quote.toString(), issued.id)).reservationId,
+    ).toBe(first.held!.reservationId);
+    expect((await s.store.get(channelId))?.held).toBe(issued.quote);
+  });
+
+  it("is not consumed by a hold that could not be taken: the Reserve that follows takes it", async () => {
+    const { s, channelId, credentialFor } = await replayable();
+    const { issued, credential } = await credentialFor();
+    // The bucket is busy: Verify accepts the voucher but holds nothing.
+    await s.payments.reserve(channelId, "busy_1", String(UNIT));
+    const busy = await s.payments.reserve(channelId, "busy_2", String(UNIT - issued.quote + 1n));
+    expect((await s.payments.verifyAndReserve(credential, "req_1")).held).toBeUndefined();
+    await s.payments.release(busy.reservationId, channelId);
+    await s.payments.reserve(channelId, "req_1b", issued.quote.toString(), issued.id);
+    await rejects(s.payments.verifyAndReserve(credential, "req_2"), "mpp_invalid_challenge");
+    expect((await s.store.get(channelId))?.held).toBe(UNIT + issued.quote);
+  });
+
+  it("lets bodyless management requests (topUp, close) reuse the consumed challenge", async () => {
+    const { s, channelId, payer, credentialFor } = await replayable();
+    const { issued, credential } = await credentialFor();
+    const held = (await s.payments.verifyAndReserve(credential, "req_1")).held!;
+    await s.payments.commit(held.reservationId, channelId, issued.id, "1234");
+    const bodyless = (payload: Record<string, unknown>) => ({
+      authorization: payer.credential(issued.header, payload),
+      httpMethod: "POST",
+      path: PATH,
+      body: new Uint8Array(),
+    });
+    const topUp = await s.payments.verifyAndReserve(bodyless(payer.topUp(3n * UNIT)), "req_top");
+    expect(topUp.verified.action).toBe("topUp");
+    const close = bodyless(await payer.voucher(2n * UNIT, "close"));
+    expect((await s.payments.verify(close)).action).toBe("close");
+    expect(deserializeSessionReceipt(await s.payments.close(close))).toMatchObject({
+      challengeId: issued.id,
+      spent: "1234",
+      units: 1,
+    });
+  });
+});
+
 describe("Reserve, Commit, Release", () => {
   it("holds the quote inside the accepted voucher and commits the actual cost into a receipt", async () => {
     const s = setup();
@@ -708,15 +833,32 @@ describe("Reserve, Commit, Release", () => {
 
   it("gives each hold the receipt before its cost: spent and units of that moment, within the accepted voucher", async () => {
     const s = setup();
-    const { issued, channelId } = await opened(s);
+    const { req, issued, channelId } = await opened(s);
+    // One challenge per request: each hold consumes its own.
+    const [second, third] = [s.payments.challenge(req), s.payments.challenge(req)];
     const first = await s.payments.reserve(channelId, "req_1", "300000", issued.id);
-    const concurrent = await s.payments.reserve(channelId, "req_2", "200000", issued.id);
-    const at = { challengeId: issued.id, channelId, acceptedCumulative: "1000000" };
-    expect(deserializeSessionReceipt(first.receipt)).toMatchObject({ ...at, spent: "0", units: 0 });
-    expect(deserializeSessionReceipt(concurrent.receipt)).toMatchObject({ ...at, spent: "0", units: 0 });
+    const concurrent = await s.payments.reserve(channelId, "req_2", "200000", second.id);
+    const at = { channelId, acceptedCumulative: "1000000" };
+    expect(deserializeSessionReceipt(first.receipt)).toMatchObject({
+      ...at,
+      challengeId: issued.id,
+      spent: "0",
+      units: 0,
+    });
+    expect(deserializeSessionReceipt(concurrent.receipt)).toMatchObject({
+      ...at,
+      challengeId: second.id,
+      spent: "0",
+      units: 0,
+    });
     await s.payments.commit(first.reservationId, channelId, issued.id, "1234");
-    const next = await s.payments.reserve(channelId, "req_3", "100000", issued.id);
-    expect(deserializeSessionReceipt(next.receipt)).toMatchObject({ ...at, spent: "1234", units: 1 });
+    const next = await s.payments.reserve(channelId, "req_3", "100000", third.id);
+    expect(deserializeSessionReceipt(next.receipt)).toMatchObject({
+      ...at,
+      challengeId: third.id,
+      spent: "1234",
+      units: 1,
+    });
     // A retried reserve of a live hold answers the figures of now; without a challenge id, no receipt.
     expect((await s.payments.reserve(channelId, "req_2", "200000")).receipt).toBe("");
   });

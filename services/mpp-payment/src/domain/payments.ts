@@ -30,8 +30,10 @@ export interface Payments {
   /**
    * Holds `quote` inside the channel's accepted cumulative; returns the reservation id, derived
    * from the channel and `requestId` (a retry with the same id gets the same hold), and, given
-   * the verified challenge's id, the receipt of the hold before its cost (holds.ts). `requestId`
-   * must be the gateway's own per-request id, never one a caller chose.
+   * the verified challenge's id, the receipt of the hold before its cost (holds.ts); the hold
+   * then consumes that challenge, and a challenge another request's hold consumed is refused
+   * mpp_invalid_challenge (docs/paid-door.md, "One challenge, one request"). `requestId` must be
+   * the gateway's own per-request id, never one a caller chose.
    */
   reserve(channelId: string, requestId: string, quote: string, challengeId?: string): Promise<Reserved>;
   /** Records the actual cost and returns the Payment-Receipt; only after the store update succeeded. */

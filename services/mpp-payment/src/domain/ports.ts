@@ -69,14 +69,26 @@ export interface NewChannel {
 }
 
 /**
- * Result of a reserve: `conflict` means the reservation id is taken by a finished reservation.
- * `reserved` carries the channel's committed spend, accepted cumulative and committed requests
- * read in the same step, while the hold is live: spent + the hold ≤ accepted, so spent plus any
- * charge within the hold is a spend the accepted voucher covers.
+ * Result of a reserve: `conflict` means the reservation id is taken by a finished reservation;
+ * `used`, that the challenge the hold pays under already paid for another reservation (nothing
+ * held). `reserved` carries the channel's committed spend, accepted cumulative and committed
+ * requests read in the same step, while the hold is live: spent + the hold ≤ accepted, so spent
+ * plus any charge within the hold is a spend the accepted voucher covers.
  */
 export type ReserveOutcome =
   | { kind: "reserved"; spent: bigint; accepted: bigint; units: number }
-  | { kind: "insufficient" | "not_open" | "unknown" | "conflict" };
+  | { kind: "insufficient" | "not_open" | "unknown" | "conflict" | "used" };
+
+/**
+ * The challenge a content request's hold pays under: one challenge pays for one request
+ * (docs/paid-door.md, "One challenge, one request"). The first hold taken under `id` consumes
+ * it, and the store remembers which reservation did until `until` (ms, at least the challenge's
+ * expiry): another reservation presenting it is `used`, the same one (a retry) is the same hold.
+ */
+export interface ChallengeUse {
+  id: string;
+  until: number;
+}
 
 /**
  * A voucher offered to a channel, with what the domain checked and read before the store step:
@@ -102,6 +114,7 @@ export interface HoldRequest {
   amount: bigint;
   now: number;
   expiresAt: number;
+  challenge?: ChallengeUse;
 }
 
 /**
@@ -153,7 +166,9 @@ export interface ChannelStore {
   /**
    * Holds `amount` inside the accepted cumulative (available = highest − spent − held) until
    * `expiresAt` (ms); expired holds are dropped first. Reserving an id that is still held again
-   * is a no-op that answers `reserved` (with the figures of now).
+   * is a no-op that answers `reserved` (with the figures of now). Given `challenge`, a challenge
+   * a hold of another reservation id consumed answers `used` and holds nothing; a hold taken
+   * consumes it (ChallengeUse), in the same step.
    */
   reserve(
     channelId: Hex,
@@ -161,6 +176,7 @@ export interface ChannelStore {
     amount: bigint,
     now: number,
     expiresAt: number,
+    challenge?: ChallengeUse,
   ): Promise<ReserveOutcome>;
   /** spent += min(actual, hold), releases the hold, units += 1; idempotent by reservation id. */
   commit(channelId: Hex, reservationId: string, actual: bigint, now: number): Promise<CommitOutcome>;

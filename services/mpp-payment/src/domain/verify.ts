@@ -13,7 +13,15 @@ import {
   type Verified,
 } from "./credential.js";
 import { PaymentError } from "./errors.js";
-import { type HoldTerms, holdTerms, type Reserved, reserve, reservedOf } from "./holds.js";
+import {
+  challengeUse,
+  challengeUsed,
+  type HoldTerms,
+  holdTerms,
+  type Reserved,
+  reserve,
+  reservedOf,
+} from "./holds.js";
 import type { OnChainState, ReserveOutcome } from "./ports.js";
 import { sessionReceipt } from "./receipts.js";
 import { channelTag, safeCause } from "./safe-log.js";
@@ -41,7 +49,10 @@ export interface VerifiedAndHeld {
  * Verifies a credential and, when it pays for content (an open or voucher with a body), holds
  * the request's quote for `requestId` in the same call (docs/paid-door.md, "One round trip"). A
  * hold that cannot be taken does not fail the verification: the credential was accepted (an
- * open broadcast), and its receipt must reach the caller; a Reserve then says why.
+ * open broadcast), and its receipt must reach the caller; a Reserve then says why. Except a
+ * challenge another request's hold already consumed: that credential is a replay, refused
+ * mpp_invalid_challenge in the same store step (docs/paid-door.md, "One challenge, one
+ * request"); a retry of this request (the same `requestId`) is the same hold.
  */
 export async function verifyAndReserve(
   ctx: PaymentContext,
@@ -52,9 +63,11 @@ export async function verifyAndReserve(
   const { action } = auth.payload;
   if (action === "voucher" && req.body.length > 0) {
     // A quote out of bounds takes no hold: the voucher is still accepted, and a Reserve says why.
+    const { challenge, expires } = auth.verified;
+    const use = challengeUse(ctx, challenge.id, expires);
     let terms: HoldTerms | undefined;
     try {
-      terms = holdTerms(ctx, auth.payload.channelId, requestId, auth.verified.quote);
+      terms = holdTerms(ctx, auth.payload.channelId, requestId, auth.verified.quote, use);
     } catch {
       terms = undefined;
     }
@@ -68,7 +81,12 @@ export async function verifyAndReserve(
     requestId,
     verified.quote.toString(),
     verified.challengeId,
-  ).catch(() => undefined);
+    auth.verified.expires,
+  ).catch((err: unknown) => {
+    // A replayed open: another request's hold consumed its challenge.
+    if (err instanceof PaymentError && err.code === "mpp_invalid_challenge") throw err;
+    return undefined;
+  });
   return { verified, held };
 }
 
@@ -151,6 +169,8 @@ async function verifyVoucher(
   const { payload: p, source, seen } = auth;
   if (p.action !== "voucher") throw failed("credential is not a voucher");
   const { accepted, held } = await acceptVoucher(ctx, p, source, !seen, terms);
+  // A replay: the store step found the challenge consumed by another request's hold.
+  if (terms && held?.kind === "used") throw challengeUsed();
   if (terms && held?.kind === "reserved") {
     const reserved = reservedOf(terms, held, auth.verified.challenge.id);
     // With the hold, its receipt is the accepted voucher's too: the spend before the request.
@@ -213,6 +233,7 @@ async function acceptVoucher(
         amount: hold.quote,
         now: hold.at,
         expiresAt: hold.expiresAt,
+        ...(hold.challenge ? { challenge: hold.challenge } : {}),
       },
     );
     switch (outcome.kind) {

@@ -34,12 +34,12 @@ function store(opts: { reservationRetentionMs?: number } = {}) {
 describe("redis channel store", () => {
   channelStoreContract(() => store().store);
 
-  it("keeps every key of one channel under its hash tag, and lets finished reservations expire", async () => {
+  it("keeps every key of one channel under its hash tag, and lets finished reservations and used challenges expire", async () => {
     const { ns, store: s } = store({ reservationRetentionMs: 60_000 });
     const c = newChannel();
     await s.create(c);
     const now = Date.now();
-    await s.reserve(c.channelId, "r1", 5n, now, now + 1_000);
+    await s.reserve(c.channelId, "r1", 5n, now, now + 1_000, { id: "c1", until: now + 30_000 });
     await s.commit(c.channelId, "r1", 5n, now);
     const keys: string[] = [];
     for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
@@ -49,6 +49,12 @@ describe("redis channel store", () => {
     const ttl = await redis.pttl(res);
     expect(ttl).toBeGreaterThan(50_000);
     expect(ttl).toBeLessThanOrEqual(60_000);
+    const used = keys.find((k) => k.includes(":used:"))!;
+    expect(used.endsWith(":c1")).toBe(true);
+    expect(await redis.get(used)).toBe("r1");
+    const usedTtl = await redis.pttl(used);
+    expect(usedTtl).toBeGreaterThan(20_000);
+    expect(usedTtl).toBeLessThanOrEqual(30_000);
   });
 
   it("is linearizable per channel: parallel holds from many connections never exceed the voucher", async () => {
