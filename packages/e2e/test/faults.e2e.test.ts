@@ -154,7 +154,7 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     expect(b.spent).toBe(servedCost);
     expect(b.held).toBe(0n);
   }, 45_000);
-  it("kills a router (SIGKILL) mid-stream: callers get a clean end, what was relayed is billed exactly once", async () => {
+  it("kills a router (SIGKILL) mid-stream: callers get a clean end and are told exactly what was relayed and billed", async () => {
     const key = await account("router-fault");
     const MAX = 30;
     // Streams of about 1.5 s, so several are in flight on each router when one dies.
@@ -175,12 +175,16 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     // A call refused before its first chunk is a plain retryable JSON error.
     expect(summary(outcomes.filter((o) => o.status !== 200 && !isFastRetryable503(o)))).toEqual({});
     for (const o of completed) expect(o.tokens, o.tail).toBe(MAX);
-    // A stream cut short ends with the spec's error event (no [DONE]), never by hanging.
+    // A stream cut short ends with the spec's error event (no [DONE]), never by hanging, and
+    // tells what it is billed for what was relayed, as a finished stream does (docs/money.md,
+    // "Records"): `x_tollgate` on that event and the `x-tollgate-cost` trailer, one figure.
     expect(cut.length).toBeGreaterThan(0);
     for (const o of cut) {
       expect(o.errorType).toBe("server_error");
       expect(o.tokens).toBeLessThan(MAX);
+      expect(o.cost, o.tail).toBeGreaterThan(0n);
     }
+    for (const o of streamed) expect(o.trailerCost, o.tail).toBe(o.cost);
 
     const relayed = streamed.reduce((sum, o) => sum + o.tokens, 0);
     const written = upstream.requests.slice(seen).reduce((sum, r) => sum + (r.tokensWritten ?? 0), 0);
@@ -190,9 +194,10 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     // that died with the router and reached nobody).
     expect(b.outputTokens).toBe(relayed);
     expect(written).toBeGreaterThanOrEqual(relayed);
-    expect(b.spent).toBe(b.cost);
-    // Completed streams cost what their callers were told; the cut ones were billed on top.
-    expect(b.cost).toBeGreaterThan(completed.reduce((sum, o) => sum + o.cost, 0n));
+    // What callers were told == budget spent == metering's analytics, the cut streams included.
+    const told = streamed.reduce((sum, o) => sum + o.cost, 0n);
+    expect(b.spent).toBe(told);
+    expect(b.cost).toBe(told);
     expect(b.held).toBe(0n);
     // api-edge recorded the cut streams itself (the killed router could not).
     expect(stack.output()).toContain("usage of a stream lost mid-way recorded");

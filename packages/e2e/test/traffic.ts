@@ -1,6 +1,7 @@
 // Account-door traffic for the fault tests (faults.e2e, cluster.e2e): chat requests as a caller
 // sends them, what each came to as the caller saw it, load until a fault is over, and the books
 // (metering's analytics, the budget's spent and held in Redis) to compare them with.
+import { request } from "node:http";
 import { isRedisUnavailable, type Redis, scanStream } from "@tollgate/kit/redis";
 import { expect } from "vitest";
 
@@ -11,8 +12,13 @@ export interface Outcome {
   at: number;
   ms: number;
   streamed: boolean;
-  /** Cost the caller was told (header, or the usage chunk of a stream); 0n when none. */
+  /**
+   * Cost the caller was told (header, or a stream's usage chunk, or the error event of a stream
+   * cut short and billed); 0n when none.
+   */
   cost: bigint;
+  /** A stream's `x-tollgate-cost` trailer, when it had one. */
+  trailerCost?: bigint;
   /** Content chunks relayed to the caller (streams), or completion tokens (buffered). */
   tokens: number;
   /** A stream ended with `data: [DONE]`. */
@@ -43,24 +49,24 @@ export async function sendChat(url: string, key: string, i: number, opts: ChatOp
     "content-type": "application/json",
   };
   if (opts.idempotencyKey) headers["idempotency-key"] = opts.idempotencyKey;
-  let res: Response;
+  let res: Answer;
   try {
-    res = await fetch(`${url}/v1/chat/completions`, {
-      method: "POST",
+    res = await post(
+      `${url}/v1/chat/completions`,
       headers,
-      body: JSON.stringify({
+      JSON.stringify({
         model: "tollgate-mini",
         max_tokens: opts.maxTokens,
         stream: opts.stream,
         ...(opts.stream ? { stream_options: { include_usage: true } } : {}),
         messages: [{ role: "user", content: `traffic ${i}` }],
       }),
-      signal: AbortSignal.timeout(15_000),
-    });
+      15_000,
+    );
   } catch (err) {
     throw new Error(`request ${i} got no answer: ${(err as Error).message}`);
   }
-  const text = await res.text();
+  const text = res.text;
   const out: Outcome = {
     status: res.status,
     at,
@@ -94,11 +100,58 @@ export async function sendChat(url: string, key: string, i: number, opts: ChatOp
       continue;
     }
     const json = JSON.parse(data);
-    if (json.error) readError(json);
-    else if (json.choices?.length === 0 && json.usage) out.cost = BigInt(json.x_tollgate?.cost ?? "0");
+    if (json.error) {
+      readError(json);
+      // A stream cut short and billed all the same tells its cost on its error event.
+      if (json.x_tollgate) out.cost = BigInt(json.x_tollgate.cost);
+    } else if (json.choices?.length === 0 && json.usage) out.cost = BigInt(json.x_tollgate?.cost ?? "0");
     else if (json.choices?.[0]?.delta?.content) out.tokens++;
   }
+  const trailer = res.trailers["x-tollgate-cost"];
+  if (trailer !== undefined) out.trailerCost = BigInt(trailer);
   return out;
+}
+
+/** An HTTP answer read whole: its status, headers, body and trailers (a stream's cost). */
+interface Answer {
+  status: number;
+  headers: { get(name: string): string | null };
+  text: string;
+  trailers: NodeJS.Dict<string>;
+}
+
+/** POSTs `body` with node:http (fetch does not expose HTTP trailers). */
+function post(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  timeoutMs: number,
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "POST", headers, signal: AbortSignal.timeout(timeoutMs) }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => {
+        text += c;
+      });
+      res.on("error", reject);
+      res.on("end", () =>
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: {
+            get: (name) => {
+              const v = res.headers[name.toLowerCase()];
+              return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
+            },
+          },
+          text,
+          trailers: res.trailers,
+        }),
+      );
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
 }
 
 /** `clients` concurrent callers sending requests one after another until `stop` resolves. */

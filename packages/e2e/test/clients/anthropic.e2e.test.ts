@@ -221,7 +221,7 @@ describe("POST /v1/messages with the Anthropic SDK (all-in-one, in process)", ()
     });
   });
 
-  it("raises an error event on a stream whose upstream dies mid-way, billed for what was produced", async () => {
+  it("raises an error event on a stream whose upstream dies mid-way, billed for what was produced and told so", async () => {
     gateway().upstream.failNext(1, { afterChunks: 3 });
     const cut = await gateway().cutStream();
     const stream = await sdk().messages.create({
@@ -242,6 +242,8 @@ describe("POST /v1/messages with the Anthropic SDK (all-in-one, in process)", ()
     });
     const billed = await cut.billed();
     expect(billed.cost).toBeGreaterThan(0n);
+    // The error event carried the cost (x_tollgate): exactly what metering billed.
+    expect(billed.told).toBe(true);
     expect(billed.outputTokens).toBe(3);
   });
 

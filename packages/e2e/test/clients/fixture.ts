@@ -184,10 +184,12 @@ export interface ClientGateway {
   upstream: FakeUpstream;
   wire: Wire;
   /**
-   * Call before a served stream that will be cut (nobody is told its cost): `billed()`, once it
-   * was cut, reads what metering billed it and tells the books that.
+   * Call before a served stream that will be cut: `billed()`, once it was cut, reads what
+   * metering billed it. A stream its caller left was told nothing: the books are told that
+   * cost. A stream that failed mid-way told its cost on its error event (`told`, already in the
+   * books through the wire tap): what metering billed it must be exactly that.
    */
-  cutStream(): Promise<{ billed(): Promise<{ cost: bigint; outputTokens: number }> }>;
+  cutStream(): Promise<{ billed(): Promise<{ cost: bigint; told: boolean; outputTokens: number }> }>;
   /** Fills the limited connection's rate-limit window with one billed chat request (once a file). */
   fillRateLimit(): Promise<void>;
 }
@@ -234,9 +236,16 @@ export function useClientGateway(): () => ClientGateway {
         const before = await served.totals();
         return {
           async billed() {
-            const cost = await served.billedUntold(before);
+            const told = wire.last().cost;
+            const cost = told ?? (await served.billedUntold(before));
             const after = await served.totals();
-            return { cost, outputTokens: Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n)) };
+            if (told !== undefined)
+              expect(BigInt(after?.cost ?? "0") - BigInt(before?.cost ?? "0")).toBe(told);
+            return {
+              cost,
+              told: told !== undefined,
+              outputTokens: Number((after?.outputTokens ?? 0n) - (before?.outputTokens ?? 0n)),
+            };
           },
         };
       },

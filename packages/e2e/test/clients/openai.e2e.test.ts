@@ -199,7 +199,7 @@ describe("the openai SDK against the account door", () => {
     expect(gateway().wire.last().cost).toBeGreaterThan(0n);
   });
 
-  it("ends a Responses stream whose upstream dies mid-way with response.failed, billed for what was produced", async () => {
+  it("ends a Responses stream whose upstream dies mid-way with response.failed, billed for what was produced and told so", async () => {
     gateway().upstream.failNext(1, { afterChunks: 3 });
     const cut = await gateway().cutStream();
     const stream = await client().responses.create({
@@ -221,6 +221,8 @@ describe("the openai SDK against the account door", () => {
     expect(failed?.error?.code).toBe("upstream_error");
     const billed = await cut.billed();
     expect(billed.cost).toBeGreaterThan(0n);
+    // response.failed carried the cost (x_tollgate): exactly what metering billed.
+    expect(billed.told).toBe(true);
     // The three tokens produced before the cut, as a cut chat stream is billed.
     expect(billed.outputTokens).toBe(3);
   });

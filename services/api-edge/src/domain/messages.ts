@@ -202,13 +202,14 @@ export class MessagesStream implements StreamTranslation {
     ];
   }
 
-  fail(failure: StreamFailure): NamedEvent[] {
+  fail(failure: StreamFailure, extension: Record<string, unknown> = {}): NamedEvent[] {
     return [
       {
         event: "error",
         data: {
           type: "error",
           error: { type: anthropicErrorType(failure.status), message: failure.message, code: failure.code },
+          ...extension,
         },
       },
     ];

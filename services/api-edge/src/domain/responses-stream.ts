@@ -98,7 +98,7 @@ export class ResponsesStream implements StreamTranslation {
   }
 
   /** The closing event of a stream that failed after it started: the answer so far, failed. */
-  fail(failure: StreamFailure): NamedEvent[] {
+  fail(failure: StreamFailure, extension: Record<string, unknown> = {}): NamedEvent[] {
     const response = this.#response({ inputTokens: 0, outputTokens: 0, reasoningTokens: 0 });
     const item = response.output[0];
     return [
@@ -111,6 +111,7 @@ export class ResponsesStream implements StreamTranslation {
           output: item ? [{ ...item, status: "incomplete" }] : [],
           usage: null,
         },
+        ...extension,
       }),
     ];
   }

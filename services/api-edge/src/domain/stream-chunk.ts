@@ -44,6 +44,9 @@ export interface StreamTranslation {
   chunk(json: unknown): NamedEvent[];
   /** The closing events of a finished stream; `extension` goes on the event that carries the usage. */
   finish(usage: TokenUsage, extension: Record<string, unknown>): NamedEvent[];
-  /** The closing events of a stream that failed after it started. */
-  fail(failure: StreamFailure): NamedEvent[];
+  /**
+   * The closing events of a stream that failed after it started; `extension` goes on the final
+   * event (the money of what was produced, when that is billed).
+   */
+  fail(failure: StreamFailure, extension: Record<string, unknown>): NamedEvent[];
 }

@@ -90,8 +90,12 @@ export interface StreamFormat {
   chunk(bytes: Uint8Array): SseEvent[];
   /** The events that close a finished stream: its usage, and its money fields when billed. */
   finish(usage: Usage, money: Record<string, string> | undefined): SseEvent[];
-  /** The events that close a stream which failed after it started. */
-  fail(error: HttpError, requestId: string): SseEvent[];
+  /**
+   * The events that close a stream which failed after it started; `money` when what was
+   * relayed is billed all the same (its upstream or its router lost mid-stream, docs/money.md,
+   * "Holds"), told on the final event as `x_tollgate`, as a finished stream tells it.
+   */
+  fail(error: HttpError, requestId: string, money: Record<string, string> | undefined): SseEvent[];
 }
 
 /** A view of a message's bytes as a Buffer, not a copy. */
@@ -131,7 +135,14 @@ export function passthroughFormat(): StreamFormat {
       events.push({ data: "[DONE]" });
       return events;
     },
-    fail: (error, requestId) => [{ data: JSON.stringify(errorBody(error, requestId)) }],
+    fail: (error, requestId, money) => [
+      {
+        data: JSON.stringify({
+          ...errorBody(error, requestId),
+          ...(money ? { x_tollgate: xTollgate(money) } : {}),
+        }),
+      },
+    ],
   };
 }
 
@@ -156,7 +167,13 @@ export function translatedFormat(t: StreamTranslation): StreamFormat {
           money ? { x_tollgate: xTollgate(money) } : {},
         ),
       ),
-    fail: (error) => sse(t.fail({ status: error.status, code: error.code, message: error.message })),
+    fail: (error, _requestId, money) =>
+      sse(
+        t.fail(
+          { status: error.status, code: error.code, message: error.message },
+          money ? { x_tollgate: xTollgate(money) } : {},
+        ),
+      ),
   };
 }
 
@@ -176,10 +193,12 @@ export async function relayStream(
   onNoStart?: (err: unknown) => Promise<void>,
   /**
    * Called when the stream fails after some chunks were relayed (not because the caller went
-   * away), with the usage event the router sent along with the last relayed chunk: the router
-   * may be gone without recording it, so it is recorded under the same event id (stored once).
+   * away), with the usage event the router sent along with the last relayed chunk and the
+   * failure: the router may be gone without recording it, so it is recorded under the same event
+   * id (stored once). Answers the money fields of that charge, which the stream's error event
+   * and trailers then carry, as a finished stream's do; undefined when nothing is charged.
    */
-  onLost?: (usageSoFar: UsageRecorded) => Promise<void>,
+  onLost?: (usageSoFar: UsageRecorded, err: unknown) => Promise<Record<string, string> | undefined>,
   format: StreamFormat = passthroughFormat(),
 ): Promise<FastifyReply> {
   const events = stream[Symbol.asyncIterator]();
@@ -232,9 +251,10 @@ export async function relayStream(
       outcome = "client_cancelled";
     } else {
       outcome = "failed";
-      if (usageSoFar) await onLost?.(usageSoFar);
-      await sse.send(format.fail(toHttpError(err, req.log), req.id));
-      sse.end();
+      // What was relayed is billed: the caller is told that charge, exactly as it is recorded.
+      const billed = usageSoFar ? await onLost?.(usageSoFar, err) : undefined;
+      await sse.send(format.fail(toHttpError(err, req.log), req.id, billed));
+      sse.end(money ? billed : undefined);
     }
   }
   req.log.debug({ outcome, ms: Math.round(performance.now() - started) }, "stream ended");

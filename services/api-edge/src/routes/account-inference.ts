@@ -1,4 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { randomHex } from "@tollgate/kit/ids";
 import type { AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import { type CompletionInputSchema, Door, type Operation, type Usage } from "@tollgate/proto/inference";
@@ -154,24 +155,51 @@ export function chatResultOf(res: { body: Uint8Array; usage?: Usage | undefined 
 /**
  * Records the usage of a stream whose router was lost mid-stream (killed, restarted): what was
  * relayed to the caller, priced by the router, under the router's event id, so it is billed
- * once whether or not the router published it. A failure leaves the hold to its TTL.
+ * once whether or not the router published it. True once metering stored it; a failure leaves
+ * the hold to its TTL.
  */
-async function recordLostStream(ctx: AccountRouteContext, req: FastifyRequest, usage: UsageRecorded) {
+async function recordLostStream(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  usage: UsageRecorded,
+): Promise<boolean> {
   if (!ctx.metering) {
     req.log.warn("stream lost mid-way and no metering to record it; the hold lapses with its TTL");
-    return;
+    return false;
   }
-  await ctx.metering
-    .recordUsage({ usage }, { timeoutMs: RECORD_USAGE_TIMEOUT_MS })
-    .then(() => req.log.info("usage of a stream lost mid-way recorded"))
-    .catch((err: unknown) => req.log.error({ err }, "usage of a stream lost mid-way not recorded"));
+  return ctx.metering.recordUsage({ usage }, { timeoutMs: RECORD_USAGE_TIMEOUT_MS }).then(
+    () => {
+      req.log.info("usage of a stream lost mid-way recorded");
+      return true;
+    },
+    (err: unknown) => {
+      req.log.error({ err }, "usage of a stream lost mid-way not recorded");
+      return false;
+    },
+  );
+}
+
+/**
+ * Whether a stream's failure is the router's own answer after it published the stream's usage:
+ * a router that fails a started stream (its upstream died) publishes the usage of what it
+ * relayed before answering its error, and answers `usage_not_recorded` instead when that
+ * publish failed. A router lost mid-way (killed, unreachable) answers nothing of its own.
+ */
+function recordedByRouter(err: unknown): boolean {
+  return (
+    err instanceof RemoteError &&
+    err.code !== undefined &&
+    err.code !== "usage_not_recorded" &&
+    err.status !== GrpcStatus.CANCELLED
+  );
 }
 
 /**
  * Streams an authorized completion to the caller as SSE in `format` (default: the OpenAI chunks
  * as the router sends them). The stream is billed the same whatever its format: settled with its
  * usage when it finishes, its hold given back when it fails before any usage, and what was
- * relayed recorded when its router is lost mid-stream.
+ * relayed recorded when its router is lost mid-stream; whenever what was relayed is billed, the
+ * caller is told its cost as a finished stream is (trailers, `x_tollgate` on the final event).
  */
 export function streamCompletion(
   ctx: AccountRouteContext,
@@ -192,10 +220,13 @@ export function streamCompletion(
       return moneyOf(grant)(usage.cost);
     },
     releaseOnFailure(ctx, req, grant),
-    (usage) => {
+    async (usage, err) => {
       // What was relayed is what is billed: the rest of a lease's quote goes back.
       ticketOf(grant)?.end({ cost: BigInt(usage.cost || "0") });
-      return recordLostStream(ctx, req, usage);
+      const recorded = await recordLostStream(ctx, req, usage);
+      // The caller is told the charge of the event metering applies (the same id and cost,
+      // whoever stored it), as a finished stream is told its own (docs/money.md, "Records").
+      return recorded || recordedByRouter(err) ? moneyOf(grant)(usage.cost || "0") : undefined;
     },
     opts.format,
   );

@@ -21,7 +21,7 @@ import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import { createMemoryIdempotencyStore } from "../adapters/memory-idempotency-store.js";
 import { type ApiEdgePorts, buildApp } from "../app.js";
-import type { AuthClient, InferenceClient, PaymentClient } from "./context.js";
+import type { AuthClient, InferenceClient, MeteringClient, PaymentClient } from "./context.js";
 import type { LeaseClient } from "./leases.js";
 
 // The public port built in process from in-memory ports and driven with app.inject(): each
@@ -74,6 +74,14 @@ interface Fakes {
   streamFinish?: string;
   /** Makes the next stream fail with this error after its chunks. */
   streamCut?: Error;
+  /** The stream stops after its chunks without its usage and without an error (a killed router). */
+  streamStops?: boolean;
+  /** The usage events recorded with metering (a stream whose router was lost mid-way). */
+  recorded: { eventId: string; cost: string }[];
+  /** metering fails every RecordUsage with this. */
+  meteringFails?: Error;
+  /** Each lease returned: what it says was committed on it. */
+  returned: string[];
   /** Every settlement asked of auth-policy: the hold's actual cost. */
   settled: string[];
   /** The chat bodies the router was asked to run. */
@@ -149,7 +157,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
         if (f.inferenceFails) throw f.inferenceFails;
         const texts = f.streamTexts ?? ["hi"];
         for (const [i, text] of texts.entries()) {
-          const last = i === texts.length - 1 && !f.streamCut;
+          const last = i === texts.length - 1 && !f.streamCut && !f.streamStops;
           const chunk = {
             id: "c-1",
             object: "chat.completion.chunk",
@@ -163,6 +171,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
           });
         }
         if (f.streamCut) throw f.streamCut;
+        if (f.streamStops) return;
         yield create(StreamCompleteResponseSchema, {
           event: {
             case: "usage",
@@ -208,11 +217,22 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
           budgetRemaining: "1000",
         },
       }),
-    returnLease: async () => ({ $typeName: "tollgate.auth.v1.ReturnLeaseResponse" }) as never,
+    returnLease: async (req) => {
+      f.returned.push(req.committed ?? "");
+      return { $typeName: "tollgate.auth.v1.ReturnLeaseResponse" } as never;
+    },
+  };
+  const metering: MeteringClient = {
+    recordUsage: async (req) => {
+      if (f.meteringFails) throw f.meteringFails;
+      f.recorded.push({ eventId: req.usage?.eventId ?? "", cost: req.usage?.cost ?? "" });
+      return { $typeName: "tollgate.metering.v1.RecordUsageResponse" } as never;
+    },
   };
   return {
     auth,
     inference,
+    metering,
     ...(withLeases ? { leases } : {}),
     ...(withPayment ? { payment } : {}),
     idempotencyStore: createMemoryIdempotencyStore(),
@@ -227,13 +247,21 @@ afterEach(async () => {
 });
 
 function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number; withLeases?: boolean } = {}) {
-  const f: Fakes = { authorized: [], settled: [], forwarded: [], asked: [], completed: [] };
-  const { app } = buildApp(
+  const f: Fakes = {
+    authorized: [],
+    settled: [],
+    forwarded: [],
+    asked: [],
+    completed: [],
+    recorded: [],
+    returned: [],
+  };
+  const { app, leases } = buildApp(
     fakePorts(f, opts.withPayment ?? true, opts.withLeases),
     opts.bodyLimitBytes ? { bodyLimitBytes: opts.bodyLimitBytes } : {},
   );
   apps.push(app);
-  return { app, f };
+  return { app, f, leases };
 }
 
 const bearer = (key = GOOD_KEY) => ({ authorization: `Bearer ${key}` });
@@ -441,6 +469,113 @@ describe("each account route, in process", () => {
     expect(code(res)).toBe("rate_limited");
     expect(res.headers["retry-after"]).toBe("3");
     expect(res.headers["ratelimit-limit"]).toBe("10");
+  });
+});
+
+describe('a stream whose router is lost mid-way: the caller is told what is charged (docs/money.md, "Records")', () => {
+  const STREAMING = WITH_BODY.filter((id) => ROUTES[id].streams);
+  /** The final event of a stream that failed after it started, by route: its `event:` name. */
+  const STREAM_FAILED: Partial<Record<RouteId, string | undefined>> = {
+    chat: undefined,
+    completions: undefined,
+    responses: "response.failed",
+    messages: "error",
+  };
+  const streamOf = (id: RouteId) =>
+    request(id, {
+      payload: JSON.stringify({
+        ...(BODIES[id] as object),
+        stream: true,
+        ...(id === "chat" || id === "completions" ? { stream_options: { include_usage: true } } : {}),
+      }),
+    });
+  /** What a killed router's call ends with: a transport failure, no code of the router's own. */
+  const killed = () => new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "Connection dropped");
+
+  it.each(STREAMING)(
+    "%s ends with its error event and the cost api-edge recorded for what was relayed, as trailers and x_tollgate",
+    async (id) => {
+      const { app, f } = edge();
+      f.streamTexts = ["Hel", "lo"];
+      f.streamCut = killed();
+      const res = await app.inject(streamOf(id));
+      expect(res.statusCode).toBe(200);
+      const events = sseEvents(res.body);
+      const last = events.at(-1)!;
+      expect(last.event).toBe(STREAM_FAILED[id]);
+      expect(res.body).not.toContain("[DONE]");
+      // The router sent cost 2 as the usage so far with the second chunk: that is what api-edge
+      // records (under the router's event id), and what the caller is told.
+      expect(f.recorded).toEqual([{ eventId: "ev_1", cost: "2" }]);
+      expect(last.data.x_tollgate).toEqual({ cost: "2", budget_remaining: "998" });
+      expect(res.trailers["x-tollgate-cost"]).toBe("2");
+      expect(res.trailers["x-tollgate-budget-remaining"]).toBe("998");
+      // Only the error event carries it.
+      expect(events.filter((e) => e.data.x_tollgate !== undefined)).toHaveLength(1);
+      expect(f.settled).toEqual([]);
+    },
+  );
+
+  it("tells the cost of a stream whose router stopped without its usage or an error (a killed process)", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["a", "b", "c"];
+    f.streamStops = true;
+    const res = await app.inject(streamOf("chat"));
+    const last = sseEvents(res.body).at(-1)!;
+    expect(last.data).toMatchObject({
+      error: { code: "service_unavailable" },
+      x_tollgate: { cost: "3", budget_remaining: "997" },
+    });
+    expect(res.trailers["x-tollgate-cost"]).toBe("3");
+    expect(f.recorded).toEqual([{ eventId: "ev_1", cost: "3" }]);
+  });
+
+  it("tells no cost when the lost router's usage could not be recorded: nothing is charged", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    f.streamCut = killed();
+    f.meteringFails = new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "no metering");
+    const res = await app.inject(streamOf("chat"));
+    const last = sseEvents(res.body).at(-1)!;
+    expect(last.data.error).toMatchObject({ code: "service_unavailable" });
+    expect(last.data.x_tollgate).toBeUndefined();
+    expect(res.trailers["x-tollgate-cost"]).toBeUndefined();
+    expect(f.recorded).toEqual([]);
+  });
+
+  it("tells the cost when the router failed the stream itself (it published the usage), metering away or not", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    f.streamCut = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "connection reset");
+    f.meteringFails = new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "no metering");
+    const res = await app.inject(streamOf("chat"));
+    const last = sseEvents(res.body).at(-1)!;
+    expect(last.data).toMatchObject({ error: { code: "upstream_error" }, x_tollgate: { cost: "2" } });
+    expect(res.trailers["x-tollgate-cost"]).toBe("2");
+  });
+
+  it("tells no cost when the router answered usage_not_recorded and metering could not record it either", async () => {
+    const { app, f } = edge();
+    f.streamTexts = ["Hel", "lo"];
+    f.streamCut = new RemoteError(GrpcStatus.UNAVAILABLE, "usage_not_recorded", "no bus");
+    f.meteringFails = new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "no metering");
+    const res = await app.inject(streamOf("chat"));
+    expect(sseEvents(res.body).at(-1)!.data.x_tollgate).toBeUndefined();
+    expect(res.trailers["x-tollgate-cost"]).toBeUndefined();
+  });
+
+  it("on a lease, ends the request's ticket at the cost told: the lease says so when it goes back", async () => {
+    const { app, f, leases } = edge({ withLeases: true });
+    f.leaseBudget = 100_000n;
+    f.streamTexts = ["Hel", "lo"];
+    f.streamCut = killed();
+    const res = await app.inject(streamOf("chat"));
+    // Admitted on the lease (no Authorize call), its reservation a ticket of it.
+    expect(f.authorized).toEqual([]);
+    expect(res.trailers["x-tollgate-cost"]).toBe("2");
+    expect(sseEvents(res.body).at(-1)!.data.x_tollgate).toMatchObject({ cost: "2" });
+    await leases!.close();
+    expect(f.returned).toEqual(["2"]);
   });
 });
 
@@ -894,8 +1029,11 @@ describe("POST /v1/responses with stream: true", () => {
       error: { code: "upstream_error" },
       output: [{ status: "incomplete", content: [{ text: "Hello" }] }],
     });
-    // No cost was settled by the edge: the router bills what was produced (docs/money.md).
+    // No cost was settled by the edge: the router bills what was produced (docs/money.md), and
+    // the caller is told that charge (cost 2: the usage so far of the second chunk).
     expect(f.settled).toEqual([]);
+    expect(failed.x_tollgate).toEqual({ cost: "2", budget_remaining: "998" });
+    expect(res.trailers["x-tollgate-cost"]).toBe("2");
   });
 
   it("answers a stream the router refuses before its first event as JSON, and gives the hold back", async () => {
@@ -1031,7 +1169,12 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
     const res = await app.inject(messages({ stream: true }));
     const last = sseEvents(res.body).at(-1)!;
     expect(last.event).toBe("error");
-    expect(last.data).toMatchObject({ type: "error", error: { type: "api_error", code: "upstream_error" } });
+    expect(last.data).toMatchObject({
+      type: "error",
+      error: { type: "api_error", code: "upstream_error" },
+      x_tollgate: { cost: "1", budget_remaining: "999" },
+    });
+    expect(res.trailers["x-tollgate-cost"]).toBe("1");
     expect(f.settled).toEqual([]);
   });
 

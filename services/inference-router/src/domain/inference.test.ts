@@ -908,6 +908,43 @@ describe("Inference.stream", () => {
     });
   });
 
+  it("bills an upstream failure exactly the usage so far of the last chunk relayed, not a usage chunk the caller never got", async () => {
+    const failure = new InferenceError("upstream_error", "the upstream failed mid-stream");
+    // The upstream's usage chunk comes (not relayed: the caller did not ask for usage), then it
+    // fails before its end: the relay holds, records and tells the usage so far of "b".
+    const chunks = [textChunk("a"), textChunk("b"), usageChunk(usage(9, 7)), finishChunk()];
+    const { publisher, inference } = setup({ chunks, error: failure, throwAfter: 3 });
+    const received: StreamEvent[] = [];
+    const err = await rejection(
+      (async () => {
+        for await (const event of inference.stream(input(), false, new AbortController().signal))
+          received.push(event);
+      })(),
+    );
+
+    expect(err).toBe(failure);
+    const soFar = received.flatMap((e) => ("soFar" in e ? [e.soFar] : []));
+    expect(soFar).toHaveLength(2);
+    expect(publisher.events).toHaveLength(1);
+    expect(publisher.events[0]).toMatchObject({
+      eventId: soFar[1]!.eventId,
+      outcome: "upstream_failed",
+      tokens: soFar[1]!.tokens,
+      cost: soFar[1]!.cost,
+    });
+  });
+
+  it("publishes nothing when the upstream fails after chunks the caller was never relayed", async () => {
+    const failure = new InferenceError("upstream_error", "the upstream failed mid-stream");
+    const { publisher, inference } = setup({
+      chunks: [usageChunk(usage(9, 0)), textChunk("a")],
+      error: failure,
+      throwAfter: 1,
+    });
+    await expect(drain(inference.stream(input(), false, new AbortController().signal))).rejects.toBe(failure);
+    expect(publisher.events).toHaveLength(0);
+  });
+
   it("publishes nothing and rethrows when the upstream fails before any chunk", async () => {
     const failure = new InferenceError("upstream_rejected", "context too long");
     const { publisher, inference } = setup({ chunks: [textChunk("a")], error: failure, throwAfter: 0 });

@@ -147,8 +147,15 @@ export class Inference {
     } finally {
       // The consumer stopping early (the caller went away) also lands here, with no outcome.
       outcome ??= "client_cancelled";
-      if (outcome !== "completed" && started)
+      if (outcome === "upstream_failed") {
+        // Billed exactly the usage so far sent with the last chunk relayed: the figure the relay
+        // records under the same event id if this router is lost, and tells its caller with the
+        // stream's error (docs/money.md, "Records"). Nothing relayed: nothing billed, and the
+        // relay gives the hold back.
+        if (soFar) await this.#record(input, route, soFar.upstreamId, soFar.tokens, outcome, true, eventId);
+      } else if (outcome !== "completed" && started) {
         await this.#record(input, route, servedBy, tokens(), outcome, true, eventId);
+      }
     }
     if (outcome !== "completed") return;
     yield { usage: await this.#record(input, route, servedBy, tokens(), "completed", true, eventId) };
