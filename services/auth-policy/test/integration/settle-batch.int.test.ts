@@ -124,26 +124,31 @@ describe("redis ledger: batch settlement reads a record once", () => {
   });
 });
 
+/** auth-policy over gRPC on its own prefix, with one model priced 1 base unit per token. */
+function startPriced(metrics?: ReturnType<typeof createMetrics>) {
+  const gateway = parseGatewayConfig({
+    upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
+    models: [
+      {
+        id: "priced",
+        upstream: "u",
+        upstreamModel: "c",
+        runtime: "vllm",
+        pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
+      },
+    ],
+  });
+  const log = createLogger({ service: "auth-policy", level: "silent" });
+  return start(
+    { grpcHost: "127.0.0.1", grpcPort: 0, gateway, redisUrl: fixture.url, redisPrefix: prefix() },
+    log,
+    ...(metrics ? [{ metrics }] : []),
+  );
+}
+
 describe("SettleReservations over gRPC", () => {
   it("settles a batch with a result per item: a bad amount fails alone, a repeat changes nothing", async () => {
-    const p = prefix();
-    const gateway = parseGatewayConfig({
-      upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
-      models: [
-        {
-          id: "priced",
-          upstream: "u",
-          upstreamModel: "c",
-          runtime: "vllm",
-          pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
-        },
-      ],
-    });
-    const log = createLogger({ service: "auth-policy", level: "silent" });
-    const app = await start(
-      { grpcHost: "127.0.0.1", grpcPort: 0, gateway, redisUrl: fixture.url, redisPrefix: p },
-      log,
-    );
+    const app = await startPriced();
     const auth = createClient(AuthService, `127.0.0.1:${app.port}`);
     try {
       const BUDGET = 1_000n;
@@ -210,26 +215,8 @@ describe("SettleReservations over gRPC", () => {
     }
   });
   it("caps the settlement of forged tickets of a live lease at its allowance, and counts them", async () => {
-    const p = prefix();
-    const gateway = parseGatewayConfig({
-      upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
-      models: [
-        {
-          id: "priced",
-          upstream: "u",
-          upstreamModel: "c",
-          runtime: "vllm",
-          pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
-        },
-      ],
-    });
-    const log = createLogger({ service: "auth-policy", level: "silent" });
     const metrics = createMetrics("auth-policy");
-    const app = await start(
-      { grpcHost: "127.0.0.1", grpcPort: 0, gateway, redisUrl: fixture.url, redisPrefix: p },
-      log,
-      { metrics },
-    );
+    const app = await startPriced(metrics);
     const auth = createClient(AuthService, `127.0.0.1:${app.port}`);
     try {
       const BUDGET = 1_000_000n;
