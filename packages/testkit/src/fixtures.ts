@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { accessSync, constants, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { accessSync, constants, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
@@ -328,16 +328,19 @@ function natsSpec(auth?: NatsAuth): ServerSpec {
   return {
     name: "nats-server",
     binary,
-    args: (port, dir) => [
-      "-a",
-      "127.0.0.1",
-      "-p",
-      String(port),
-      "-js",
-      "-sd",
-      dir,
-      ...(auth ? ["--user", auth.user, "--pass", auth.pass] : []),
-    ],
+    args: (port, dir) =>
+      auth?.permissions
+        ? ["-c", natsConfig(port, dir, auth)]
+        : [
+            "-a",
+            "127.0.0.1",
+            "-p",
+            String(port),
+            "-js",
+            "-sd",
+            dir,
+            ...(auth ? ["--user", auth.user, "--pass", auth.pass] : []),
+          ],
     // A NATS server greets every new connection with INFO once it is ready (before any login).
     ready: "INFO ",
     scheme: "nats",
@@ -386,6 +389,28 @@ export async function useNats(): Promise<NatsFixture> {
 export interface NatsAuth {
   user: string;
   pass: string;
+  /** Subjects the user may publish and subscribe to; absent: all. */
+  permissions?: { publish: readonly string[]; subscribe: readonly string[] };
+}
+
+/** A nats-server configuration file (in `dir`) for a user with permissions; its path. */
+function natsConfig(port: number, dir: string, auth: NatsAuth): string {
+  const q = JSON.stringify;
+  const list = (subjects: readonly string[]) => `[${subjects.map((x) => q(x)).join(", ")}]`;
+  const file = join(dir, "nats.conf");
+  writeFileSync(
+    file,
+    [
+      `listen: ${q(`127.0.0.1:${port}`)}`,
+      `jetstream { store_dir: ${q(join(dir, "js"))} }`,
+      "authorization {",
+      `  users = [ { user: ${q(auth.user)}, password: ${q(auth.pass)}, permissions: {`,
+      `    publish: ${list(auth.permissions!.publish)}, subscribe: ${list(auth.permissions!.subscribe)} } } ]`,
+      "}",
+      "",
+    ].join("\n"),
+  );
+  return file;
 }
 
 /**
