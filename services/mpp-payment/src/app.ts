@@ -21,7 +21,7 @@ import { createPayments } from "./domain/payments.js";
 import type { Chain } from "./domain/ports.js";
 import type { PaymentSettings } from "./domain/settings.js";
 import { createSettlementWorker, type SettlementWorker } from "./domain/settlement.js";
-import { countPaymentCalls, instrumentChain, paymentMetrics } from "./metrics.js";
+import { countOverHold, countPaymentCalls, instrumentChain, paymentMetrics } from "./metrics.js";
 import { paymentAccess } from "./transport/grpc/access.js";
 import { paymentHandlers } from "./transport/grpc/handlers.js";
 
@@ -189,7 +189,14 @@ export async function start(
     const store = redis
       ? createRedisChannelStore(redis, { prefix: opts.redisPrefix ?? DEFAULTS.redisPrefix })
       : createMemoryChannelStore();
-    const payments = createPayments({ settings, catalog, store, chain, log });
+    const payments = createPayments({
+      settings,
+      catalog,
+      store,
+      chain,
+      log,
+      onOverHold: countOverHold(metrics),
+    });
     const intervalSeconds = opts.settleIntervalSeconds ?? DEFAULTS.settleIntervalSeconds;
     worker = createSettlementWorker(
       { store, chain, log, lockTtlMs: Math.max(2 * intervalSeconds, 120) * 1000 },

@@ -23,6 +23,8 @@ const CHAIN_CALLS = ["submitOpen", "submitTopUp", "state", "settle", "close"] as
 export interface PaymentMetrics {
   operations: Counter<"op" | "outcome">;
   chainRpc: Histogram<"method">;
+  /** Commits whose cost was above the hold, and the base units not charged for it. */
+  overHold: { commits: Counter; baseUnits: Counter };
 }
 
 /** Registers mpp-payment's metrics on `registry`. */
@@ -41,7 +43,29 @@ export function paymentMetrics(registry: Registry): PaymentMetrics {
     buckets: [...SLOW_SECONDS_BUCKETS],
     registers: [registry],
   });
-  return { operations, chainRpc };
+  // A rising count is a misbehaving or forged usage event: a request is never charged above its
+  // hold (docs/kubernetes.md, "NATS and Redis are trust boundaries").
+  const overHold = {
+    commits: new Counter({
+      name: `${METRIC_PREFIX}payment_commits_over_hold_total`,
+      help: "Commits whose actual cost was above the request's hold; the hold was charged",
+      registers: [registry],
+    }),
+    baseUnits: new Counter({
+      name: `${METRIC_PREFIX}payment_commits_over_hold_base_units_total`,
+      help: "Base units named above the hold by commits and not charged",
+      registers: [registry],
+    }),
+  };
+  return { operations, chainRpc, overHold };
+}
+
+/** Counts a commit above its hold (PaymentsDeps.onOverHold). */
+export function countOverHold(m: PaymentMetrics) {
+  return ({ actual, charged }: { actual: bigint; charged: bigint }): void => {
+    m.overHold.commits.inc();
+    m.overHold.baseUnits.inc(Number(actual - charged));
+  };
 }
 
 /**

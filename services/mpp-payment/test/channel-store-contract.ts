@@ -320,12 +320,15 @@ export function channelStoreContract(makeStore: () => ChannelStore | Promise<Cha
       accepted: 1_000_000n,
       units: 1,
       committedAt: T0 + 10,
+      charged: 120_000n,
     });
-    // Above the hold: only the hold is charged.
+    // Above the hold: only the hold is charged, and the outcome says so.
     expect(await store.commit(c.channelId, "r2", 999_999n, T0 + 20)).toMatchObject({
       spent: 420_000n,
       units: 2,
+      charged: 300_000n,
     });
+    expect(await store.commit(c.channelId, "r2", 999_999n, T0 + 25)).toMatchObject({ charged: 300_000n });
     expect(await store.commit(c.channelId, "r1", 5n, T0 + 30)).toEqual(first);
     expect(await store.get(c.channelId)).toMatchObject({ spent: 420_000n, held: 0n, units: 2 });
     expect((await store.reserve(c.channelId, "r3", 580_000n, T0, T0 + TTL)).kind).toBe("reserved");

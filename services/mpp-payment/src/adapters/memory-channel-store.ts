@@ -20,7 +20,7 @@ interface Reservation {
   amount: bigint;
   state: "held" | "committed" | "released" | "expired";
   expiresAt: number;
-  committed?: { spent: bigint; accepted: bigint; units: number; committedAt: number };
+  committed?: { spent: bigint; accepted: bigint; units: number; committedAt: number; charged: bigint };
   /** When a finished reservation may be forgotten. */
   forgetAt: number;
 }
@@ -238,6 +238,7 @@ export function createMemoryChannelStore(opts: MemoryChannelStoreOptions = {}): 
         accepted: c.record.highest.cumulative,
         units: c.record.units,
         committedAt: now,
+        charged: charge,
       };
       r.forgetAt = now + retentionMs;
       return { kind: "committed", ...r.committed };

@@ -171,9 +171,9 @@ return {kind, c[1], c[2], c[3], held}
   mppCommit: {
     keys: 4,
     lua: `${SWEEP}
-local r = redis.call('HMGET', KEYS[4], 'state', 'spentAfter', 'acceptedAfter', 'unitsAfter', 'at')
+local r = redis.call('HMGET', KEYS[4], 'state', 'spentAfter', 'acceptedAfter', 'unitsAfter', 'at', 'charged')
 if not r[1] then return {'unknown'} end
-if r[1] == 'committed' then return {'committed', r[2], r[3], r[4], r[5]} end
+if r[1] == 'committed' then return {'committed', r[2], r[3], r[4], r[5], r[6]} end
 if r[1] ~= 'held' then return {r[1]} end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
 sweep(KEYS[1], KEYS[2], KEYS[3], ARGV[3])
@@ -193,7 +193,7 @@ local c = redis.call('HMGET', KEYS[1], 'spent', 'highest', 'units')
 redis.call('HSET', KEYS[4], 'state', 'committed', 'charged', charge, 'spentAfter', c[1],
   'acceptedAfter', c[2], 'unitsAfter', c[3], 'at', ARGV[3])
 redis.call('PEXPIREAT', KEYS[4], ARGV[4])
-return {'committed', c[1], c[2], c[3], ARGV[3]}
+return {'committed', c[1], c[2], c[3], ARGV[3], charge}
 `,
   },
   // KEYS: ch, holds, exps, res. ARGV: rid, forgetAt
@@ -453,7 +453,7 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
     },
 
     async commit(channelId, reservationId, actual, now): Promise<CommitOutcome> {
-      const [kind, spent, accepted, units, at] = (await client.mppCommit(
+      const [kind, spent, accepted, units, at, charged] = (await client.mppCommit(
         ch(channelId),
         holds(channelId),
         exps(channelId),
@@ -470,6 +470,8 @@ export function createRedisChannelStore(redis: Redis, opts: RedisChannelStoreOpt
           accepted: BigInt(accepted!),
           units: Number(units),
           committedAt: Number(at),
+          // A record committed before 'charged' was kept: its charge was within the hold.
+          charged: charged === undefined ? actual : BigInt(charged),
         };
       }
       if (kind === "released" || kind === "expired") return { kind };

@@ -27,6 +27,11 @@ export interface PaymentsDeps {
    * answers that requests are in flight. Default 10 s.
    */
   closeWaitMs?: number;
+  /**
+   * A commit whose actual cost was above its hold, so the hold was charged (counted by the
+   * caller): a usage event or a caller naming more than the request's quote.
+   */
+  onOverHold?: (over: { actual: bigint; charged: bigint }) => void;
 }
 
 /** The deps with their defaults filled in, and the per-instance on-chain state cache. */
@@ -50,6 +55,7 @@ export interface PaymentContext {
    * text: a reused voucher is not parsed and hashed again on every request. Bounded.
    */
   checkedVouchers: Memo<SessionPayload>;
+  onOverHold: (over: { actual: bigint; charged: bigint }) => void;
 }
 
 /** A bounded memo of values computed from a text alone: it forgets everything when full. */
@@ -109,6 +115,7 @@ export function createContext(deps: PaymentsDeps): PaymentContext {
       stateCache.delete(channelId);
     },
     checkedVouchers: memo(),
+    onOverHold: deps.onOverHold ?? (() => {}),
   };
 }
 

@@ -193,6 +193,21 @@ export async function commit(
     const why = { unknown: "is unknown", released: "was released", expired: "has expired" }[outcome.kind];
     throw new PaymentError("mpp_commit_failed", `the reservation ${why}`, { hold: outcome.kind });
   }
+  if (outcome.charged < actual) {
+    // Never more than the hold (the request's quote): a cost above it names more than the request
+    // could produce, a misbehaving or forged usage event (docs/kubernetes.md, "NATS and Redis are
+    // trust boundaries").
+    ctx.onOverHold({ actual, charged: outcome.charged });
+    log.warn(
+      {
+        channel: channelTag(channelId),
+        reservationId,
+        actual: actual.toString(),
+        charged: outcome.charged.toString(),
+      },
+      "commit above its hold: charged the hold",
+    );
+  }
   await store.markDirty(channelId).catch((err: unknown) => {
     log.warn({ channel: channelTag(channelId), err }, "settlement mark failed");
   });

@@ -46,6 +46,7 @@ function setup(
     chain?: FakeChain;
     free?: boolean;
     closeWaitMs?: number;
+    onOverHold?: (over: { actual: bigint; charged: bigint }) => void;
   } = {},
 ): Setup {
   let clock = T0;
@@ -66,6 +67,7 @@ function setup(
     log,
     now: () => clock,
     ...(opts.closeWaitMs === undefined ? {} : { closeWaitMs: opts.closeWaitMs }),
+    ...(opts.onOverHold ? { onOverHold: opts.onOverHold } : {}),
   });
   const advance = (ms: number) => {
     clock += ms;
@@ -809,8 +811,9 @@ describe("Reserve, Commit, Release", () => {
     expect(await s.store.get(channelId)).toMatchObject({ held: 0n, spent: 1234n, units: 1 });
   });
 
-  it("charges at most the hold, and refuses what does not fit the bucket", async () => {
-    const s = setup();
+  it("charges at most the hold, says so in a counted warning, and refuses what does not fit the bucket", async () => {
+    const over: { actual: bigint; charged: bigint }[] = [];
+    const s = setup({ onOverHold: (o) => over.push(o) });
     const { issued, channelId } = await opened(s);
     const r1 = (await s.payments.reserve(channelId, "a", "600000")).reservationId;
     const r2 = (await s.payments.reserve(channelId, "b", "400000")).reservationId;
@@ -818,6 +821,11 @@ describe("Reserve, Commit, Release", () => {
     expect(deserializeSessionReceipt(await s.payments.commit(r1, channelId, issued.id, "700000")).spent).toBe(
       "600000",
     );
+    // A cost above the hold is a misbehaving or forged usage event: counted and logged, never charged.
+    expect(over).toEqual([{ actual: 700000n, charged: 600000n }]);
+    const warned = s.lines.filter((l) => l.includes("commit above its hold"));
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).not.toContain(channelId.slice(2));
     await s.payments.release(r2, channelId);
     // 400000 left in the bucket.
     await rejects(s.payments.reserve(channelId, "d", "400001"), "mpp_voucher_bucket_refresh_required");

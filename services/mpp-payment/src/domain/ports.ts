@@ -132,7 +132,15 @@ export type OfferVoucherOutcome =
 
 /** Result of a commit; a repeated commit returns the first one's figures. */
 export type CommitOutcome =
-  | { kind: "committed"; spent: bigint; accepted: bigint; units: number; committedAt: number }
+  | {
+      kind: "committed";
+      spent: bigint;
+      accepted: bigint;
+      units: number;
+      committedAt: number;
+      /** What this reservation was charged: its actual cost, or its hold when the cost was above it. */
+      charged: bigint;
+    }
   | { kind: "unknown" | "released" | "expired" };
 
 /** Result of a release; releasing twice, or an expired or unknown reservation, changes nothing. */
