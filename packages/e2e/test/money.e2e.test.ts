@@ -24,6 +24,17 @@ import { startConfiguredGateway } from "./gateways.js";
 const MODEL = "tollgate-mini";
 const PRICES = loadGatewayConfig(DEMO_CONFIG).models.find((m) => m.id === MODEL)!.pricing;
 
+/** A stream its caller cuts before its first token, and its quote. */
+const CUT_EARLY = {
+  model: MODEL,
+  max_tokens: 4_000,
+  stream: true,
+  messages: [{ role: "user", content: "cut before the first token" }],
+};
+function cutEarlyQuote(): bigint {
+  return quoteOf(Buffer.byteLength(JSON.stringify(CUT_EARLY)), 1, CUT_EARLY.max_tokens, PRICES);
+}
+
 /** One account per scenario, each with a budgeted connection of its own. */
 const ACCOUNTS = {
   fanout: { budget: 20_000n },
@@ -32,6 +43,9 @@ const ACCOUNTS = {
   badbody: { budget: 5_000n, keyRequestsPerMinute: 3 },
   sequential: { budget: 1_500n },
   cut: { budget: 10n ** 12n },
+  // Half of it never covers the quote of CUT_EARLY's stream: that stream is authorized alone,
+  // with no lease (docs/money.md, "Leases", "The end of a budget").
+  cutalone: { budget: (cutEarlyQuote() * 3n) / 2n },
 } as const;
 type AccountName = keyof typeof ACCOUNTS;
 
@@ -389,6 +403,55 @@ function describeMoney(name: string, setup: () => Promise<MoneyTarget>) {
       } finally {
         target.upstream.configure({ tokensPerSecond: 0 });
       }
+    });
+
+    /**
+     * A stream whose caller goes while the upstream has its request but has sent no token yet:
+     * nothing was produced, so it is billed 0 (told 0), and its hold goes once metering applied
+     * the router's event for it; it waits out no reservation TTL (docs/money.md, "Holds").
+     */
+    async function cutBeforeFirstToken(account: "cut" | "cutalone"): Promise<void> {
+      current = account;
+      target.upstream.configure({ ttftMs: 60_000, record: true });
+      try {
+        const controller = new AbortController();
+        const answer = fetch(`${target.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${keyOf(account)}`, "content-type": "application/json" },
+          body: JSON.stringify(CUT_EARLY),
+          signal: controller.signal,
+        }).catch(() => undefined);
+        // The upstream has the request (the router runs the stream); its first token is a minute away.
+        const deadline = Date.now() + 10_000;
+        while (
+          !target.upstream.requests.some((r) => JSON.stringify(r.body).includes("cut before the first"))
+        ) {
+          expect(Date.now()).toBeLessThan(deadline);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        controller.abort();
+        expect(await answer).toBeUndefined();
+        // Billed nothing, and metered as such: one request at 0 (the books after the test).
+        served.set(account, (served.get(account) ?? 0) + 1);
+        const totals = await meteringTotals(account, served.get(account)!);
+        expect(BigInt(totals?.cost ?? "-1")).toBe(told.get(account) ?? 0n);
+      } finally {
+        target.upstream.configure({ ttftMs: 0, record: false });
+      }
+      // Metering applied its event: nothing of its quote is held any more.
+      await new Promise((r) => setTimeout(r, 200));
+      const spent = told.get(account) ?? 0n;
+      const probe = await chat(account, { max_tokens: 1 });
+      expect(probe.status).toBe(200);
+      expect(probe.remaining).toBe(ACCOUNTS[account].budget - spent - probe.cost);
+    }
+
+    it("holds nothing for a stream its caller cut before its first token (on a lease), billed 0", async () => {
+      await cutBeforeFirstToken("cut");
+    });
+
+    it("holds nothing for a stream its caller cut before its first token (authorized alone), billed 0", async () => {
+      await cutBeforeFirstToken("cutalone");
     });
   });
 }

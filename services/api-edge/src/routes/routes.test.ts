@@ -82,6 +82,10 @@ interface Fakes {
   meteringFails?: Error;
   /** Each lease returned: what it says was committed on it. */
   returned: string[];
+  /** The unsure tickets of each lease returned (requests whose end it never learnt). */
+  returnedUnsure: { ticket: number; quote: string }[][];
+  /** The reservation each stream the router was asked to run is billed to. */
+  streamReservations: string[];
   /** Every settlement asked of auth-policy: the hold's actual cost. */
   settled: string[];
   /** The chat bodies the router was asked to run. */
@@ -154,6 +158,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
     streamComplete: (req) =>
       (async function* () {
         f.forwarded.push(JSON.parse(Buffer.from(req.input?.body ?? []).toString("utf8")));
+        f.streamReservations.push(req.input?.billing?.reservationId ?? "");
         if (f.inferenceFails) throw f.inferenceFails;
         const texts = f.streamTexts ?? ["hi"];
         for (const [i, text] of texts.entries()) {
@@ -219,6 +224,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
       }),
     returnLease: async (req) => {
       f.returned.push(req.committed ?? "");
+      f.returnedUnsure.push((req.unsure ?? []).map((u) => ({ ticket: u.ticket ?? 0, quote: u.quote ?? "" })));
       return { $typeName: "tollgate.auth.v1.ReturnLeaseResponse" } as never;
     },
   };
@@ -255,6 +261,8 @@ function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number; withLeases
     completed: [],
     recorded: [],
     returned: [],
+    returnedUnsure: [],
+    streamReservations: [],
   };
   const { app, leases } = buildApp(
     fakePorts(f, opts.withPayment ?? true, opts.withLeases),
@@ -576,6 +584,40 @@ describe('a stream whose router is lost mid-way: the caller is told what is char
     expect(sseEvents(res.body).at(-1)!.data.x_tollgate).toMatchObject({ cost: "2" });
     await leases!.close();
     expect(f.returned).toEqual(["2"]);
+  });
+});
+
+describe('a stream its caller cuts before the router\'s first event (docs/money.md, "Holds")', () => {
+  // The router's call ends CANCELLED: api-edge cancelled it as its caller went. The router then
+  // records the stream at what was produced (zero here), under the reservation it was given, and
+  // metering's settlement of that event ends the hold: api-edge gives nothing back itself, so the
+  // hold is ended once, by that one event.
+  const cancelled = () => new RemoteError(GrpcStatus.CANCELLED, undefined, "cancelled by the caller");
+  const chatStream = () =>
+    request("chat", { payload: JSON.stringify({ ...(BODIES.chat as object), stream: true }) });
+
+  it("authorized alone: api-edge neither settles nor releases the hold the router's event ends", async () => {
+    const { app, f } = edge();
+    f.inferenceFails = cancelled();
+    await app.inject(chatStream());
+    expect(f.streamReservations).toEqual(["res_1"]);
+    expect(f.settled).toEqual([]);
+  });
+
+  it("on a lease: its ticket goes back unsure, the one the router's event names, its quote still committed", async () => {
+    const { app, f, leases } = edge({ withLeases: true });
+    f.leaseBudget = 100_000n;
+    f.inferenceFails = cancelled();
+    await app.inject(chatStream());
+    expect(f.authorized).toEqual([]);
+    expect(f.streamReservations).toEqual(["lease_1~1"]);
+    await leases!.close();
+    expect(f.settled).toEqual([]);
+    // Its quote (input 1 unit a token) stays committed until the router's event charges the ticket.
+    const quote = f.returnedUnsure[0]?.[0]?.quote;
+    expect(f.returnedUnsure).toEqual([[{ ticket: 1, quote }]]);
+    expect(f.returned).toEqual([quote]);
+    expect(BigInt(quote ?? "0")).toBeGreaterThan(0n);
   });
 });
 

@@ -884,6 +884,35 @@ describe("Inference.stream", () => {
     expect(publisher.events[0]).toMatchObject({ outcome: "client_cancelled", tokens: usage(4, 2, 0) });
   });
 
+  it("records a zero-cost client_cancelled event, under the stream's reservation, when the caller goes before the upstream's first chunk", async () => {
+    // A request admitted on a lease: api-edge leaves its ticket unsure when its caller goes, and
+    // only this event's settlement ends the hold (docs/money.md, "Leases").
+    const billing = { ...BILLING, door: "account", reservationId: "lease_1~3", quote: 31n } as const;
+    for (const reservationId of [billing.reservationId, "res_alone"]) {
+      const { provider, publisher, inference } = setup({
+        chunks: [roleChunk(), textChunk("a"), finishChunk()],
+      });
+      const abort = new AbortController();
+      // The caller is gone while the upstream has not sent its first chunk yet.
+      abort.abort();
+      const received = await drain(
+        inference.stream(input({ billing: { ...billing, reservationId } }), true, abort.signal),
+      );
+
+      expect(provider.requests).toHaveLength(1);
+      expect(received).toEqual([]);
+      expect(publisher.events).toHaveLength(1);
+      expect(publisher.events[0]).toMatchObject({
+        eventId: "evt_1",
+        outcome: "client_cancelled",
+        streamed: true,
+        reservationId,
+        tokens: usage(0, 0, 0),
+        cost: 0n,
+      });
+    }
+  });
+
   it("records one upstream_failed event and rethrows when the upstream fails mid-stream", async () => {
     const failure = new InferenceError("upstream_error", "the upstream failed mid-stream");
     const chunks = [roleChunk(), textChunk("a"), textChunk("b"), textChunk("c"), finishChunk()];

@@ -153,8 +153,12 @@ export class Inference {
         // stream's error (docs/money.md, "Records"). Nothing relayed: nothing billed, and the
         // relay gives the hold back.
         if (soFar) await this.#record(input, route, soFar.upstreamId, soFar.tokens, outcome, true, eventId);
-      } else if (outcome !== "completed" && started) {
-        await this.#record(input, route, servedBy, tokens(), outcome, true, eventId);
+      } else if (outcome !== "completed") {
+        // The caller went away: billed what was produced. Before the upstream's first chunk that
+        // is nothing, recorded all the same at zero, so metering settles the request's hold (a
+        // lease ticket api-edge left unsure) instead of it waiting out the reservation TTL
+        // (docs/money.md, "Holds").
+        await this.#record(input, route, servedBy, started ? tokens() : NOTHING, outcome, true, eventId);
       }
     }
     if (outcome !== "completed") return;
@@ -284,6 +288,9 @@ export class Inference {
     return { ...tokens, cost, pricingSnapshotId: this.pricingSnapshotId, eventId };
   }
 }
+
+/** The usage of a stream cut before its upstream sent anything: nothing was produced. */
+const NOTHING: TokenCounts = { inputTokens: 0, outputTokens: 0, reasoningTokens: 0 };
 
 /** What a request is charged: its token cost, never more than its quote (docs/money.md). */
 function chargeOf(billing: Billing, cost: bigint): bigint {
