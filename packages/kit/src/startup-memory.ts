@@ -4,8 +4,9 @@
  * garbage collection once the service is up (V8's "last resort" flavour: it collects until
  * nothing more is freed, shrinks the young generation and releases the freed pages) brings an
  * idle replica down to what it uses: 10–25 MB less per service (docs/performance.md, "Idle memory
- * per service"). It runs once, before the first request, and never on the request path; the
- * young generation grows again as load needs it.
+ * per service"). It runs once, before the first request, and never on the request path. V8
+ * regrows a shrunken young generation only slowly, collecting more often meanwhile: the
+ * topology's `--min-semi-space-size` keeps it at the size load needs (its empty pages cost no RSS).
  *
  * It needs node's `--expose-gc`, which every service's node flags carry (the topology in
  * packages/config/src/topology.ts, which the images and the bench start them with). Without it
