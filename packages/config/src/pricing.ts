@@ -66,27 +66,28 @@ export const RUNTIME_CAP_FIELDS = [
 const RUNTIME_CAP_CONTAINERS = ["options", "parameters", "sampling_params"] as const;
 
 /**
- * Removes every runtime output-length field from `body` (a copy the caller owns: nested
- * containers are copied before they change) and returns the smallest positive integer among
- * them; undefined when there was none.
+ * Removes every output-length field from an upstream body (a copy the caller owns: nested
+ * containers are copied before they change): OpenAI's cap aliases and the runtime fields above,
+ * at the top level and, for the runtime fields, inside their containers. Returns the smallest
+ * positive integer among them, the only way any of them counts; undefined when there was none.
  */
-export function takeRuntimeCaps(body: Record<string, unknown>): number | undefined {
+export function takeOutputCaps(body: Record<string, unknown>): number | undefined {
   let smallest: number | undefined;
-  const take = (from: Record<string, unknown>) => {
-    for (const f of RUNTIME_CAP_FIELDS) {
+  const take = (from: Record<string, unknown>, fields: readonly string[]) => {
+    for (const f of fields) {
       if (!(f in from)) continue;
       const v = from[f];
       if (typeof v === "number" && Number.isInteger(v) && v > 0) smallest = Math.min(smallest ?? v, v);
       delete from[f];
     }
   };
-  take(body);
+  take(body, [...OUTPUT_CAP_FIELDS, ...RUNTIME_CAP_FIELDS]);
   for (const c of RUNTIME_CAP_CONTAINERS) {
     const inner = body[c];
     if (typeof inner !== "object" || inner === null || Array.isArray(inner)) continue;
     if (!RUNTIME_CAP_FIELDS.some((f) => f in inner)) continue;
     const copy = { ...(inner as Record<string, unknown>) };
-    take(copy);
+    take(copy, RUNTIME_CAP_FIELDS);
     body[c] = copy;
   }
   return smallest;

@@ -1,10 +1,4 @@
-import {
-  costOf,
-  OUTPUT_CAP_FIELDS,
-  PAID_DOOR_FIELDS,
-  smallestOutputCap,
-  takeRuntimeCaps,
-} from "@tollgate/config";
+import { costOf, PAID_DOOR_FIELDS, takeOutputCaps } from "@tollgate/config";
 import type { Catalog, ModelRoute } from "./catalog.js";
 import { InferenceError } from "./errors.js";
 import type { ProviderRequest, TokenCounts, UsageEvent, UsagePublisher } from "./ports.js";
@@ -200,16 +194,14 @@ export class Inference {
   #request(input: CompletionInput, route: ModelRoute, stream: boolean): ProviderRequest {
     const body: Record<string, unknown> = { ...input.body, model: route.upstreamModel };
     if (input.billing.door === "paid") for (const f of PAID_DOOR_FIELDS) delete body[f];
-    const runtimeCap = takeRuntimeCaps(body);
+    const bodyCap = takeOutputCaps(body);
     if (input.operation === "embeddings") {
       // No output to cap; an embedding is never streamed.
-      for (const f of [...OUTPUT_CAP_FIELDS, "stream", "stream_options"]) delete body[f];
+      delete body.stream;
+      delete body.stream_options;
       return { operation: input.operation, body };
     }
-    const caps = [smallestOutputCap(body), runtimeCap, input.maxOutputTokens].filter(
-      (c): c is number => c !== undefined,
-    );
-    for (const f of OUTPUT_CAP_FIELDS) delete body[f];
+    const caps = [bodyCap, input.maxOutputTokens].filter((c): c is number => c !== undefined);
     if (caps.length > 0) {
       const onlyNewName = "max_completion_tokens" in input.body && !("max_tokens" in input.body);
       body[input.operation === "chat" && onlyNewName ? "max_completion_tokens" : "max_tokens"] = Math.min(
