@@ -1,4 +1,5 @@
 // Re-export of the generated tollgate.usage.v1 code (see proto/tollgate/usage/v1).
+import "./text-encoding.js";
 import { fromBinary } from "@bufbuild/protobuf";
 import {
   UsageBatchSchema,
