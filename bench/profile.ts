@@ -16,7 +16,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join, relative } from "node:path";
 import { PaidSession } from "@tollgate/agent-client";
-import { dialEnv, SERVICE_NAMES, type ServiceName } from "@tollgate/config/topology";
+import { dialEnv, SERVICE_NAMES, type ServiceName, TOPOLOGY } from "@tollgate/config/topology";
 import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/demo/tempo-devnet";
 import { REPO_ROOT, waitForPort, waitForReady } from "@tollgate/testkit/stack";
 import autocannon from "autocannon";
@@ -91,7 +91,9 @@ async function profileInStack(
     `services/${script}/src/main.ts`,
     { ...common, ...(own[name] ?? { GRPC_PORT: String(proc.port) }), ...dialEnv(script, peers) },
     join(logsDir, `${name}-profiled.log`),
-    CPU_PROF,
+    // The node flags its image runs with (young-generation size, --expose-gc), so that the
+    // profile's garbage collection is the deployed one's.
+    [...TOPOLOGY[script].nodeFlags, ...CPU_PROF],
   );
   await waitForPort(proc.port);
   if (name === "api-edge") await waitForReady(s.target.gatewayUrl, 60_000);
