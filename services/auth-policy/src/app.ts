@@ -157,7 +157,12 @@ export async function start(
     const ledger = redis
       ? createRedisLedger(redis, { prefix, ...ledgerOptions })
       : createMemoryLedger(ledgerOptions);
-    await importConfig(store, opts.gateway);
+    for (const change of await importConfig(store, opts.gateway)) {
+      log.warn(
+        change,
+        "the configuration file changed a budget's period: its spend counts from zero in the new period",
+      );
+    }
 
     const keyRevoked = natsNames(opts.natsNamespace ?? "").keyRevoked;
     if (opts.natsUrl) nc = await connectNats(opts.natsUrl, "auth-policy");

@@ -5,10 +5,11 @@ import { routeNames } from "@tollgate/config";
 import {
   type Budget,
   budgetChecks,
-  encodePeriod,
   MAX_BUDGET_AMOUNT,
   MAX_PERIOD_DAYS,
   periodAt,
+  periodChanged,
+  periodName,
   remainingOf,
 } from "./budget.js";
 import { AuthError } from "./errors.js";
@@ -123,8 +124,6 @@ function checkBudget(what: string, budget: Budget | undefined): void {
   }
 }
 
-const periodName = (b: Budget) => (typeof b.period === "string" ? b.period : `${b.period.days}-day`);
-
 /**
  * Refuses to change a budget's period in place. Spend is counted per period (one counter per
  * period tag), so a budget given another period would count the new period from zero and forget
@@ -133,10 +132,10 @@ const periodName = (b: Budget) => (typeof b.period === "string" ? b.period : `${
  * budget and setting the new one, a deliberate fresh start (docs/money.md, "Budget periods").
  */
 function checkPeriodKept(what: string, current: Budget | undefined, next: Budget | undefined): void {
-  if (!current || !next || encodePeriod(current.period) === encodePeriod(next.period)) return;
+  if (!current || !next || !periodChanged(current, next)) return;
   throw new AuthError(
     "budget_period_change",
-    `the ${what}'s budget counts per '${periodName(current)}' period; giving it a '${periodName(next)}' ` +
+    `the ${what}'s budget counts per '${periodName(current.period)}' period; giving it a '${periodName(next.period)}' ` +
       "period would count the new period from zero and forget what was spent in it so far. Keep the " +
       "period and change the amount, or clear the budget and set the new one, which counts only " +
       "spend from then on",

@@ -93,6 +93,20 @@ export function encodePeriod(period: BudgetPeriod): string {
   return typeof period === "string" ? period : `days:${period.days}`;
 }
 
+/** A period as people read it: "month", "week", "day" or "N-day". */
+export function periodName(period: BudgetPeriod): string {
+  return typeof period === "string" ? period : `${period.days}-day`;
+}
+
+/**
+ * Whether `next` gives a budget that exists as `current` another period. Spend is counted per
+ * period (one counter per period tag), so such a budget counts its new period from zero and
+ * forgets what was spent in it so far (docs/money.md, "Budget periods").
+ */
+export function periodChanged(current: Budget | undefined, next: Budget | undefined): boolean {
+  return !!current && !!next && encodePeriod(current.period) !== encodePeriod(next.period);
+}
+
 /** The inverse of encodePeriod; undefined for anything else. */
 export function decodePeriod(text: string): BudgetPeriod | undefined {
   if (text === "month" || text === "week" || text === "day") return text;

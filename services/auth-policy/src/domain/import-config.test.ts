@@ -13,7 +13,10 @@ const A = "tg_dev_key_aaaaaaaaaaaaaaaaaaaa";
 const B = "tg_dev_key_bbbbbbbbbbbbbbbbbbbb";
 const B2 = "tg_dev_key_bbbbbbbbbbbbbbbbbbb2";
 
-function config(keys: Array<Record<string, unknown>>): GatewayConfig {
+function config(
+  keys: Array<Record<string, unknown>>,
+  connectionBudget?: Record<string, unknown>,
+): GatewayConfig {
   return parseGatewayConfig({
     upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
     models: [
@@ -36,6 +39,7 @@ function config(keys: Array<Record<string, unknown>>): GatewayConfig {
             defaultModel: "m",
             routes: ["chat"],
             limits: { keyRequestsPerMinute: 5, routes: { chat: { tokensPerMinute: 100 } } },
+            ...(connectionBudget ? { budget: connectionBudget } : {}),
             keys,
           },
         ],
@@ -128,5 +132,30 @@ describe("importConfig", () => {
     expect(await store.takeDueDeadlines(later(3_600), 10)).toEqual([
       { at: later(3_600), reason: "expired", keyId: "b", keyHash: sha256(B) },
     ]);
+  });
+
+  it("reports each budget whose period the file changed, and only those", async () => {
+    const store = createMemoryKeyStore();
+    const day = { amount: "300", period: "day" };
+    const keys = (period: unknown) => [
+      { id: "a", secret: A, budget: { amount: "50", period } },
+      { id: "b", secret: B },
+    ];
+    expect(await importConfig(store, config(keys("day"), day), T0)).toEqual([]);
+    // The amount may change freely: the period's spend stays counted against it.
+    expect(await importConfig(store, config(keys("day"), { ...day, amount: "500" }), later(10))).toEqual([]);
+    const changed = await importConfig(
+      store,
+      config(keys({ days: 7 }), { ...day, period: "month" }),
+      later(20),
+    );
+    expect(changed).toEqual([
+      { scope: "connection", id: "main", from: "day", to: "month" },
+      { scope: "key", id: "a", from: "day", to: "7-day" },
+    ]);
+    expect((await store.connection("acme", "main"))?.budget?.period).toBe("month");
+    expect(
+      await importConfig(store, config(keys({ days: 7 }), { ...day, period: "month" }), later(30)),
+    ).toEqual([]);
   });
 });

@@ -1,5 +1,5 @@
 import type { BudgetConfig, ConnectionConfig, GatewayConfig, RateLimitsConfig } from "@tollgate/config";
-import type { Budget } from "./budget.js";
+import { type Budget, periodChanged, periodName } from "./budget.js";
 import { hashKey } from "./keys.js";
 import type {
   ConnectionLimits,
@@ -29,14 +29,38 @@ export function connectionLimitsOf(c: ConnectionConfig): ConnectionLimits {
 }
 
 /**
+ * A budget whose period the file changed since the store last had it: from this start its spend
+ * counts from zero in the new period, as after clearing a budget and setting another (the admin
+ * API refuses such a change in place; docs/money.md, "Budget periods").
+ */
+export interface BudgetPeriodChange {
+  scope: "connection" | "key";
+  /** The connection's or key's id (never a secret). */
+  id: string;
+  from: string;
+  to: string;
+}
+
+/**
  * Loads the configuration file's accounts, connections and (development) keys into the store;
  * safe to run on every start of every replica. The file owns what it declares: accounts and
  * connections are replaced (budgets too), a key's connection, name, expiry and budget follow the file. A revocation
  * or rotation done at run time is never undone. A configured key whose secret changed, or that
- * was removed from the file, is revoked; those revocations are queued for broadcast.
+ * was removed from the file, is revoked; those revocations are queued for broadcast. Returns the
+ * budgets whose period the file changed, for the caller to warn about.
  */
-export async function importConfig(store: KeyStore, cfg: GatewayConfig, now = new Date()): Promise<void> {
+export async function importConfig(
+  store: KeyStore,
+  cfg: GatewayConfig,
+  now = new Date(),
+): Promise<BudgetPeriodChange[]> {
   const broadcasts: KeyDeadline[] = [];
+  const changes: BudgetPeriodChange[] = [];
+  const notePeriod = (scope: BudgetPeriodChange["scope"], id: string, was?: Budget, next?: Budget) => {
+    if (was && next && periodChanged(was, next)) {
+      changes.push({ scope, id, from: periodName(was.period), to: periodName(next.period) });
+    }
+  };
   const revoke = async (keyId: string) => {
     const old = await store.revokeKey(keyId, now);
     if (old) broadcasts.push({ at: now, reason: "revoked", keyId, keyHash: old.hash.toString("hex") });
@@ -57,6 +81,7 @@ export async function importConfig(store: KeyStore, cfg: GatewayConfig, now = ne
         ...budgetOf(c.budget),
         createdAt: now,
       };
+      notePeriod("connection", c.id, (await store.connection(account.id, c.id))?.budget, connection.budget);
       await store.putConnection(connection);
       for (const k of c.keys) {
         declared.push(k.id);
@@ -74,6 +99,7 @@ export async function importConfig(store: KeyStore, cfg: GatewayConfig, now = ne
           last4: k.secret ? k.secret.slice(-4) : "",
           ...budgetOf(k.budget),
         };
+        notePeriod("key", k.id, existing?.budget, record.budget);
         await store.importKey(record, k.revoked);
         if (record.expiresAt) {
           broadcasts.push({
@@ -90,4 +116,5 @@ export async function importConfig(store: KeyStore, cfg: GatewayConfig, now = ne
   for (const keyId of await store.configKeyIds()) if (!current.has(keyId)) await revoke(keyId);
   await store.setConfigKeyIds(declared);
   await store.addDeadlines(broadcasts);
+  return changes;
 }
