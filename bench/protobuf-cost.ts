@@ -4,6 +4,7 @@
 //
 //   flock /tmp/bench.lock node --import tsx bench/protobuf-cost.ts
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { encodeMessage } from "@tollgate/proto/encode";
 import { CompleteRequestSchema, CompleteResponseSchema, Door, Operation } from "@tollgate/proto/inference";
 import { UsageRecordedSchema } from "@tollgate/proto/usage";
 
@@ -76,3 +77,12 @@ time("CompleteRequest: create + encode (api-edge)", () =>
 time("CompleteRequest: decode (router)", () => fromBinary(CompleteRequestSchema, encodedRequest));
 time("CompleteResponse: decode (api-edge)", () => fromBinary(CompleteResponseSchema, encodedResponse));
 time("UsageRecorded: encode (router)", () => toBinary(UsageRecordedSchema, event));
+// What the services call (packages/proto/src/encode.ts): the same bytes from a plan per type.
+time("CompleteRequest: encodeMessage (api-edge)", () => encodeMessage(CompleteRequestSchema, request));
+time("CompleteResponse: encodeMessage (router)", () =>
+  encodeMessage(CompleteResponseSchema, { body: Buffer.alloc(600, 65), usage }),
+);
+time("CompleteResponse: create + encode (router)", () =>
+  toBinary(CompleteResponseSchema, create(CompleteResponseSchema, { body: Buffer.alloc(600, 65), usage })),
+);
+time("UsageRecorded: encodeMessage (router)", () => encodeMessage(UsageRecordedSchema, event));

@@ -1,15 +1,14 @@
 import {
-  create,
   type DescMessage,
   type DescMethod,
   type DescService,
   fromBinary,
   type MessageInitShape,
   type MessageShape,
-  toBinary,
 } from "@bufbuild/protobuf";
 import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
 import * as grpc from "@grpc/grpc-js";
+import { encodeMessage } from "@tollgate/proto/encode";
 import type { Logger } from "pino";
 import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
 import { Health, type HealthCheck } from "./health.js";
@@ -131,8 +130,10 @@ export interface CallOptions {
 }
 
 function serializer(schema: DescMessage) {
-  return (msg: unknown) =>
-    Buffer.from(toBinary(schema, create(schema, msg as MessageInitShape<DescMessage>)));
+  return (msg: unknown) => {
+    const bytes = encodeMessage(schema, msg as MessageInitShape<DescMessage>);
+    return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  };
 }
 
 function deserializer(schema: DescMessage) {

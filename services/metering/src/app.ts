@@ -1,4 +1,3 @@
-import { toBinary } from "@bufbuild/protobuf";
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
 import type { InternalAuth } from "@tollgate/kit/credentials";
 import { type Client, type GrpcServer, implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
@@ -9,6 +8,7 @@ import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollga
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import type { AuthService } from "@tollgate/proto/auth";
+import { encodeMessage } from "@tollgate/proto/encode";
 import { MeteringService } from "@tollgate/proto/metering";
 import type { PaymentService } from "@tollgate/proto/payment";
 import { natsNames } from "@tollgate/proto/subjects";
@@ -166,7 +166,7 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       service: MeteringService,
       handlers: meteringHandlers(store, undefined, (usage) =>
         // Published like the router's own event: a second one under the same id is not stored.
-        bus.publish(names.usageRecorded, toBinary(UsageRecordedSchema, usage), usage.eventId),
+        bus.publish(names.usageRecorded, encodeMessage(UsageRecordedSchema, usage), usage.eventId),
       ),
       access: meteringAccess,
       log,

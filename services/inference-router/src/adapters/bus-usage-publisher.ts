@@ -1,8 +1,9 @@
 import { createHash } from "node:crypto";
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EventBus } from "@tollgate/kit/bus";
 import { always, retrying } from "@tollgate/kit/retry";
+import { encodeMessage } from "@tollgate/proto/encode";
 import {
   Door,
   Outcome,
@@ -138,10 +139,10 @@ export function createBusUsagePublisher(
       try {
         if (batch.length === 1) {
           const { message } = batch[0]!;
-          await send(subjects.recorded, toBinary(UsageRecordedSchema, message), message.eventId, since);
+          await send(subjects.recorded, encodeMessage(UsageRecordedSchema, message), message.eventId, since);
         } else {
           const events = batch.map((w) => w.message);
-          const data = toBinary(UsageBatchSchema, create(UsageBatchSchema, { events }));
+          const data = encodeMessage(UsageBatchSchema, { events });
           await send(subjects.batch, data, batchMsgId(events.map((e) => e.eventId)), since);
         }
         for (const w of batch) w.resolve();

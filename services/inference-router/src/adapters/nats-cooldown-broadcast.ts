@@ -1,5 +1,6 @@
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { fromBinary } from "@bufbuild/protobuf";
 import type { NatsConnection } from "@tollgate/kit/nats";
+import { encodeMessage } from "@tollgate/proto/encode";
 import { CooldownReason, UpstreamCooledDownSchema } from "@tollgate/proto/inference";
 import type { CooldownBroadcast, CooldownNotice } from "../domain/ports.js";
 
@@ -10,15 +11,12 @@ const TO_WIRE = {
 
 /** Encodes a notice as UpstreamCooledDown, naming the replica that sends it. */
 export function encodeCooldown(notice: CooldownNotice, origin: string): Uint8Array {
-  return toBinary(
-    UpstreamCooledDownSchema,
-    create(UpstreamCooledDownSchema, {
-      upstreamId: notice.upstreamId,
-      durationMs: Math.min(Math.max(0, Math.round(notice.durationMs)), 0xffffffff),
-      reason: TO_WIRE[notice.reason],
-      origin,
-    }),
-  );
+  return encodeMessage(UpstreamCooledDownSchema, {
+    upstreamId: notice.upstreamId,
+    durationMs: Math.min(Math.max(0, Math.round(notice.durationMs)), 0xffffffff),
+    reason: TO_WIRE[notice.reason],
+    origin,
+  });
 }
 
 /** Decodes UpstreamCooledDown; an unknown reason reads as "failures". */

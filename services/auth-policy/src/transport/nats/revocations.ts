@@ -3,10 +3,11 @@
 // it with the same generated schema (`fromBinary(KeyRevokedSchema, msg.data)`); this module is
 // the codec and a subscriber for auth-policy and its tests.
 
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { fromBinary } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { NatsConnection } from "@tollgate/kit/nats";
 import { KeyRevokedReason, KeyRevokedSchema } from "@tollgate/proto/auth";
+import { encodeMessage } from "@tollgate/proto/encode";
 import type { DeadlineReason, KeyRevocation } from "../../domain/ports.js";
 
 const TO_WIRE = {
@@ -23,15 +24,12 @@ const FROM_WIRE: Partial<Record<KeyRevokedReason, DeadlineReason>> = {
 
 /** Encodes a revocation as a KeyRevoked protobuf message. */
 export function encodeKeyRevoked(r: KeyRevocation): Uint8Array {
-  return toBinary(
-    KeyRevokedSchema,
-    create(KeyRevokedSchema, {
-      keyHash: r.keyHash,
-      keyId: r.keyId,
-      revokedAt: timestampFromDate(r.revokedAt),
-      reason: TO_WIRE[r.reason],
-    }),
-  );
+  return encodeMessage(KeyRevokedSchema, {
+    keyHash: r.keyHash,
+    keyId: r.keyId,
+    revokedAt: timestampFromDate(r.revokedAt),
+    reason: TO_WIRE[r.reason],
+  });
 }
 
 /** Decodes a KeyRevoked protobuf message; an unknown reason reads as "revoked". */

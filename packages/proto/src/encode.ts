@@ -1,0 +1,415 @@
+// One way every Tollgate message is encoded to protobuf bytes: a plan per message type, built
+// once from the generated descriptor, that writes a message (or its init shape) straight into one
+// buffer sized beforehand.
+//
+// protobuf-es's `toBinary` walks a message through its reflection API field by field, building
+// chunks that it then copies together, and `create` first copies an init shape into a full
+// message: on api-edge's request path that was about 15 µs a request for one CompleteRequest,
+// the largest protobuf cost of the stack (docs/performance.md, "Protobuf encoding"). This encoder
+// writes the same bytes: fields in field-number order, proto3's implicit fields only when not
+// their zero value, explicit ones (`optional`, messages, a oneof's case) when set, repeated
+// numbers and enums packed. Anything outside the subset the plan covers (maps, floating point,
+// fixed-width or zig-zag numbers, groups, wrapper types, int64 as string, unknown fields kept
+// from a decode) and any value of an unexpected type or range goes to protobuf-es instead, so no
+// input is encoded differently from `toBinary(schema, create(schema, init))`
+// (encode.test.ts compares both on every message of this package).
+import {
+  create,
+  type DescField,
+  type DescMessage,
+  type MessageInitShape,
+  ScalarType,
+  toBinary,
+} from "@bufbuild/protobuf";
+
+/** How one field is written. */
+interface FieldPlan {
+  /** The field's tag (number and wire type) as its varint bytes. */
+  tag: Uint8Array;
+  /** Where its value is: the property, or the oneof's property whose `case` names it. */
+  localName: string;
+  oneof?: string;
+  /** Written whenever set, zero values too (optional, message, oneof case). */
+  explicit: boolean;
+  kind: "scalar" | "message" | "list-scalar" | "list-message";
+  /** The scalar type of a scalar or list of scalars (enums are INT32 on the wire). */
+  scalar?: ScalarType;
+  message?: DescMessage;
+}
+
+/** A message type's fields in field-number order; undefined when the type is not covered. */
+type Plan = readonly FieldPlan[] | undefined;
+
+const plans = new WeakMap<DescMessage, Plan | "building">();
+
+/** The scalar types the plan writes; every other one sends the whole message to protobuf-es. */
+const COVERED: ReadonlySet<ScalarType> = new Set([
+  ScalarType.STRING,
+  ScalarType.BYTES,
+  ScalarType.BOOL,
+  ScalarType.UINT32,
+  ScalarType.INT32,
+  ScalarType.UINT64,
+  ScalarType.INT64,
+]);
+
+const WIRE_VARINT = 0;
+const WIRE_LENGTH = 2;
+
+function varintBytes(n: number): Uint8Array {
+  const out: number[] = [];
+  while (n > 0x7f) {
+    out.push((n & 0x7f) | 0x80);
+    n >>>= 7;
+  }
+  out.push(n);
+  return Uint8Array.from(out);
+}
+
+function fieldPlan(f: DescField): FieldPlan | undefined {
+  const common = { localName: f.localName, ...(f.oneof ? { oneof: f.oneof.localName } : {}) };
+  const tagOf = (wire: number) => varintBytes(((f.number << 3) | wire) >>> 0);
+  switch (f.fieldKind) {
+    case "scalar":
+    case "enum": {
+      const scalar = f.fieldKind === "enum" ? ScalarType.INT32 : f.scalar;
+      if (!COVERED.has(scalar) || (f.fieldKind === "scalar" && f.longAsString)) return undefined;
+      const length = scalar === ScalarType.STRING || scalar === ScalarType.BYTES;
+      return {
+        ...common,
+        tag: tagOf(length ? WIRE_LENGTH : WIRE_VARINT),
+        explicit: f.oneof !== undefined || f.presence !== IMPLICIT,
+        kind: "scalar",
+        scalar,
+      };
+    }
+    case "message":
+      if (f.delimitedEncoding || !coveredMessage(f.message)) return undefined;
+      return {
+        ...common,
+        tag: tagOf(WIRE_LENGTH),
+        explicit: true,
+        kind: "message",
+        message: f.message,
+      };
+    case "list":
+      if (f.listKind === "message") {
+        if (f.delimitedEncoding || !coveredMessage(f.message)) return undefined;
+        return {
+          ...common,
+          tag: tagOf(WIRE_LENGTH),
+          explicit: true,
+          kind: "list-message",
+          message: f.message,
+        };
+      }
+      {
+        const scalar = f.listKind === "enum" ? ScalarType.INT32 : f.scalar;
+        if (!COVERED.has(scalar) || (f.listKind === "scalar" && f.longAsString)) return undefined;
+        const length = scalar === ScalarType.STRING || scalar === ScalarType.BYTES;
+        // Numbers are written packed (one length-delimited run), strings and bytes one by one.
+        if (!length && !f.packed) return undefined;
+        return { ...common, tag: tagOf(WIRE_LENGTH), explicit: true, kind: "list-scalar", scalar };
+      }
+    default:
+      return undefined;
+  }
+}
+
+/** proto3's implicit presence (FeatureSet.FieldPresence.IMPLICIT). */
+const IMPLICIT = 2;
+
+/** google.protobuf types the plan writes as plain messages (wrappers and Struct are not plain). */
+const PLAIN_WELL_KNOWN = new Set(["google.protobuf.Timestamp", "google.protobuf.Duration"]);
+
+function coveredMessage(desc: DescMessage): boolean {
+  if (desc.typeName.startsWith("google.protobuf.") && !PLAIN_WELL_KNOWN.has(desc.typeName)) return false;
+  // A type that refers to itself is covered if the rest of it is.
+  return planOf(desc) !== undefined;
+}
+
+function planOf(desc: DescMessage): Plan {
+  const known = plans.get(desc);
+  if (known === "building") return [];
+  if (known !== undefined || plans.has(desc)) return known as Plan;
+  plans.set(desc, "building");
+  const fields: FieldPlan[] = [];
+  let covered = true;
+  for (const f of [...desc.fields].sort((a, b) => a.number - b.number)) {
+    const p = fieldPlan(f);
+    if (!p) {
+      covered = false;
+      break;
+    }
+    fields.push(p);
+  }
+  const plan = covered ? fields : undefined;
+  plans.set(desc, plan);
+  return plan;
+}
+
+/** Thrown inside the encoder when a value is not one it writes; the caller falls back. */
+const NOT_COVERED = Symbol("not covered");
+
+const UINT32_MAX = 0xffff_ffff;
+const INT32_MIN = -0x8000_0000;
+const INT32_MAX = 0x7fff_ffff;
+const UINT64_MAX = (1n << 64n) - 1n;
+const INT64_MIN = -(1n << 63n);
+const INT64_MAX = (1n << 63n) - 1n;
+
+type Fields = Record<string, unknown>;
+
+/** The value of a field in a message or init shape; undefined when it is not set. */
+function valueIn(msg: Fields, p: FieldPlan): unknown {
+  if (p.oneof === undefined) return msg[p.localName];
+  const sel = msg[p.oneof] as { case?: unknown; value?: unknown } | undefined;
+  return sel && sel.case === p.localName ? sel.value : undefined;
+}
+
+/** Whether a set value is written: explicit fields always, implicit ones when not zero. */
+function written(p: FieldPlan, v: unknown): boolean {
+  if (v === undefined || v === null) return false;
+  if (p.explicit) return true;
+  switch (p.scalar) {
+    case ScalarType.STRING:
+      return v !== "";
+    case ScalarType.BYTES:
+      return (v as Uint8Array).length > 0;
+    case ScalarType.BOOL:
+      return v !== false;
+    case ScalarType.UINT64:
+    case ScalarType.INT64:
+      return v !== 0n;
+    default:
+      return v !== 0;
+  }
+}
+
+function varintSize(n: number): number {
+  return n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x20_0000 ? 3 : n < 0x1000_0000 ? 4 : 5;
+}
+
+function bigVarintSize(n: bigint): number {
+  let size = 1;
+  while (n > 0x7fn) {
+    n >>= 7n;
+    size++;
+  }
+  return size;
+}
+
+/** The bytes a scalar's value takes after its tag (with its length prefix where it has one). */
+function scalarSize(scalar: ScalarType, v: unknown): number {
+  switch (scalar) {
+    case ScalarType.STRING: {
+      if (typeof v !== "string") throw NOT_COVERED;
+      const n = Buffer.byteLength(v, "utf8");
+      return varintSize(n) + n;
+    }
+    case ScalarType.BYTES:
+      if (!(v instanceof Uint8Array)) throw NOT_COVERED;
+      return varintSize(v.length) + v.length;
+    case ScalarType.BOOL:
+      if (typeof v !== "boolean") throw NOT_COVERED;
+      return 1;
+    case ScalarType.UINT32:
+      if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > UINT32_MAX) throw NOT_COVERED;
+      return varintSize(v);
+    case ScalarType.INT32:
+      if (typeof v !== "number" || !Number.isInteger(v) || v < INT32_MIN || v > INT32_MAX) throw NOT_COVERED;
+      return v < 0 ? 10 : varintSize(v);
+    case ScalarType.UINT64:
+      if (typeof v !== "bigint" || v < 0n || v > UINT64_MAX) throw NOT_COVERED;
+      return bigVarintSize(v);
+    case ScalarType.INT64:
+      if (typeof v !== "bigint" || v < INT64_MIN || v > INT64_MAX) throw NOT_COVERED;
+      return bigVarintSize(BigInt.asUintN(64, v));
+    default:
+      throw NOT_COVERED;
+  }
+}
+
+/**
+ * Two passes over a message: `size` computes every nested message's length (in the order the
+ * write pass needs them), `write` fills the buffer.
+ */
+class Writer {
+  private readonly lengths: number[] = [];
+  private next = 0;
+  private buf!: Buffer;
+  private pos = 0;
+
+  encode(plan: readonly FieldPlan[], msg: Fields): Uint8Array {
+    const total = this.size(plan, msg);
+    this.buf = Buffer.allocUnsafe(total);
+    this.write(plan, msg);
+    return this.buf;
+  }
+
+  private size(plan: readonly FieldPlan[], msg: Fields): number {
+    if (typeof msg !== "object" || msg === null) throw NOT_COVERED;
+    const unknown = (msg as { $unknown?: unknown[] }).$unknown;
+    if (unknown !== undefined && unknown.length > 0) throw NOT_COVERED;
+    let total = 0;
+    for (const p of plan) {
+      const v = valueIn(msg, p);
+      if (!written(p, v)) continue;
+      switch (p.kind) {
+        case "scalar":
+          total += p.tag.length + scalarSize(p.scalar!, v);
+          break;
+        case "message":
+          total += p.tag.length + this.nested(p.message!, v);
+          break;
+        case "list-message":
+          if (!Array.isArray(v)) throw NOT_COVERED;
+          for (const item of v) total += p.tag.length + this.nested(p.message!, item);
+          break;
+        case "list-scalar": {
+          if (!Array.isArray(v)) throw NOT_COVERED;
+          if (p.scalar === ScalarType.STRING || p.scalar === ScalarType.BYTES) {
+            for (const item of v) total += p.tag.length + scalarSize(p.scalar!, item);
+          } else if (v.length > 0) {
+            let run = 0;
+            for (const item of v) run += scalarSize(p.scalar!, item);
+            this.lengths.push(run);
+            total += p.tag.length + varintSize(run) + run;
+          }
+          break;
+        }
+      }
+    }
+    return total;
+  }
+
+  /** A nested message's length-prefixed size; its length is kept for the write pass. */
+  private nested(desc: DescMessage, v: unknown): number {
+    const plan = planOf(desc);
+    if (!plan) throw NOT_COVERED;
+    const at = this.lengths.length;
+    this.lengths.push(0);
+    const n = this.size(plan, v as Fields);
+    this.lengths[at] = n;
+    return varintSize(n) + n;
+  }
+
+  private write(plan: readonly FieldPlan[], msg: Fields): void {
+    for (const p of plan) {
+      const v = valueIn(msg, p);
+      if (!written(p, v)) continue;
+      switch (p.kind) {
+        case "scalar":
+          this.bytes(p.tag);
+          this.scalar(p.scalar!, v);
+          break;
+        case "message":
+          this.bytes(p.tag);
+          this.message(p.message!, v as Fields);
+          break;
+        case "list-message":
+          for (const item of v as Fields[]) {
+            this.bytes(p.tag);
+            this.message(p.message!, item);
+          }
+          break;
+        case "list-scalar":
+          if (p.scalar === ScalarType.STRING || p.scalar === ScalarType.BYTES) {
+            for (const item of v as unknown[]) {
+              this.bytes(p.tag);
+              this.scalar(p.scalar!, item);
+            }
+          } else if ((v as unknown[]).length > 0) {
+            this.bytes(p.tag);
+            this.varint(this.lengths[this.next++]!);
+            for (const item of v as unknown[]) this.scalar(p.scalar!, item);
+          }
+          break;
+      }
+    }
+  }
+
+  private message(desc: DescMessage, msg: Fields): void {
+    this.varint(this.lengths[this.next++]!);
+    this.write(planOf(desc)!, msg);
+  }
+
+  private scalar(scalar: ScalarType, v: unknown): void {
+    switch (scalar) {
+      case ScalarType.STRING: {
+        const s = v as string;
+        const n = Buffer.byteLength(s, "utf8");
+        this.varint(n);
+        this.pos += this.buf.write(s, this.pos, n, "utf8");
+        break;
+      }
+      case ScalarType.BYTES: {
+        const b = v as Uint8Array;
+        this.varint(b.length);
+        this.buf.set(b, this.pos);
+        this.pos += b.length;
+        break;
+      }
+      case ScalarType.BOOL:
+        this.buf[this.pos++] = v ? 1 : 0;
+        break;
+      case ScalarType.UINT32:
+        this.varint(v as number);
+        break;
+      case ScalarType.INT32:
+        if ((v as number) < 0) this.bigVarint(BigInt.asUintN(64, BigInt(v as number)));
+        else this.varint(v as number);
+        break;
+      case ScalarType.UINT64:
+        this.bigVarint(v as bigint);
+        break;
+      case ScalarType.INT64:
+        this.bigVarint(BigInt.asUintN(64, v as bigint));
+        break;
+    }
+  }
+
+  private bytes(b: Uint8Array): void {
+    for (let i = 0; i < b.length; i++) this.buf[this.pos++] = b[i]!;
+  }
+
+  private varint(n: number): void {
+    while (n > 0x7f) {
+      this.buf[this.pos++] = (n & 0x7f) | 0x80;
+      n >>>= 7;
+    }
+    this.buf[this.pos++] = n;
+  }
+
+  private bigVarint(n: bigint): void {
+    while (n > 0x7fn) {
+      this.buf[this.pos++] = Number(n & 0x7fn) | 0x80;
+      n >>= 7n;
+    }
+    this.buf[this.pos++] = Number(n);
+  }
+}
+
+/** Whether messages of this type are written by the plan (not handed to protobuf-es whole). */
+export function plannedEncoding(schema: DescMessage): boolean {
+  return planOf(schema) !== undefined;
+}
+
+/**
+ * The protobuf bytes of a message or of its init shape, as
+ * `toBinary(schema, create(schema, init))` writes them.
+ */
+export function encodeMessage<Desc extends DescMessage>(
+  schema: Desc,
+  init: MessageInitShape<Desc>,
+): Uint8Array {
+  const plan = planOf(schema);
+  if (plan) {
+    try {
+      return new Writer().encode(plan, init as Fields);
+    } catch (err) {
+      if (err !== NOT_COVERED) throw err;
+    }
+  }
+  return toBinary(schema, create(schema, init));
+}
