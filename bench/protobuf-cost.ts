@@ -4,7 +4,7 @@
 //
 //   flock /tmp/bench.lock node --import tsx bench/protobuf-cost.ts
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
 import { CompleteRequestSchema, CompleteResponseSchema, Door, Operation } from "@tollgate/proto/inference";
 import { UsageRecordedSchema } from "@tollgate/proto/usage";
 
@@ -86,3 +86,10 @@ time("CompleteResponse: create + encode (router)", () =>
   toBinary(CompleteResponseSchema, create(CompleteResponseSchema, { body: Buffer.alloc(600, 65), usage })),
 );
 time("UsageRecorded: encodeMessage (router)", () => encodeMessage(UsageRecordedSchema, event));
+time("CompleteRequest: decodeMessage (router)", () => decodeMessage(CompleteRequestSchema, encodedRequest));
+time("CompleteResponse: decodeMessage (api-edge)", () =>
+  decodeMessage(CompleteResponseSchema, encodedResponse),
+);
+const encodedEvent = toBinary(UsageRecordedSchema, event);
+time("UsageRecorded: decode (metering)", () => fromBinary(UsageRecordedSchema, encodedEvent));
+time("UsageRecorded: decodeMessage (metering)", () => decodeMessage(UsageRecordedSchema, encodedEvent));

@@ -1,14 +1,13 @@
-import {
-  type DescMessage,
-  type DescMethod,
-  type DescService,
-  fromBinary,
-  type MessageInitShape,
-  type MessageShape,
+import type {
+  DescMessage,
+  DescMethod,
+  DescService,
+  MessageInitShape,
+  MessageShape,
 } from "@bufbuild/protobuf";
 import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
 import * as grpc from "@grpc/grpc-js";
-import { encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
 import type { Logger } from "pino";
 import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
 import { Health, type HealthCheck } from "./health.js";
@@ -137,7 +136,7 @@ function serializer(schema: DescMessage) {
 }
 
 function deserializer(schema: DescMessage) {
-  return (buf: Buffer) => fromBinary(schema, buf);
+  return (buf: Buffer) => decodeMessage(schema, buf);
 }
 
 /** Builds the grpc-js service definition of a protobuf-es service descriptor. */

@@ -8,7 +8,7 @@ import {
 } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { file_tollgate_auth_v1_auth } from "./auth.js";
-import { encodeMessage, plannedEncoding } from "./encode.js";
+import { decodeMessage, encodeMessage, planned, readPlanned, writePlanned } from "./encode.js";
 import {
   CompleteRequestSchema,
   Door,
@@ -122,17 +122,17 @@ const reference = (desc: DescMessage, init: Record<string, unknown>) =>
 describe("encodeMessage", () => {
   it("plans every message of this package (none is left whole to protobuf-es)", () => {
     expect(MESSAGES.length).toBeGreaterThan(60);
-    expect(MESSAGES.filter((m) => !plannedEncoding(m)).map((m) => m.typeName)).toEqual([]);
+    expect(MESSAGES.filter((m) => !planned(m)).map((m) => m.typeName)).toEqual([]);
   });
 
   it("writes every message of this package byte for byte as protobuf-es does, 200 random fills each", () => {
     for (const desc of MESSAGES) {
       for (let seed = 1; seed <= 200; seed++) {
         const init = randomInit(desc, rng(seed * 7919 + desc.typeName.length));
-        const written = encodeMessage(desc, init as never);
-        // The plan's own writer answers a Buffer; protobuf-es a plain Uint8Array.
-        expect(Buffer.isBuffer(written)).toBe(true);
-        const ours = Buffer.from(written);
+        // The plan writes it itself (no fall-back to protobuf-es hides a mistake).
+        const written = writePlanned(desc, init as never);
+        expect(written, `${desc.typeName}, seed ${seed}`).toBeDefined();
+        const ours = Buffer.from(written!);
         if (!ours.equals(reference(desc, init))) {
           throw new Error(
             `${desc.typeName}, seed ${seed}: ${ours.toString("hex")} != ${reference(desc, init).toString("hex")}`,
@@ -194,5 +194,66 @@ describe("encodeMessage", () => {
       theirs = String(err);
     }
     expect(ours).toEqual(theirs);
+  });
+});
+
+describe("decodeMessage", () => {
+  it("reads every message of this package as protobuf-es does, 200 random fills each", () => {
+    for (const desc of MESSAGES) {
+      for (let seed = 1; seed <= 200; seed++) {
+        const bytes = reference(desc, randomInit(desc, rng(seed * 104_729 + desc.typeName.length)));
+        const ours = readPlanned(desc, bytes);
+        expect(ours, `${desc.typeName}, seed ${seed}`).toBeDefined();
+        expect(ours, `${desc.typeName}, seed ${seed}`).toStrictEqual(fromBinary(desc, bytes));
+        expect(Object.keys(ours!), desc.typeName).toEqual(Object.keys(fromBinary(desc, bytes)));
+      }
+    }
+  });
+
+  it("reads what it did not write the same way too: unpacked numbers, a field sent twice, unknown fields", () => {
+    const usage = Buffer.from(
+      toBinary(UsageRecordedSchema, create(UsageRecordedSchema, { eventId: "e1", inputTokens: 3 })),
+    );
+    const cases = [
+      // input_tokens (11) twice: the last one counts.
+      Buffer.concat([usage, Buffer.from([0x58, 0x09])]),
+      // an unknown field 111 (varint): kept in $unknown by protobuf-es.
+      Buffer.concat([usage, Buffer.from([0xf8, 0x06, 0x01])]),
+      // occurred_at (2) sent twice: protobuf-es merges the two messages.
+      Buffer.concat([usage, Buffer.from([0x12, 0x02, 0x08, 0x05, 0x12, 0x02, 0x10, 0x07])]),
+    ];
+    for (const bytes of cases) {
+      expect(decodeMessage(UsageRecordedSchema, bytes)).toStrictEqual(fromBinary(UsageRecordedSchema, bytes));
+    }
+  });
+
+  it("answers malformed bytes as protobuf-es does (the same message or the same error)", () => {
+    const outcome = (read: () => unknown) => {
+      try {
+        return read();
+      } catch (err) {
+        return `threw ${String(err)}`;
+      }
+    };
+    const r = rng(7);
+    for (const desc of [CompleteRequestSchema, UsageRecordedSchema, StreamCompleteResponseSchema]) {
+      for (let seed = 1; seed <= 300; seed++) {
+        const bytes = Buffer.from(reference(desc, randomInit(desc, rng(seed))));
+        if (bytes.length === 0) continue;
+        // Cut short, or one byte changed.
+        const broken =
+          seed % 2 === 0
+            ? bytes.subarray(0, Math.floor(r() * bytes.length))
+            : Buffer.from(
+                bytes.map((b, i) =>
+                  i === Math.floor(r() * bytes.length) ? b ^ (1 << Math.floor(r() * 8)) : b,
+                ),
+              );
+        expect(
+          outcome(() => decodeMessage(desc, broken)),
+          `${desc.typeName}, seed ${seed}`,
+        ).toStrictEqual(outcome(() => fromBinary(desc, broken)));
+      }
+    }
   });
 });

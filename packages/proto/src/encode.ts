@@ -17,10 +17,14 @@ import {
   create,
   type DescField,
   type DescMessage,
+  fromBinary,
   type MessageInitShape,
+  type MessageShape,
   ScalarType,
   toBinary,
 } from "@bufbuild/protobuf";
+import { getTextEncoding } from "@bufbuild/protobuf/wire";
+import "./text-encoding.js";
 
 /** How one field is written. */
 interface FieldPlan {
@@ -390,9 +394,24 @@ class Writer {
   }
 }
 
-/** Whether messages of this type are written by the plan (not handed to protobuf-es whole). */
-export function plannedEncoding(schema: DescMessage): boolean {
-  return planOf(schema) !== undefined;
+/** Whether messages of this type are written and read by a plan (not handed to protobuf-es whole). */
+export function planned(schema: DescMessage): boolean {
+  return planOf(schema) !== undefined && readPlanOf(schema) !== undefined;
+}
+
+/** The plan's bytes for a message or init shape; undefined when the plan does not write it. */
+export function writePlanned<Desc extends DescMessage>(
+  schema: Desc,
+  init: MessageInitShape<Desc>,
+): Uint8Array | undefined {
+  const plan = planOf(schema);
+  if (!plan) return undefined;
+  try {
+    return new Writer().encode(plan, init as Fields);
+  } catch (err) {
+    if (err !== NOT_COVERED) throw err;
+    return undefined;
+  }
 }
 
 /**
@@ -403,13 +422,207 @@ export function encodeMessage<Desc extends DescMessage>(
   schema: Desc,
   init: MessageInitShape<Desc>,
 ): Uint8Array {
-  const plan = planOf(schema);
-  if (plan) {
-    try {
-      return new Writer().encode(plan, init as Fields);
-    } catch (err) {
-      if (err !== NOT_COVERED) throw err;
+  return writePlanned(schema, init) ?? toBinary(schema, create(schema, init));
+}
+
+/** How one field is read, by its number. */
+interface ReadPlan {
+  localName: string;
+  oneof?: string;
+  kind: "scalar" | "message" | "list-scalar" | "list-message";
+  scalar?: ScalarType;
+  /** Strings checked to be UTF-8, as protobuf-es checks proto3 strings. */
+  strictUtf8: boolean;
+  message?: DescMessage;
+}
+
+const readPlans = new WeakMap<DescMessage, ReadonlyMap<number, ReadPlan> | undefined>();
+
+/** A type's fields by number, when every one of them is covered (the encoder's subset). */
+function readPlanOf(desc: DescMessage): ReadonlyMap<number, ReadPlan> | undefined {
+  if (readPlans.has(desc)) return readPlans.get(desc);
+  let plan: Map<number, ReadPlan> | undefined;
+  if (planOf(desc)) {
+    plan = new Map();
+    for (const f of desc.fields) {
+      const common = {
+        localName: f.localName,
+        ...(f.oneof ? { oneof: f.oneof.localName } : {}),
+        strictUtf8: "utf8Validation" in f && f.utf8Validation === true,
+      };
+      if (f.fieldKind === "message") plan.set(f.number, { ...common, kind: "message", message: f.message });
+      else if (f.fieldKind === "list" && f.listKind === "message") {
+        plan.set(f.number, { ...common, kind: "list-message", message: f.message });
+      } else if (f.fieldKind === "list") {
+        const scalar = f.listKind === "enum" ? ScalarType.INT32 : f.scalar;
+        plan.set(f.number, { ...common, kind: "list-scalar", scalar });
+      } else if (f.fieldKind === "enum" && !f.enum.open) {
+        // A closed enum keeps an unknown number among the unknown fields: protobuf-es reads it.
+        plan = undefined;
+        break;
+      } else if (f.fieldKind === "scalar" || f.fieldKind === "enum") {
+        plan.set(f.number, {
+          ...common,
+          kind: "scalar",
+          scalar: f.fieldKind === "enum" ? ScalarType.INT32 : f.scalar,
+        });
+      }
     }
   }
-  return toBinary(schema, create(schema, init));
+  readPlans.set(desc, plan);
+  return plan;
+}
+
+/** The low and high 32 bits of the last varint read. */
+let lo = 0;
+let hi = 0;
+
+/** Reads protobuf bytes into the message protobuf-es's `fromBinary` gives for them. */
+class Reader {
+  private pos = 0;
+  private readonly decodeUtf8 = getTextEncoding().decodeUtf8;
+
+  constructor(private readonly buf: Uint8Array) {}
+
+  message(desc: DescMessage, end: number): Fields {
+    const plan = readPlanOf(desc);
+    if (!plan) throw NOT_COVERED;
+    // protobuf-es's own zero message, so the shape (defaults, absent fields) is its shape.
+    const msg = create(desc) as unknown as Fields;
+    while (this.pos < end) {
+      this.varint();
+      if (hi !== 0) throw NOT_COVERED;
+      const no = lo >>> 3;
+      const wire = lo & 7;
+      const p = plan.get(no);
+      if (!p) throw NOT_COVERED; // unknown fields are kept by protobuf-es: let it read them
+      let value: unknown;
+      switch (p.kind) {
+        case "scalar":
+          value = this.scalar(p, wire);
+          break;
+        case "message": {
+          if (wire !== WIRE_LENGTH) throw NOT_COVERED;
+          // A second occurrence is merged into the first by protobuf-es.
+          if ((p.oneof === undefined ? msg[p.localName] : undefined) !== undefined) throw NOT_COVERED;
+          const sel = p.oneof === undefined ? undefined : (msg[p.oneof] as { case?: string });
+          if (sel?.case === p.localName) throw NOT_COVERED;
+          value = this.message(p.message!, this.lengthEnd());
+          break;
+        }
+        case "list-message":
+          if (wire !== WIRE_LENGTH) throw NOT_COVERED;
+          (msg[p.localName] as unknown[]).push(this.message(p.message!, this.lengthEnd()));
+          continue;
+        case "list-scalar": {
+          const list = msg[p.localName] as unknown[];
+          const text = p.scalar === ScalarType.STRING || p.scalar === ScalarType.BYTES;
+          if (wire === WIRE_LENGTH && !text) {
+            const runEnd = this.lengthEnd();
+            while (this.pos < runEnd) list.push(this.scalar(p, WIRE_VARINT));
+            if (this.pos !== runEnd) throw NOT_COVERED;
+          } else list.push(this.scalar(p, wire));
+          continue;
+        }
+      }
+      if (p.oneof === undefined) msg[p.localName] = value;
+      else msg[p.oneof] = { case: p.localName, value };
+    }
+    if (this.pos !== end) throw NOT_COVERED;
+    return msg;
+  }
+
+  private scalar(p: ReadPlan, wire: number): unknown {
+    switch (p.scalar) {
+      case ScalarType.STRING: {
+        if (wire !== WIRE_LENGTH) throw NOT_COVERED;
+        const end = this.lengthEnd();
+        const text = this.decodeUtf8(this.buf.subarray(this.pos, end), p.strictUtf8);
+        this.pos = end;
+        return text;
+      }
+      case ScalarType.BYTES: {
+        if (wire !== WIRE_LENGTH) throw NOT_COVERED;
+        const end = this.lengthEnd();
+        const bytes = this.buf.subarray(this.pos, end);
+        this.pos = end;
+        return bytes;
+      }
+      default:
+        if (wire !== WIRE_VARINT) throw NOT_COVERED;
+        this.varint();
+        switch (p.scalar) {
+          case ScalarType.BOOL:
+            return lo !== 0 || hi !== 0;
+          case ScalarType.UINT32:
+            return lo >>> 0;
+          case ScalarType.INT32:
+            return lo | 0;
+          case ScalarType.UINT64:
+            return (BigInt(hi >>> 0) << 32n) | BigInt(lo >>> 0);
+          case ScalarType.INT64:
+            return BigInt.asIntN(64, (BigInt(hi >>> 0) << 32n) | BigInt(lo >>> 0));
+          default:
+            throw NOT_COVERED;
+        }
+    }
+  }
+
+  /** Reads a length prefix; the position where that many bytes end. */
+  private lengthEnd(): number {
+    this.varint();
+    if (hi !== 0 || lo < 0) throw NOT_COVERED;
+    const end = this.pos + lo;
+    if (end > this.buf.length) throw NOT_COVERED;
+    return end;
+  }
+
+  /** Reads a varint of at most 10 bytes into `lo` and `hi`. */
+  private varint(): void {
+    let low = 0;
+    let high = 0;
+    for (let shift = 0; shift < 70; shift += 7) {
+      if (this.pos >= this.buf.length) throw NOT_COVERED;
+      const b = this.buf[this.pos++]!;
+      const bits = b & 0x7f;
+      if (shift < 28) low |= bits << shift;
+      else if (shift === 28) {
+        low |= (bits & 0x0f) << 28;
+        high |= bits >>> 4;
+      } else high |= bits << (shift - 32);
+      if ((b & 0x80) === 0) {
+        lo = low;
+        hi = high;
+        return;
+      }
+    }
+    throw NOT_COVERED;
+  }
+
+  read(desc: DescMessage): Fields {
+    return this.message(desc, this.buf.length);
+  }
+}
+
+/** The plan's reading of these bytes; undefined when the plan does not read them. */
+export function readPlanned<Desc extends DescMessage>(
+  schema: Desc,
+  bytes: Uint8Array,
+): MessageShape<Desc> | undefined {
+  if (!readPlanOf(schema)) return undefined;
+  try {
+    return new Reader(bytes).read(schema) as unknown as MessageShape<Desc>;
+  } catch (err) {
+    if (err !== NOT_COVERED) throw err;
+    return undefined;
+  }
+}
+
+/**
+ * The message protobuf-es's `fromBinary` reads from these bytes: the same fields, values and
+ * shape. Bytes the plan does not read (unknown fields, a message field sent twice, anything
+ * malformed) go to protobuf-es whole, which also gives its own error for malformed input.
+ */
+export function decodeMessage<Desc extends DescMessage>(schema: Desc, bytes: Uint8Array): MessageShape<Desc> {
+  return readPlanned(schema, bytes) ?? fromBinary(schema, bytes);
 }

@@ -1,6 +1,6 @@
 // Re-export of the generated tollgate.usage.v1 code (see proto/tollgate/usage/v1).
 import "./text-encoding.js";
-import { fromBinary } from "@bufbuild/protobuf";
+import { decodeMessage } from "./encode.js";
 import {
   UsageBatchSchema,
   type UsageRecorded,
@@ -17,6 +17,6 @@ export * from "./gen/tollgate/usage/v1/usage_pb.js";
  */
 export function usageEventsOf(subject: string, data: Uint8Array): UsageRecorded[] {
   return subject.endsWith(USAGE_BATCH_SUBJECT)
-    ? fromBinary(UsageBatchSchema, data).events
-    : [fromBinary(UsageRecordedSchema, data)];
+    ? decodeMessage(UsageBatchSchema, data).events
+    : [decodeMessage(UsageRecordedSchema, data)];
 }

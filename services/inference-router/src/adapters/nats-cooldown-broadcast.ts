@@ -1,6 +1,5 @@
-import { fromBinary } from "@bufbuild/protobuf";
 import type { NatsConnection } from "@tollgate/kit/nats";
-import { encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
 import { CooldownReason, UpstreamCooledDownSchema } from "@tollgate/proto/inference";
 import type { CooldownBroadcast, CooldownNotice } from "../domain/ports.js";
 
@@ -21,7 +20,7 @@ export function encodeCooldown(notice: CooldownNotice, origin: string): Uint8Arr
 
 /** Decodes UpstreamCooledDown; an unknown reason reads as "failures". */
 export function decodeCooldown(data: Uint8Array): CooldownNotice & { origin: string } {
-  const m = fromBinary(UpstreamCooledDownSchema, data);
+  const m = decodeMessage(UpstreamCooledDownSchema, data);
   return {
     upstreamId: m.upstreamId,
     durationMs: m.durationMs,

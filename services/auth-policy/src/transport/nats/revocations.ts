@@ -1,13 +1,12 @@
 // The KeyRevoked broadcast on core NATS (subject natsNames(ns).keyRevoked): protobuf
 // tollgate.auth.v1.KeyRevoked, naming the key by the hex SHA-256 of its secret. api-edge decodes
-// it with the same generated schema (`fromBinary(KeyRevokedSchema, msg.data)`); this module is
+// it with the same generated schema (`decodeMessage(KeyRevokedSchema, msg.data)`); this module is
 // the codec and a subscriber for auth-policy and its tests.
 
-import { fromBinary } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { NatsConnection } from "@tollgate/kit/nats";
 import { KeyRevokedReason, KeyRevokedSchema } from "@tollgate/proto/auth";
-import { encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
 import type { DeadlineReason, KeyRevocation } from "../../domain/ports.js";
 
 const TO_WIRE = {
@@ -34,7 +33,7 @@ export function encodeKeyRevoked(r: KeyRevocation): Uint8Array {
 
 /** Decodes a KeyRevoked protobuf message; an unknown reason reads as "revoked". */
 export function decodeKeyRevoked(data: Uint8Array): KeyRevocation {
-  const m = fromBinary(KeyRevokedSchema, data);
+  const m = decodeMessage(KeyRevokedSchema, data);
   return {
     keyHash: m.keyHash,
     keyId: m.keyId,
