@@ -4,7 +4,7 @@
 //
 //   flock /tmp/bench.lock node --import tsx bench/protobuf-cost.ts
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import { CompleteRequestSchema, CompleteResponseSchema, Door, Operation } from "@tollgate/proto/inference";
 import { UsageRecordedSchema } from "@tollgate/proto/usage";
 

@@ -7,7 +7,7 @@ import type {
 } from "@bufbuild/protobuf";
 import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
 import * as grpc from "@grpc/grpc-js";
-import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import type { Logger } from "pino";
 import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
 import { Health, type HealthCheck } from "./health.js";

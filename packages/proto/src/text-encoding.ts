@@ -8,6 +8,9 @@
 // UTF-8 and both replace a lone surrogate with U+FFFD. Decoding and the UTF-8 check stay
 // protobuf-es's own (TextDecoder is as fast as Buffer for short strings).
 //
+// The codec (codec.ts) writes the strings of the messages its plans cover itself; this setting
+// serves whatever it hands to protobuf-es.
+//
 // Every module of this package that re-exports generated code imports this one first, so no
 // message of ours is encoded before it ran. Where `Buffer` does not exist (a browser bundle),
 // protobuf-es's default is left in place.

@@ -8,7 +8,7 @@ import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollga
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import type { AuthService } from "@tollgate/proto/auth";
-import { encodeMessage } from "@tollgate/proto/encode";
+import { encodeMessage } from "@tollgate/proto/codec";
 import { MeteringService } from "@tollgate/proto/metering";
 import type { PaymentService } from "@tollgate/proto/payment";
 import { natsNames } from "@tollgate/proto/subjects";

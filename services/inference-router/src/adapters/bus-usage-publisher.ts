@@ -3,7 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EventBus } from "@tollgate/kit/bus";
 import { always, retrying } from "@tollgate/kit/retry";
-import { encodeMessage } from "@tollgate/proto/encode";
+import { encodeMessage } from "@tollgate/proto/codec";
 import {
   Door,
   Outcome,

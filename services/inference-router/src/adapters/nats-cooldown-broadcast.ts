@@ -1,5 +1,5 @@
 import type { NatsConnection } from "@tollgate/kit/nats";
-import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import { CooldownReason, UpstreamCooledDownSchema } from "@tollgate/proto/inference";
 import type { CooldownBroadcast, CooldownNotice } from "../domain/ports.js";
 

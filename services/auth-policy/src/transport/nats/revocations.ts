@@ -6,7 +6,7 @@
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { NatsConnection } from "@tollgate/kit/nats";
 import { KeyRevokedReason, KeyRevokedSchema } from "@tollgate/proto/auth";
-import { decodeMessage, encodeMessage } from "@tollgate/proto/encode";
+import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import type { DeadlineReason, KeyRevocation } from "../../domain/ports.js";
 
 const TO_WIRE = {

@@ -8,7 +8,7 @@ import {
 } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { file_tollgate_auth_v1_auth } from "./auth.js";
-import { decodeMessage, encodeMessage, planned, readPlanned, writePlanned } from "./encode.js";
+import { decodeMessage, encodeMessage, planned, readPlanned, writePlanned } from "./codec.js";
 import {
   CompleteRequestSchema,
   Door,

@@ -1,18 +1,20 @@
-// One way every Tollgate message is encoded to protobuf bytes: a plan per message type, built
-// once from the generated descriptor, that writes a message (or its init shape) straight into one
-// buffer sized beforehand.
+// The one way every Tollgate message becomes protobuf bytes and back: a plan per message type,
+// built once from the generated descriptor.
 //
-// protobuf-es's `toBinary` walks a message through its reflection API field by field, building
-// chunks that it then copies together, and `create` first copies an init shape into a full
-// message: on api-edge's request path that was about 15 µs a request for one CompleteRequest,
-// the largest protobuf cost of the stack (docs/performance.md, "Protobuf encoding"). This encoder
-// writes the same bytes: fields in field-number order, proto3's implicit fields only when not
-// their zero value, explicit ones (`optional`, messages, a oneof's case) when set, repeated
-// numbers and enums packed. Anything outside the subset the plan covers (maps, floating point,
-// fixed-width or zig-zag numbers, groups, wrapper types, int64 as string, unknown fields kept
-// from a decode) and any value of an unexpected type or range goes to protobuf-es instead, so no
-// input is encoded differently from `toBinary(schema, create(schema, init))`
-// (encode.test.ts compares both on every message of this package).
+// protobuf-es walks a message through its reflection API field by field: `toBinary` builds chunks
+// that it copies together at the end (after `create` copied an init shape into a full message),
+// `fromBinary` sets each field through the same API. On the stack's request path that was the
+// largest protobuf cost, about 28 µs a request in api-edge alone under load
+// (docs/performance.md, "Protobuf encoding"). Here `encodeMessage` measures a message (or its
+// init shape) and writes it into one buffer of that size, with protobuf-es's exact bytes: fields
+// in field-number order, proto3's implicit fields only when not their zero value, explicit ones
+// (`optional`, messages, a oneof's case) when set, repeated numbers and enums packed.
+// `decodeMessage` reads bytes into protobuf-es's own zero message, each field as `fromBinary`
+// sets it. Anything outside the subset the plans cover (maps, floating point, fixed-width or
+// zig-zag numbers, groups, wrapper types, int64 as string, closed enums), unknown fields, a
+// message field sent twice, malformed bytes, and any value of an unexpected type or range go to
+// protobuf-es whole, so no input is written or read differently (codec.test.ts compares both
+// ways on every message of this package).
 import {
   create,
   type DescField,
