@@ -71,7 +71,12 @@ function toWireUsage(u: UsageSummary): Omit<Usage, "$typeName"> {
   };
 }
 
-const encoder = new TextEncoder();
+/**
+ * A JSON answer or chunk as UTF-8 bytes: Buffer.from takes a slice of Node's shared pool, where
+ * TextEncoder allocates a fresh ArrayBuffer each time (about 0.12 against 1.1 µs for a 700-byte
+ * answer; docs/performance.md, "Protobuf strings").
+ */
+const jsonBytes = (value: unknown): Uint8Array => Buffer.from(JSON.stringify(value), "utf8");
 
 /** Maps InferenceService messages to the domain and back. */
 export function inferenceHandlers(inference: Inference): Handlers<typeof InferenceService> {
@@ -84,7 +89,7 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
         span?.setAttributes(requestAttributes(input));
         const { json, usage } = await inference.complete(input, ctx.signal);
         span?.setAttributes(usageAttributes(usage, json.model));
-        return { body: encoder.encode(JSON.stringify(json)), usage: toWireUsage(usage) };
+        return { body: jsonBytes(json), usage: toWireUsage(usage) };
       } catch (err) {
         throw toStatusError(err);
       }
@@ -106,7 +111,7 @@ export function inferenceHandlers(inference: Inference): Handlers<typeof Inferen
               usageSoFar = usageRecordedSoFar(soFar, usageSoFar);
             }
             yield {
-              event: { case: "chunk", value: encoder.encode(JSON.stringify(event.chunk)) },
+              event: { case: "chunk", value: jsonBytes(event.chunk) },
               usageSoFar,
             };
           } else {
