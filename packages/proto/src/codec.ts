@@ -28,8 +28,9 @@ import {
 import { getTextEncoding } from "@bufbuild/protobuf/wire";
 import "./text-encoding.js";
 
-/** How one field is written. */
+/** How one field is written and read. */
 interface FieldPlan {
+  number: number;
   /** The field's tag (number and wire type) as its varint bytes. */
   tag: Uint8Array;
   /** Where its value is: the property, or the oneof's property whose `case` names it. */
@@ -40,6 +41,8 @@ interface FieldPlan {
   kind: "scalar" | "message" | "list-scalar" | "list-message";
   /** The scalar type of a scalar or list of scalars (enums are INT32 on the wire). */
   scalar?: ScalarType;
+  /** Strings checked to be UTF-8 when read, as protobuf-es checks proto3 strings. */
+  strictUtf8: boolean;
   message?: DescMessage;
 }
 
@@ -73,11 +76,22 @@ function varintBytes(n: number): Uint8Array {
 }
 
 function fieldPlan(f: DescField): FieldPlan | undefined {
-  const common = { localName: f.localName, ...(f.oneof ? { oneof: f.oneof.localName } : {}) };
+  const common = {
+    number: f.number,
+    localName: f.localName,
+    ...(f.oneof ? { oneof: f.oneof.localName } : {}),
+    strictUtf8: "utf8Validation" in f && f.utf8Validation === true,
+  };
   const tagOf = (wire: number) => varintBytes(((f.number << 3) | wire) >>> 0);
+  const messagePlan = (kind: "message" | "list-message", desc: DescMessage, delimited: boolean) =>
+    delimited || !coveredMessage(desc)
+      ? undefined
+      : { ...common, tag: tagOf(WIRE_LENGTH), explicit: true, kind, message: desc };
   switch (f.fieldKind) {
     case "scalar":
     case "enum": {
+      // A closed enum keeps an unknown number among the unknown fields: protobuf-es does that.
+      if (f.fieldKind === "enum" && !f.enum.open) return undefined;
       const scalar = f.fieldKind === "enum" ? ScalarType.INT32 : f.scalar;
       if (!COVERED.has(scalar) || (f.fieldKind === "scalar" && f.longAsString)) return undefined;
       const length = scalar === ScalarType.STRING || scalar === ScalarType.BYTES;
@@ -90,33 +104,17 @@ function fieldPlan(f: DescField): FieldPlan | undefined {
       };
     }
     case "message":
-      if (f.delimitedEncoding || !coveredMessage(f.message)) return undefined;
-      return {
-        ...common,
-        tag: tagOf(WIRE_LENGTH),
-        explicit: true,
-        kind: "message",
-        message: f.message,
-      };
-    case "list":
-      if (f.listKind === "message") {
-        if (f.delimitedEncoding || !coveredMessage(f.message)) return undefined;
-        return {
-          ...common,
-          tag: tagOf(WIRE_LENGTH),
-          explicit: true,
-          kind: "list-message",
-          message: f.message,
-        };
-      }
-      {
-        const scalar = f.listKind === "enum" ? ScalarType.INT32 : f.scalar;
-        if (!COVERED.has(scalar) || (f.listKind === "scalar" && f.longAsString)) return undefined;
-        const length = scalar === ScalarType.STRING || scalar === ScalarType.BYTES;
-        // Numbers are written packed (one length-delimited run), strings and bytes one by one.
-        if (!length && !f.packed) return undefined;
-        return { ...common, tag: tagOf(WIRE_LENGTH), explicit: true, kind: "list-scalar", scalar };
-      }
+      return messagePlan("message", f.message, f.delimitedEncoding);
+    case "list": {
+      if (f.listKind === "message") return messagePlan("list-message", f.message, f.delimitedEncoding);
+      if (f.listKind === "enum" && !f.enum.open) return undefined;
+      const scalar = f.listKind === "enum" ? ScalarType.INT32 : f.scalar;
+      if (!COVERED.has(scalar) || (f.listKind === "scalar" && f.longAsString)) return undefined;
+      const length = scalar === ScalarType.STRING || scalar === ScalarType.BYTES;
+      // Numbers are written packed (one length-delimited run), strings and bytes one by one.
+      if (!length && !f.packed) return undefined;
+      return { ...common, tag: tagOf(WIRE_LENGTH), explicit: true, kind: "list-scalar", scalar };
+    }
     default:
       return undefined;
   }
@@ -398,7 +396,7 @@ class Writer {
 
 /** Whether messages of this type are written and read by a plan (not handed to protobuf-es whole). */
 export function planned(schema: DescMessage): boolean {
-  return planOf(schema) !== undefined && readPlanOf(schema) !== undefined;
+  return planOf(schema) !== undefined;
 }
 
 /** The plan's bytes for a message or init shape; undefined when the plan does not write it. */
@@ -427,52 +425,15 @@ export function encodeMessage<Desc extends DescMessage>(
   return writePlanned(schema, init) ?? toBinary(schema, create(schema, init));
 }
 
-/** How one field is read, by its number. */
-interface ReadPlan {
-  localName: string;
-  oneof?: string;
-  kind: "scalar" | "message" | "list-scalar" | "list-message";
-  scalar?: ScalarType;
-  /** Strings checked to be UTF-8, as protobuf-es checks proto3 strings. */
-  strictUtf8: boolean;
-  message?: DescMessage;
-}
+const readPlans = new WeakMap<DescMessage, ReadonlyMap<number, FieldPlan> | undefined>();
 
-const readPlans = new WeakMap<DescMessage, ReadonlyMap<number, ReadPlan> | undefined>();
-
-/** A type's fields by number, when every one of them is covered (the encoder's subset). */
-function readPlanOf(desc: DescMessage): ReadonlyMap<number, ReadPlan> | undefined {
+/** A covered type's field plans by number, for reading. */
+function readPlanOf(desc: DescMessage): ReadonlyMap<number, FieldPlan> | undefined {
   if (readPlans.has(desc)) return readPlans.get(desc);
-  let plan: Map<number, ReadPlan> | undefined;
-  if (planOf(desc)) {
-    plan = new Map();
-    for (const f of desc.fields) {
-      const common = {
-        localName: f.localName,
-        ...(f.oneof ? { oneof: f.oneof.localName } : {}),
-        strictUtf8: "utf8Validation" in f && f.utf8Validation === true,
-      };
-      if (f.fieldKind === "message") plan.set(f.number, { ...common, kind: "message", message: f.message });
-      else if (f.fieldKind === "list" && f.listKind === "message") {
-        plan.set(f.number, { ...common, kind: "list-message", message: f.message });
-      } else if (f.fieldKind === "list") {
-        const scalar = f.listKind === "enum" ? ScalarType.INT32 : f.scalar;
-        plan.set(f.number, { ...common, kind: "list-scalar", scalar });
-      } else if (f.fieldKind === "enum" && !f.enum.open) {
-        // A closed enum keeps an unknown number among the unknown fields: protobuf-es reads it.
-        plan = undefined;
-        break;
-      } else if (f.fieldKind === "scalar" || f.fieldKind === "enum") {
-        plan.set(f.number, {
-          ...common,
-          kind: "scalar",
-          scalar: f.fieldKind === "enum" ? ScalarType.INT32 : f.scalar,
-        });
-      }
-    }
-  }
-  readPlans.set(desc, plan);
-  return plan;
+  const plan = planOf(desc);
+  const byNumber = plan ? new Map(plan.map((p) => [p.number, p] as const)) : undefined;
+  readPlans.set(desc, byNumber);
+  return byNumber;
 }
 
 /** The low and high 32 bits of the last varint read. */
@@ -534,7 +495,7 @@ class Reader {
     return msg;
   }
 
-  private scalar(p: ReadPlan, wire: number): unknown {
+  private scalar(p: FieldPlan, wire: number): unknown {
     switch (p.scalar) {
       case ScalarType.STRING: {
         if (wire !== WIRE_LENGTH) throw NOT_COVERED;
