@@ -152,7 +152,7 @@ function planOf(desc: DescMessage): Plan {
   return plan;
 }
 
-/** Thrown inside the encoder when a value is not one it writes; the caller falls back. */
+/** Thrown inside the writer or reader at anything the plan does not cover; the caller falls back. */
 const NOT_COVERED = Symbol("not covered");
 
 const UINT32_MAX = 0xffff_ffff;
