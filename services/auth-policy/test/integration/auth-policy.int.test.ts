@@ -27,6 +27,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AuthPolicy, start } from "../../src/app.js";
 import type { KeyRevocation } from "../../src/domain/ports.js";
 import { subscribeRevocations } from "../../src/transport/nats/revocations.js";
+import { chatAsk, PRICED_MODEL } from "./priced.js";
 
 type AuthClient = Client<MethodsOf<typeof AuthService>>;
 
@@ -41,14 +42,7 @@ const GATEWAY: GatewayConfig = parseGatewayConfig({
   models: [
     { id: "mini", upstream: "u", upstreamModel: "a", runtime: "vllm", pricing },
     { id: "pro", upstream: "u", upstreamModel: "b", runtime: "vllm", pricing },
-    // One base unit per token: quotes are bodyBytes + 8 × messages + 16 + output cap.
-    {
-      id: "priced",
-      upstream: "u",
-      upstreamModel: "c",
-      runtime: "vllm",
-      pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
-    },
+    PRICED_MODEL,
   ],
   accounts: [
     {
@@ -359,14 +353,7 @@ describe("budgets on two auth-policy replicas sharing one Redis", () => {
       period: BudgetPeriod.MONTH,
     });
     const { secret } = await one.createKey({ accountId, connectionId: "main" });
-    const ask = {
-      key: secret,
-      route: Route.CHAT_COMPLETIONS,
-      model: "",
-      maxOutputTokens: 76,
-      bodyBytes: 100,
-      messageCount: 1,
-    };
+    const ask = chatAsk(secret);
 
     const outcomes = await Promise.all(
       Array.from({ length: 200 }, (_, i) =>
@@ -520,14 +507,7 @@ describe("budgets on two auth-policy replicas sharing one Redis", () => {
       budget: { amount: "500", period: BudgetPeriod.DAYS, periodDays: 30 },
     });
     expect(key?.budget).toMatchObject({ amount: "500", period: BudgetPeriod.DAYS, periodDays: 30 });
-    const ask = {
-      key: secret,
-      route: Route.CHAT_COMPLETIONS,
-      model: "",
-      maxOutputTokens: 76,
-      bodyBytes: 100,
-      messageCount: 1,
-    };
+    const ask = chatAsk(secret);
     const first = await one.authorize(ask);
     expect([first.budgetRemaining, first.keyBudgetRemaining]).toEqual(["", "300"]);
     await two.authorize(ask);

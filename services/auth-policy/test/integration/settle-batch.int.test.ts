@@ -10,6 +10,7 @@ import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
 import { start } from "../../src/app.js";
 import { newReservationId, settleReservations } from "../../src/domain/budget.js";
 import { settleBatchContract } from "../settle-batch-contract.js";
+import { chatAsk, PRICED_MODEL } from "./priced.js";
 
 let fixture: RedisFixture;
 let redis: Redis;
@@ -128,15 +129,7 @@ describe("redis ledger: batch settlement reads a record once", () => {
 function startPriced(metrics?: ReturnType<typeof createMetrics>) {
   const gateway = parseGatewayConfig({
     upstreams: [{ id: "u", baseUrl: "http://127.0.0.1:1/v1" }],
-    models: [
-      {
-        id: "priced",
-        upstream: "u",
-        upstreamModel: "c",
-        runtime: "vllm",
-        pricing: { inputPerMillion: 1_000_000, outputPerMillion: 1_000_000 },
-      },
-    ],
+    models: [PRICED_MODEL],
   });
   const log = createLogger({ service: "auth-policy", level: "silent" });
   return start(
@@ -161,14 +154,7 @@ describe("SettleReservations over gRPC", () => {
       });
       const { secret } = await auth.createKey({ accountId: "batch", connectionId: "main" });
       // Quoted 200 each: 100 bytes + 8 × 1 message + 16 + 76 output tokens.
-      const ask = {
-        key: secret,
-        route: Route.CHAT_COMPLETIONS,
-        model: "",
-        maxOutputTokens: 76,
-        bodyBytes: 100,
-        messageCount: 1,
-      };
+      const ask = chatAsk(secret);
       const [a, b, c] = [await auth.authorize(ask), await auth.authorize(ask), await auth.authorize(ask)];
       expect(BigInt(c!.budgetRemaining)).toBe(BUDGET - 600n);
       const batch = {
@@ -229,14 +215,7 @@ describe("SettleReservations over gRPC", () => {
       });
       const { secret } = await auth.createKey({ accountId: "vic1", connectionId: "main" });
       // Quoted 200 each: 100 bytes + 8 × 1 message + 16 + 76 output tokens; 8 of them leased.
-      const ask = {
-        key: secret,
-        route: Route.CHAT_COMPLETIONS,
-        model: "",
-        maxOutputTokens: 76,
-        bodyBytes: 100,
-        messageCount: 1,
-      };
+      const ask = chatAsk(secret);
       const lease = await auth.acquireLease({ request: ask, requests: 8 });
       expect(lease).toMatchObject({ granted: true, budget: "1600" });
       const usage = async () =>

@@ -190,6 +190,19 @@ const chunksOf = (events: StreamEvent[]) =>
   events.flatMap((e) => ("chunk" in e ? [e.chunk as Record<string, unknown>] : []));
 const usagesOf = (events: StreamEvent[]) => events.flatMap((e) => ("usage" in e ? [e.usage] : []));
 
+/** The events a stream gave before it failed, and its failure (a stream that ends is a test failure). */
+async function eventsUntilFailure(
+  events: AsyncIterable<StreamEvent>,
+): Promise<{ received: StreamEvent[]; err: unknown }> {
+  const received: StreamEvent[] = [];
+  const err = await rejection(
+    (async () => {
+      for await (const event of events) received.push(event);
+    })(),
+  );
+  return { received, err };
+}
+
 async function rejection(p: Promise<unknown>): Promise<unknown> {
   return p.then(
     () => expect.unreachable("expected a rejection"),
@@ -917,12 +930,8 @@ describe("Inference.stream", () => {
     const failure = new InferenceError("upstream_error", "the upstream failed mid-stream");
     const chunks = [roleChunk(), textChunk("a"), textChunk("b"), textChunk("c"), finishChunk()];
     const { publisher, inference } = setup({ chunks, error: failure, throwAfter: 3 });
-    const received: StreamEvent[] = [];
-    const err = await rejection(
-      (async () => {
-        for await (const event of inference.stream(input(), false, new AbortController().signal))
-          received.push(event);
-      })(),
+    const { received, err } = await eventsUntilFailure(
+      inference.stream(input(), false, new AbortController().signal),
     );
 
     expect(err).toBe(failure);
@@ -943,12 +952,8 @@ describe("Inference.stream", () => {
     // fails before its end: the relay holds, records and tells the usage so far of "b".
     const chunks = [textChunk("a"), textChunk("b"), usageChunk(usage(9, 7)), finishChunk()];
     const { publisher, inference } = setup({ chunks, error: failure, throwAfter: 3 });
-    const received: StreamEvent[] = [];
-    const err = await rejection(
-      (async () => {
-        for await (const event of inference.stream(input(), false, new AbortController().signal))
-          received.push(event);
-      })(),
+    const { received, err } = await eventsUntilFailure(
+      inference.stream(input(), false, new AbortController().signal),
     );
 
     expect(err).toBe(failure);
@@ -1004,12 +1009,8 @@ describe("Inference.stream", () => {
   it("fails with usage_not_recorded instead of ending with usage when publishing fails", async () => {
     const { publisher, inference } = setup({ chunks: fullStream(usage(5, 3)) });
     publisher.failing = true;
-    const received: StreamEvent[] = [];
-    const err = await rejection(
-      (async () => {
-        for await (const event of inference.stream(input(), false, new AbortController().signal))
-          received.push(event);
-      })(),
+    const { received, err } = await eventsUntilFailure(
+      inference.stream(input(), false, new AbortController().signal),
     );
     expect(err).toBeInstanceOf(InferenceError);
     expect((err as InferenceError).code).toBe("usage_not_recorded");
