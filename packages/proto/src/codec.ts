@@ -26,7 +26,6 @@ import {
   toBinary,
 } from "@bufbuild/protobuf";
 import { getTextEncoding } from "@bufbuild/protobuf/wire";
-import "./text-encoding.js";
 
 /** How one field is written and read. */
 interface FieldPlan {

@@ -1,5 +1,4 @@
 // Re-export of the generated tollgate.inference.v1 code (see proto/tollgate/inference/v1).
-import "./text-encoding.js";
 
 export * from "./gen/tollgate/inference/v1/cooldown_pb.js";
 export * from "./gen/tollgate/inference/v1/inference_pb.js";

@@ -1,4 +1,3 @@
 // Re-export of the generated tollgate.payment.v1 code (see proto/tollgate/payment/v1).
-import "./text-encoding.js";
 
 export * from "./gen/tollgate/payment/v1/payment_pb.js";

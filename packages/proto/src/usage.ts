@@ -1,5 +1,4 @@
 // Re-export of the generated tollgate.usage.v1 code (see proto/tollgate/usage/v1).
-import "./text-encoding.js";
 import { decodeMessage } from "./codec.js";
 import {
   UsageBatchSchema,
