@@ -1,4 +1,4 @@
-// CPU profile of one Tollgate process under the bench load (issue 7, "profile what the figures show"):
+// CPU profile of one Tollgate process under the bench load, to see what the figures show:
 //
 //   PROFILE_TARGET=api-edge npx tsx bench/profile.ts
 //

@@ -319,7 +319,7 @@ export function evaluatePeerTargets(figures: PeerFigures[]): TargetResult[] {
   return out;
 }
 
-/** Each target of issue 7, judged on the figures of this run. */
+/** Each absolute target (bench/README.md), judged on the figures of this run. */
 export function evaluateTargets(rows: Row[], rss: RssRow[], modes: string[]): TargetResult[] {
   const out: TargetResult[] = [];
   const find = (mode: string, scenario: string, side: Row["side"], conns = 1) => {
