@@ -77,7 +77,7 @@ time("CompleteRequest: create + encode (api-edge)", () =>
 time("CompleteRequest: decode (router)", () => fromBinary(CompleteRequestSchema, encodedRequest));
 time("CompleteResponse: decode (api-edge)", () => fromBinary(CompleteResponseSchema, encodedResponse));
 time("UsageRecorded: encode (router)", () => toBinary(UsageRecordedSchema, event));
-// What the services call (packages/proto/src/encode.ts): the same bytes from a plan per type.
+// What the services call (packages/proto/src/codec.ts): the same bytes from a plan per type.
 time("CompleteRequest: encodeMessage (api-edge)", () => encodeMessage(CompleteRequestSchema, request));
 time("CompleteResponse: encodeMessage (router)", () =>
   encodeMessage(CompleteResponseSchema, { body: Buffer.alloc(600, 65), usage }),

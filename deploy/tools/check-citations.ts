@@ -1,7 +1,8 @@
 // Fails when the project's reasoning points outside the repository (`make lint` runs it): a
-// comment in services/, packages/ or proto/ that cites an issue number, numbered notes,
-// STYLE.md, ARCHITECTURE.md or a spec section, and any repository path named in a comment or
-// linked from docs/**/*.md or a README.md that does not exist. The matching rules, and their
+// comment in services/, packages/, proto/, bench/ or deploy/ that cites an issue number, numbered notes,
+// a style or architecture file outside the tree or a spec section, and any repository path named in a comment or
+// linked from docs/**/*.md or a README.md that does not exist, and such a page citing an issue
+// number, notes or a specification kept outside the tree. The matching rules, and their
 // unit test, are in packages/kit/src/citations.ts.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
@@ -27,15 +28,15 @@ const problems: string[] = [];
 const report = (file: string, findings: Finding[]) => {
   for (const f of findings) problems.push(`${relative(ROOT, file)}:${f.line}: ${f.message}`);
 };
-// A path git ignores (bench/results, .tollgate/…) is an output the tools write, so it may be
+// A path git ignores (the bench's results, .tollgate/…) is an output the tools write, so it may be
 // missing from a clean tree.
 const ignored = (abs: string) => spawnSync("git", ["check-ignore", "-q", abs], { cwd: ROOT }).status === 0;
 const present = (abs: string) => existsSync(abs) || ignored(abs);
 const fromRoot = (p: string) => present(join(ROOT, p));
 
-for (const top of ["services", "packages", "proto"]) {
+for (const top of ["services", "packages", "proto", "bench", "deploy"]) {
   for (const file of walk(join(ROOT, top))) {
-    if (/\.(ts|mts|proto)$/.test(file) && !file.endsWith(".d.ts")) {
+    if (/\.(ts|mts|mjs|proto)$/.test(file) && !file.endsWith(".d.ts")) {
       report(file, checkSource(readFileSync(file, "utf8"), fromRoot));
     }
   }
@@ -61,4 +62,4 @@ if (problems.length > 0) {
   console.error(`check-citations: ${problems.length} problem(s); comments carry their reason or cite docs/`);
   process.exit(1);
 }
-console.log(`check-citations: ${pages.length} pages and every comment under services/, packages/, proto/ ok`);
+console.log(`check-citations: ${pages.length} pages and every comment under services/, packages/, proto/, bench/, deploy/ ok`);

@@ -84,4 +84,19 @@ describe("checkMarkdown", () => {
       { line: 2, message: "links services/api-edge/src/nope.ts, which does not exist" },
     ]);
   });
+
+  it("fails on a page citing an issue number, outside notes or the outside specification", () => {
+    const md = [
+      "What Tollgate adds (issue 7), measured.",
+      "The wire format: `notes/mpp-protocol.md`.",
+      "## Mapping to the spec (`shared/spec/inference-gateway-spec.md`)",
+      "Issues of other gateways, and [money](money.md) notes/ in prose.",
+    ].join("\n");
+    const found = checkMarkdown(md, () => true).map((f) => [f.line, f.message.split(" (")[0]]);
+    expect(found).toEqual([
+      [1, "cites an issue number"],
+      [2, "cites notes outside the tree"],
+      [3, "cites a specification outside the tree"],
+    ]);
+  });
 });

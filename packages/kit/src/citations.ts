@@ -31,15 +31,25 @@ const OUTSIDE: ReadonlyArray<{ pattern: RegExp; what: string }> = [
   },
 ];
 
+/**
+ * What a Markdown page may not cite either: an issue number, or notes and a specification kept
+ * outside the tree. A page says the reason itself or links the docs/ page that does.
+ */
+const PAGE_OUTSIDE: ReadonlyArray<{ pattern: RegExp; what: string }> = [
+  { pattern: /\bissues?\s*#?\s*\d+/i, what: "an issue number" },
+  { pattern: /(?<![\w/])notes\/[\w.-]+/, what: "notes outside the tree" },
+  { pattern: /\bshared\/spec\b|inference-gateway-spec/, what: "a specification outside the tree" },
+];
+
 /** Top-level folders whose paths a comment or a page may cite. */
 const ROOTS = ["docs", "services", "packages", "proto", "deploy", "helm", "bench"];
 
 const PATH = new RegExp(`(?<![\\w./-])(?:${ROOTS.join("|")})/[A-Za-z0-9_.\\-/<>\${}*]*`, "g");
 
-/** The citations of things outside the tree in one comment's text. */
-export function outsideCitations(text: string): string[] {
+/** The citations of things outside the tree in one comment's text (or a page's line, with PAGE_OUTSIDE). */
+export function outsideCitations(text: string, rules = OUTSIDE): string[] {
   const found: string[] = [];
-  for (const { pattern, what } of OUTSIDE) {
+  for (const { pattern, what } of rules) {
     const m = pattern.exec(text);
     if (m !== null) found.push(`cites ${what} ("${m[0]}"): say the reason here or cite a docs/ path`);
   }
@@ -148,14 +158,19 @@ export function checkSource(source: string, exists: (path: string) => boolean): 
 }
 
 /**
- * The links and backticked repository paths of one Markdown page that do not exist. `exists`
- * takes a path relative to the page's folder when `relative`, else relative to the root.
+ * The links and backticked repository paths of one Markdown page that do not exist, and its
+ * citations of things outside the tree. `exists` takes a path relative to the page's folder
+ * when `relative`, else relative to the root.
  */
 export function checkMarkdown(
   markdown: string,
   exists: (path: string, relative: boolean) => boolean,
 ): Finding[] {
-  return markdownTargets(markdown)
+  const findings = markdownTargets(markdown)
     .filter(({ target, relative }) => !exists(target, relative))
     .map(({ line, target }) => ({ line, message: `links ${target}, which does not exist` }));
+  markdown.split("\n").forEach((text, k) => {
+    for (const message of outsideCitations(text, PAGE_OUTSIDE)) findings.push({ line: k + 1, message });
+  });
+  return findings.sort((a, b) => a.line - b.line);
 }
