@@ -62,4 +62,6 @@ if (problems.length > 0) {
   console.error(`check-citations: ${problems.length} problem(s); comments carry their reason or cite docs/`);
   process.exit(1);
 }
-console.log(`check-citations: ${pages.length} pages and every comment under services/, packages/, proto/, bench/, deploy/ ok`);
+console.log(
+  `check-citations: ${pages.length} pages and every comment under services/, packages/, proto/, bench/, deploy/ ok`,
+);
