@@ -1,7 +1,7 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { createLogger } from "@tollgate/kit/log";
 import { AcquireLeaseResponseSchema, type AuthorizeRequestSchema, Route } from "@tollgate/proto/auth";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { LeaseBook, type LeaseClient, ticketOf } from "./leases.js";
 
 const KEYS: Record<string, { accountId: string; keyId: string }> = {
@@ -61,23 +61,26 @@ async function request(book: LeaseBook, key: string, cap: number, running = fals
   return grant!;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 describe("LeaseBook: idle leases", () => {
   it("keeps a lease for a caller pausing 300 ms between requests, and returns it once idle 500 ms", async () => {
-    const { book, calls } = fakeAuth();
-    await request(book, A, 8);
-    await sleep(300);
-    await request(book, A, 8);
-    await sleep(300);
-    await request(book, A, 8);
-    const idleSince = Date.now();
-    expect(calls).toEqual(["acquire key_a 8"]);
-    // Back once idle 500 ms (a timer: on a busy machine it may fire late, so wait up to 3 s).
-    while (calls.length < 2 && Date.now() - idleSince < 3_000) await sleep(25);
-    expect(calls).toEqual(["acquire key_a 8", "return lease_1"]);
-    expect(Date.now() - idleSince).toBeGreaterThanOrEqual(480);
-    await book.close();
+    // The book's clock and timers are the test's: a busy machine cannot stretch a 300 ms pause
+    // past the 500 ms the lease waits, or delay its return.
+    vi.useFakeTimers();
+    try {
+      const { book, calls } = fakeAuth();
+      await request(book, A, 8);
+      await vi.advanceTimersByTimeAsync(300);
+      await request(book, A, 8);
+      await vi.advanceTimersByTimeAsync(300);
+      await request(book, A, 8);
+      await vi.advanceTimersByTimeAsync(499);
+      expect(calls).toEqual(["acquire key_a 8"]);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(calls).toEqual(["acquire key_a 8", "return lease_1"]);
+      await book.close();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("returns the key's idle leases of other shapes before acquiring one, and waits for them", async () => {
