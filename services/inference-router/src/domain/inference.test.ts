@@ -510,6 +510,54 @@ describe("Inference.complete", () => {
       ]);
     });
 
+    it("OpenAI-compatible: the answer's usage tells the estimate it was billed on, not the upstream's", async () => {
+      const bogus = {
+        prompt_tokens: -1000,
+        completion_tokens: "5",
+        prompt_tokens_details: { cached_tokens: 0 },
+      };
+      const told = {
+        prompt_tokens: 4,
+        completion_tokens: 5,
+        total_tokens: 9,
+        prompt_tokens_details: { cached_tokens: 0 },
+      };
+      const { inference } = wired(
+        new WireProvider(
+          (req) => {
+            const json = { ...chatResult(content, undefined).json, usage: bogus };
+            return { json, usage: normaliseUsage(json.usage, req.operation) };
+          },
+          (req) =>
+            [
+              { model: "m", choices: [{ index: 0, delta: { content: "one " }, finish_reason: null }] },
+              { model: "m", choices: [{ index: 0, delta: { content: "two" }, finish_reason: "stop" }] },
+              { model: "m", choices: [], usage: bogus },
+            ].map((json) => ({ json, usage: normaliseUsage(json.usage, req.operation) })),
+        ),
+      );
+      const { json, usage: billed } = await inference.complete(input(), new AbortController().signal);
+      expect(billed).toMatchObject(bufferedEstimate);
+      expect(json.usage).toEqual(told);
+      const events = await drain(inference.stream(input(), true, new AbortController().signal));
+      const usageChunk = events.flatMap((e) =>
+        "chunk" in e && (e.chunk.choices as unknown[]).length === 0 ? [e.chunk] : [],
+      );
+      expect(usagesOf(events)[0]).toMatchObject(usage(4, 2, 0));
+      expect(usageChunk.map((c) => c.usage)).toEqual([
+        {
+          prompt_tokens: 4,
+          completion_tokens: 2,
+          total_tokens: 6,
+          prompt_tokens_details: { cached_tokens: 0 },
+        },
+      ]);
+      // Counts the upstream did send are told as they came.
+      const honest = setup({ result: chatResult("x", usage(7, 1)) });
+      const answered = await honest.inference.complete(input(), new AbortController().signal);
+      expect(answered.json.usage).toEqual({ prompt_tokens: 7, completion_tokens: 1 });
+    });
+
     it("Anthropic: charged the estimate (or its exact input and counted output), not nothing", async () => {
       const message = {
         type: "message",

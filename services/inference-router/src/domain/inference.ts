@@ -85,6 +85,7 @@ export class Inference {
     let tokens = result.usage ?? estimate(input.body, outputTextLength(result.json));
     // An embedding produces no tokens: only its input is counted and priced.
     if (input.operation === "embeddings") tokens = { ...tokens, outputTokens: 0, reasoningTokens: 0 };
+    else if (result.usage === undefined) result.json.usage = toldUsage(result.json.usage, tokens);
     const servedBy = result.upstreamId ?? route.provider.id;
     const usage = await this.#record(input, route, servedBy, tokens, "completed", false);
     const json =
@@ -129,6 +130,7 @@ export class Inference {
         else if (!includeUsage) continue;
         chunk.json.model = route.model;
         const counted = tokens();
+        if (usageOnly && chunk.usage === undefined) chunk.json.usage = toldUsage(chunk.json.usage, counted);
         if (soFar?.tokens !== counted || soFar.upstreamId !== servedBy) {
           soFar = this.#event(input, route, servedBy, counted, "upstream_failed", true, eventId);
         }
@@ -408,6 +410,23 @@ function outputTextLength(json: Record<string, unknown>): number {
         ? choice.text
         : "";
   return Buffer.byteLength(text);
+}
+
+/**
+ * The usage an answer tells its caller when the upstream sent no count (none, or one that is no
+ * count: negative, fractional, a string): the estimate it is billed on, in OpenAI's usage shape,
+ * so the body never disagrees with its `x-tollgate-cost` (docs/spend.md, "Without a count from
+ * the upstream"). The upstream's other usage fields stay as they came.
+ */
+function toldUsage(raw: unknown, tokens: TokenCounts): Record<string, unknown> {
+  const rest =
+    typeof raw === "object" && raw !== null && !Array.isArray(raw) ? (raw as Record<string, unknown>) : {};
+  return {
+    ...rest,
+    prompt_tokens: tokens.inputTokens,
+    completion_tokens: tokens.outputTokens,
+    total_tokens: tokens.inputTokens + tokens.outputTokens,
+  };
 }
 
 /**
