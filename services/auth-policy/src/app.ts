@@ -1,11 +1,11 @@
 import type { GatewayConfig } from "@tollgate/config";
-import type { InternalAuth } from "@tollgate/kit/credentials";
-import { type GrpcServer, implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
+import type { GrpcServer, MethodsOf } from "@tollgate/kit/grpc";
 import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
-import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
+import { createMetrics, type MetricsServer, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
+import { type RunningService, type ServiceServerOptions, serveService } from "@tollgate/kit/service";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { natsNames } from "@tollgate/proto/subjects";
@@ -28,16 +28,7 @@ export { createMemoryRevocationBus, type MemoryRevocationBus } from "./adapters/
 export type { KeyRevocation, RevocationPublisher } from "./domain/ports.js";
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
-export interface AuthPolicyOptions {
-  grpcHost: string;
-  grpcPort: number;
-  /**
-   * How internal callers authenticate (loadConfig builds it from the environment and refuses
-   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
-   */
-  internalAuth?: InternalAuth;
-  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
-  grpcHealthPort?: number;
+export interface AuthPolicyOptions extends ServiceServerOptions {
   gateway: GatewayConfig;
   /** Redis holding accounts, keys and rate-limit counters for every replica; memory when unset. */
   redisUrl?: string;
@@ -60,10 +51,6 @@ export interface AuthPolicyOptions {
    * 1 000 ms, which bounds a revocation whose broadcast was lost; a received one applies at once.
    */
   keyCacheTtlMs?: number;
-  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
-  metricsPort?: number;
-  /** Default 127.0.0.1. */
-  metricsHost?: string;
 }
 
 /** Dependencies the caller already owns; the all-in-one process may pass its in-memory broadcaster. */
@@ -74,15 +61,7 @@ export interface AuthPolicyDeps {
 }
 
 /** A running auth-policy. */
-export interface AuthPolicy {
-  /** The bound gRPC port. */
-  port: number;
-  /** The bound /metrics port, when metricsPort was given. */
-  metricsPort?: number;
-  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
-  inProcess: InProcessService<MethodsOf<typeof AuthService>>;
-  stop(): Promise<void>;
-}
+export type AuthPolicy = RunningService<MethodsOf<typeof AuthService>>;
 
 /**
  * Builds the adapters, loads the configured accounts, connections and keys into the store,
@@ -213,18 +192,12 @@ export async function start(
       access: authAccess,
       log,
     };
-    grpc = await serveGrpc({
-      host: opts.grpcHost,
-      port: opts.grpcPort,
-      ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
-      ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
-      log,
+    const served = await serveService(opts, inProcess, {
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
-      services: [implement(AuthService, inProcess.handlers, authAccess)],
+      registry,
     });
-    if (opts.metricsPort !== undefined) {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
-    }
+    grpc = served.grpc;
+    metricsServer = served.metrics;
     log.info(
       {
         port: grpc.port,

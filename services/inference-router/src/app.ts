@@ -1,13 +1,18 @@
 import { randomUUID } from "node:crypto";
 import { type GatewayConfig, pricingSnapshotId, upstreamPolicy } from "@tollgate/config";
 import { createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
-import type { InternalAuth } from "@tollgate/kit/credentials";
-import { implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
+import type { MethodsOf } from "@tollgate/kit/grpc";
 import type { HealthCheck } from "@tollgate/kit/health";
 import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
-import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
+import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
+import {
+  type RunningService,
+  type ServiceServerOptions,
+  type ServiceServers,
+  serveService,
+} from "@tollgate/kit/service";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { InferenceService } from "@tollgate/proto/inference";
 import { natsNames } from "@tollgate/proto/subjects";
@@ -32,16 +37,7 @@ import { inferenceAccess } from "./transport/grpc/access.js";
 import { inferenceHandlers } from "./transport/grpc/handlers.js";
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
-export interface InferenceRouterOptions {
-  grpcHost: string;
-  grpcPort: number;
-  /**
-   * How internal callers authenticate (loadConfig builds it from the environment and refuses
-   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
-   */
-  internalAuth?: InternalAuth;
-  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
-  grpcHealthPort?: number;
+export interface InferenceRouterOptions extends ServiceServerOptions {
   gateway: GatewayConfig;
   upstreamKeys: Readonly<Record<string, string>>;
   /** Required unless a bus is passed in. */
@@ -49,21 +45,10 @@ export interface InferenceRouterOptions {
   natsNamespace?: string;
   /** Replicas of the usage stream on a NATS cluster (created so, or raised to it). Default 1. */
   natsStreamReplicas?: number;
-  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
-  metricsPort?: number;
-  /** Default 127.0.0.1. */
-  metricsHost?: string;
 }
 
 /** A running inference-router. */
-export interface InferenceRouter {
-  port: number;
-  /** The bound /metrics port, when metricsPort was given. */
-  metricsPort?: number;
-  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
-  inProcess: InProcessService<MethodsOf<typeof InferenceService>>;
-  stop(): Promise<void>;
-}
+export type InferenceRouter = RunningService<MethodsOf<typeof InferenceService>>;
 
 /** Dependencies the caller already owns: the all-in-one process passes its in-memory bus. */
 export interface InferenceRouterDeps {
@@ -203,33 +188,24 @@ export async function start(
     access: inferenceAccess,
     log,
   };
-  const grpc = await serveGrpc({
-    host: opts.grpcHost,
-    port: opts.grpcPort,
-    ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
-    ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
-    log,
-    checks,
-    services: [implement(InferenceService, inProcess.handlers, inferenceAccess)],
-  });
-  let metricsServer: MetricsServer | undefined;
+  let servers: ServiceServers | undefined;
+  // Stops what was started so far, in order; stop() and a start that fails to serve share it.
   const stop = () =>
     stopInOrder([
       // In-flight streams finish (and publish their usage) before the server goes away.
-      () => grpc.stop(20_000),
+      () => servers?.grpc.stop(20_000),
       () => Promise.all([...providers.values()].map((p) => p.close())),
       () => unsubscribe(),
       () => (nc ? drainNats(nc) : undefined),
-      () => metricsServer?.stop(),
+      () => servers?.metrics?.stop(),
     ]);
-  if (opts.metricsPort !== undefined) {
-    try {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
-    } catch (err) {
-      await stop().catch(() => {});
-      throw err;
-    }
+  try {
+    servers = await serveService(opts, inProcess, { checks, registry });
+  } catch (err) {
+    await stop().catch(() => {});
+    throw err;
   }
+  const { grpc, metrics: metricsServer } = servers;
   log.info({ port: grpc.port, metricsPort: metricsServer?.port }, "inference-router serving");
 
   return {

@@ -1,11 +1,11 @@
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
-import type { InternalAuth } from "@tollgate/kit/credentials";
-import { type Client, type GrpcServer, implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
+import type { Client, GrpcServer, MethodsOf } from "@tollgate/kit/grpc";
 import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
-import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
+import { createMetrics, type MetricsServer, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
+import { type RunningService, type ServiceServerOptions, serveService } from "@tollgate/kit/service";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import type { AuthService } from "@tollgate/proto/auth";
 import { encodeMessage } from "@tollgate/proto/codec";
@@ -26,16 +26,7 @@ import { meteringAccess } from "./transport/grpc/access.js";
 import { meteringHandlers } from "./transport/grpc/handlers.js";
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
-export interface MeteringOptions {
-  grpcHost: string;
-  grpcPort: number;
-  /**
-   * How internal callers authenticate (loadConfig builds it from the environment and refuses
-   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
-   */
-  internalAuth?: InternalAuth;
-  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
-  grpcHealthPort?: number;
+export interface MeteringOptions extends ServiceServerOptions {
   /** JetStream carrying usage events; required unless a bus is passed in. */
   natsUrl?: string;
   /** Namespace of the NATS stream, subjects and durable (tests); "" in deployments. */
@@ -46,10 +37,6 @@ export interface MeteringOptions {
   redisUrl?: string;
   /** Prefix of every Redis key. Default "tollgate:". */
   redisPrefix?: string;
-  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
-  metricsPort?: number;
-  /** Default 127.0.0.1. */
-  metricsHost?: string;
   /**
    * auth-policy, which settles account-door budget reservations (SettleReservations); connected
    * on first use. Unset: reservations are not settled (they expire), which only suits tests.
@@ -88,16 +75,9 @@ export interface MeteringDeps {
 }
 
 /** A running metering service. */
-export interface Metering {
-  /** The bound gRPC port. */
-  port: number;
-  /** The bound /metrics port, when metricsPort was given. */
-  metricsPort?: number;
+export interface Metering extends RunningService<MethodsOf<typeof MeteringService>> {
   /** Usage events published but not yet applied (consumer lag). */
   pending(): Promise<number>;
-  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
-  inProcess: InProcessService<MethodsOf<typeof MeteringService>>;
-  stop(): Promise<void>;
 }
 
 /** Connects the bus and the store, consumes UsageRecorded, serves MeteringService and grpc.health.v1. */
@@ -171,18 +151,12 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       access: meteringAccess,
       log,
     };
-    grpc = await serveGrpc({
-      host: opts.grpcHost,
-      port: opts.grpcPort,
-      ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
-      ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
-      log,
+    const served = await serveService(opts, inProcess, {
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
-      services: [implement(MeteringService, inProcess.handlers, meteringAccess)],
+      registry,
     });
-    if (opts.metricsPort !== undefined) {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
-    }
+    grpc = served.grpc;
+    metricsServer = served.metrics;
     log.info(
       { port: grpc.port, store: redis ? "redis" : "memory", metricsPort: metricsServer?.port },
       "metering serving",

@@ -1,12 +1,12 @@
 import { hostname } from "node:os";
 import type { GatewayConfig } from "@tollgate/config";
 import { ConfigError } from "@tollgate/kit/config";
-import type { InternalAuth } from "@tollgate/kit/credentials";
-import { type GrpcServer, implement, type MethodsOf, serveGrpc } from "@tollgate/kit/grpc";
+import type { GrpcServer, MethodsOf } from "@tollgate/kit/grpc";
 import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
-import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
+import { createMetrics, type MetricsServer, type Registry } from "@tollgate/kit/metrics";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
+import { type RunningService, type ServiceServerOptions, serveService } from "@tollgate/kit/service";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { PaymentService } from "@tollgate/proto/payment";
 import type { Address, Hex } from "viem";
@@ -28,16 +28,7 @@ import { paymentHandlers } from "./transport/grpc/handlers.js";
 export { DEFAULTS };
 
 /** What start() needs; main.ts builds it from the environment, the all-in-one process directly. */
-export interface MppPaymentOptions {
-  grpcHost: string;
-  grpcPort: number;
-  /**
-   * How internal callers authenticate (loadConfig builds it from the environment and refuses
-   * to run open unless INTERNAL_AUTH=off). Absent: none, for tests that start the service in process.
-   */
-  internalAuth?: InternalAuth;
-  /** A plaintext port serving only grpc.health.v1, for probes that speak no TLS. */
-  grpcHealthPort?: number;
+export interface MppPaymentOptions extends ServiceServerOptions {
   /** Plans, models and prices (TOLLGATE_CONFIG); it must define plans. */
   gateway: GatewayConfig;
   /** Redis holding channel state; the in-memory store when unset (the all-in-one process). */
@@ -78,10 +69,6 @@ export interface MppPaymentOptions {
   rpcTimeoutMs?: number;
   /** How often the chain adapter polls for receipts. Default 500 ms. */
   rpcPollingIntervalMs?: number;
-  /** Port of the Prometheus /metrics endpoint (0 picks a free one); absent: no endpoint. */
-  metricsPort?: number;
-  /** Default 127.0.0.1. */
-  metricsHost?: string;
 }
 
 /** Dependencies the caller already owns (tests pass a stand-in chain). */
@@ -92,16 +79,9 @@ export interface MppPaymentDeps {
 }
 
 /** A running mpp-payment. */
-export interface MppPayment {
-  /** The bound gRPC port. */
-  port: number;
-  /** The bound /metrics port, when metricsPort was given. */
-  metricsPort?: number;
+export interface MppPayment extends RunningService<MethodsOf<typeof PaymentService>> {
   /** Runs one settlement pass now (also when the interval is 0). */
   settleOnce(): Promise<void>;
-  /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
-  inProcess: InProcessService<MethodsOf<typeof PaymentService>>;
-  stop(): Promise<void>;
 }
 
 /** Checks what zod in config.ts cannot see when start() is called directly; throws ConfigError naming every problem. */
@@ -208,18 +188,12 @@ export async function start(
       access: paymentAccess,
       log,
     };
-    grpc = await serveGrpc({
-      host: opts.grpcHost,
-      port: opts.grpcPort,
-      ...(opts.internalAuth ? { auth: opts.internalAuth } : {}),
-      ...(opts.grpcHealthPort !== undefined ? { healthPort: opts.grpcHealthPort } : {}),
-      log,
+    const served = await serveService(opts, inProcess, {
       checks: redis ? [redisHealth(redis)] : [],
-      services: [implement(PaymentService, inProcess.handlers, paymentAccess)],
+      registry,
     });
-    if (opts.metricsPort !== undefined) {
-      metricsServer = await serveMetrics(registry, opts.metricsHost ?? "127.0.0.1", opts.metricsPort);
-    }
+    grpc = served.grpc;
+    metricsServer = served.metrics;
     log.info(
       {
         port: grpc.port,
