@@ -119,6 +119,15 @@ export function acceptJsonOnly(
 ): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body: Buffer, done) => {
+    // A compressed body is not read as JSON (and not digested as the bytes it stands for): 415,
+    // the status HTTP gives an unsupported Content-Encoding, not a misleading invalid_json.
+    const encoding = req.headers["content-encoding"];
+    if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
+      return done(
+        error("unsupported_media_type", "send the body uncompressed: Content-Encoding is not supported"),
+        undefined,
+      );
+    }
     req.rawBody = body;
     const parsed = parseJsonBody(body, maxDepth);
     if ("value" in parsed) return done(null, parsed.value);

@@ -1,3 +1,4 @@
+import { gzipSync } from "node:zlib";
 import { create } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
@@ -382,6 +383,21 @@ describe("each account route, in process", () => {
     );
     expect(res.statusCode).toBe(415);
     expect(code(res)).toBe("unsupported_media_type");
+  });
+
+  it.each(WITH_BODY)("%s answers 415 unsupported_media_type for a compressed body", async (id) => {
+    const { app } = edge();
+    const body = JSON.stringify({
+      model: "small",
+      max_tokens: 8,
+      messages: [{ role: "user", content: "x" }],
+    });
+    const res = await app.inject(
+      request(id, { headers: { ...bearer(), ...json, "content-encoding": "gzip" }, payload: gzipSync(body) }),
+    );
+    expect(res.statusCode).toBe(415);
+    expect(code(res)).toBe("unsupported_media_type");
+    expect(res.json().error.message).toMatch(/uncompressed/);
   });
 
   it.each(WITH_BODY)("%s answers 413 payload_too_large above the body limit", async (id) => {
