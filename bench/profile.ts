@@ -11,17 +11,22 @@
 // areas of the load window only (on the paid door also the paid requests' p50 and the target's
 // CPU per paid request and per Verify), and keeps the .cpuprofile (open it in Chrome DevTools)
 // under bench/results/profiles/.
+//
+// Every process runs as the bench runs it (PROFILE_RUNTIME=bundle, the default: the images'
+// esbuild bundles with their node flags; tsx for source), and each frame of a bundle is named by
+// its source file and line through the bundle's source map.
 
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
-import { join, relative } from "node:path";
+import { SourceMap } from "node:module";
+import { dirname, join, relative, resolve } from "node:path";
 import { PaidSession } from "@tollgate/agent-client";
 import { dialEnv, SERVICE_NAMES, type ServiceName, TOPOLOGY } from "@tollgate/config/topology";
 import { DEMO_PAYEE_PRIVATE_KEY, DEMO_PAYER_PRIVATE_KEY } from "@tollgate/demo/tempo-devnet";
-import { REPO_ROOT, waitForPort, waitForReady } from "@tollgate/testkit/stack";
+import { buildBundles, REPO_ROOT, SERVICE_DIRS, waitForPort, waitForReady } from "@tollgate/testkit/stack";
 import autocannon from "autocannon";
 import { timedFetch } from "./lib/http.js";
-import { cpuSecondsOf, spawnScript, stopChild } from "./lib/procs.js";
+import { cpuSecondsOf, type Runtime, spawnScript, stopChild } from "./lib/procs.js";
 import { bodies } from "./lib/scenarios.js";
 import { type Running, type RunningStack, startAllInOne, startBenchStack } from "./lib/targets.js";
 
@@ -34,6 +39,8 @@ const door = process.env["PROFILE_DOOR"] || "account";
 if (door !== "account" && door !== "paid") throw new Error("PROFILE_DOOR is account or paid");
 const voucher = process.env["PROFILE_VOUCHER"] || "reuse";
 if (voucher !== "reuse" && voucher !== "new") throw new Error("PROFILE_VOUCHER is reuse or new");
+const runtime = (process.env["PROFILE_RUNTIME"] || "bundle") as Runtime;
+if (runtime !== "bundle" && runtime !== "tsx") throw new Error("PROFILE_RUNTIME is bundle or tsx");
 
 const stamp = new Date().toISOString().replace(/[:.]/g, "-");
 const resultsDir = join(REPO_ROOT, "bench/results");
@@ -92,8 +99,9 @@ async function profileInStack(
     { ...common, ...(own[name] ?? { GRPC_PORT: String(proc.port) }), ...dialEnv(script, peers) },
     join(logsDir, `${name}-profiled.log`),
     // The node flags its image runs with (young-generation size, --expose-gc), so that the
-    // profile's garbage collection is the deployed one's.
-    [...TOPOLOGY[script].nodeFlags, ...CPU_PROF],
+    // profile's garbage collection is the deployed one's; a bundle's command carries them.
+    runtime === "bundle" ? CPU_PROF : [...TOPOLOGY[script].nodeFlags, ...CPU_PROF],
+    runtime,
   );
   await waitForPort(proc.port);
   if (name === "api-edge") await waitForReady(s.target.gatewayUrl, 60_000);
@@ -103,7 +111,7 @@ async function profileInStack(
 
 interface ProfileNode {
   id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
+  callFrame: { functionName: string; url: string; lineNumber: number; columnNumber: number };
   children?: number[];
 }
 interface CpuProfile {
@@ -111,6 +119,33 @@ interface CpuProfile {
   startTime: number;
   samples: number[];
   timeDeltas: number[];
+}
+
+/**
+ * A frame's source file (absolute path or node: URL) and 0-based line: for a frame in a bundle
+ * (…/dist/main.mjs), the original file and line its source map names; else the frame's own.
+ */
+function sourceResolver(): (url: string, line: number, column: number) => { path: string; line: number } {
+  const maps = new Map<string, SourceMap | undefined>();
+  const mapOf = (path: string) => {
+    if (!maps.has(path)) {
+      let map: SourceMap | undefined;
+      try {
+        map = new SourceMap(JSON.parse(readFileSync(`${path}.map`, "utf8")));
+      } catch {
+        map = undefined;
+      }
+      maps.set(path, map);
+    }
+    return maps.get(path);
+  };
+  return (url, line, column) => {
+    const path = url.replace(/^file:\/\//, "");
+    const map = path.endsWith("/dist/main.mjs") ? mapOf(path) : undefined;
+    const entry = map?.findEntry(line, column);
+    if (!entry || !("originalSource" in entry)) return { path, line };
+    return { path: resolve(dirname(path), entry.originalSource), line: entry.originalLine };
+  };
 }
 
 /** Where a frame's code lives: a package, a service, node's internals, or V8's own buckets. */
@@ -138,10 +173,13 @@ function analyse(file: string, fromUs: number, toUs: number, paid?: PaidWindow):
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const sourceOf = sourceResolver();
   const keyOf = (node: ProfileNode) => {
-    const { functionName, url, lineNumber } = node.callFrame;
-    const where = url ? `${relative(REPO_ROOT, url.replace(/^file:\/\//, ""))}:${lineNumber + 1}` : "";
-    return `${functionName || "(anonymous)"} ${where}`.trim();
+    const { functionName, url, lineNumber, columnNumber } = node.callFrame;
+    if (!url) return functionName || "(anonymous)";
+    const src = sourceOf(url, lineNumber, columnNumber);
+    const where = src.path.startsWith("node:") ? src.path : relative(REPO_ROOT, src.path);
+    return `${functionName || "(anonymous)"} ${where}:${src.line + 1}`;
   };
   const self = new Map<string, number>();
   // Inclusive time: each sample counts once for every distinct frame on its stack.
@@ -164,8 +202,8 @@ function analyse(file: string, fromUs: number, toUs: number, paid?: PaidWindow):
       seen.add(k);
       inclusive.set(k, (inclusive.get(k) ?? 0) + delta);
     }
-    const { functionName, url } = node.callFrame;
-    const a = area(url, functionName);
+    const { functionName, url, lineNumber, columnNumber } = node.callFrame;
+    const a = area(url ? sourceOf(url, lineNumber, columnNumber).path : "", functionName);
     areas.set(a, (areas.get(a) ?? 0) + delta);
     total += delta;
   }
@@ -209,18 +247,21 @@ function analyse(file: string, fromUs: number, toUs: number, paid?: PaidWindow):
 }
 
 async function main(): Promise<void> {
-  say(`profiling ${target}: ${door} door, ${door === "paid" ? 1 : connections} connections for ${seconds} s`);
+  say(
+    `profiling ${target}: ${door} door, ${door === "paid" ? 1 : connections} connections for ${seconds} s (${runtime})`,
+  );
+  if (runtime === "bundle") buildBundles([...SERVICE_DIRS, "packages/all-in-one"]);
   let running: Running | undefined;
   let stopProfiled: () => Promise<void> = async () => {};
   let profiledPid: number | undefined;
   try {
     if (target === "all-in-one") {
-      const aio = await startAllInOne(logsDir, CPU_PROF);
+      const aio = await startAllInOne(logsDir, CPU_PROF, runtime);
       running = aio;
       // A graceful stop: the profile is written when the process exits.
       stopProfiled = () => aio.stop();
     } else {
-      const s = await startBenchStack(logsDir);
+      const s = await startBenchStack(logsDir, runtime);
       running = s;
       const profiled = await profileInStack(s, target === "inference-router" ? "inference-router-1" : target);
       stopProfiled = profiled.stop;
