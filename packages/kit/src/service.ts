@@ -72,3 +72,17 @@ export async function serveService<M extends GenServiceMethods>(
     throw err;
   }
 }
+
+/** What a service's start() returns of these servers: their ports, its in-process handlers, its stop. */
+export function runningService<M extends GenServiceMethods>(
+  servers: ServiceServers,
+  inProcess: InProcessService<M>,
+  stop: () => Promise<void>,
+): RunningService<M> {
+  return {
+    port: servers.grpc.port,
+    ...(servers.metrics ? { metricsPort: servers.metrics.port } : {}),
+    inProcess,
+    stop,
+  };
+}

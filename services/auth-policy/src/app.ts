@@ -1,11 +1,17 @@
 import type { GatewayConfig } from "@tollgate/config";
-import type { GrpcServer, MethodsOf } from "@tollgate/kit/grpc";
+import type { MethodsOf } from "@tollgate/kit/grpc";
 import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
-import { createMetrics, type MetricsServer, type Registry } from "@tollgate/kit/metrics";
+import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
-import { type RunningService, type ServiceServerOptions, serveService } from "@tollgate/kit/service";
+import {
+  type RunningService,
+  runningService,
+  type ServiceServerOptions,
+  type ServiceServers,
+  serveService,
+} from "@tollgate/kit/service";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { natsNames } from "@tollgate/proto/subjects";
@@ -75,22 +81,21 @@ export async function start(
 ): Promise<AuthPolicy> {
   let redis: Redis | undefined;
   let nc: NatsConnection | undefined;
-  let grpc: GrpcServer | undefined;
+  let servers: ServiceServers | undefined;
   let timer: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> | undefined;
-  let metricsServer: MetricsServer | undefined;
   let unsubscribe: (() => void) | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
     stopInOrder([
-      () => grpc?.stop(),
+      () => servers?.grpc.stop(),
       () => clearInterval(timer),
       () => unsubscribe?.(),
       () => sweeping,
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
-      () => metricsServer?.stop(),
+      () => servers?.metrics?.stop(),
     ]);
 
   try {
@@ -192,26 +197,21 @@ export async function start(
       access: authAccess,
       log,
     };
-    const served = await serveService(opts, inProcess, {
+    servers = await serveService(opts, inProcess, {
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
       registry,
     });
-    grpc = served.grpc;
-    metricsServer = served.metrics;
     log.info(
       {
-        port: grpc.port,
-        metricsPort: metricsServer?.port,
+        port: servers.grpc.port,
+        metricsPort: servers.metrics?.port,
         store: redis ? "redis" : "memory",
         broadcast: nc ? "nats" : publisher ? "injected" : "none",
       },
       "auth-policy serving",
     );
     return {
-      port: grpc.port,
-      ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
-      inProcess,
-      stop: teardown,
+      ...runningService(servers, inProcess, teardown),
     };
   } catch (err) {
     await teardown().catch(() => {});

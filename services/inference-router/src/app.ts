@@ -9,6 +9,7 @@ import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import {
   type RunningService,
+  runningService,
   type ServiceServerOptions,
   type ServiceServers,
   serveService,
@@ -205,13 +206,6 @@ export async function start(
     await stop().catch(() => {});
     throw err;
   }
-  const { grpc, metrics: metricsServer } = servers;
-  log.info({ port: grpc.port, metricsPort: metricsServer?.port }, "inference-router serving");
-
-  return {
-    port: grpc.port,
-    ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
-    inProcess,
-    stop,
-  };
+  log.info({ port: servers.grpc.port, metricsPort: servers.metrics?.port }, "inference-router serving");
+  return runningService(servers, inProcess, stop);
 }

@@ -1,11 +1,17 @@
 import { type BusSubscription, createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
-import type { Client, GrpcServer, MethodsOf } from "@tollgate/kit/grpc";
+import type { Client, MethodsOf } from "@tollgate/kit/grpc";
 import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
-import { createMetrics, type MetricsServer, type Registry } from "@tollgate/kit/metrics";
+import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
-import { type RunningService, type ServiceServerOptions, serveService } from "@tollgate/kit/service";
+import {
+  type RunningService,
+  runningService,
+  type ServiceServerOptions,
+  type ServiceServers,
+  serveService,
+} from "@tollgate/kit/service";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import type { AuthService } from "@tollgate/proto/auth";
 import { encodeMessage } from "@tollgate/proto/codec";
@@ -88,9 +94,8 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
   }
   let nc: NatsConnection | undefined;
   let redis: Redis | undefined;
-  let grpc: GrpcServer | undefined;
+  let servers: ServiceServers | undefined;
   let subscription: BusSubscription | undefined;
-  let metricsServer: MetricsServer | undefined;
   const settler = deps.authPolicy
     ? createReservationSettler(deps.authPolicy)
     : opts.authPolicyAddr
@@ -105,13 +110,13 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
     stopInOrder([
-      () => grpc?.stop(),
+      () => servers?.grpc.stop(),
       () => subscription?.stop(),
       () => settler?.close(),
       () => committer?.close(),
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
-      () => metricsServer?.stop(),
+      () => servers?.metrics?.stop(),
     ]);
 
   try {
@@ -151,23 +156,18 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
       access: meteringAccess,
       log,
     };
-    const served = await serveService(opts, inProcess, {
+    servers = await serveService(opts, inProcess, {
       checks: [...(redis ? [redisHealth(redis)] : []), ...(nc ? [natsHealth(nc)] : [])],
       registry,
     });
-    grpc = served.grpc;
-    metricsServer = served.metrics;
     log.info(
-      { port: grpc.port, store: redis ? "redis" : "memory", metricsPort: metricsServer?.port },
+      { port: servers.grpc.port, store: redis ? "redis" : "memory", metricsPort: servers.metrics?.port },
       "metering serving",
     );
     const consumer = subscription;
     return {
-      port: grpc.port,
-      ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
+      ...runningService(servers, inProcess, teardown),
       pending: () => consumer.pending(),
-      inProcess,
-      stop: teardown,
     };
   } catch (err) {
     await teardown().catch(() => {});

@@ -1,12 +1,18 @@
 import { hostname } from "node:os";
 import type { GatewayConfig } from "@tollgate/config";
 import { ConfigError } from "@tollgate/kit/config";
-import type { GrpcServer, MethodsOf } from "@tollgate/kit/grpc";
+import type { MethodsOf } from "@tollgate/kit/grpc";
 import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
-import { createMetrics, type MetricsServer, type Registry } from "@tollgate/kit/metrics";
+import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
-import { type RunningService, type ServiceServerOptions, serveService } from "@tollgate/kit/service";
+import {
+  type RunningService,
+  runningService,
+  type ServiceServerOptions,
+  type ServiceServers,
+  serveService,
+} from "@tollgate/kit/service";
 import { stopInOrder } from "@tollgate/kit/shutdown";
 import { PaymentService } from "@tollgate/proto/payment";
 import type { Address, Hex } from "viem";
@@ -150,17 +156,16 @@ export async function start(
     });
   const chain = instrumentChain(rawChain, metrics);
   let redis: Redis | undefined;
-  let grpc: GrpcServer | undefined;
+  let servers: ServiceServers | undefined;
   let worker: SettlementWorker | undefined;
-  let metricsServer: MetricsServer | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
     stopInOrder([
-      () => grpc?.stop(),
+      () => servers?.grpc.stop(),
       () => worker?.stop(),
       () => redis && quitRedis(redis),
-      () => metricsServer?.stop(),
+      () => servers?.metrics?.stop(),
     ]);
 
   try {
@@ -188,16 +193,14 @@ export async function start(
       access: paymentAccess,
       log,
     };
-    const served = await serveService(opts, inProcess, {
+    servers = await serveService(opts, inProcess, {
       checks: redis ? [redisHealth(redis)] : [],
       registry,
     });
-    grpc = served.grpc;
-    metricsServer = served.metrics;
     log.info(
       {
-        port: grpc.port,
-        metricsPort: metricsServer?.port,
+        port: servers.grpc.port,
+        metricsPort: servers.metrics?.port,
         store: redis ? "redis" : "memory",
         chainId: settings.chainId,
         closeSigner: chain.canSend,
@@ -207,11 +210,8 @@ export async function start(
     );
     const running = worker;
     return {
-      port: grpc.port,
-      ...(metricsServer ? { metricsPort: metricsServer.port } : {}),
+      ...runningService(servers, inProcess, teardown),
       settleOnce: () => running.runOnce(),
-      inProcess,
-      stop: teardown,
     };
   } catch (err) {
     await teardown().catch(() => {});
