@@ -1,9 +1,9 @@
 // Fails when the project's reasoning points outside the repository (`make lint` runs it): a
-// comment in services/, packages/, proto/, bench/ or deploy/ that cites an issue number, numbered notes,
-// a style or architecture file outside the tree or a spec section, and any repository path named in a comment or
-// linked from docs/**/*.md or a README.md that does not exist, and such a page citing an issue
-// number, notes or a specification kept outside the tree. The matching rules, and their
-// unit test, are in packages/kit/src/citations.ts.
+// comment in services/, packages/, proto/, bench/ or deploy/ that cites an issue number,
+// numbered notes, a style or architecture file outside the tree or a spec section; a
+// docs/**/*.md page or README.md that cites an issue number, notes or a specification kept
+// outside the tree; and any repository path named in a comment or linked from such a page that
+// does not exist. The matching rules, and their unit test, are in packages/kit/src/citations.ts.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";

@@ -18,9 +18,14 @@ export interface Finding {
   message: string;
 }
 
+type Rule = { pattern: RegExp; what: string };
+
+/** An issue number: refused in comments and pages alike. */
+const ISSUE_NUMBER: Rule = { pattern: /\bissues?\s*#?\s*\d+/i, what: "an issue number" };
+
 /** Citations of things outside the tree, each with the reason it is refused. */
-const OUTSIDE: ReadonlyArray<{ pattern: RegExp; what: string }> = [
-  { pattern: /\bissues?\s*#?\s*\d+/i, what: "an issue number" },
+const OUTSIDE: readonly Rule[] = [
+  ISSUE_NUMBER,
   { pattern: /\bissue:\s*"/i, what: "an issue" },
   { pattern: /\bnotes\s+\d+(\.\d+)*/i, what: "numbered notes" },
   { pattern: /\bSTYLE\.md\b/, what: "a style guide outside the tree" },
@@ -35,8 +40,8 @@ const OUTSIDE: ReadonlyArray<{ pattern: RegExp; what: string }> = [
  * What a Markdown page may not cite either: an issue number, or notes and a specification kept
  * outside the tree. A page says the reason itself or links the docs/ page that does.
  */
-const PAGE_OUTSIDE: ReadonlyArray<{ pattern: RegExp; what: string }> = [
-  { pattern: /\bissues?\s*#?\s*\d+/i, what: "an issue number" },
+const PAGE_OUTSIDE: readonly Rule[] = [
+  ISSUE_NUMBER,
   { pattern: /(?<![\w/])notes\/[\w.-]+/, what: "notes outside the tree" },
   { pattern: /\bshared\/spec\b|inference-gateway-spec/, what: "a specification outside the tree" },
 ];
