@@ -1,6 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
-import type { PeerCertificate } from "node:tls";
+import type { ConnectionOptions, PeerCertificate } from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import { ConfigError } from "./config.js";
 
@@ -169,9 +169,10 @@ export interface IncomingCall {
 export interface InternalAuth {
   readonly mode: "tls" | "token" | "off";
   serverCredentials(): grpc.ServerCredentials;
-  channelCredentials(): grpc.ChannelCredentials;
+  /** The TLS settings of this process's client connections (mutual TLS); undefined: plaintext. */
+  clientTls(): ConnectionOptions | undefined;
   /** Adds this process's credential to an outgoing call's metadata (token mode). */
-  addCallCredential(metadata: grpc.Metadata): void;
+  addCallCredential(metadata: { set(key: string, value: string): void }): void;
   /** The caller of an incoming call; undefined when it proved nothing. Unused with "off". */
   identify(call: IncomingCall): ServiceIdentity | undefined;
 }
@@ -181,7 +182,7 @@ export function authOff(): InternalAuth {
   return {
     mode: "off",
     serverCredentials: () => grpc.ServerCredentials.createInsecure(),
-    channelCredentials: () => grpc.credentials.createInsecure(),
+    clientTls: () => undefined,
     addCallCredential: () => {},
     identify: () => undefined,
   };
@@ -197,7 +198,7 @@ export function tokenAuth(opts: { token?: string; peers?: PeerDigests }): Intern
   return {
     mode: "token",
     serverCredentials: () => grpc.ServerCredentials.createInsecure(),
-    channelCredentials: () => grpc.credentials.createInsecure(),
+    clientTls: () => undefined,
     addCallCredential(metadata) {
       if (header) metadata.set(AUTHORIZATION_KEY, header);
     },
@@ -215,11 +216,14 @@ export function tlsAuth(opts: { cert: Buffer; key: Buffer; ca: Buffer }): Intern
     mode: "tls",
     serverCredentials: () =>
       grpc.ServerCredentials.createSsl(opts.ca, [{ cert_chain: opts.cert, private_key: opts.key }], true),
-    channelCredentials: () =>
-      grpc.credentials.createSsl(opts.ca, opts.key, opts.cert, {
-        checkServerIdentity: (_host, cert) =>
-          identityOfCertificate(cert) ? undefined : new Error("server certificate names no tollgate service"),
-      }),
+    clientTls: () => ({
+      ca: opts.ca,
+      cert: opts.cert,
+      key: opts.key,
+      ALPNProtocols: ["h2"],
+      checkServerIdentity: (_host: string, cert: PeerCertificate) =>
+        identityOfCertificate(cert) ? undefined : new Error("server certificate names no tollgate service"),
+    }),
     addCallCredential: () => {},
     identify: (call) => identityOfCertificate(call.getAuthContext()?.sslPeerCertificate),
   };

@@ -3,6 +3,7 @@ import { AuthService, Route } from "@tollgate/proto/auth";
 import { InferenceService, Operation } from "@tollgate/proto/inference";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseTarget } from "./channel.js";
 import {
   addService,
   bindServer,
@@ -10,7 +11,6 @@ import {
   createClient,
   createServer,
   GrpcStatus,
-  grpcTarget,
   type Handlers,
   type MethodsOf,
   RemoteError,
@@ -252,30 +252,6 @@ describe("grpc bridge", () => {
     expect(got).toEqual(["chunk-0", "chunk-1", "chunk-2", "chunk-3", "chunk-4", "usage:7"]);
   });
 
-  it("starts a stream with V8's stack capture off, as a unary call (grpc-js's caller-stack Error)", async () => {
-    const Real = globalThis.Error;
-    const limits: number[] = [];
-    globalThis.Error = new Proxy(Real, {
-      construct(target, args, newTarget) {
-        limits.push(Real.stackTraceLimit);
-        return Reflect.construct(target, args, newTarget);
-      },
-    });
-    let first: Promise<unknown>;
-    const events = inferenceClient.streamComplete({ input: { requestId: "req_3", model: "ok" } });
-    const iterator = events[Symbol.asyncIterator]();
-    try {
-      // The call starts in the first next(), synchronously.
-      first = iterator.next();
-    } finally {
-      globalThis.Error = Real;
-    }
-    await first;
-    for (let r = await iterator.next(); !r.done; r = await iterator.next());
-    expect(limits.length).toBeGreaterThan(0);
-    expect(limits.every((limit) => limit === 0)).toBe(true);
-  });
-
   it("delivers the messages sent before a stream fails, then the domain error", async () => {
     const got: string[] = [];
     let err: unknown;
@@ -349,14 +325,23 @@ describe("grpc bridge", () => {
   });
 });
 
-describe("grpcTarget", () => {
-  it("turns a comma list into an ipv4 target", () => {
-    expect(grpcTarget("a:1,b:2")).toBe("ipv4:a:1,b:2");
-    expect(grpcTarget(" 10.0.0.1:50052 , 10.0.0.2:50052 ")).toBe("ipv4:10.0.0.1:50052,10.0.0.2:50052");
+describe("parseTarget", () => {
+  it("reads a comma list as that many replicas", () => {
+    expect(parseTarget("a:1,b:2")).toEqual({ kind: "static", addresses: ["a:1", "b:2"] });
+    expect(parseTarget(" 10.0.0.1:50052 , 10.0.0.2:50052 ")).toEqual({
+      kind: "static",
+      addresses: ["10.0.0.1:50052", "10.0.0.2:50052"],
+    });
   });
 
-  it("leaves a single address or dns target unchanged", () => {
-    expect(grpcTarget("router:50052")).toBe("router:50052");
-    expect(grpcTarget("dns:///router.tollgate.svc:50052")).toBe("dns:///router.tollgate.svc:50052");
+  it("looks a single name up (with or without dns:///); an IP is itself", () => {
+    expect(parseTarget("router:50052")).toEqual({ kind: "dns", host: "router", port: "50052" });
+    expect(parseTarget("dns:///router.tollgate.svc:50052")).toEqual({
+      kind: "dns",
+      host: "router.tollgate.svc",
+      port: "50052",
+    });
+    expect(parseTarget("127.0.0.1:7")).toEqual({ kind: "static", addresses: ["127.0.0.1:7"] });
+    expect(parseTarget("[::1]:7")).toEqual({ kind: "static", addresses: ["[::1]:7"] });
   });
 });

@@ -9,10 +9,11 @@ import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2
 import * as grpc from "@grpc/grpc-js";
 import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import type { Logger } from "pino";
+import { type CallHead, Channel } from "./channel.js";
 import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
 import { Health, type HealthCheck } from "./health.js";
-import { LEAST_REQUEST } from "./least-request.js";
 import { isRedisUnavailable } from "./redis.js";
+import { ERROR_CODE_KEY, ERROR_DETAIL_PREFIX, type ErrorDetails, RemoteError } from "./remote-error.js";
 import {
   ATTR,
   type Attributes,
@@ -28,18 +29,10 @@ import {
 } from "./tracing.js";
 
 export { status as GrpcStatus } from "@grpc/grpc-js";
-
-/** Trailing metadata key carrying a domain error code across a gRPC boundary. */
-export const ERROR_CODE_KEY = "tollgate-code";
-
-/** Prefix of every trailing metadata key the bridge writes: the code and each detail. */
-export const ERROR_DETAIL_PREFIX = "tollgate-";
+export { ERROR_CODE_KEY, ERROR_DETAIL_PREFIX, type ErrorDetails, RemoteError } from "./remote-error.js";
 
 /** Detail names travel as metadata keys: lower-case ASCII, and not "-bin" (binary) ones. */
 const DETAIL_NAME = /^[a-z0-9][a-z0-9_.-]*$/;
-
-/** Machine-readable facts about a failure (e.g. retry-after seconds), as strings. */
-export type ErrorDetails = Readonly<Record<string, string>>;
 
 /**
  * A domain failure on its way out of a gRPC handler: a gRPC status plus the domain code.
@@ -60,22 +53,6 @@ export class StatusError extends Error {
         throw new TypeError(`invalid error detail name "${name}"`);
       }
     }
-  }
-}
-
-/**
- * A failure received from a remote gRPC service, with the domain code when it sent one and
- * the details it attached (empty when none).
- */
-export class RemoteError extends Error {
-  constructor(
-    readonly status: grpc.status,
-    readonly code: string | undefined,
-    message: string,
-    readonly details: ErrorDetails = {},
-  ) {
-    super(message);
-    this.name = "RemoteError";
   }
 }
 
@@ -457,145 +434,98 @@ export function toRemoteError(err: unknown): Error {
 }
 
 /**
- * Turns "host:port" or a comma list of them into a grpc target. A list uses the ipv4 resolver,
- * which is how the local stack spreads calls over router replicas; "dns:///name" targets
- * (Kubernetes headless services) resolve to every replica too. Either way each call goes to the
- * replica with the fewest calls in flight from this client (least-request.ts).
- */
-export function grpcTarget(address: string): string {
-  const parts = address
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean);
-  if (parts.length > 1) return `ipv4:${parts.join(",")}`;
-  return parts[0] ?? address;
-}
-
-/**
  * A typed client plus its lifecycle. The lifecycle methods carry a `$` so that they can never
  * collide with an RPC's name (PaymentService has a Close RPC).
  */
 export type Client<M extends GenServiceMethods> = ServiceClient<M> & {
   $close(): void;
-  /** Resolves once the channel is connected, or rejects after `timeoutMs`. */
+  /** Resolves once a replica is connected, or rejects after `timeoutMs`. */
   $ready(timeoutMs: number): Promise<void>;
 };
 
-/**
- * Runs `start` with V8's stack capture off. grpc-js makes an Error in every unary and
- * server-streaming call to keep the caller's stack for a failed call's message (a stream's
- * start is on the way to its first byte); a failure reaches callers as a RemoteError
- * built from the status, its code and details (toRemoteError), never from that stack, and the
- * capture cost 15–25 µs of CPU per call on the request path (docs/performance.md).
- */
-function withoutCallerStack<T>(start: () => T): T {
-  const limit = Error.stackTraceLimit;
-  Error.stackTraceLimit = 0;
-  try {
-    return start();
-  } finally {
-    Error.stackTraceLimit = limit;
+/** A call's request metadata as gRPC metadata for the credential and the trace context. */
+class CallMetadata {
+  readonly headers: Record<string, string> = {};
+  get(key: string): string[] {
+    const value = this.headers[key];
+    return value === undefined ? [] : [value];
+  }
+  set(key: string, value: string): void {
+    this.headers[key] = value;
   }
 }
 
 /**
- * Creates a typed promise/stream client for a generated service descriptor. `auth` is the
- * calling process's internal authentication (its certificate or token); absent: none.
+ * Creates a typed promise/stream client for a generated service descriptor, calling through a
+ * Channel (channel.ts: the replicas of `address`, balanced by least calls in flight). `auth` is
+ * the calling process's internal authentication (its certificate or token); absent: none.
  */
 export function createClient<M extends GenServiceMethods>(
   service: GenService<M>,
   address: string,
   auth: InternalAuth = authOff(),
 ): Client<M> {
-  const Ctor = grpc.makeGenericClientConstructor(grpcDefinition(service), service.typeName);
-  const raw = new Ctor(grpcTarget(address), auth.channelCredentials(), {
-    ...CHANNEL_OPTIONS,
-    "grpc.service_config": JSON.stringify({ loadBalancingConfig: [{ [LEAST_REQUEST]: {} }] }),
-  }) as unknown as Record<
-    string,
-    (...args: unknown[]) => grpc.ClientUnaryCall | grpc.ClientReadableStream<unknown>
-  > &
-    grpc.Client;
+  const channel = new Channel(address, { tls: auth.clientTls() });
   const client: Record<string, unknown> = {};
   for (const m of service.methods as DescMethod[]) {
-    const fn = raw[m.localName]!.bind(raw);
+    const path = `/${service.typeName}/${m.name}`;
+    const encode = serializer(m.input);
     const rpc = rpcSpec(service, m);
-    // Tracing off: no span and empty metadata, exactly as without tracing.
-    const clientSpan = (metadata: grpc.Metadata) => {
-      if (!tracingEnabled()) return NOOP_SPAN;
-      const span = startSpan(rpc.name, SpanKind.CLIENT, rpc.attributes);
-      injectMetadata(metadata, span);
-      return span;
-    };
-    const failure = (err: unknown) => {
-      const remote = toRemoteError(err);
-      return {
-        remote,
-        code: remote instanceof RemoteError ? remote.status : grpc.status.UNKNOWN,
-        errorType: remote instanceof RemoteError ? remote.code : undefined,
+    const start = (opts: CallOptions) => {
+      const metadata = new CallMetadata();
+      auth.addCallCredential(metadata);
+      // Tracing off: no span and no trace metadata, exactly as without tracing.
+      let span = NOOP_SPAN;
+      if (tracingEnabled()) {
+        span = startSpan(rpc.name, SpanKind.CLIENT, rpc.attributes);
+        injectMetadata(metadata, span);
+      }
+      const head: CallHead = {
+        path,
+        metadata: metadata.headers,
+        ...(opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {}),
+        ...(opts.signal ? { signal: opts.signal } : {}),
       };
+      return { head, span };
+    };
+    const failed = (span: Span, err: unknown): never => {
+      const remote = err instanceof RemoteError ? err : undefined;
+      endRpcSpan(span, SpanKind.CLIENT, remote?.status ?? grpc.status.UNKNOWN, remote?.code);
+      throw err;
     };
     if (m.methodKind === "unary") {
-      client[m.localName] = (req: unknown, opts: CallOptions = {}) =>
-        new Promise((resolve, reject) => {
-          const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
-          const metadata = new grpc.Metadata();
-          auth.addCallCredential(metadata);
-          const span = clientSpan(metadata);
-          const call = withoutCallerStack(() =>
-            fn(req, metadata, callOpts, (err: unknown, res: unknown) => {
-              if (!err) {
-                endRpcSpan(span, SpanKind.CLIENT, grpc.status.OK);
-                return resolve(res);
-              }
-              const f = failure(err);
-              endRpcSpan(span, SpanKind.CLIENT, f.code, f.errorType);
-              reject(f.remote);
-            }),
-          ) as grpc.ClientUnaryCall;
-          opts.signal?.addEventListener("abort", () => call.cancel(), { once: true });
-        });
+      client[m.localName] = async (req: unknown, opts: CallOptions = {}) => {
+        const { head, span } = start(opts);
+        try {
+          const answer = decodeMessage(m.output, await channel.unary(head, encode(req)));
+          endRpcSpan(span, SpanKind.CLIENT, grpc.status.OK);
+          return answer;
+        } catch (err) {
+          return failed(span, err);
+        }
+      };
     } else if (m.methodKind === "server_streaming") {
       client[m.localName] = (req: unknown, opts: CallOptions = {}) =>
         (async function* () {
-          const callOpts: grpc.CallOptions = opts.timeoutMs ? { deadline: Date.now() + opts.timeoutMs } : {};
-          const metadata = new grpc.Metadata();
-          auth.addCallCredential(metadata);
-          const span = clientSpan(metadata);
-          // The same caller stack as a unary call's, made when the call starts: off too.
-          const call = withoutCallerStack(() =>
-            fn(req, metadata, callOpts),
-          ) as grpc.ClientReadableStream<unknown>;
-          const onAbort = () => call.cancel();
-          opts.signal?.addEventListener("abort", onAbort, { once: true });
-          // Stays CANCELLED when the consumer stops iterating before the stream ends.
-          let code = grpc.status.CANCELLED;
-          let errorType: string | undefined;
+          const { head, span } = start(opts);
+          let ended = false;
           try {
-            for await (const msg of call) yield msg;
-            code = grpc.status.OK;
+            for await (const message of channel.serverStream(head, encode(req)))
+              yield decodeMessage(m.output, message);
+            ended = true;
+            endRpcSpan(span, SpanKind.CLIENT, grpc.status.OK);
           } catch (err) {
-            const f = failure(err);
-            code = f.code;
-            errorType = f.errorType;
-            throw f.remote;
+            ended = true;
+            failed(span, err);
           } finally {
-            opts.signal?.removeEventListener("abort", onAbort);
-            call.cancel();
-            endRpcSpan(span, SpanKind.CLIENT, code, errorType);
+            // The consumer stopped iterating before the stream ended: the call was cancelled.
+            if (!ended) endRpcSpan(span, SpanKind.CLIENT, grpc.status.CANCELLED);
           }
         })();
     }
   }
-  // The generated constructor puts RPC methods on the prototype, where an RPC named Close
-  // would shadow grpc.Client#close; call the base class's methods directly.
-  client.$close = () => grpc.Client.prototype.close.call(raw);
-  client.$ready = (timeoutMs: number) =>
-    new Promise<void>((resolve, reject) =>
-      grpc.Client.prototype.waitForReady.call(raw, Date.now() + timeoutMs, (err) =>
-        err ? reject(err) : resolve(),
-      ),
-    );
+  client.$close = () => channel.close();
+  client.$ready = (timeoutMs: number) => channel.ready(timeoutMs);
   return client as Client<M>;
 }
 
