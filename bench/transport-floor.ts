@@ -1,8 +1,10 @@
 // What one call between two processes costs in CPU, by transport, with no gateway logic: the floor
 // under the stack's api-edge → inference-router hop (docs/performance.md, "What holds the stack
-// back"). A client process sends a 900-byte request and reads a 600-byte answer, over grpc-js
-// unary (raw bytes, no protobuf), Node's own http2 (the same bytes, no gRPC framing) and http
-// keep-alive; it prints calls/s and the CPU of client and server per call.
+// back" and "Our own gRPC client"). A client process sends a 900-byte request and reads a
+// 600-byte answer, over grpc-js unary (raw bytes, no protobuf; grpc-js client and server), the
+// gateway's own client (packages/kit/src/channel.ts) calling the same grpc-js server, Node's own
+// http2 (the same bytes, no gRPC framing) and http keep-alive; it prints calls/s and the CPU of
+// client and server per call.
 //
 //   flock /tmp/bench.lock node --import tsx bench/transport-floor.ts [--in-flight 50] [--calls 20000]
 //
@@ -13,8 +15,9 @@ import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import * as grpc from "@grpc/grpc-js";
+import { Channel } from "@tollgate/kit/channel";
 
-const TRANSPORTS = ["grpc-js", "http2", "http"] as const;
+const TRANSPORTS = ["grpc-js", "channel", "http2", "http"] as const;
 type Transport = (typeof TRANSPORTS)[number];
 const REQUEST = Buffer.alloc(900, 97);
 const ANSWER = Buffer.alloc(600, 120);
@@ -32,7 +35,7 @@ const METHOD = {
 /** The server side, in the child process: listens on a free port, reports it, then its CPU on request. */
 async function serve(transport: Transport): Promise<void> {
   let port: number;
-  if (transport === "grpc-js") {
+  if (transport === "grpc-js" || transport === "channel") {
     const server = new grpc.Server();
     server.addService(
       { Call: METHOD },
@@ -81,6 +84,10 @@ function caller(transport: Transport, port: number, inFlight: number): () => Pro
       new Promise((resolve, reject) =>
         client.Call(REQUEST, (err, res) => (err ? reject(err) : resolve(res))),
       );
+  }
+  if (transport === "channel") {
+    const channel = new Channel(`127.0.0.1:${port}`);
+    return () => channel.unary({ path: METHOD.path, metadata: {} }, REQUEST);
   }
   const read = (res: NodeJS.ReadableStream, resolve: (v: unknown) => void, reject: (e: Error) => void) => {
     const chunks: Buffer[] = [];
