@@ -4,6 +4,7 @@ import { CompleteRequestSchema, CompleteResponseSchema, InferenceService } from 
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { Channel } from "./channel.js";
+import { childScript, outputOf } from "./child-script.js";
 import {
   addService,
   bindServer,
@@ -52,7 +53,6 @@ async function replica(name: string, opts: { delayMs?: number; host?: string; po
   servers.push(server);
   return { name, port, server, state };
 }
-type Replica = Awaited<ReturnType<typeof replica>>;
 
 /** Replicas "a" and "b" and a client of both (a comma list), connected. */
 async function twoReplicas(opts: { delayMs?: number } = {}) {
@@ -209,5 +209,23 @@ describe("connections", () => {
     b.state.release();
     expect((await Promise.all(held)).sort()).toEqual([twice.name, twice.name, once.name].sort());
     channel.close();
+  });
+
+  it("keeps a process alive while a call is in flight, and not once its channel is idle", async () => {
+    const a = await replica("a", { delayMs: 300 });
+    // The child makes one call and never closes its client: it must still exit by itself.
+    const child = childScript(`
+      import { createClient } from "@tollgate/kit/grpc";
+      import { InferenceService } from "@tollgate/proto/inference";
+      const client = createClient(InferenceService, "127.0.0.1:${a.port}");
+      const res = await client.complete({});
+      console.log(new TextDecoder().decode(res.body));
+    `);
+    const timer = setTimeout(() => child.kill(), 10_000);
+    const { out, code } = await outputOf(child);
+    clearTimeout(timer);
+    // Answered after 300 ms (the call kept the process alive), then exited on its own (0), not killed.
+    expect(out.trim()).toBe("a");
+    expect(code).toBe(0);
   });
 });
