@@ -228,4 +228,18 @@ describe("connections", () => {
     expect(out.trim()).toBe("a");
     expect(code).toBe(0);
   });
+
+  it("fails a call whose metadata HTTP/2 cannot carry (a key with a space) at once, and keeps serving", async () => {
+    const a = await replica("a");
+    const channel = new Channel(`127.0.0.1:${a.port}`);
+    await channel.ready(5_000);
+    const path = `/${InferenceService.typeName}/Complete`;
+    const body = encodeMessage(CompleteRequestSchema, {}) as Uint8Array;
+    const err = await channel.unary({ path, metadata: { "x bad": "b" } }, body).catch((e: unknown) => e);
+    expect((err as RemoteError).status).toBe(GrpcStatus.INTERNAL);
+    // The connection was not taken for a broken one.
+    const ok = decodeMessage(CompleteResponseSchema, await channel.unary({ path, metadata: {} }, body));
+    expect(decoder.decode(ok.body)).toBe("a");
+    channel.close();
+  });
 });

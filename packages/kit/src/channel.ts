@@ -145,6 +145,15 @@ class FrameReader {
   }
 }
 
+/**
+ * A `grpc-timeout` header for `ms` from now: at most 8 digits, in milliseconds while they fit,
+ * else in seconds.
+ */
+function grpcTimeout(ms: number): string {
+  const whole = Math.max(1, Math.ceil(ms));
+  return whole < 1e8 ? `${whole}m` : `${Math.min(99_999_999, Math.ceil(whole / 1000))}S`;
+}
+
 /** The 5-byte prefix and the message, as one buffer. */
 function frame(message: Uint8Array): Buffer {
   const out = Buffer.allocUnsafe(5 + message.length);
@@ -416,15 +425,18 @@ export class Channel {
         te: "trailers",
         ...head.metadata,
       };
-      if (head.deadline !== undefined)
-        headers["grpc-timeout"] = `${Math.max(1, Math.ceil(head.deadline - Date.now()))}m`;
+      if (head.deadline !== undefined) headers["grpc-timeout"] = grpcTimeout(head.deadline - Date.now());
       let s: http2.ClientHttp2Stream;
       try {
         s = session.request(headers, { endStream: false });
-      } catch {
-        // The connection closed between the pick and the call: nothing was sent.
-        replica.ready = false;
-        return attempt(retried);
+      } catch (err) {
+        if (session.closed || session.destroyed) {
+          // The connection closed between the pick and the call: nothing was sent.
+          replica.ready = false;
+          return attempt(retried);
+        }
+        // Not the connection: the request itself (a metadata value HTTP/2 cannot carry).
+        return end(new RemoteError(status.INTERNAL, undefined, `call not sent: ${(err as Error).message}`));
       }
       stream = s;
       replica.inFlight++;
