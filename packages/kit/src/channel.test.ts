@@ -1,3 +1,5 @@
+import * as http2 from "node:http2";
+import type { AddressInfo } from "node:net";
 import type { Server } from "@grpc/grpc-js";
 import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import { CompleteRequestSchema, CompleteResponseSchema, InferenceService } from "@tollgate/proto/inference";
@@ -241,5 +243,38 @@ describe("connections", () => {
     const ok = decodeMessage(CompleteResponseSchema, await channel.unary({ path, metadata: {} }, body));
     expect(decoder.decode(ok.body)).toBe("a");
     channel.close();
+  });
+
+  it("makes a call the server refused unread (REFUSED_STREAM) once more, and fails it the second time", async () => {
+    // A bare HTTP/2 server speaking gRPC: it refuses the first `refuse` streams unread, then
+    // answers each with one message and an OK status.
+    let refuse = 1;
+    let streams = 0;
+    const server = http2.createServer().on("stream", (stream) => {
+      streams++;
+      stream.on("error", () => {});
+      if (refuse-- > 0) return stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+      stream.on("data", () => {});
+      stream.on("end", () => {
+        stream.respond({ ":status": 200, "content-type": "application/grpc" }, { waitForTrailers: true });
+        stream.on("wantTrailers", () => stream.sendTrailers({ "grpc-status": "0" }));
+        stream.end(Buffer.from([0, 0, 0, 0, 2, 0x6f, 0x6b]));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const channel = new Channel(`127.0.0.1:${(server.address() as AddressInfo).port}`);
+    try {
+      const head = { path: "/t.T/M", metadata: {} };
+      expect((await channel.unary(head, new Uint8Array())).toString()).toBe("ok");
+      expect(streams).toBe(2);
+      // Refused twice in a row: the call fails UNAVAILABLE rather than trying for ever.
+      refuse = 2;
+      const err = await channel.unary(head, new Uint8Array()).catch((e: unknown) => e);
+      expect((err as RemoteError).status).toBe(GrpcStatus.UNAVAILABLE);
+      expect(streams).toBe(4);
+    } finally {
+      channel.close();
+      server.close();
+    }
   });
 });
