@@ -47,6 +47,13 @@ const {
   HTTP2_HEADER_STATUS,
 } = http2.constants;
 
+/** Why `request` throws when the picked connection went away before the call was sent. */
+const CONNECTION_GONE: ReadonlySet<string> = new Set([
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_INVALID_SESSION",
+  "ERR_HTTP2_OUT_OF_STREAMS",
+]);
+
 /** Where a channel's replicas come from: fixed addresses, or a name looked up again and again. */
 export type ChannelTarget =
   | { kind: "static"; addresses: readonly string[] }
@@ -430,12 +437,13 @@ export class Channel {
       try {
         s = session.request(headers, { endStream: false });
       } catch (err) {
-        if (session.closed || session.destroyed) {
+        if (CONNECTION_GONE.has((err as NodeJS.ErrnoException).code ?? "")) {
           // The connection closed between the pick and the call: nothing was sent.
           replica.ready = false;
           return attempt(retried);
         }
-        // Not the connection: the request itself (a metadata value HTTP/2 cannot carry).
+        // Not the connection: the request itself (metadata HTTP/2 cannot carry). Node 20 also
+        // closes the connection for it; the next call then waits for a new one.
         return end(new RemoteError(status.INTERNAL, undefined, `call not sent: ${(err as Error).message}`));
       }
       stream = s;
@@ -640,7 +648,10 @@ export class Channel {
     r.session = session;
     r.ready = false;
     if (this.#active === 0) session.unref();
+    // Whether this connection ever worked (its replica's `ready` may be cleared before it ends).
+    let connected = false;
     session.once("connect", () => {
+      connected = true;
       if (r.session !== session) return;
       r.ready = true;
       r.backoffMs = 0;
@@ -651,13 +662,12 @@ export class Channel {
     });
     const lost = () => {
       if (r.session !== session) return;
-      const wasReady = r.ready;
       r.session = undefined;
       r.ready = false;
-      if (!wasReady) r.failedAt = Date.now();
+      if (!connected) r.failedAt = Date.now();
       if (this.#closed || r.removed) return this.#wake();
       this.#resolve();
-      if (wasReady) {
+      if (connected) {
         // A connection that worked and ended (the server's connection age, a restart): at once.
         this.#connect(r);
       } else {
