@@ -277,4 +277,22 @@ describe("connections", () => {
       server.close();
     }
   });
+
+  it("carries many large calls at once on one connection (no session memory limit to trip)", async () => {
+    const a = await replica("a", { delayMs: 100 });
+    const client = createClient(InferenceService, `127.0.0.1:${a.port}`);
+    await client.$ready(5_000);
+    // 24 calls of 1 MiB each in flight: more than Node's default 10 MB per HTTP/2 session.
+    const body = new Uint8Array(1024 * 1024).fill(97);
+    const answers = await Promise.all(
+      Array.from({ length: 24 }, () =>
+        client.complete({ input: { body } }).then(
+          (r) => decoder.decode(r.body),
+          (e: unknown) => String(e),
+        ),
+      ),
+    );
+    client.$close();
+    expect(answers).toEqual(Array(24).fill("a"));
+  });
 });

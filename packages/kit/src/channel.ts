@@ -644,6 +644,11 @@ export class Channel {
     const session = http2.connect(url, {
       ...(this.#tls ?? {}),
       settings: { enablePush: false },
+      // Node's default cap of 10 MB per session refuses calls (ENHANCE_YOUR_CALM) once that much
+      // is buffered: 24 calls of 1 MiB in flight trip it. Flow control bounds what is buffered;
+      // grpc-js's client lifts the cap the same way.
+      maxSessionMemory: Number.MAX_SAFE_INTEGER,
+      maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER,
     });
     r.session = session;
     r.ready = false;
