@@ -27,8 +27,8 @@ import * as http2 from "node:http2";
 import { isIP } from "node:net";
 import type { ConnectionOptions } from "node:tls";
 import { status } from "@grpc/grpc-js";
-import { choose } from "./least-request.js";
-import { ERROR_CODE_KEY, ERROR_DETAIL_PREFIX, RemoteError } from "./remote-error.js";
+import { choose, type Load } from "./least-request.js";
+import { RemoteError, remoteErrorOf } from "./remote-error.js";
 
 /** The largest message a call accepts from a server (as the servers' own limit). */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
@@ -88,15 +88,11 @@ function joinHostPort(host: string, port: string): string {
   return isIP(host) === 6 ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
-/** One replica of the target: its connection, and this channel's calls on it. */
-interface Replica {
+/** One replica of the target: its connection, and this channel's calls on it (its Load). */
+interface Replica extends Load {
   address: string;
   session: http2.ClientHttp2Session | undefined;
   ready: boolean;
-  /** Calls on it, started and not ended (what `choose` balances on). */
-  inFlight: number;
-  /** When a call on it last ended UNAVAILABLE or a connection to it failed (ms since the epoch). */
-  failedAt: number;
   backoffMs: number;
   retry: NodeJS.Timeout | undefined;
   removed: boolean;
@@ -205,17 +201,7 @@ function failureOf(headers: http2.IncomingHttpHeaders): RemoteError | undefined 
   } catch {
     // Not percent-encoded after all: kept as sent.
   }
-  const details: Record<string, string> = {};
-  for (const [key, value] of Object.entries(headers)) {
-    if (key !== ERROR_CODE_KEY && key.startsWith(ERROR_DETAIL_PREFIX) && typeof value === "string")
-      details[key.slice(ERROR_DETAIL_PREFIX.length)] = value;
-  }
-  return new RemoteError(
-    Number.isInteger(code) ? code : status.UNKNOWN,
-    headerText(headers[ERROR_CODE_KEY]),
-    message,
-    details,
-  );
+  return remoteErrorOf(Number.isInteger(code) ? code : status.UNKNOWN, message, headers);
 }
 
 /** Why a stream ended without a status, from its RST_STREAM code. */

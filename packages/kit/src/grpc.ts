@@ -9,11 +9,17 @@ import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2
 import * as grpc from "@grpc/grpc-js";
 import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import type { Logger } from "pino";
-import { type CallHead, Channel } from "./channel.js";
+import { type CallHead, Channel, MAX_MESSAGE_BYTES } from "./channel.js";
 import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
 import { Health, type HealthCheck } from "./health.js";
 import { isRedisUnavailable } from "./redis.js";
-import { ERROR_CODE_KEY, ERROR_DETAIL_PREFIX, type ErrorDetails, RemoteError } from "./remote-error.js";
+import {
+  ERROR_CODE_KEY,
+  ERROR_DETAIL_PREFIX,
+  type ErrorDetails,
+  RemoteError,
+  remoteErrorOf,
+} from "./remote-error.js";
 import {
   ATTR,
   type Attributes,
@@ -369,12 +375,15 @@ export function addService<M extends GenServiceMethods>(
   server.addService(grpcDefinition(service), impl);
 }
 
-/** Channel options shared by servers and clients: keepalives suited to long streams. */
+/**
+ * Server options: keepalive pings suited to long streams, and the largest message a server takes
+ * (the same limit the client channel keeps, channel.ts).
+ */
 const CHANNEL_OPTIONS: grpc.ChannelOptions = {
   "grpc.keepalive_time_ms": 30_000,
   "grpc.keepalive_timeout_ms": 10_000,
   "grpc.keepalive_permit_without_calls": 1,
-  "grpc.max_receive_message_length": 16 * 1024 * 1024,
+  "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
 };
 
 /** Creates a gRPC server. */
@@ -418,19 +427,7 @@ export function shutdownServer(server: grpc.Server, graceMs = 10_000): Promise<v
 export function toRemoteError(err: unknown): Error {
   const e = err as grpc.ServiceError;
   if (typeof e?.code !== "number") return err as Error;
-  const code = e.metadata?.get(ERROR_CODE_KEY)[0];
-  const details: Record<string, string> = {};
-  for (const [key, value] of Object.entries(e.metadata?.getMap() ?? {})) {
-    if (key !== ERROR_CODE_KEY && key.startsWith(ERROR_DETAIL_PREFIX) && typeof value === "string") {
-      details[key.slice(ERROR_DETAIL_PREFIX.length)] = value;
-    }
-  }
-  return new RemoteError(
-    e.code,
-    typeof code === "string" ? code : undefined,
-    e.details ?? e.message,
-    details,
-  );
+  return remoteErrorOf(e.code, e.details ?? e.message, e.metadata?.getMap() ?? {});
 }
 
 /**

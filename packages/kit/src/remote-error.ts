@@ -27,3 +27,22 @@ export class RemoteError extends Error {
     this.name = "RemoteError";
   }
 }
+
+/**
+ * The RemoteError a failed call's status tells: `fields` is its trailing metadata (grpc-js
+ * Metadata's map, or HTTP/2 trailers), whose `tollgate-code` is the domain code and whose other
+ * `tollgate-*` text entries are the details.
+ */
+export function remoteErrorOf(
+  code: status,
+  message: string,
+  fields: Readonly<Record<string, unknown>>,
+): RemoteError {
+  const domain = fields[ERROR_CODE_KEY];
+  const details: Record<string, string> = {};
+  for (const [key, value] of Object.entries(fields)) {
+    if (key !== ERROR_CODE_KEY && key.startsWith(ERROR_DETAIL_PREFIX) && typeof value === "string")
+      details[key.slice(ERROR_DETAIL_PREFIX.length)] = value;
+  }
+  return new RemoteError(code, typeof domain === "string" ? domain : undefined, message, details);
+}
