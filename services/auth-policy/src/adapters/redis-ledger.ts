@@ -257,73 +257,83 @@ end
 // quote. So whatever a usage event names, a lease's tickets together charge at most its hold.
 // Costs above 2^53 compare as above any amount (amounts are at most 2^53 - 1); the cost charged
 // is then an amount, exact.
+// One call settles any number of items of one reservation, in order, each exactly as a call of
+// its own would (a batch's tickets of one lease: one call, not one each).
 //   KEYS: the record, then per budget its hash and its holds zset
-//   ARGV: now ms ('' = Redis TIME), reservation id, cost, event id, budget ids as read before,
-//         ticket ('' when the id names no lease ticket)
-//   Returns: outcome, cost charged, 'lease' when the record is a lease
+//   ARGV: now ms ('' = Redis TIME), reservation id, budget ids as read before, then per item:
+//         cost, event id, ticket ('' when the id names no lease ticket)
+//   Returns: per item, its outcome, cost charged and 'lease' when the record is a lease; or
+//         'error' and why (the record's budgets are not the ones given)
 const SETTLE_LUA = `
-${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil',
-  'amount', 'charged', 'left')
-if not st[1] then return { 'unknown', '' } end
-${NOW_LUA}if tonumber(st[5]) <= now then return { 'unknown', '' } end
-if st[1] == 'settled' then return { 'already_settled', st[4] } end
-if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
-local rid, cost = ARGV[2], ARGV[3]
-local keep = redis.call('PTTL', KEYS[1])
-if st[1] == 'lease' or st[1] == 'returned' then
-  local eid = 'e:' .. ARGV[4]
-  if ARGV[6] ~= '' then eid = 't:' .. ARGV[6] end
-  local prior = redis.call('HGET', KEYS[1], eid)
-  if prior then return { 'already_settled', prior } end
-  local left = tonumber(st[6] or '0') - tonumber(st[7] or '0')
-  if st[8] then left = tonumber(st[8]) end
-  if left < 0 then left = 0 end
-  local room = left
-  local unsure = nil
-  if ARGV[6] ~= '' then
-    unsure = redis.call('HGET', KEYS[1], 'u:' .. ARGV[6])
-    if unsure then
-      unsure = tonumber(unsure)
-      if unsure < room then room = unsure end
+${LEASE_HOLD_LUA}${NOW_LUA}local rid, budgets = ARGV[2], ARGV[3]
+local function settleOne(cost, eventId, ticket)
+  local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'expiresAt', 'cost', 'keepUntil',
+    'amount', 'charged', 'left')
+  if not st[1] then return { 'unknown', '' } end
+  if tonumber(st[5]) <= now then return { 'unknown', '' } end
+  if st[1] == 'settled' then return { 'already_settled', st[4] } end
+  if st[2] ~= budgets then return { 'error', 'reservation budgets changed' } end
+  local keep = redis.call('PTTL', KEYS[1])
+  if st[1] == 'lease' or st[1] == 'returned' then
+    local eid = 'e:' .. eventId
+    if ticket ~= '' then eid = 't:' .. ticket end
+    local prior = redis.call('HGET', KEYS[1], eid)
+    if prior then return { 'already_settled', prior } end
+    local left = tonumber(st[6] or '0') - tonumber(st[7] or '0')
+    if st[8] then left = tonumber(st[8]) end
+    if left < 0 then left = 0 end
+    local room = left
+    local unsure = nil
+    if ticket ~= '' then
+      unsure = redis.call('HGET', KEYS[1], 'u:' .. ticket)
+      if unsure then
+        unsure = tonumber(unsure)
+        if unsure < room then room = unsure end
+      end
     end
+    if tonumber(cost) > room then cost = string.format('%.0f', room) end
+    local out = unsure or tonumber(cost)
+    left = left - out
+    if left < 0 then left = 0 end
+    for j = 1, (#KEYS - 1) / 2 do
+      local h, z = KEYS[2 * j], KEYS[2 * j + 1]
+      leaseHold(h, z, rid, function(a)
+        local l = a - out
+        if l > left then l = left end
+        return l
+      end)
+      redis.call('HINCRBY', h, 'spent', cost)
+      if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
+    end
+    redis.call('HSET', KEYS[1], eid, cost)
+    redis.call('HINCRBY', KEYS[1], 'charged', cost)
+    if st[8] then redis.call('HSET', KEYS[1], 'left', string.format('%.0f', left)) end
+    if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost, 'lease' } end
+    return { 'settled', cost, 'lease' }
   end
-  if tonumber(cost) > room then cost = string.format('%.0f', room) end
-  local out = unsure or tonumber(cost)
-  left = left - out
-  if left < 0 then left = 0 end
+  if st[6] and tonumber(cost) > tonumber(st[6]) then cost = st[6] end
   for j = 1, (#KEYS - 1) / 2 do
     local h, z = KEYS[2 * j], KEYS[2 * j + 1]
-    leaseHold(h, z, rid, function(a)
-      local l = a - out
-      if l > left then l = left end
-      return l
-    end)
+    local a = redis.call('HGET', h, 'r:' .. rid)
+    if a then
+      local c = string.find(a, ':', 1, true)
+      if c then a = string.sub(a, 1, c - 1) end
+      redis.call('HINCRBY', h, 'held', '-' .. a)
+      redis.call('HDEL', h, 'r:' .. rid)
+      redis.call('ZREM', z, rid)
+    end
     redis.call('HINCRBY', h, 'spent', cost)
     if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
   end
-  redis.call('HSET', KEYS[1], eid, cost)
-  redis.call('HINCRBY', KEYS[1], 'charged', cost)
-  if st[8] then redis.call('HSET', KEYS[1], 'left', string.format('%.0f', left)) end
-  if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost, 'lease' } end
-  return { 'settled', cost, 'lease' }
+  redis.call('HSET', KEYS[1], 'state', 'settled', 'cost', cost, 'eventId', eventId, 'settledAt', now)
+  if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
+  return { 'settled', cost }
 end
-if st[6] and tonumber(cost) > tonumber(st[6]) then cost = st[6] end
-for j = 1, (#KEYS - 1) / 2 do
-  local h, z = KEYS[2 * j], KEYS[2 * j + 1]
-  local a = redis.call('HGET', h, 'r:' .. rid)
-  if a then
-    local c = string.find(a, ':', 1, true)
-    if c then a = string.sub(a, 1, c - 1) end
-    redis.call('HINCRBY', h, 'held', '-' .. a)
-    redis.call('HDEL', h, 'r:' .. rid)
-    redis.call('ZREM', z, rid)
-  end
-  redis.call('HINCRBY', h, 'spent', cost)
-  if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
+local replies = {}
+for i = 4, #ARGV, 3 do
+  replies[#replies + 1] = settleOne(ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end
-redis.call('HSET', KEYS[1], 'state', 'settled', 'cost', cost, 'eventId', ARGV[4], 'settledAt', now)
-if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost } end
-return { 'settled', cost }
+return replies
 `;
 
 // Ends a lease: keeps of its hold in each budget only what was committed on it and not yet
@@ -391,9 +401,12 @@ const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
-  authSettle(numKeys: number, ...args: Array<string | number>): Promise<[string, string, string?]>;
+  authSettle(numKeys: number, ...args: Array<string | number>): Promise<SettleReply[]>;
   authReturnLease(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
 };
+
+/** One item's reply of the settlement script: outcome, cost charged, 'lease'; or 'error' and why. */
+type SettleReply = [string, string, string?];
 
 const OUTCOMES: readonly SettleOutcome[] = ["settled", "settled_after_expiry", "already_settled", "unknown"];
 
@@ -580,21 +593,29 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     const record = recordKey(reservationId);
     const ids = budgets === "" ? [] : budgets.split(" ");
     const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
-    const reply = await client.authSettle(
+    const [reply] = await client.authSettle(
       keys.length,
       ...keys,
       clockArg(now),
       reservationId,
+      budgets,
       cost.toString(),
       eventId,
-      budgets,
       ticket,
     );
-    return capped({ reservationId: settledId, cost, eventId }, reply);
+    const result = settled({ reservationId: settledId, cost, eventId }, reply);
+    if (result instanceof Error) throw result;
+    return result;
+  }
+
+  /** One item's reply of the settlement script as a Settlement, or the Error it names. */
+  function settled(item: SettleItem, reply: SettleReply | undefined): Settlement | Error {
+    if (reply === undefined) return new Error("no settlement reply");
+    return reply[0] === "error" ? new Error(reply[1]) : capped(item, reply);
   }
 
   /** The script's reply as a Settlement; a cost charged below the one asked is told to onOverHold. */
-  function capped(item: SettleItem, [outcome, charged, kind]: [string, string, string?]): Settlement {
+  function capped(item: SettleItem, [outcome, charged, kind]: SettleReply): Settlement {
     const s = settlementOf(outcome, charged);
     if ((s.outcome !== "settled" && s.outcome !== "settled_after_expiry") || s.cost === undefined) return s;
     if (s.cost >= item.cost) return s;
@@ -607,7 +628,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     });
     return { ...s, uncharged: item.cost - s.cost };
   }
-  ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg, capped);
+  ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg, settled);
   return ledger;
 }
 
@@ -628,10 +649,11 @@ function settlementOf(outcome: string, settled: string): Settlement {
 // Batch settlement (SettleReservations): settle()'s two steps for every item at once, so a
 // batch costs two Redis round trips however many reservations it holds: one pipeline reads
 // each distinct record's budgets once (a lease's tickets share one record), one pipeline runs
-// the settlement script per known reservation. Each script is settle()'s own and touches one
-// reservation's keys, which share its account's hash tag (on a Redis Cluster, one pipeline per
-// account, sent together). An item whose read or script failed is answered by its error and
-// the others stand.
+// the settlement script once per known record, for all of its items (a lease's tickets in one
+// call: docs/performance.md, "One script per lease in a settlement batch"). Each script is
+// settle()'s own and touches one reservation's keys, which share its account's hash tag (on a
+// Redis Cluster, one pipeline per account, sent together). An item whose read or script failed
+// is answered by its error and the others stand.
 
 type SettlePipeline = Pipeline & {
   authSettle(numKeys: number, ...args: Array<string | number>): SettlePipeline;
@@ -643,7 +665,7 @@ function settleManyIn(
   budgetKey: (id: string) => string,
   holdsKey: (id: string) => string,
   clockArg: (now: Date) => number | string,
-  capped: (item: SettleItem, reply: [string, string, string?]) => Settlement,
+  settled: (item: SettleItem, reply: SettleReply | undefined) => Settlement | Error,
 ): NonNullable<Ledger["settleMany"]> {
   return async (items, now) => {
     // Each item's reservation (a lease ticket names its lease) and record, worked out once.
@@ -665,18 +687,24 @@ function settleManyIn(
       (p, record) => p.hget(record, "budgets"),
     );
     const read = new Map(records.map((record, n) => [record, budgetsRead[n]!]));
-    const settling: Array<(typeof reading)[number] & { budgets: string }> = [];
+    // One script per record, settling every item of it in order: a lease's tickets together.
+    const groups = new Map<string, { budgets: string; reservationId: string; items: typeof reading }>();
     for (const r of reading) {
       const [err, budgets] = read.get(r.record)!;
       if (err) out[r.k] = err;
       else if (budgets === null) out[r.k] = { outcome: "unknown" };
-      else settling.push({ ...r, budgets: budgets as string });
+      else {
+        const group = groups.get(r.record);
+        if (group) group.items.push(r);
+        else groups.set(r.record, { budgets: budgets as string, reservationId: r.reservationId, items: [r] });
+      }
     }
+    const settling = [...groups];
     const replies = await pipelined(
       redis,
       settling,
-      (r) => r.record,
-      (p, { item, reservationId, ticket, record, budgets }) => {
+      ([record]) => record,
+      (p, [record, { budgets, reservationId, items: its }]) => {
         const ids = budgets === "" ? [] : budgets.split(" ");
         const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
         (p as SettlePipeline).authSettle(
@@ -684,20 +712,16 @@ function settleManyIn(
           ...keys,
           clockArg(now),
           reservationId,
-          item.cost.toString(),
-          item.eventId,
           budgets,
-          ticket,
+          ...its.flatMap(({ item, ticket }) => [item.cost.toString(), item.eventId, ticket]),
         );
       },
     );
-    settling.forEach(({ k, item }, n) => {
+    settling.forEach(([, { items: its }], n) => {
       const [err, reply] = replies[n]!;
-      if (err) {
-        out[k] = err;
-        return;
-      }
-      out[k] = capped(item, reply as [string, string, string?]);
+      its.forEach(({ k, item }, j) => {
+        out[k] = err ?? settled(item, (reply as SettleReply[] | null)?.[j]);
+      });
     });
     return out.map((r) => r ?? new Error("not settled"));
   };

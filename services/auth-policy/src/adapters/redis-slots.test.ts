@@ -43,7 +43,11 @@ describe("auth-policy's Redis keys on a Redis Cluster: every script, pipeline an
         now,
       });
       const { redis, calls } = slotRecorder((name) =>
-        name === "hget" ? budgets.map((b) => b.id).join(" ") : name === "authSettle" ? ["settled", "5"] : [],
+        name === "hget"
+          ? budgets.map((b) => b.id).join(" ")
+          : name === "authSettle"
+            ? [["settled", "5"]]
+            : [],
       );
       const ledger = createRedisLedger(redis, { prefix: `tollgate:${randomId()}:` });
       const reservationId = newReservationId(accountId);
@@ -78,7 +82,7 @@ describe("auth-policy's Redis keys on a Redis Cluster: every script, pipeline an
         name === "hget"
           ? held.find((h) => String(args[0]).includes(h.reservationId))?.budgets
           : name === "authSettle"
-            ? ["settled", "5"]
+            ? [["settled", "5"]]
             : [],
       );
       const ledger = createRedisLedger(redis, { prefix: `tollgate:${randomId()}:` });

@@ -120,8 +120,39 @@ describe("redis ledger: batch settlement reads a record once", () => {
       "already_settled",
     ]);
     expect(sent.filter((c) => c === "hget")).toHaveLength(1);
+    expect(sent.filter((c) => c === "evalsha" || c === "eval")).toHaveLength(1);
     const peek = await ledger.admit([], { peek: [b] }, now);
     expect(peek.budgets[0]).toEqual({ spent: 40n, held: 0n });
+  });
+
+  it("settles a batch's tickets of one lease in one script call, each charged once", async () => {
+    const p = prefix();
+    const ledger = createRedisLedger(redis, { prefix: p });
+    const now = new Date();
+    const b = monthBudget("z", now);
+    const lease = newReservationId("acct");
+    await ledger.admit(
+      [],
+      { hold: { reservationId: lease, amount: 1_000n, budgets: [b], lease: true } },
+      now,
+    );
+    const tickets = Array.from({ length: 40 }, (_, n) => ({
+      reservationId: `${lease}~${n + 1}`,
+      cost: BigInt(n + 1),
+      eventId: `evt_${n + 1}`,
+    }));
+    const { sent, stop } = await watchCommands();
+    const results = await settleReservations(ledger, [...tickets, tickets[0]!]);
+    await stop();
+    expect(results.slice(0, 40)).toEqual(tickets.map((t) => ({ outcome: "settled", cost: t.cost })));
+    expect(results[40]).toEqual({ outcome: "already_settled", cost: 1n });
+    // One read of the lease's record and one script for its 41 items (41 before this batching).
+    expect(sent.filter((c) => c === "hget")).toHaveLength(1);
+    expect(sent.filter((c) => c === "evalsha" || c === "eval")).toHaveLength(1);
+    // Charged exactly once each: 1 + 2 + … + 40, out of the lease's hold.
+    const charged = (40n * 41n) / 2n;
+    const peek = await ledger.admit([], { peek: [b] }, now);
+    expect(peek.budgets[0]).toEqual({ spent: charged, held: 1_000n - charged });
   });
 });
 
