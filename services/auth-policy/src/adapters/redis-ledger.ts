@@ -655,6 +655,13 @@ function settlementOf(outcome: string, settled: string): Settlement {
 // Redis Cluster, one pipeline per account, sent together). An item whose read or script failed
 // is answered by its error and the others stand.
 
+/**
+ * Most items one settlement script call settles: a batch's tickets of one lease go in calls of
+ * this many, which amortises a call's cost over them while keeping each call short (every item
+ * runs some ten Redis commands inside the script, and Redis serves nobody else meanwhile).
+ */
+const SETTLE_ITEMS_PER_CALL = 64;
+
 type SettlePipeline = Pipeline & {
   authSettle(numKeys: number, ...args: Array<string | number>): SettlePipeline;
 };
@@ -687,19 +694,25 @@ function settleManyIn(
       (p, record) => p.hget(record, "budgets"),
     );
     const read = new Map(records.map((record, n) => [record, budgetsRead[n]!]));
-    // One script per record, settling every item of it in order: a lease's tickets together.
-    const groups = new Map<string, { budgets: string; reservationId: string; items: typeof reading }>();
+    // One script call per record, settling its items in order (a lease's tickets together), at
+    // most SETTLE_ITEMS_PER_CALL each so that no call holds Redis for long.
+    type Group = { budgets: string; reservationId: string; items: typeof reading };
+    const groups = new Map<string, Group>();
+    const settling: Array<[string, Group]> = [];
     for (const r of reading) {
       const [err, budgets] = read.get(r.record)!;
       if (err) out[r.k] = err;
       else if (budgets === null) out[r.k] = { outcome: "unknown" };
       else {
-        const group = groups.get(r.record);
-        if (group) group.items.push(r);
-        else groups.set(r.record, { budgets: budgets as string, reservationId: r.reservationId, items: [r] });
+        let group = groups.get(r.record);
+        if (!group || group.items.length === SETTLE_ITEMS_PER_CALL) {
+          group = { budgets: budgets as string, reservationId: r.reservationId, items: [] };
+          groups.set(r.record, group);
+          settling.push([r.record, group]);
+        }
+        group.items.push(r);
       }
     }
-    const settling = [...groups];
     const replies = await pipelined(
       redis,
       settling,

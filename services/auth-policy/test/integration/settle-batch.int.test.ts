@@ -125,34 +125,58 @@ describe("redis ledger: batch settlement reads a record once", () => {
     expect(peek.budgets[0]).toEqual({ spent: 40n, held: 0n });
   });
 
-  it("settles a batch's tickets of one lease in one script call, each charged once", async () => {
+  it("settles a batch's tickets of one lease in a script call per 64, each charged once", async () => {
     const p = prefix();
     const ledger = createRedisLedger(redis, { prefix: p });
     const now = new Date();
-    const b = monthBudget("z", now);
+    const b = { ...monthBudget("z", now), limit: 100_000n };
     const lease = newReservationId("acct");
-    await ledger.admit(
+    const amount = 20_000n;
+    const granted = await ledger.admit(
       [],
-      { hold: { reservationId: lease, amount: 1_000n, budgets: [b], lease: true } },
+      { hold: { reservationId: lease, amount, budgets: [b], lease: true } },
       now,
     );
-    const tickets = Array.from({ length: 40 }, (_, n) => ({
-      reservationId: `${lease}~${n + 1}`,
-      cost: BigInt(n + 1),
-      eventId: `evt_${n + 1}`,
-    }));
-    const { sent, stop } = await watchCommands();
-    const results = await settleReservations(ledger, [...tickets, tickets[0]!]);
-    await stop();
-    expect(results.slice(0, 40)).toEqual(tickets.map((t) => ({ outcome: "settled", cost: t.cost })));
-    expect(results[40]).toEqual({ outcome: "already_settled", cost: 1n });
-    // One read of the lease's record and one script for its 41 items (41 before this batching).
-    expect(sent.filter((c) => c === "hget")).toHaveLength(1);
-    expect(sent.filter((c) => c === "evalsha" || c === "eval")).toHaveLength(1);
-    // Charged exactly once each: 1 + 2 + … + 40, out of the lease's hold.
-    const charged = (40n * 41n) / 2n;
+    expect(granted.admitted).toBe(true);
+    const tickets = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({
+        reservationId: `${lease}~${i + 1}`,
+        cost: BigInt(i + 1),
+        eventId: `evt_${i + 1}`,
+      }));
+    const watch = async (items: ReturnType<typeof tickets>) => {
+      const { sent, stop } = await watchCommands();
+      const results = await settleReservations(ledger, items);
+      await stop();
+      return {
+        results,
+        hget: sent.filter((c) => c === "hget").length,
+        scripts: sent.filter((c) => c === "evalsha" || c === "eval").length,
+      };
+    };
+    // 40 tickets and a repeat of the first: one read of the lease's record and one script call
+    // (41 calls before this batching).
+    const first = await watch([...tickets(40), tickets(1)[0]!]);
+    expect(first.results.slice(0, 40)).toEqual(
+      tickets(40).map((t) => ({ outcome: "settled", cost: t.cost })),
+    );
+    expect(first.results[40]).toEqual({ outcome: "already_settled", cost: 1n });
+    expect([first.hget, first.scripts]).toEqual([1, 1]);
+    // 150 tickets, the first 40 again: three calls (64, 64, 22), each ticket charged once.
+    const second = await watch(tickets(150));
+    expect(
+      second.results.slice(0, 40).every((r) => !(r instanceof Error) && r.outcome === "already_settled"),
+    ).toBe(true);
+    expect(second.results.slice(40)).toEqual(
+      tickets(150)
+        .slice(40)
+        .map((t) => ({ outcome: "settled", cost: t.cost })),
+    );
+    expect([second.hget, second.scripts]).toEqual([1, 3]);
+    // Charged exactly once each: 1 + 2 + … + 150, out of the lease's hold.
+    const charged = (150n * 151n) / 2n;
     const peek = await ledger.admit([], { peek: [b] }, now);
-    expect(peek.budgets[0]).toEqual({ spent: charged, held: 1_000n - charged });
+    expect(peek.budgets[0]).toEqual({ spent: charged, held: amount - charged });
   });
 });
 
