@@ -5,7 +5,9 @@ import {
   isCluster,
   isRedisUnavailable,
   parseClusterUrl,
+  pipelined,
   REDIS_CLUSTER_NODES,
+  type Redis,
   redisUrlOf,
 } from "./redis.js";
 
@@ -92,5 +94,37 @@ describe("Redis Cluster URLs", () => {
       cluster.disconnect();
       single.disconnect();
     }
+  });
+});
+
+describe("pipelined", () => {
+  it("answers each item with its own reply, in item order, and one no reply came for with an error", async () => {
+    const sent: string[] = [];
+    const fake = {
+      pipeline: () => {
+        const p = {
+          get: (key: string) => {
+            sent.push(key);
+            return p;
+          },
+          // Redis answered the first two commands only.
+          exec: async () => sent.slice(0, 2).map((key) => [null, `value of ${key}`]),
+        };
+        return p;
+      },
+    } as unknown as Redis;
+    const replies = await pipelined(
+      fake,
+      ["a", "b", "c"],
+      (key) => key,
+      (p, key) => p.get(key),
+    );
+    expect(replies.slice(0, 2)).toEqual([
+      [null, "value of a"],
+      [null, "value of b"],
+    ]);
+    expect(replies[2]![0]).toBeInstanceOf(Error);
+    expect((replies[2]![0] as Error).message).toBe("no reply");
+    expect(replies[2]![1]).toBeNull();
   });
 });

@@ -110,7 +110,8 @@ export async function pipelined<T>(
     if (indices) indices.push(i);
     else groups.set(group, [i]);
   });
-  const out: PipelineReply[] = items.map(() => [new Error("no reply"), null]);
+  // Filled below; an Error (its stack) is made only for an item no reply came for.
+  const out = new Array<PipelineReply | undefined>(items.length);
   await Promise.all(
     [...groups.values()].map(async (indices) => {
       const pipeline = redis.pipeline();
@@ -118,11 +119,11 @@ export async function pipelined<T>(
       const replies = await pipeline.exec();
       if (!replies) throw new Error("redis pipeline aborted");
       indices.forEach((i, n) => {
-        out[i] = (replies[n] as PipelineReply | undefined) ?? [new Error("no reply"), null];
+        out[i] = replies[n] as PipelineReply | undefined;
       });
     }),
   );
-  return out;
+  return Array.from(out, (r) => r ?? [new Error("no reply"), null]);
 }
 
 /**

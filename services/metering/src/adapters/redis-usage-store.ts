@@ -179,14 +179,15 @@ export function createRedisUsageStore(redis: Redis, opts: RedisUsageStoreOptions
     if (!replies) throw new Error("redis pipeline aborted");
     // A dims set that was not written leaves its rollups unlisted: the whole batch again.
     for (const [err] of replies.slice(0, members.size)) if (err) throw err;
-    const out: Array<RecordOutcome | Error> = events.map(() => new Error("not recorded"));
+    // Every event is answered below; an Error (its stack) is made only for one that was not.
+    const out = new Array<RecordOutcome | Error | undefined>(events.length);
     ordered.forEach(([, group], n) => {
       const [err, reply] = replies[members.size + n] ?? [new Error("no reply"), null];
       group.events.forEach((i, j) => {
         out[i] = err ?? ((reply as number[])[j] === 1 ? "recorded" : "duplicate");
       });
     });
-    return out;
+    return Array.from(out, (o) => o ?? new Error("not recorded"));
   }
 
   return {
