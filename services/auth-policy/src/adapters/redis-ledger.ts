@@ -401,12 +401,23 @@ const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
-  authSettle(numKeys: number, ...args: Array<string | number>): Promise<SettleReply[]>;
+  authSettle(...args: [number, ...Array<string | number>]): Promise<SettleReply[]>;
   authReturnLease(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
 };
 
 /** One item's reply of the settlement script: outcome, cost charged, 'lease'; or 'error' and why. */
 type SettleReply = [string, string, string?];
+
+/** One item the settlement script settles: its cost, event id and lease ticket ('' for none). */
+type ScriptItem = { cost: bigint; eventId: string; ticket: string };
+
+/** The settlement script's arguments for items of one reservation whose record names `budgets`. */
+type SettleArgs = (
+  reservationId: string,
+  budgets: string,
+  items: readonly ScriptItem[],
+  now: Date,
+) => [number, ...Array<string | number>];
 
 const OUTCOMES: readonly SettleOutcome[] = ["settled", "settled_after_expiry", "already_settled", "unknown"];
 
@@ -590,23 +601,30 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     now: Date,
     ticket: string,
   ): Promise<Settlement> {
-    const record = recordKey(reservationId);
-    const ids = budgets === "" ? [] : budgets.split(" ");
-    const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
     const [reply] = await client.authSettle(
-      keys.length,
-      ...keys,
-      clockArg(now),
-      reservationId,
-      budgets,
-      cost.toString(),
-      eventId,
-      ticket,
+      ...settleArgs(reservationId, budgets, [{ cost, eventId, ticket }], now),
     );
     const result = settled({ reservationId: settledId, cost, eventId }, reply);
     if (result instanceof Error) throw result;
     return result;
   }
+
+  /**
+   * The settlement script's arguments (SETTLE_LUA: KEYS then ARGV) for items of one reservation
+   * whose record names `budgets`: the one place its calling convention is written.
+   */
+  const settleArgs: SettleArgs = (reservationId, budgets, items, now) => {
+    const ids = budgets === "" ? [] : budgets.split(" ");
+    const keys = [recordKey(reservationId), ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
+    return [
+      keys.length,
+      ...keys,
+      clockArg(now),
+      reservationId,
+      budgets,
+      ...items.flatMap((i) => [i.cost.toString(), i.eventId, i.ticket]),
+    ];
+  };
 
   /** One item's reply of the settlement script as a Settlement, or the Error it names. */
   function settled(item: SettleItem, reply: SettleReply | undefined): Settlement | Error {
@@ -628,7 +646,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
     });
     return { ...s, uncharged: item.cost - s.cost };
   }
-  ledger.settleMany = settleManyIn(redis, recordKey, budgetKey, holdsKey, clockArg, settled);
+  ledger.settleMany = settleManyIn(redis, recordKey, settleArgs, settled);
   return ledger;
 }
 
@@ -663,15 +681,13 @@ function settlementOf(outcome: string, settled: string): Settlement {
 const SETTLE_ITEMS_PER_CALL = 64;
 
 type SettlePipeline = Pipeline & {
-  authSettle(numKeys: number, ...args: Array<string | number>): SettlePipeline;
+  authSettle(...args: [number, ...Array<string | number>]): SettlePipeline;
 };
 
 function settleManyIn(
   redis: Redis,
   recordKey: (reservationId: string) => string,
-  budgetKey: (id: string) => string,
-  holdsKey: (id: string) => string,
-  clockArg: (now: Date) => number | string,
+  settleArgs: SettleArgs,
   settled: (item: SettleItem, reply: SettleReply | undefined) => Settlement | Error,
 ): NonNullable<Ledger["settleMany"]> {
   return async (items, now) => {
@@ -717,17 +733,9 @@ function settleManyIn(
       redis,
       settling,
       ([record]) => record,
-      (p, [record, { budgets, reservationId, items: its }]) => {
-        const ids = budgets === "" ? [] : budgets.split(" ");
-        const keys = [record, ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)])];
-        (p as SettlePipeline).authSettle(
-          keys.length,
-          ...keys,
-          clockArg(now),
-          reservationId,
-          budgets,
-          ...its.flatMap(({ item, ticket }) => [item.cost.toString(), item.eventId, ticket]),
-        );
+      (p, [, { budgets, reservationId, items: its }]) => {
+        const args = its.map(({ item, ticket }) => ({ cost: item.cost, eventId: item.eventId, ticket }));
+        (p as SettlePipeline).authSettle(...settleArgs(reservationId, budgets, args, now));
       },
     );
     settling.forEach(([, { items: its }], n) => {
