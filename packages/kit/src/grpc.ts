@@ -376,20 +376,15 @@ export function addService<M extends GenServiceMethods>(
 }
 
 /**
- * Server options: keepalive pings suited to long streams, and the largest message a server takes
- * (the same limit the client channel keeps, channel.ts).
+ * Creates a gRPC server: keepalive pings suited to long streams, and the largest message it
+ * takes (the same limit the client channel keeps, channel.ts).
  */
-const CHANNEL_OPTIONS: grpc.ChannelOptions = {
-  "grpc.keepalive_time_ms": 30_000,
-  "grpc.keepalive_timeout_ms": 10_000,
-  "grpc.keepalive_permit_without_calls": 1,
-  "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
-};
-
-/** Creates a gRPC server. */
 export function createServer(): grpc.Server {
   return new grpc.Server({
-    ...CHANNEL_OPTIONS,
+    "grpc.keepalive_time_ms": 30_000,
+    "grpc.keepalive_timeout_ms": 10_000,
+    "grpc.keepalive_permit_without_calls": 1,
+    "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
     "grpc.http2.min_ping_interval_without_data_ms": 10_000,
     // Clients re-resolve DNS only when a connection ends: ending each after five minutes lets
     // replicas added by a scale-up receive calls. The grace is unlimited, so no call is cut.
