@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { Challenge, Credential, PaymentRequest } from "mppx";
 import type { Address } from "viem";
 import type { PaidRequest, PricedRequest } from "./catalog.js";
@@ -26,16 +26,34 @@ export interface IssuedChallenge {
   quote: bigint;
 }
 
-/** A Payment credential taken apart, not yet verified. */
+/** The fields of a challenge a credential echoes that verification reads. */
+interface EchoedChallenge {
+  id: string;
+  realm: string;
+  expires: string | undefined;
+  digest: string | undefined;
+  opaque: string | undefined;
+  /**
+   * The payment terms: their text as echoed when the id was checked over that text
+   * (`idOverEcho`), else as mppx decoded them.
+   */
+  request: string | Record<string, unknown>;
+}
+
+/** A Payment credential taken apart; its challenge's id checked, the rest not yet verified. */
 export interface PresentedCredential {
-  challenge: Challenge.Challenge;
+  challenge: EchoedChallenge;
+  /** Whether the challenge's id is this service's HMAC over its fields: it issued them. */
+  issued: boolean;
   payload: Record<string, unknown>;
   source: string | undefined;
 }
 
 /** A credential whose challenge this service issued, unexpired, for this route and config. */
 export interface VerifiedChallenge {
-  challenge: Challenge.Challenge;
+  id: string;
+  /** The body digest the challenge bound (mppx's format, see bodyDigest). */
+  digest: string;
   binding: Binding;
   /** The quote bound at challenge time. */
   quote: bigint;
@@ -153,6 +171,24 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
   if (wire["source"] !== undefined && typeof wire["source"] !== "string") {
     throw malformed("payment credential source is not a string");
   }
+  const echoed = wire["challenge"];
+  if (idOverEcho(echoed, s.secret)) {
+    // The fields are the ones this service issued, byte for byte: nothing to decode or re-encode.
+    return {
+      challenge: {
+        id: echoed["id"] as string,
+        realm: echoed["realm"] as string,
+        expires: echoed["expires"] as string,
+        digest: echoed["digest"] as string,
+        opaque: echoed["opaque"] as string,
+        request: echoed["request"] as string,
+      },
+      issued: true,
+      payload: wire["payload"],
+      // As mppx reads it: an empty source is none.
+      source: (wire["source"] as string | undefined) || undefined,
+    };
+  }
   let credential: Credential.Credential;
   try {
     credential = Credential.deserialize(scheme);
@@ -162,11 +198,63 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
   if (credential.challenge.method !== METHOD || credential.challenge.intent !== INTENT) {
     throw new PaymentError("mpp_method_unsupported", "only tempo session credentials are accepted");
   }
+  const { challenge } = credential;
   return {
-    challenge: credential.challenge,
+    challenge: {
+      id: challenge.id,
+      realm: challenge.realm,
+      expires: challenge.expires,
+      digest: challenge.digest,
+      opaque: challenge.opaque,
+      request: challenge.request,
+    },
+    issued: Challenge.verify(challenge, { secretKey: s.secret }),
     payload: credential.payload as Record<string, unknown>,
     source: credential.source,
   };
+}
+
+/**
+ * Whether a credential's echoed challenge is one this service issued, exactly as it issued it:
+ * tempo/session, with expiry, digest and opaque, no other credential header, and an id that is
+ * the HMAC-SHA256 (base64url, unpadded) of `realm|method|intent|request|expires|digest|opaque`
+ * over the echoed texts (docs/paid-door.md, "The challenge id"). The id is compared as text, in
+ * constant time: one issued challenge has one id, the key of its single use. False sends the
+ * credential down mppx's own reading, which decodes and re-encodes the request and opaque, and
+ * accepts the forms this does not (an older client's expanded opaque, say).
+ */
+export function idOverEcho(echoed: Record<string, unknown>, secret: string): boolean {
+  const { id, realm, method, intent, request, expires, digest, opaque } = echoed;
+  if (
+    typeof id !== "string" ||
+    typeof realm !== "string" ||
+    method !== METHOD ||
+    intent !== INTENT ||
+    typeof request !== "string" ||
+    typeof expires !== "string" ||
+    typeof digest !== "string" ||
+    typeof opaque !== "string" ||
+    echoed["header"] !== undefined ||
+    echoed["meta"] !== undefined
+  ) {
+    return false;
+  }
+  const expected = createHmac("sha256", secret)
+    .update(`${realm}|${method}|${intent}|${request}|${expires}|${digest}|${opaque}`)
+    .digest("base64url");
+  const sent = Buffer.from(id, "utf8");
+  return sent.length === expected.length && timingSafeEqual(sent, Buffer.from(expected, "utf8"));
+}
+
+/** The text of the payment terms this service issues now, made once per settings. */
+const issuedTerms = new WeakMap<PaymentSettings, string>();
+function termsText(s: PaymentSettings): string {
+  let text = issuedTerms.get(s);
+  if (text === undefined) {
+    text = PaymentRequest.serialize(sessionRequest(s));
+    issuedTerms.set(s, text);
+  }
+  return text;
 }
 
 function sameAddress(a: unknown, b: Address): boolean {
@@ -177,7 +265,21 @@ function sameAddress(a: unknown, b: Address): boolean {
  * Why the echoed request differs from what this service issues now (a credential answering a
  * challenge made under other prices, caps or chain settings is refused); undefined when it matches.
  */
-function requestMismatch(request: Record<string, unknown>, s: PaymentSettings): string | undefined {
+function requestMismatch(echoed: string | Record<string, unknown>, s: PaymentSettings): string | undefined {
+  let request: Record<string, unknown>;
+  if (typeof echoed === "string") {
+    // The terms this service issues now, as text: nothing to compare field by field.
+    if (echoed === termsText(s)) return undefined;
+    try {
+      const decoded: unknown = PaymentRequest.deserialize(echoed);
+      if (!isRecord(decoded)) return "request";
+      request = decoded;
+    } catch {
+      return "request";
+    }
+  } else {
+    request = echoed;
+  }
   const details = isRecord(request["methodDetails"]) ? request["methodDetails"] : {};
   if (request["amount"] !== s.bucket.toString()) return "amount";
   if (!sameAddress(request["currency"], s.currency)) return "currency";
@@ -246,7 +348,7 @@ export function verifyChallenge(
 ): VerifiedChallenge {
   const invalid = (message: string) => new PaymentError("mpp_invalid_challenge", message);
   const { challenge } = presented;
-  if (challenge.realm !== s.realm || !Challenge.verify(challenge, { secretKey: s.secret })) {
+  if (challenge.realm !== s.realm || !presented.issued) {
     throw invalid("challenge was not issued by this service");
   }
   if (!challenge.expires) throw invalid("challenge has no expiry");
@@ -268,13 +370,13 @@ export function verifyChallenge(
   if (bound.binding.httpMethod !== route.httpMethod || bound.binding.path !== route.path) {
     throw invalid("challenge was issued for another route");
   }
-  return { challenge, binding: bound.binding, quote: bound.quote, expires };
+  return { id: challenge.id, digest: challenge.digest, binding: bound.binding, quote: bound.quote, expires };
 }
 
 /** mpp_body_digest_mismatch unless `body` is byte-identical to the body the challenge bound
  * (docs/contract.md, "The paid door", rule 2; docs/decisions/0003-digest-mismatch-402.md). */
-export function checkBodyDigest(challenge: Challenge.Challenge, body: Uint8Array): void {
-  const expected = Buffer.from(challenge.digest ?? "", "utf8");
+export function checkBodyDigest(digest: string, body: Uint8Array): void {
+  const expected = Buffer.from(digest, "utf8");
   const actual = Buffer.from(bodyDigest(body), "utf8");
   if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) {
     throw new PaymentError(

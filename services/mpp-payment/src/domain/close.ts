@@ -73,7 +73,7 @@ export async function close(ctx: PaymentContext, req: CredentialedRequest): Prom
   const { store, chain, log } = ctx;
   const { verified, payload: p, source } = authenticate(ctx, { ...req, body: new Uint8Array() });
   if (p.action !== "close") throw failed("not a close credential");
-  const challengeId = verified.challenge.id;
+  const challengeId = verified.id;
   const tag = channelTag(p.channelId);
   const cumulative = p.cumulativeAmount;
   const checked = await checkClose(ctx, p, source);

@@ -68,7 +68,7 @@ export function authenticate(ctx: PaymentContext, req: CredentialedRequest): Aut
   // close) reuse the current challenge, so their digest is not checked: they have no body
   // of their own to bind.
   if (payload.action === "open" || payload.action === "voucher") {
-    checkBodyDigest(verified.challenge, req.body);
+    checkBodyDigest(verified.digest, req.body);
     const { binding } = verified;
     if (
       binding.pricingSnapshotId !== catalog.pricingSnapshotId ||

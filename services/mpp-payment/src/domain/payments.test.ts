@@ -21,6 +21,7 @@ import {
 } from "../../test/support.js";
 import { createMemoryChannelStore } from "../adapters/memory-channel-store.js";
 import { createCatalog } from "./catalog.js";
+import { idOverEcho } from "./challenge.js";
 import { PaymentError, type PaymentErrorCode } from "./errors.js";
 import { createPayments, type Payments } from "./payments.js";
 import type { ChannelStore } from "./ports.js";
@@ -329,6 +330,66 @@ describe("Verify", () => {
       s.advance(300_000);
       await rejects(verifyWith(s, auth, req.body), "mpp_invalid_challenge");
       expect(s.chain.calls).toEqual([]);
+    });
+
+    it("reads the challenge mppx echoes as sent, and refuses any other spelling of it", async () => {
+      const s = setup();
+      const { req, issued, payer } = await challenged(s);
+      const payload = await payer.open(UNIT);
+      const auth = payer.credential(issued.header, payload);
+      const wire = JSON.parse(Buffer.from(auth.replace(/^Payment /, ""), "base64url").toString("utf8"));
+      const echoed = wire.challenge as Record<string, unknown>;
+      // The echo of an unmodified client is checked over its own texts: no decoding, no mppx.
+      expect(idOverEcho(echoed, s.settings.secret)).toBe(true);
+      expect(idOverEcho(echoed, "another-secret-0123456789abcdef0123456789")).toBe(false);
+      const spelled = (change: Record<string, unknown>) => {
+        const challenge = { ...echoed, ...change };
+        expect(idOverEcho(challenge, s.settings.secret)).toBe(false);
+        return `Payment ${Buffer.from(JSON.stringify({ ...wire, challenge })).toString("base64url")}`;
+      };
+      // The same id spelled otherwise (padded), or with any field changed: refused, so one issued
+      // challenge has one id, the key of its single use.
+      for (const change of [
+        { id: `${echoed["id"]}=` },
+        { realm: "elsewhere" },
+        { expires: new Date(T0 + 600_000).toISOString() },
+        { digest: `sha-256=${createHash("sha256").update("other").digest("base64")}` },
+        { opaque: Buffer.from(JSON.stringify({ v: "1" })).toString("base64url") },
+        {
+          request: PaymentRequest.serialize({
+            ...PaymentRequest.deserialize(echoed["request"] as string),
+            amount: "1",
+          }),
+        },
+      ]) {
+        await rejects(verifyWith(s, spelled(change), req.body), "mpp_invalid_challenge");
+      }
+      await rejects(verifyWith(s, spelled({ method: "stripe" }), req.body), "mpp_method_unsupported");
+      expect(s.chain.calls).toEqual([]);
+      // The same terms in another key order: not this service's text, so mppx reads it (decoding
+      // and re-encoding it canonically), and the challenge still holds.
+      const terms = PaymentRequest.deserialize(echoed["request"] as string);
+      const reordered = Buffer.from(
+        JSON.stringify(Object.fromEntries(Object.entries(terms).reverse())),
+      ).toString("base64url");
+      const verified = await verifyWith(s, spelled({ request: reordered }), req.body);
+      expect(verified).toMatchObject({ action: "open", challengeId: issued.id, quote: issued.quote });
+    });
+
+    it("accepts an older client's expanded opaque through mppx's reading", async () => {
+      const s = setup();
+      const { req, issued, payer } = await challenged(s);
+      const auth = payer.credential(issued.header, await payer.open(UNIT));
+      const wire = JSON.parse(Buffer.from(auth.replace(/^Payment /, ""), "base64url").toString("utf8"));
+      const opaque = PaymentRequest.deserialize(wire.challenge.opaque);
+      const legacy = { ...wire, challenge: { ...wire.challenge, opaque } };
+      expect(idOverEcho(legacy.challenge, s.settings.secret)).toBe(false);
+      const verified = await verifyWith(
+        s,
+        `Payment ${Buffer.from(JSON.stringify(legacy)).toString("base64url")}`,
+        req.body,
+      );
+      expect(verified).toMatchObject({ action: "open", challengeId: issued.id, quote: issued.quote });
     });
 
     it("mpp_body_digest_mismatch", async () => {

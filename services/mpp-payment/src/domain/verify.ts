@@ -63,8 +63,8 @@ export async function verifyAndReserve(
   const { action } = auth.payload;
   if (action === "voucher" && req.body.length > 0) {
     // A quote out of bounds takes no hold: the voucher is still accepted, and a Reserve says why.
-    const { challenge, expires } = auth.verified;
-    const use = challengeUse(ctx, challenge.id, expires);
+    const { id, expires } = auth.verified;
+    const use = challengeUse(ctx, id, expires);
     let terms: HoldTerms | undefined;
     try {
       terms = holdTerms(ctx, auth.payload.channelId, requestId, auth.verified.quote, use);
@@ -101,7 +101,7 @@ function verifiedOf({ verified, payload: p }: Authenticated) {
   return {
     action: p.action,
     channelId: p.channelId,
-    challengeId: verified.challenge.id,
+    challengeId: verified.id,
     binding: verified.binding,
     quote: verified.quote,
   };
@@ -119,7 +119,7 @@ function acceptedAs(ctx: PaymentContext, auth: Authenticated, a: Accepted): Veri
     acceptedCumulative: a.cumulative,
     get acceptedReceipt() {
       receipt ??= sessionReceipt({
-        challengeId: auth.verified.challenge.id,
+        challengeId: auth.verified.id,
         channelId: auth.payload.channelId,
         acceptedCumulative: a.cumulative,
         spent: a.spent,
@@ -141,7 +141,7 @@ async function verifyAuthenticated(ctx: PaymentContext, auth: Authenticated): Pr
     case "voucher":
       return (await verifyVoucher(ctx, auth)).verified;
     case "topUp": {
-      const { accepted, receipt } = await verifyTopUp(ctx, p, source, verified.challenge.id);
+      const { accepted, receipt } = await verifyTopUp(ctx, p, source, verified.id);
       return { ...base, acceptedCumulative: accepted, paymentReceipt: receipt };
     }
     case "close": {
@@ -172,7 +172,7 @@ async function verifyVoucher(
   // A replay: the store step found the challenge consumed by another request's hold.
   if (terms && held?.kind === "used") throw challengeUsed();
   if (terms && held?.kind === "reserved") {
-    const reserved = reservedOf(terms, held, auth.verified.challenge.id);
+    const reserved = reservedOf(terms, held, auth.verified.id);
     // With the hold, its receipt is the accepted voucher's too: the spend before the request.
     const verified = {
       ...verifiedOf(auth),
