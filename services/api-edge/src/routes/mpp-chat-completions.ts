@@ -119,7 +119,7 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
         return sendProblem(reply, req, e, challenge.wwwAuthenticate, challenge.challengeId);
       }
 
-      const verified = await ctx.payment.verify(
+      const verifying = ctx.payment.verify(
         {
           authorization: credential.header,
           httpMethod: "POST",
@@ -132,6 +132,17 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
         },
         { timeoutMs: PAYMENT_TIMEOUT_MS },
       );
+      // The body's checks run while mpp-payment verifies; their verdict counts only after it, as
+      // if they ran then: a refused credential answers first, and an invalid body after an
+      // accepted one gives its hold back (below).
+      let body: PaidChatRequest | undefined;
+      let invalid: unknown;
+      try {
+        body = validate(req, ctx.schemas);
+      } catch (err) {
+        invalid = err;
+      }
+      const verified = await verifying;
       if (verified.acceptedReceipt !== "") acceptedReceipts.set(req, verified.acceptedReceipt);
       // Management credentials (topUp, close, or a bodyless open/voucher) never reach a model.
       if (bodyless || verified.action === Action.TOP_UP || verified.action === Action.CLOSE) {
@@ -168,7 +179,7 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
       const { reservationId } = held;
       let result: Awaited<ReturnType<RouteContext["inference"]["complete"]>>;
       try {
-        const body = validate(req, ctx.schemas);
+        if (body === undefined) throw invalid;
         result = await ctx.inference.complete(
           {
             input: {

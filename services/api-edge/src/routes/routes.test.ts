@@ -91,6 +91,10 @@ interface Fakes {
   settled: string[];
   /** The chat bodies the router was asked to run. */
   forwarded: unknown[];
+  /** Makes every Verify of a paid credential fail with this error. */
+  verifyFails?: Error;
+  /** The paid holds given back (Release), by reservation id. */
+  released: string[];
   /** What each authorization asked: its output cap and message count. */
   asked: {
     maxOutputTokens?: number | undefined;
@@ -193,19 +197,25 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
       challengeId: "ch_1",
     }),
     // A voucher accepted with its hold taken in the same call.
-    verify: async () => ({
-      $typeName: "tollgate.payment.v1.VerifyResponse",
-      action: Action.VOUCHER,
-      channelId: "0xchannel",
-      challengeId: "ch_1",
-      acceptedCumulative: "1000",
-      paymentReceipt: "",
-      quote: "100",
-      reservationId: "hold_1",
-      acceptedReceipt: "accepted-receipt",
-      reservedReceipt: "",
-    }),
-    release: async () => ({ $typeName: "tollgate.payment.v1.ReleaseResponse" }),
+    verify: async () => {
+      if (f.verifyFails) throw f.verifyFails;
+      return {
+        $typeName: "tollgate.payment.v1.VerifyResponse",
+        action: Action.VOUCHER,
+        channelId: "0xchannel",
+        challengeId: "ch_1",
+        acceptedCumulative: "1000",
+        paymentReceipt: "",
+        quote: "100",
+        reservationId: "hold_1",
+        acceptedReceipt: "accepted-receipt",
+        reservedReceipt: "",
+      };
+    },
+    release: async (req: { reservationId: string }) => {
+      f.released.push(req.reservationId);
+      return { $typeName: "tollgate.payment.v1.ReleaseResponse" };
+    },
   } as unknown as PaymentClient;
   const leases: LeaseClient = {
     acquireLease: async (req) =>
@@ -264,6 +274,7 @@ function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number; withLeases
     returned: [],
     returnedUnsure: [],
     streamReservations: [],
+    released: [],
   };
   const { app, leases } = buildApp(
     fakePorts(f, opts.withPayment ?? true, opts.withLeases),
@@ -873,6 +884,36 @@ describe("the paid route", () => {
     expect(res.json()).toMatchObject({ code: "upstream_error" });
     expect(res.headers["retry-after"]).toBe("7");
     expect(res.headers["payment-receipt"]).toBe("accepted-receipt");
+  });
+
+  it("answers a body refused after its credential was accepted with the refusal, giving the hold back", async () => {
+    const { app, f } = edge();
+    const req = request("mppChat");
+    const res = await app.inject({
+      ...req,
+      headers: { ...(req.headers as object), authorization: "Payment abc" },
+      payload: { ...(BODIES.mppChat as object), stream: true },
+    });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ code: "mpp_streaming_unavailable" });
+    expect(res.headers["payment-receipt"]).toBe("accepted-receipt");
+    expect(f.released).toEqual(["hold_1"]);
+    expect(f.forwarded).toEqual([]);
+  });
+
+  it("answers a refused credential first, whatever its body", async () => {
+    const { app, f } = edge();
+    f.verifyFails = new RemoteError(GrpcStatus.FAILED_PRECONDITION, "mpp_invalid_challenge", "replayed");
+    const req = request("mppChat");
+    const res = await app.inject({
+      ...req,
+      headers: { ...(req.headers as object), authorization: "Payment abc" },
+      payload: { ...(BODIES.mppChat as object), stream: true },
+    });
+    expect(res.statusCode).toBe(402);
+    expect(res.json()).toMatchObject({ code: "mpp_invalid_challenge" });
+    expect(f.released).toEqual([]);
+    expect(f.forwarded).toEqual([]);
   });
 
   it("answers a Virtual Key with 401 wrong_auth_scheme", async () => {
