@@ -174,15 +174,9 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
   const echoed = wire["challenge"];
   if (idOverEcho(echoed, s.secret)) {
     // The fields are the ones this service issued, byte for byte: nothing to decode or re-encode.
+    const { id, realm, expires, digest, opaque, request } = echoed;
     return {
-      challenge: {
-        id: echoed["id"] as string,
-        realm: echoed["realm"] as string,
-        expires: echoed["expires"] as string,
-        digest: echoed["digest"] as string,
-        opaque: echoed["opaque"] as string,
-        request: echoed["request"] as string,
-      },
+      challenge: { id, realm, expires, digest, opaque, request },
       issued: true,
       payload: wire["payload"],
       // As mppx reads it: an empty source is none.
@@ -214,6 +208,10 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
   };
 }
 
+/** An echoed challenge whose fields are the texts this service issued. */
+type IssuedEcho = Record<string, unknown> &
+  Record<"id" | "realm" | "method" | "intent" | "request" | "expires" | "digest" | "opaque", string>;
+
 /**
  * Whether a credential's echoed challenge is one this service issued, exactly as it issued it:
  * tempo/session, with expiry, digest and opaque, no other credential header, and an id that is
@@ -223,7 +221,7 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
  * credential down mppx's own reading, which decodes and re-encodes the request and opaque, and
  * accepts the forms this does not (an older client's expanded opaque, say).
  */
-export function idOverEcho(echoed: Record<string, unknown>, secret: string): boolean {
+export function idOverEcho(echoed: Record<string, unknown>, secret: string): echoed is IssuedEcho {
   const { id, realm, method, intent, request, expires, digest, opaque } = echoed;
   if (
     typeof id !== "string" ||
