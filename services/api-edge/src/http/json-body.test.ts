@@ -1,5 +1,8 @@
+import { request } from "node:http";
+import { type AddressInfo, connect } from "node:net";
+import Fastify from "fastify";
 import { describe, expect, it } from "vitest";
-import { inspectJson, parseJsonBody } from "./json-body.js";
+import { acceptJsonOnly, inspectJson, parseJsonBody } from "./json-body.js";
 
 const parse = (text: string | Buffer, depth = 64) =>
   parseJsonBody(typeof text === "string" ? Buffer.from(text, "utf8") : text, depth);
@@ -64,5 +67,70 @@ describe("parseJsonBody: hostile JSON is a 4xx code, never a crash", () => {
   it("inspects in one pass: escaped quotes and backslashes end strings where JSON does", () => {
     expect(inspectJson('{"a\\\\":1,"a\\\\":2}', 64)).toMatchObject({ code: "invalid_json" });
     expect(inspectJson('{"a\\"":1,"a":2}', 64)).toBeUndefined();
+  });
+});
+
+describe("acceptJsonOnly: a body that is not JSON", () => {
+  /** A server refusing every body that is not JSON with 415, as api-edge does. */
+  async function server() {
+    const app = Fastify({ bodyLimit: 4 * 1024 * 1024 });
+    acceptJsonOnly(app, 64, (code, message) => Object.assign(new Error(message), { code }));
+    app.setErrorHandler((err: { code?: string }, _req, reply) =>
+      reply.code(err.code === "unsupported_media_type" ? 415 : 400).send({ code: err.code }),
+    );
+    app.post("/", async () => ({ ok: true }));
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    return { app, port: (app.server.address() as AddressInfo).port };
+  }
+
+  it("is read to its end before its 415, so a caller still writing gets the answer, not a reset", async () => {
+    const { app, port } = await server();
+    try {
+      // Half the body, then a pause: no answer may leave before the rest is in.
+      const socket = connect({ host: "127.0.0.1", port });
+      let got = "";
+      socket.on("data", (d: Buffer) => (got += d.toString("latin1")));
+      const closed = new Promise<void>((resolve) => socket.on("close", () => resolve()));
+      socket.on("error", () => {});
+      const size = 1_000_000;
+      socket.write(
+        `POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: ${size}\r\n\r\n`,
+      );
+      socket.write(Buffer.alloc(size / 2, 97));
+      await new Promise((r) => setTimeout(r, 300));
+      expect(got).toBe("");
+      socket.write(Buffer.alloc(size / 2, 97));
+      await closed;
+      expect(got).toMatch(/^HTTP\/1\.1 415 /);
+      expect(got).toContain('"code":"unsupported_media_type"');
+
+      // A large body written as fast as Node writes it: every request reads its 415.
+      const body = Buffer.alloc(3_900_000, 97);
+      const answers: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        answers.push(
+          await new Promise<string>((resolve) => {
+            const req = request(
+              {
+                host: "127.0.0.1",
+                port,
+                method: "POST",
+                path: "/",
+                headers: { "content-type": "text/plain" },
+              },
+              (res) => {
+                res.resume();
+                res.on("end", () => resolve(String(res.statusCode)));
+              },
+            );
+            req.on("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+            req.end(body);
+          }),
+        );
+      }
+      expect(answers).toEqual(Array(10).fill("415"));
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -133,7 +133,10 @@ export function acceptJsonOnly(
     if ("value" in parsed) return done(null, parsed.value);
     done(error(parsed.code, parsed.message), undefined);
   });
-  app.addContentTypeParser("*", (_req, _payload, done) =>
+  // Read to its end (within the body limit; above it 413) before the 415: fastify closes the
+  // connection after a refused body, and closing on unread bytes resets it, so a caller still
+  // writing would meet EPIPE or a reset instead of the answer.
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, _body, done) =>
     done(error("unsupported_media_type", "send the body as Content-Type: application/json"), undefined),
   );
 }
