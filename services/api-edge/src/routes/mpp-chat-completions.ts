@@ -134,13 +134,15 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
       );
       // The body's checks run while mpp-payment verifies; their verdict counts only after it, as
       // if they ran then: a refused credential answers first, and an invalid body after an
-      // accepted one gives its hold back (below).
+      // accepted one gives its hold back (below). A bodyless (management) request has none.
       let body: PaidChatRequest | undefined;
       let invalid: unknown;
-      try {
-        body = validate(req, ctx.schemas);
-      } catch (err) {
-        invalid = err;
+      if (!bodyless) {
+        try {
+          body = validate(req, ctx.schemas);
+        } catch (err) {
+          invalid = err;
+        }
       }
       const verified = await verifying;
       if (verified.acceptedReceipt !== "") acceptedReceipts.set(req, verified.acceptedReceipt);
