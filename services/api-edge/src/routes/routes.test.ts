@@ -860,6 +860,16 @@ describe("chat content parts", () => {
   });
 });
 
+/** A request to the paid route with a Payment credential, its body changed by `over`. */
+function paid(over: Record<string, unknown> = {}): InjectOptions {
+  const req = request("mppChat");
+  return {
+    ...req,
+    headers: { ...(req.headers as object), authorization: "Payment abc" },
+    payload: { ...(BODIES.mppChat as object), ...over },
+  };
+}
+
 describe("the paid route", () => {
   it("answers an unpaid request with 402 payment_required and a challenge", async () => {
     const { app } = edge();
@@ -875,11 +885,7 @@ describe("the paid route", () => {
     f.inferenceFails = new RemoteError(GrpcStatus.UNAVAILABLE, "upstream_error", "cooled down", {
       [INFERENCE_DETAILS.retryAfter]: "7",
     });
-    const req = request("mppChat");
-    const res = await app.inject({
-      ...req,
-      headers: { ...(req.headers as object), authorization: "Payment abc" },
-    });
+    const res = await app.inject(paid());
     expect(res.statusCode).toBe(502);
     expect(res.json()).toMatchObject({ code: "upstream_error" });
     expect(res.headers["retry-after"]).toBe("7");
@@ -888,12 +894,7 @@ describe("the paid route", () => {
 
   it("answers a body refused after its credential was accepted with the refusal, giving the hold back", async () => {
     const { app, f } = edge();
-    const req = request("mppChat");
-    const res = await app.inject({
-      ...req,
-      headers: { ...(req.headers as object), authorization: "Payment abc" },
-      payload: { ...(BODIES.mppChat as object), stream: true },
-    });
+    const res = await app.inject(paid({ stream: true }));
     expect(res.statusCode).toBe(400);
     expect(res.json()).toMatchObject({ code: "mpp_streaming_unavailable" });
     expect(res.headers["payment-receipt"]).toBe("accepted-receipt");
@@ -904,12 +905,7 @@ describe("the paid route", () => {
   it("answers a refused credential first, whatever its body", async () => {
     const { app, f } = edge();
     f.verifyFails = new RemoteError(GrpcStatus.FAILED_PRECONDITION, "mpp_invalid_challenge", "replayed");
-    const req = request("mppChat");
-    const res = await app.inject({
-      ...req,
-      headers: { ...(req.headers as object), authorization: "Payment abc" },
-      payload: { ...(BODIES.mppChat as object), stream: true },
-    });
+    const res = await app.inject(paid({ stream: true }));
     expect(res.statusCode).toBe(402);
     expect(res.json()).toMatchObject({ code: "mpp_invalid_challenge" });
     expect(f.released).toEqual([]);
