@@ -46,6 +46,7 @@ import {
   streaming,
 } from "./lib/scenarios.js";
 import { type Running, startAllInOne, startBenchStack, startPortkey, UPSTREAM_ENV } from "./lib/targets.js";
+import { wakeCost } from "./lib/wake-cost.js";
 
 function numberEnv(name: string, fallback: number, max: number): number {
   const raw = process.env[name];
@@ -161,6 +162,12 @@ async function main(): Promise<void> {
   const busyBefore = await machineBusy(2000);
   say(`  machine busy before start: ${busyBefore.toFixed(0)} % of one core (2 s sample)`);
   if (busyBefore > 20) say("  note: other processes are busy on this machine; the figures will be noisier");
+  const wake = await wakeCost();
+  if (wake)
+    say(
+      `  a process waking here: one loopback round trip between two Node processes costs the caller ` +
+        `${wake.backToBackUs.toFixed(0)} µs of CPU back to back, ${wake.afterIdleUs.toFixed(0)} µs after 1 ms asleep`,
+    );
   for (const mode of modes) await measure(mode);
 
   const figures = peerFigures(rows, rss, soak, modes);
@@ -205,6 +212,10 @@ async function main(): Promise<void> {
       node: process.version,
       loadAverageBefore: loadBefore,
       busyPercentBefore: Math.round(busyBefore),
+      wakeCostUs: wake && {
+        backToBack: Math.round(wake.backToBackUs),
+        afterIdle: Math.round(wake.afterIdleUs),
+      },
       loadAverageAfter: load(),
     },
     settings: { ...settings, modes, runtime, long, soakSeconds, upstream: UPSTREAM_ENV },
