@@ -337,9 +337,10 @@ export async function streaming(t: Target, s: Settings): Promise<Row[]> {
  * round trip, then the paid retry carrying the credential) alternate with account-door requests
  * of the same prompt over the same node:http client, two after each paid one: the account figure
  * is the second's, so that no account request it counts overlaps a paid request's Commit, which
- * api-edge sends after the paid answer (docs/performance.md, "The account baseline"). Twice: first reusing one voucher (the
- * target's figure), then with a new, higher voucher signed for every request, as the unmodified
- * mppx session manager pays (its server side recovers each new voucher's signer).
+ * api-edge sends after the paid answer (docs/performance.md, "The account baseline"). Twice:
+ * first reusing one voucher (the target's figure), then with a new, higher voucher signed for
+ * every request, as the unmodified mppx session manager pays (its server side recovers each new
+ * voucher's signer).
  */
 export async function paidDoor(t: Target, s: Settings): Promise<Row[]> {
   const reused = await paidRun(t, s, "reused");

@@ -53,7 +53,10 @@ export async function wakeCost(): Promise<WakeCost | undefined> {
     });
     const socket = connect(port, "127.0.0.1");
     socket.setNoDelay(true);
+    // Bounded: a probe that stalls gives no figure rather than holding the run.
+    socket.setTimeout(5_000, () => socket.destroy(new Error("the wake-up probe stalled")));
     await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject));
+    socket.on("error", () => {}); // a round trip in flight sees it through its own listener
     try {
       await perRoundTrip(socket, 500, 0); // warm-up
       const backToBackUs = await perRoundTrip(socket, 2_000, 0);
