@@ -30,9 +30,9 @@ export interface IssuedChallenge {
 interface EchoedChallenge {
   id: string;
   realm: string;
-  expires: string | undefined;
-  digest: string | undefined;
-  opaque: string | undefined;
+  expires?: string | undefined;
+  digest?: string | undefined;
+  opaque?: string | undefined;
   /**
    * The payment terms: their text as echoed when the id was checked over that text
    * (`idOverEcho`), else as mppx decoded them.
@@ -174,9 +174,8 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
   const echoed = wire["challenge"];
   if (idOverEcho(echoed, s.secret)) {
     // The fields are the ones this service issued, byte for byte: nothing to decode or re-encode.
-    const { id, realm, expires, digest, opaque, request } = echoed;
     return {
-      challenge: { id, realm, expires, digest, opaque, request },
+      challenge: echoedFields(echoed),
       issued: true,
       payload: wire["payload"],
       // As mppx reads it: an empty source is none.
@@ -192,20 +191,17 @@ export function presentCredential(authorization: string, s: PaymentSettings): Pr
   if (credential.challenge.method !== METHOD || credential.challenge.intent !== INTENT) {
     throw new PaymentError("mpp_method_unsupported", "only tempo session credentials are accepted");
   }
-  const { challenge } = credential;
   return {
-    challenge: {
-      id: challenge.id,
-      realm: challenge.realm,
-      expires: challenge.expires,
-      digest: challenge.digest,
-      opaque: challenge.opaque,
-      request: challenge.request,
-    },
-    issued: Challenge.verify(challenge, { secretKey: s.secret }),
+    challenge: echoedFields(credential.challenge),
+    issued: Challenge.verify(credential.challenge, { secretKey: s.secret }),
     payload: credential.payload as Record<string, unknown>,
     source: credential.source,
   };
+}
+
+/** The fields verification reads, from the echo as sent or as mppx decoded it. */
+function echoedFields({ id, realm, expires, digest, opaque, request }: EchoedChallenge): EchoedChallenge {
+  return { id, realm, expires, digest, opaque, request };
 }
 
 /** An echoed challenge whose fields are the texts this service issued. */
