@@ -2,9 +2,10 @@
 // under the stack's api-edge → inference-router hop (docs/performance.md, "What holds the stack
 // back" and "Our own gRPC client"). A client process sends a 900-byte request and reads a
 // 600-byte answer, over grpc-js unary (raw bytes, no protobuf; grpc-js client and server), the
-// gateway's own client (packages/kit/src/channel.ts) calling the same grpc-js server, Node's own
-// http2 (the same bytes, no gRPC framing) and http keep-alive; it prints calls/s and the CPU of
-// client and server per call.
+// gateway's own client (packages/kit/src/channel.ts) calling the same grpc-js server, the
+// gateway's own client and server (`kit`: channel.ts and grpc-server.ts), Node's own http2 (the
+// same bytes, no gRPC framing) and http keep-alive; it prints calls/s and the CPU of client and
+// server per call.
 //
 //   flock /tmp/bench.lock node --import tsx bench/transport-floor.ts [--in-flight 50] [--calls 20000]
 //
@@ -16,8 +17,9 @@ import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { Channel } from "@tollgate/kit/channel";
+import { GrpcHttp2Server } from "@tollgate/kit/grpc-server";
 
-const TRANSPORTS = ["grpc-js", "channel", "http2", "http"] as const;
+const TRANSPORTS = ["grpc-js", "channel", "kit", "http2", "http"] as const;
 type Transport = (typeof TRANSPORTS)[number];
 const REQUEST = Buffer.alloc(900, 97);
 const ANSWER = Buffer.alloc(600, 120);
@@ -46,6 +48,10 @@ async function serve(transport: Transport): Promise<void> {
         err ? reject(err) : resolve(p),
       ),
     );
+  } else if (transport === "kit") {
+    const server = new GrpcHttp2Server();
+    server.register(METHOD.path, (call) => call.answer(ANSWER));
+    port = await server.listen("127.0.0.1", 0);
   } else {
     const server =
       transport === "http2"
@@ -85,7 +91,7 @@ function caller(transport: Transport, port: number, inFlight: number): () => Pro
         client.Call(REQUEST, (err, res) => (err ? reject(err) : resolve(res))),
       );
   }
-  if (transport === "channel") {
+  if (transport === "channel" || transport === "kit") {
     const channel = new Channel(`127.0.0.1:${port}`);
     return () => channel.unary({ path: METHOD.path, metadata: {} }, REQUEST);
   }

@@ -1,6 +1,5 @@
 import * as http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import type { Server } from "@grpc/grpc-js";
 import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import { CompleteRequestSchema, CompleteResponseSchema, InferenceService } from "@tollgate/proto/inference";
 import pino from "pino";
@@ -16,6 +15,7 @@ import {
   RemoteError,
   StatusError,
 } from "./grpc.js";
+import type { GrpcHttp2Server as Server } from "./grpc-server.js";
 
 const decoder = new TextDecoder();
 const servers: Server[] = [];
@@ -150,7 +150,7 @@ describe("connections", () => {
     const held = client.complete({ input: { model: "hold" } });
     while (home.state.calls < 2) await sleep(5);
     // A drain: GOAWAY, no new calls, calls in flight finish.
-    const drained = new Promise<void>((resolve) => home.server.tryShutdown(() => resolve()));
+    const drained = home.server.shutdown(60_000);
     await sleep(100);
     expect(await call()).toBe(other.name);
     home.state.release();

@@ -5,8 +5,9 @@
 // It replaced grpc-js's client, whose per-call machinery (resolver and picker layers, filter
 // stacks, call objects, several turns of the event loop) cost 359 µs of CPU per call one at a
 // time on the bench machine, against 105–136 µs for this one talking to the same grpc-js
-// server (`bench/transport-floor.ts`; docs/performance.md, "Our own gRPC client"). Servers stay
-// grpc-js. What the channel does:
+// server (`bench/transport-floor.ts`; docs/performance.md, "Our own gRPC client"). The servers
+// are the gateway's own as well (grpc-server.ts); the wire format is in grpc-wire.ts. What the
+// channel does:
 //
 // - **Replicas.** A comma list of host:port is that many replicas; one name (or `dns:///name`)
 //   is looked up with every address it has (a Kubernetes headless service), again whenever a
@@ -27,11 +28,12 @@ import * as http2 from "node:http2";
 import { isIP } from "node:net";
 import type { ConnectionOptions } from "node:tls";
 import { status } from "@grpc/grpc-js";
+import { FrameReader, frame, grpcTimeout } from "./grpc-wire.js";
 import { choose, type Load } from "./least-request.js";
 import { RemoteError, remoteErrorOf } from "./remote-error.js";
 
-/** The largest message a call accepts from a server (as the servers' own limit). */
-export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+export { MAX_MESSAGE_BYTES } from "./grpc-wire.js";
+
 /** How often a name's addresses may be looked up again. */
 export const RESOLVE_MS = 30_000;
 const PING_MS = 30_000;
@@ -114,56 +116,6 @@ interface CallSink {
   onMessage(message: Buffer): void;
   /** Once: undefined when the call ended OK, else the failure. */
   onEnd(err: RemoteError | undefined): void;
-}
-
-/** Reads a gRPC message stream (1 byte compressed flag, 4 bytes length, the message) from chunks. */
-class FrameReader {
-  #pending: Buffer[] = [];
-  #pendingBytes = 0;
-
-  /** The whole messages `chunk` completes; throws RemoteError on a message it cannot take. */
-  push(chunk: Buffer): Buffer[] {
-    this.#pending.push(chunk);
-    this.#pendingBytes += chunk.length;
-    const out: Buffer[] = [];
-    for (;;) {
-      if (this.#pendingBytes < 5) return out;
-      if (this.#pending.length > 1) this.#pending = [Buffer.concat(this.#pending)];
-      const buf = this.#pending[0]!;
-      if (buf[0] !== 0) throw new RemoteError(status.INTERNAL, undefined, "compressed message not asked for");
-      const length = buf.readUInt32BE(1);
-      if (length > MAX_MESSAGE_BYTES) {
-        throw new RemoteError(
-          status.RESOURCE_EXHAUSTED,
-          undefined,
-          `received message larger than max (${length} vs ${MAX_MESSAGE_BYTES})`,
-        );
-      }
-      if (this.#pendingBytes < 5 + length) return out;
-      out.push(buf.subarray(5, 5 + length));
-      const rest = buf.subarray(5 + length);
-      this.#pending = rest.length > 0 ? [rest] : [];
-      this.#pendingBytes = rest.length;
-    }
-  }
-}
-
-/**
- * A `grpc-timeout` header for `ms` from now: at most 8 digits, in milliseconds while they fit,
- * else in seconds.
- */
-function grpcTimeout(ms: number): string {
-  const whole = Math.max(1, Math.ceil(ms));
-  return whole < 1e8 ? `${whole}m` : `${Math.min(99_999_999, Math.ceil(whole / 1000))}S`;
-}
-
-/** The 5-byte prefix and the message, as one buffer. */
-function frame(message: Uint8Array): Buffer {
-  const out = Buffer.allocUnsafe(5 + message.length);
-  out[0] = 0;
-  out.writeUInt32BE(message.length, 1);
-  out.set(message, 5);
-  return out;
 }
 
 /** The gRPC status for an HTTP status that came without one (gRPC's HTTP-to-gRPC mapping). */

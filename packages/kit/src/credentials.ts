@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
+import type { SecureServerOptions } from "node:http2";
 import type { ConnectionOptions, PeerCertificate } from "node:tls";
-import * as grpc from "@grpc/grpc-js";
 import { ConfigError } from "./config.js";
 
 /**
@@ -161,14 +161,15 @@ export function bearerToken(value: unknown): string | undefined {
 
 /** The parts of a server call that identify its caller. */
 export interface IncomingCall {
-  metadata: grpc.Metadata;
+  metadata: { get(key: string): Array<string | Buffer> };
   getAuthContext(): { sslPeerCertificate?: PeerCertificate } | null;
 }
 
 /** How one process authenticates its gRPC servers and clients. */
 export interface InternalAuth {
   readonly mode: "tls" | "token" | "off";
-  serverCredentials(): grpc.ServerCredentials;
+  /** The TLS settings of this process's servers (mutual TLS); undefined: plaintext. */
+  serverTls(): SecureServerOptions | undefined;
   /** The TLS settings of this process's client connections (mutual TLS); undefined: plaintext. */
   clientTls(): ConnectionOptions | undefined;
   /** Adds this process's credential to an outgoing call's metadata (token mode). */
@@ -181,7 +182,7 @@ export interface InternalAuth {
 export function authOff(): InternalAuth {
   return {
     mode: "off",
-    serverCredentials: () => grpc.ServerCredentials.createInsecure(),
+    serverTls: () => undefined,
     clientTls: () => undefined,
     addCallCredential: () => {},
     identify: () => undefined,
@@ -197,7 +198,7 @@ export function tokenAuth(opts: { token?: string; peers?: PeerDigests }): Intern
   const header = opts.token ? `Bearer ${opts.token}` : undefined;
   return {
     mode: "token",
-    serverCredentials: () => grpc.ServerCredentials.createInsecure(),
+    serverTls: () => undefined,
     clientTls: () => undefined,
     addCallCredential(metadata) {
       if (header) metadata.set(AUTHORIZATION_KEY, header);
@@ -214,8 +215,13 @@ export function tokenAuth(opts: { token?: string; peers?: PeerDigests }): Intern
 export function tlsAuth(opts: { cert: Buffer; key: Buffer; ca: Buffer }): InternalAuth {
   return {
     mode: "tls",
-    serverCredentials: () =>
-      grpc.ServerCredentials.createSsl(opts.ca, [{ cert_chain: opts.cert, private_key: opts.key }], true),
+    serverTls: () => ({
+      ca: opts.ca,
+      cert: opts.cert,
+      key: opts.key,
+      requestCert: true,
+      rejectUnauthorized: true,
+    }),
     clientTls: () => ({
       ca: opts.ca,
       cert: opts.cert,

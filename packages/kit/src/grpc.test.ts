@@ -1,4 +1,3 @@
-import type { Server } from "@grpc/grpc-js";
 import { AuthService, Route } from "@tollgate/proto/auth";
 import { InferenceService, Operation } from "@tollgate/proto/inference";
 import pino from "pino";
@@ -17,6 +16,7 @@ import {
   StatusError,
   shutdownServer,
 } from "./grpc.js";
+import type { GrpcHttp2Server as Server } from "./grpc-server.js";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();

@@ -1,3 +1,4 @@
+import type { SecureServerOptions } from "node:http2";
 import type {
   DescMessage,
   DescMethod,
@@ -9,8 +10,9 @@ import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2
 import * as grpc from "@grpc/grpc-js";
 import { decodeMessage, encodeMessage } from "@tollgate/proto/codec";
 import type { Logger } from "pino";
-import { type CallHead, Channel, MAX_MESSAGE_BYTES } from "./channel.js";
+import { type CallHead, Channel } from "./channel.js";
 import { type AccessTable, authOff, decide, type InternalAuth } from "./credentials.js";
+import { type CallStatus, GrpcHttp2Server, type ServerCall } from "./grpc-server.js";
 import { Health, type HealthCheck } from "./health.js";
 import { isRedisUnavailable } from "./redis.js";
 import {
@@ -26,6 +28,7 @@ import {
   extractMetadata,
   failSpan,
   injectMetadata,
+  type MetadataLike,
   NOOP_SPAN,
   runInSpan,
   type Span,
@@ -35,6 +38,7 @@ import {
 } from "./tracing.js";
 
 export { status as GrpcStatus } from "@grpc/grpc-js";
+export type { CallStatus } from "./grpc-server.js";
 export { ERROR_CODE_KEY, ERROR_DETAIL_PREFIX, type ErrorDetails, RemoteError } from "./remote-error.js";
 
 /** Detail names travel as metadata keys: lower-case ASCII, and not "-bin" (binary) ones. */
@@ -66,7 +70,7 @@ export class StatusError extends Error {
 export interface CallContext {
   /** Aborted when the caller cancels or the deadline passes. */
   signal: AbortSignal;
-  metadata: grpc.Metadata;
+  metadata: MetadataLike;
 }
 
 type Unary<I extends DescMessage, O extends DescMessage> = {
@@ -118,28 +122,6 @@ function serializer(schema: DescMessage) {
   };
 }
 
-function deserializer(schema: DescMessage) {
-  return (buf: Buffer) => decodeMessage(schema, buf);
-}
-
-/** Builds the grpc-js service definition of a protobuf-es service descriptor. */
-export function grpcDefinition(service: DescService): grpc.ServiceDefinition {
-  const def: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
-  for (const m of service.methods) {
-    def[m.localName] = {
-      path: `/${service.typeName}/${m.name}`,
-      requestStream: m.methodKind === "client_streaming" || m.methodKind === "bidi_streaming",
-      responseStream: m.methodKind === "server_streaming" || m.methodKind === "bidi_streaming",
-      requestSerialize: serializer(m.input),
-      requestDeserialize: deserializer(m.input),
-      responseSerialize: serializer(m.output),
-      responseDeserialize: deserializer(m.output),
-      originalName: m.localName,
-    };
-  }
-  return def as grpc.ServiceDefinition;
-}
-
 /** One RPC's span name and attributes (OpenTelemetry RPC conventions), computed once per method. */
 export interface RpcSpec {
   name: string;
@@ -181,30 +163,38 @@ function errorTypeOf(err: unknown): string {
 /** The domain code of an UNAVAILABLE answer sent because the service's Redis is unreachable. */
 export const STORE_UNAVAILABLE = "store_unavailable";
 
-/** Maps a thrown value to a gRPC status object; unknown failures become INTERNAL without detail. */
-export function toServiceError(err: unknown, log: Logger, method: string): Partial<grpc.StatusObject> {
+/** Maps a thrown value to a call's status; unknown failures become INTERNAL without detail. */
+export function toServiceError(err: unknown, log: Logger, method: string): CallStatus {
   if (err instanceof StatusError) {
-    const metadata = new grpc.Metadata();
-    metadata.set(ERROR_CODE_KEY, err.code);
-    for (const [name, value] of Object.entries(err.details)) metadata.set(ERROR_DETAIL_PREFIX + name, value);
+    const metadata: Record<string, string> = { [ERROR_CODE_KEY]: err.code };
+    for (const [name, value] of Object.entries(err.details)) metadata[ERROR_DETAIL_PREFIX + name] = value;
     return { code: err.status, details: err.message, metadata };
   }
-  const metadata = new grpc.Metadata();
   if (isRedisUnavailable(err)) {
     // Redis down or restarting: the caller may retry (HTTP 503), nothing is wrong with the call.
     log.warn({ err, method }, "store unavailable");
-    metadata.set(ERROR_CODE_KEY, STORE_UNAVAILABLE);
-    return { code: grpc.status.UNAVAILABLE, details: "store unavailable", metadata };
+    return {
+      code: grpc.status.UNAVAILABLE,
+      details: "store unavailable",
+      metadata: { [ERROR_CODE_KEY]: STORE_UNAVAILABLE },
+    };
   }
   log.error({ err, method }, "handler failed");
-  metadata.set(ERROR_CODE_KEY, "internal");
-  return { code: grpc.status.INTERNAL, details: "internal error", metadata };
+  return {
+    code: grpc.status.INTERNAL,
+    details: "internal error",
+    metadata: { [ERROR_CODE_KEY]: "internal" },
+  };
 }
 
-/** A call's context plus whether its caller went away, read without making a signal. */
+/** The error a failed call's status gives its caller (what the client channel would read). */
+export function toRemoteError(end: CallStatus): RemoteError {
+  return remoteErrorOf(end.code, end.details, end.metadata ?? {});
+}
+
+/** A call's context plus whether its handler has answered. */
 interface CallState {
   ctx: CallContext;
-  cancelled(): boolean;
   /** Set once the handler has answered (or failed): a later cancel aborts nothing. */
   settled: boolean;
 }
@@ -214,48 +204,27 @@ interface CallState {
  * handlers (auth-policy's) never read it, and an AbortController per call is measurable on
  * the request path. A signal made after the caller went away starts aborted.
  */
-function contextOf(
-  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
-): CallState {
+function contextOf(call: ServerCall): CallState {
   let controller: AbortController | undefined;
-  let cancelled = false;
-  // grpc-js also emits "cancelled" after a call's status went out: the handler is done by then,
-  // and aborting its signal would only make a DOMException (its stack) per call.
-  call.once("cancelled", () => {
-    if (cancelled) return;
-    cancelled = true;
+  const state: CallState = {
+    ctx: {
+      get signal() {
+        if (!controller) {
+          controller = new AbortController();
+          if (call.cancelled) controller.abort();
+        }
+        return controller.signal;
+      },
+      metadata: call.metadata,
+    },
+    settled: false,
+  };
+  // A cancel after the handler answered aborts nothing: it would only make a DOMException
+  // (its stack) per call.
+  call.onCancel(() => {
     if (!state.settled) controller?.abort();
   });
-  const ctx: CallContext = {
-    get signal() {
-      if (!controller) {
-        controller = new AbortController();
-        if (cancelled) controller.abort();
-      }
-      return controller.signal;
-    },
-    metadata: call.metadata,
-  };
-  const state: CallState = { ctx, cancelled: () => cancelled, settled: false };
   return state;
-}
-
-/**
- * Waits until a full stream can take more, or the caller cancels. Waiting on "drain" alone
- * would park a handler forever when a slow caller goes away, and its cleanup (billing the
- * tokens produced) would never run.
- */
-function drainOrCancel(call: grpc.ServerWritableStream<unknown, unknown>, state: CallState): Promise<void> {
-  if (state.cancelled()) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      call.off("drain", done);
-      call.off("cancelled", done);
-      resolve();
-    };
-    call.once("drain", done);
-    call.once("cancelled", done);
-  });
 }
 
 /** Who may call a service's methods, and how callers are identified. */
@@ -270,159 +239,137 @@ export interface CallerCheck {
  */
 function refusal(
   check: CallerCheck | undefined,
-  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+  call: ServerCall,
   m: DescMethod,
   log: Logger,
-): Partial<grpc.StatusObject> | undefined {
+): CallStatus | undefined {
   if (!check || check.auth.mode === "off") return undefined;
   const caller = check.auth.identify(call);
   const decision = decide(check.access as Record<string, readonly never[]>, m.localName, caller);
   if (decision === "allow") return undefined;
-  const metadata = new grpc.Metadata();
-  metadata.set(ERROR_CODE_KEY, decision);
   log.warn({ method: m.name, caller: caller ?? null, decision }, "internal call refused");
+  const metadata = { [ERROR_CODE_KEY]: decision };
   return decision === "unauthenticated"
     ? { code: grpc.status.UNAUTHENTICATED, details: "unauthenticated", metadata }
     : { code: grpc.status.PERMISSION_DENIED, details: `${caller} may not call ${m.name}`, metadata };
 }
 
+const UNREADABLE_REQUEST: CallStatus = {
+  code: grpc.status.INTERNAL,
+  details: "request message could not be read",
+};
+
 /**
- * Adapts promise/async-iterable handlers to grpc-js callbacks and registers them on `server`.
+ * Adapts promise/async-iterable handlers to the server's calls and registers them on `server`.
  * With `check`, each call is first checked against the service's access table.
  */
 export function addService<M extends GenServiceMethods>(
-  server: grpc.Server,
+  server: GrpcHttp2Server,
   service: GenService<M>,
   handlers: ServiceHandlers<M>,
   log: Logger,
   check?: CallerCheck,
 ): void {
-  const impl: grpc.UntypedServiceImplementation = {};
   for (const m of service.methods as DescMethod[]) {
     const handler = (handlers as Record<string, unknown>)[m.localName] as (
       req: unknown,
       ctx: CallContext,
     ) => unknown;
+    // A method without a handler is not served: callers get UNIMPLEMENTED.
+    if (typeof handler !== "function") continue;
     const rpc = rpcSpec(service, m);
+    const encode = serializer(m.output);
     // Tracing off: no span, no metadata lookup; the handler runs in the caller's context.
-    const serverSpan = (metadata: grpc.Metadata) =>
+    const serverSpan = (call: ServerCall) =>
       tracingEnabled()
-        ? startSpan(rpc.name, SpanKind.SERVER, rpc.attributes, extractMetadata(metadata))
+        ? startSpan(rpc.name, SpanKind.SERVER, rpc.attributes, extractMetadata(call.metadata))
         : NOOP_SPAN;
+    /** The call's request, or undefined after answering that it could not be read. */
+    const requestOf = (call: ServerCall): unknown => {
+      try {
+        return decodeMessage(m.input, call.request);
+      } catch {
+        call.end(UNREADABLE_REQUEST);
+        return undefined;
+      }
+    };
+    /** The status a handler's failure ends its call with, and the span's error type. */
+    const failure = (call: ServerCall, err: unknown): [CallStatus, string] =>
+      call.cancelled
+        ? // A caller that went away is not a failure of this service: nothing to log.
+          [{ code: grpc.status.CANCELLED, details: "cancelled by the caller" }, "cancelled"]
+        : [toServiceError(err, log, m.name), errorTypeOf(err)];
+    const path = `/${service.typeName}/${m.name}`;
     if (m.methodKind === "unary") {
-      impl[m.localName] = (
-        call: grpc.ServerUnaryCall<unknown, unknown>,
-        callback: grpc.sendUnaryData<unknown>,
-      ) => {
+      server.register(path, (call) => {
         const refused = refusal(check, call, m, log);
-        if (refused) return callback(refused);
+        if (refused) return call.end(refused);
+        const req = requestOf(call);
+        if (req === undefined) return;
         const state = contextOf(call);
-        const span = serverSpan(call.metadata);
-        runInSpan(span, () => handler(call.request, state.ctx) as Promise<unknown>).then(
-          (res) => {
+        const span = serverSpan(call);
+        runInSpan(span, () => handler(req, state.ctx) as Promise<unknown>)
+          .then((res) => {
             state.settled = true;
+            call.answer(encode(res));
             endRpcSpan(span, SpanKind.SERVER, grpc.status.OK);
-            callback(null, res);
-          },
-          (err: unknown) => {
+          })
+          .catch((err: unknown) => {
             state.settled = true;
-            // A caller that went away is not a failure of this service: nothing to log.
-            const gone = state.cancelled();
-            const status = gone
-              ? { code: grpc.status.CANCELLED, details: "cancelled by the caller" }
-              : toServiceError(err, log, m.name);
-            const errorType = gone ? "cancelled" : errorTypeOf(err);
-            endRpcSpan(span, SpanKind.SERVER, status.code ?? grpc.status.UNKNOWN, errorType);
-            callback(status);
-          },
-        );
-      };
+            const [end, errorType] = failure(call, err);
+            endRpcSpan(span, SpanKind.SERVER, end.code, errorType);
+            call.end(end);
+          });
+      });
     } else if (m.methodKind === "server_streaming") {
-      impl[m.localName] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
+      server.register(path, (call) => {
         const refused = refusal(check, call, m, log);
-        if (refused) {
-          call.emit("error", refused);
-          return;
-        }
+        if (refused) return call.end(refused);
+        const req = requestOf(call);
+        if (req === undefined) return;
         const state = contextOf(call);
-        const span = serverSpan(call.metadata);
+        const span = serverSpan(call);
         void runInSpan(span, async () => {
           let code = grpc.status.OK;
           let errorType: string | undefined;
           try {
-            for await (const msg of handler(call.request, state.ctx) as AsyncIterable<unknown>) {
-              if (state.cancelled()) return;
-              if (!call.write(msg)) await drainOrCancel(call, state);
+            for await (const msg of handler(req, state.ctx) as AsyncIterable<unknown>) {
+              if (call.cancelled) return;
+              // Waiting on "drain" alone would park a handler forever when a slow caller goes
+              // away, and its cleanup (billing the tokens produced) would never run.
+              if (!call.write(encode(msg))) await call.drained();
             }
             call.end();
           } catch (err) {
-            errorType = state.cancelled() ? "cancelled" : errorTypeOf(err);
-            if (!state.cancelled()) {
-              const status = toServiceError(err, log, m.name);
-              code = status.code ?? grpc.status.UNKNOWN;
-              call.emit("error", status);
-            }
+            const [end, type] = failure(call, err);
+            errorType = type;
+            code = end.code;
+            call.end(end);
           } finally {
             state.settled = true;
-            endRpcSpan(span, SpanKind.SERVER, state.cancelled() ? grpc.status.CANCELLED : code, errorType);
+            endRpcSpan(span, SpanKind.SERVER, call.cancelled ? grpc.status.CANCELLED : code, errorType);
           }
         });
-      };
+      });
     } else {
       throw new Error(`streaming kind ${m.methodKind} is not supported by the bridge`);
     }
   }
-  server.addService(grpcDefinition(service), impl);
 }
 
-/**
- * Creates a gRPC server: keepalive pings suited to long streams, and the largest message it
- * takes (the same limit the client channel keeps, channel.ts).
- */
-export function createServer(): grpc.Server {
-  return new grpc.Server({
-    "grpc.keepalive_time_ms": 30_000,
-    "grpc.keepalive_timeout_ms": 10_000,
-    "grpc.keepalive_permit_without_calls": 1,
-    "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
-    "grpc.http2.min_ping_interval_without_data_ms": 10_000,
-    // Clients re-resolve DNS only when a connection ends: ending each after five minutes lets
-    // replicas added by a scale-up receive calls. The grace is unlimited, so no call is cut.
-    "grpc.max_connection_age_ms": 5 * 60_000,
-  });
+/** Creates a gRPC server (grpc-server.ts); with `tls`, it takes mutual TLS connections only. */
+export function createServer(tls?: SecureServerOptions): GrpcHttp2Server {
+  return new GrpcHttp2Server({ tls });
 }
 
 /** Binds `server` to host:port (port 0 picks a free one) and resolves to the bound port. */
-export function bindServer(
-  server: grpc.Server,
-  host: string,
-  port: number,
-  credentials: grpc.ServerCredentials = grpc.ServerCredentials.createInsecure(),
-): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.bindAsync(`${host}:${port}`, credentials, (err, bound) => (err ? reject(err) : resolve(bound)));
-  });
+export function bindServer(server: GrpcHttp2Server, host: string, port: number): Promise<number> {
+  return server.listen(host, port);
 }
 
 /** Stops accepting calls, lets in-flight calls finish for up to `graceMs`, then forces. */
-export function shutdownServer(server: grpc.Server, graceMs = 10_000): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      server.forceShutdown();
-      resolve();
-    }, graceMs);
-    server.tryShutdown(() => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
-}
-
-/** The error a client call rejects with for a gRPC status (a RemoteError when it carries a code). */
-export function toRemoteError(err: unknown): Error {
-  const e = err as grpc.ServiceError;
-  if (typeof e?.code !== "number") return err as Error;
-  return remoteErrorOf(e.code, e.details ?? e.message, e.metadata?.getMap() ?? {});
+export function shutdownServer(server: GrpcHttp2Server, graceMs = 10_000): Promise<void> {
+  return server.shutdown(graceMs);
 }
 
 /**
@@ -523,7 +470,7 @@ export function createClient<M extends GenServiceMethods>(
 
 /** One service and its handlers, ready to be served; build it with `implement`. */
 export interface Implementation {
-  register(server: grpc.Server, log: Logger, auth: InternalAuth): string;
+  register(server: GrpcHttp2Server, log: Logger, auth: InternalAuth): string;
 }
 
 /**
@@ -579,12 +526,12 @@ export async function serveGrpc(opts: {
   healthPort?: number;
 }): Promise<GrpcServer> {
   const auth = opts.auth ?? authOff();
-  const server = createServer();
+  const server = createServer(auth.serverTls());
   const health = new Health(opts.checks ?? []);
   const names = opts.services.map((s) => s.register(server, opts.log, auth));
   health.addToGrpcServer(server, names);
-  const port = await bindServer(server, opts.host, opts.port, auth.serverCredentials());
-  let probe: grpc.Server | undefined;
+  const port = await bindServer(server, opts.host, opts.port);
+  let probe: GrpcHttp2Server | undefined;
   let healthPort: number | undefined;
   if (opts.healthPort !== undefined) {
     probe = createServer();

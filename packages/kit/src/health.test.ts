@@ -1,3 +1,5 @@
+import * as grpc from "@grpc/grpc-js";
+import { service as healthService } from "grpc-health-check";
 import pino from "pino";
 import { afterAll, describe, expect, it } from "vitest";
 import { serveGrpc } from "./grpc.js";
@@ -36,5 +38,51 @@ describe("grpc.health.v1 readiness and liveness", () => {
     await new Promise((r) => setTimeout(r, 50));
     expect(await checkGrpcHealth(address)).toBe("NOT_SERVING");
     expect(await checkGrpcHealth(address, LIVENESS_SERVICE)).toBe("SERVING");
+  });
+
+  it("streams a watched service's status as it changes, and SERVICE_UNKNOWN for a name it does not serve", async () => {
+    let down = false;
+    const server = await serveGrpc({
+      host: "127.0.0.1",
+      port: 0,
+      log: pino({ level: "silent" }),
+      services: [],
+      checks: [
+        {
+          name: "nats",
+          check: async () => {
+            if (down) throw new Error("down");
+          },
+        },
+      ],
+    });
+    stops.push(() => server.stop(100));
+    const Client = grpc.makeGenericClientConstructor(
+      healthService as unknown as grpc.ServiceDefinition,
+      "Health",
+    );
+    const client = new Client(
+      `127.0.0.1:${server.port}`,
+      grpc.credentials.createInsecure(),
+    ) as unknown as grpc.Client & {
+      watch(req: { service: string }): grpc.ClientReadableStream<{ status: string }>;
+    };
+    const seen: string[] = [];
+    const unknown: string[] = [];
+    const watch = client.watch({ service: "" });
+    watch.on("data", (m: { status: string }) => seen.push(m.status));
+    watch.on("error", () => {});
+    const other = client.watch({ service: "no.such.Service" });
+    other.on("data", (m: { status: string }) => unknown.push(m.status));
+    other.on("error", () => {});
+    await new Promise((r) => setTimeout(r, 100));
+    down = true;
+    server.health.setServing(true);
+    await new Promise((r) => setTimeout(r, 200));
+    watch.cancel();
+    other.cancel();
+    client.close();
+    expect(seen).toEqual(["SERVING", "NOT_SERVING"]);
+    expect(unknown).toEqual(["SERVICE_UNKNOWN"]);
   });
 });

@@ -15,6 +15,7 @@ import {
   StatusError,
   serveGrpc,
 } from "./grpc.js";
+import type { MetadataLike } from "./tracing.js";
 import {
   activeSpan,
   extractHeaders,
@@ -41,7 +42,7 @@ const encoder = new TextEncoder();
 
 /** What the server handlers saw, per request id. */
 const seen = new Map<string, { traceparent: unknown; activeTraceId: string | undefined }>();
-const record = (id: string, metadata: Metadata) =>
+const record = (id: string, metadata: MetadataLike) =>
   seen.set(id, {
     traceparent: metadata.get("traceparent")[0],
     activeTraceId: activeSpan()?.spanContext().traceId,

@@ -1,0 +1,186 @@
+import * as http2 from "node:http2";
+import { connect } from "node:net";
+import * as grpc from "@grpc/grpc-js";
+import { afterEach, describe, expect, it } from "vitest";
+import { Channel } from "./channel.js";
+import { GrpcHttp2Server, type ServerCall } from "./grpc-server.js";
+import { frame } from "./grpc-wire.js";
+import { RemoteError } from "./remote-error.js";
+
+const bytes = (b: Buffer) => b;
+const method = (path: string, responseStream = false) => ({
+  path,
+  requestStream: false,
+  responseStream,
+  requestSerialize: bytes,
+  requestDeserialize: bytes,
+  responseSerialize: bytes,
+  responseDeserialize: bytes,
+});
+const ECHO = "/test.Test/Echo";
+const HANG = "/test.Test/Hang";
+const COUNT = "/test.Test/Count";
+
+let server: GrpcHttp2Server | undefined;
+const closers: Array<() => void> = [];
+afterEach(async () => {
+  for (const close of closers.splice(0)) close();
+  await server?.shutdown(100);
+  server = undefined;
+});
+
+/** A server with an echo, a call that never answers (its cancels counted) and a 3-message stream. */
+async function start(): Promise<{ port: number; cancels: string[] }> {
+  const cancels: string[] = [];
+  server = new GrpcHttp2Server();
+  server.register(ECHO, (call) => call.answer(Buffer.concat([Buffer.from("echo:"), call.request])));
+  server.register(HANG, (call: ServerCall) => call.onCancel(() => cancels.push(call.request.toString())));
+  server.register(COUNT, (call) => {
+    for (let i = 0; i < 3; i++) call.write(Buffer.from(String(i)));
+    call.end();
+  });
+  return { port: await server.listen("127.0.0.1", 0), cancels };
+}
+
+/** A grpc-js client (an independent implementation of the protocol) for the test methods. */
+function grpcJsClient(port: number) {
+  const Client = grpc.makeGenericClientConstructor(
+    { Echo: method(ECHO), Hang: method(HANG), Count: method(COUNT, true) },
+    "Test",
+  );
+  const client = new Client(
+    `127.0.0.1:${port}`,
+    grpc.credentials.createInsecure(),
+  ) as unknown as grpc.Client & {
+    Echo(
+      req: Buffer,
+      opts: grpc.CallOptions,
+      cb: (err: grpc.ServiceError | null, res?: Buffer) => void,
+    ): void;
+    Hang(
+      req: Buffer,
+      opts: grpc.CallOptions,
+      cb: (err: grpc.ServiceError | null, res?: Buffer) => void,
+    ): void;
+    Count(req: Buffer): grpc.ClientReadableStream<Buffer>;
+  };
+  closers.push(() => client.close());
+  const unary = (name: "Echo" | "Hang", req: string, opts: grpc.CallOptions = {}) =>
+    new Promise<Buffer>((resolve, reject) =>
+      client[name](Buffer.from(req), opts, (err, res) => (err ? reject(err) : resolve(res!))),
+    );
+  return { client, unary };
+}
+
+/** Sends one raw HTTP/2 request and reads the status it ends with (headers or trailers). */
+function raw(
+  port: number,
+  headers: http2.OutgoingHttpHeaders,
+  body: Buffer,
+): Promise<Record<string, unknown>> {
+  const session = http2.connect(`http://127.0.0.1:${port}`);
+  closers.push(() => session.destroy());
+  return new Promise((resolve, reject) => {
+    const stream = session.request({
+      ":method": "POST",
+      ":path": ECHO,
+      "content-type": "application/grpc",
+      ...headers,
+    });
+    let head: http2.IncomingHttpHeaders = {};
+    stream.on("response", (h) => {
+      head = h;
+    });
+    stream.on("trailers", (t) => {
+      head = { ...head, ...t };
+    });
+    stream.on("data", () => {});
+    stream.on("close", () => resolve(head));
+    stream.on("error", reject);
+    stream.end(body);
+  });
+}
+
+describe("the gateway's gRPC server", () => {
+  it("answers a grpc-js client: unary, server stream, and UNIMPLEMENTED for an unknown method", async () => {
+    const { port } = await start();
+    const { client, unary } = grpcJsClient(port);
+    expect((await unary("Echo", "hi")).toString()).toBe("echo:hi");
+    const messages: string[] = [];
+    for await (const m of client.Count(Buffer.from("x"))) messages.push((m as Buffer).toString());
+    expect(messages).toEqual(["0", "1", "2"]);
+    const channel = new Channel(`127.0.0.1:${port}`);
+    closers.push(() => channel.close());
+    await expect(
+      channel.unary({ path: "/test.Test/Nope", metadata: {} }, Buffer.from("")),
+    ).rejects.toMatchObject({
+      status: grpc.status.UNIMPLEMENTED,
+    });
+  });
+
+  it("answers malformed calls with a status and keeps serving", async () => {
+    const { port } = await start();
+    const compressed = frame(Buffer.from("x"));
+    compressed[0] = 1;
+    const tooLarge = Buffer.alloc(5);
+    tooLarge.writeUInt32BE(64 * 1024 * 1024, 1);
+    const two = Buffer.concat([frame(Buffer.from("a")), frame(Buffer.from("b"))]);
+    expect((await raw(port, {}, compressed))["grpc-status"]).toBe(String(grpc.status.INTERNAL));
+    expect((await raw(port, {}, tooLarge))["grpc-status"]).toBe(String(grpc.status.RESOURCE_EXHAUSTED));
+    expect((await raw(port, {}, two))["grpc-status"]).toBe(String(grpc.status.INTERNAL));
+    expect((await raw(port, {}, Buffer.alloc(0)))["grpc-status"]).toBe(String(grpc.status.INTERNAL));
+    expect((await raw(port, {}, Buffer.from([0, 0, 0])))["grpc-status"]).toBe(String(grpc.status.INTERNAL));
+    expect((await raw(port, { "content-type": "text/plain" }, frame(Buffer.from("x"))))[":status"]).toBe(415);
+    expect((await raw(port, { "grpc-encoding": "gzip" }, frame(Buffer.from("x"))))["grpc-status"]).toBe(
+      String(grpc.status.UNIMPLEMENTED),
+    );
+    const { unary } = grpcJsClient(port);
+    expect((await unary("Echo", "still")).toString()).toBe("echo:still");
+  });
+
+  it("ends a call at its deadline with DEADLINE_EXCEEDED, and tells the handler", async () => {
+    const { port, cancels } = await start();
+    const { unary } = grpcJsClient(port);
+    const started = Date.now();
+    await expect(unary("Hang", "late", { deadline: Date.now() + 200 })).rejects.toMatchObject({
+      code: grpc.status.DEADLINE_EXCEEDED,
+    });
+    expect(Date.now() - started).toBeLessThan(2_000);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(cancels).toEqual(["late"]);
+  });
+
+  it("tells the handler when the caller cancels", async () => {
+    const { port, cancels } = await start();
+    const channel = new Channel(`127.0.0.1:${port}`);
+    closers.push(() => channel.close());
+    const abort = new AbortController();
+    const call = channel.unary({ path: HANG, metadata: {}, signal: abort.signal }, Buffer.from("gone"));
+    await new Promise((r) => setTimeout(r, 100));
+    abort.abort();
+    await expect(call).rejects.toBeInstanceOf(RemoteError);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(cancels).toEqual(["gone"]);
+  });
+
+  it("lets a call in flight finish on shutdown, and takes no new connection", async () => {
+    server = new GrpcHttp2Server();
+    let release: () => void = () => {};
+    server.register(HANG, (call) => {
+      release = () => call.answer(Buffer.from("done"));
+    });
+    const port = await server.listen("127.0.0.1", 0);
+    const { unary } = grpcJsClient(port);
+    const held = unary("Hang", "x");
+    await new Promise((r) => setTimeout(r, 100));
+    const stopped = server.shutdown(5_000);
+    await new Promise((r) => setTimeout(r, 50));
+    release();
+    expect((await held).toString()).toBe("done");
+    await stopped;
+    server = undefined;
+    await expect(
+      new Promise((resolve, reject) => connect(port, "127.0.0.1").on("connect", resolve).on("error", reject)),
+    ).rejects.toThrow(/ECONNREFUSED/);
+  });
+});
