@@ -20,6 +20,7 @@ const method = (path: string, responseStream = false) => ({
 const ECHO = "/test.Test/Echo";
 const HANG = "/test.Test/Hang";
 const COUNT = "/test.Test/Count";
+const LATER = "/test.Test/Later";
 
 let server: GrpcHttp2Server | undefined;
 const closers: Array<() => void> = [];
@@ -35,6 +36,9 @@ async function start(): Promise<{ port: number; cancels: string[] }> {
   server = new GrpcHttp2Server();
   server.register(ECHO, (call) => call.answer(Buffer.concat([Buffer.from("echo:"), call.request])));
   server.register(HANG, (call: ServerCall) => call.onCancel(() => cancels.push(call.request.toString())));
+  server.register(LATER, (call) => {
+    setTimeout(() => call.answer(call.request), 50);
+  });
   server.register(COUNT, (call) => {
     for (let i = 0; i < 3; i++) call.write(Buffer.from(String(i)));
     call.end();
@@ -148,6 +152,16 @@ describe("the gateway's gRPC server", () => {
     expect(Date.now() - started).toBeLessThan(2_000);
     await new Promise((r) => setTimeout(r, 50));
     expect(cancels).toEqual(["late"]);
+  });
+
+  it("serves a call whose deadline is beyond a timer's range (99999999 hours) as one without", async () => {
+    const { port } = await start();
+    const answer = await raw(
+      port,
+      { ":path": LATER, "grpc-timeout": "99999999H" },
+      frame(Buffer.from("far")),
+    );
+    expect(answer["grpc-status"]).toBe("0");
   });
 
   it("tells the handler when the caller cancels", async () => {

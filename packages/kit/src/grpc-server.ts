@@ -24,6 +24,8 @@ import { RemoteError } from "./remote-error.js";
 
 const PING_MS = 30_000;
 const PING_TIMEOUT_MS = 10_000;
+/** The longest delay a Node timer takes. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 /** How long a connection serves new calls before it is asked to go. */
 export const MAX_CONNECTION_AGE_MS = 5 * 60_000;
 
@@ -230,9 +232,15 @@ export class GrpcHttp2Server {
   #draining = false;
 
   constructor(opts: GrpcServerOptions = {}) {
+    const settings: http2.ServerOptions = {
+      // Node's default cap of 10 MB per connection refuses calls (ENHANCE_YOUR_CALM) once that
+      // much is buffered; flow control bounds what is buffered, as in the client (channel.ts).
+      maxSessionMemory: Number.MAX_SAFE_INTEGER,
+      maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER,
+    };
     this.#server = opts.tls
-      ? http2.createSecureServer({ ...opts.tls, allowHTTP1: false, ALPNProtocols: ["h2"] })
-      : http2.createServer();
+      ? http2.createSecureServer({ ...opts.tls, ...settings, allowHTTP1: false, ALPNProtocols: ["h2"] })
+      : http2.createServer(settings);
     this.#server.on("session", (session: http2.ServerHttp2Session) => this.#session(session));
     this.#server.on("stream", (stream, headers) => this.#stream(stream, headers));
     // A client that fails the TLS handshake is the client's problem; nothing to do here.
@@ -336,7 +344,8 @@ export class GrpcHttp2Server {
       return;
     }
     const timeout = parseGrpcTimeout(headers["grpc-timeout"] as string | undefined);
-    if (timeout !== undefined) call.expireIn(timeout);
+    // Beyond a timer's range (about 24.8 days) Node would fire at once: such a deadline is none.
+    if (timeout !== undefined && timeout <= MAX_TIMER_MS) call.expireIn(timeout);
     const reader = new FrameReader();
     let request: Buffer | undefined;
     let failed = false;
