@@ -6,13 +6,13 @@ import { serveGrpc } from "./grpc.js";
 import { checkGrpcHealth, LIVENESS_SERVICE } from "./health.js";
 
 describe("grpc.health.v1 readiness and liveness", () => {
-  let failing = false;
   const stops: Array<() => Promise<void>> = [];
   afterAll(async () => {
     for (const stop of stops) await stop();
   });
 
-  it("reports readiness from the checks, and liveness as SERVING even while a dependency fails", async () => {
+  /** A server with no service and one readiness check, failing while `down()` says so. */
+  async function serve(down: () => boolean) {
     const server = await serveGrpc({
       host: "127.0.0.1",
       port: 0,
@@ -22,12 +22,18 @@ describe("grpc.health.v1 readiness and liveness", () => {
         {
           name: "redis",
           check: async () => {
-            if (failing) throw new Error("down");
+            if (down()) throw new Error("down");
           },
         },
       ],
     });
     stops.push(() => server.stop(100));
+    return server;
+  }
+
+  it("reports readiness from the checks, and liveness as SERVING even while a dependency fails", async () => {
+    let failing = false;
+    const server = await serve(() => failing);
     const address = `127.0.0.1:${server.port}`;
     expect(await checkGrpcHealth(address)).toBe("SERVING");
 
@@ -42,21 +48,7 @@ describe("grpc.health.v1 readiness and liveness", () => {
 
   it("streams a watched service's status as it changes, and SERVICE_UNKNOWN for a name it does not serve", async () => {
     let down = false;
-    const server = await serveGrpc({
-      host: "127.0.0.1",
-      port: 0,
-      log: pino({ level: "silent" }),
-      services: [],
-      checks: [
-        {
-          name: "nats",
-          check: async () => {
-            if (down) throw new Error("down");
-          },
-        },
-      ],
-    });
-    stops.push(() => server.stop(100));
+    const server = await serve(() => down);
     const Client = grpc.makeGenericClientConstructor(
       healthService as unknown as grpc.ServiceDefinition,
       "Health",
