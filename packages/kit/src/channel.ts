@@ -28,7 +28,7 @@ import * as http2 from "node:http2";
 import { isIP } from "node:net";
 import type { ConnectionOptions } from "node:tls";
 import { status } from "@grpc/grpc-js";
-import { FrameReader, frame, grpcTimeout, STATUS_IN_HEADERS } from "./grpc-wire.js";
+import { FrameReader, frame, grpcTimeout } from "./grpc-wire.js";
 import { choose, type Load } from "./least-request.js";
 import { RemoteError, remoteErrorOf } from "./remote-error.js";
 
@@ -368,7 +368,6 @@ export class Channel {
         ":path": head.path,
         "content-type": "application/grpc",
         te: "trailers",
-        [STATUS_IN_HEADERS]: "1",
         ...head.metadata,
       };
       if (head.deadline !== undefined) headers["grpc-timeout"] = grpcTimeout(head.deadline - Date.now());

@@ -1,11 +1,9 @@
 // The gRPC server every service answers on (docs/architecture.md, "Calls between services"):
 // gRPC's wire protocol (grpc-wire.ts) served by Node's own `http2`, as the client channel
 // (channel.ts) speaks it. It replaced grpc-js's server, whose per-call machinery cost about
-// twice the CPU of a bare `http2` answer (docs/performance.md, "Our own gRPC server"). Node's
-// `http2` writes trailers only once the message before them has reached the socket, so a
-// standard unary answer leaves in two writes; a caller that sends STATUS_IN_HEADERS (the
-// gateway's own client) gets its OK status with the headers and the message with the end of
-// the stream, in one write (grpc-wire.ts).
+// twice the CPU of a bare `http2` answer (docs/performance.md, "Our own gRPC server"). A unary
+// answer's trailers still leave in a write of their own: Node's `http2` ends a stream only once
+// its last message has reached the socket, whoever drives it.
 //
 // - **Calls.** POST `/package.Service/Method` with `content-type: application/grpc`, one
 //   request message (uncompressed, at most MAX_MESSAGE_BYTES), then the method's handler. An
@@ -21,7 +19,7 @@
 import * as http2 from "node:http2";
 import type { PeerCertificate, TLSSocket } from "node:tls";
 import { status } from "@grpc/grpc-js";
-import { encodeGrpcMessage, FrameReader, frame, parseGrpcTimeout, STATUS_IN_HEADERS } from "./grpc-wire.js";
+import { encodeGrpcMessage, FrameReader, frame, parseGrpcTimeout } from "./grpc-wire.js";
 import { RemoteError } from "./remote-error.js";
 
 const PING_MS = 30_000;
@@ -91,8 +89,6 @@ function statusHeaders(end: CallStatus): http2.OutgoingHttpHeaders {
 
 const OK_TRAILERS: http2.OutgoingHttpHeaders = { "grpc-status": "0" };
 const RESPONSE_HEADERS: http2.OutgoingHttpHeaders = { ":status": 200, "content-type": "application/grpc" };
-/** A unary OK answer's headers for a caller that reads the status there (STATUS_IN_HEADERS). */
-const OK_RESPONSE_HEADERS: http2.OutgoingHttpHeaders = { ...RESPONSE_HEADERS, ...OK_TRAILERS };
 
 class Call implements ServerCall {
   readonly metadata: IncomingMetadata;
@@ -103,7 +99,6 @@ class Call implements ServerCall {
   #trailers: http2.OutgoingHttpHeaders | undefined;
   #cancelListeners: (() => void) | Array<() => void> | undefined;
   #deadline: NodeJS.Timeout | undefined;
-  readonly #statusInHeaders: boolean;
 
   constructor(
     readonly path: string,
@@ -111,7 +106,6 @@ class Call implements ServerCall {
     headers: http2.IncomingHttpHeaders,
   ) {
     this.metadata = new IncomingMetadata(headers);
-    this.#statusInHeaders = headers[STATUS_IN_HEADERS] === "1";
     stream.on("wantTrailers", () => {
       const trailers = this.#trailers ?? OK_TRAILERS;
       try {
@@ -174,22 +168,10 @@ class Call implements ServerCall {
   }
 
   answer(message: Uint8Array): void {
-    if (this.#ended) return;
-    const stream = this.stream;
-    if (!this.#responded && this.#statusInHeaders) {
-      // The status with the headers, the message with the end of the stream: one write.
-      if (stream.destroyed || stream.closed) return;
-      this.#responded = true;
-      this.#ended = true;
-      if (this.#deadline) clearTimeout(this.#deadline);
-      stream.respond(OK_RESPONSE_HEADERS);
-      stream.end(frame(message));
-      return;
-    }
-    if (!this.#respond()) return;
+    if (this.#ended || !this.#respond()) return;
     this.#ended = true;
     if (this.#deadline) clearTimeout(this.#deadline);
-    stream.end(frame(message));
+    this.stream.end(frame(message));
   }
 
   write(message: Uint8Array): boolean {

@@ -6,16 +6,6 @@ import { RemoteError } from "./remote-error.js";
 /** The largest message a call takes, either way (clients and servers keep the same limit). */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
-/**
- * A request header by which the gateway's own client says it reads a unary call's OK status in
- * the response headers. Its own server then sends `grpc-status: 0` with the headers and ends the
- * stream with the message, all in one write, where standard gRPC sends the status in trailers,
- * which Node's `http2` writes only after the message's write has completed: a second write,
- * and a second wake-up of the caller, per call (docs/performance.md, "Our own gRPC server").
- * Other clients do not send it and get standard gRPC.
- */
-export const STATUS_IN_HEADERS = "tollgate-status-in-headers";
-
 /** Reads a gRPC message stream (1 byte compressed flag, 4 bytes length, the message) from chunks. */
 export class FrameReader {
   #pending: Buffer[] = [];
