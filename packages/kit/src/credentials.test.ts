@@ -10,6 +10,7 @@ import {
   loadInternalAuth,
   parsePeerTokens,
   peerTokensText,
+  tokenAuth,
   tokenDigest,
 } from "./credentials.js";
 
@@ -99,6 +100,27 @@ describe("tokens", () => {
     const call = { metadata: md, getAuthContext: () => null };
     expect(all["auth-policy"].identify(call)).toBe("metering");
     expect(String(md.get("authorization")[0])).toMatch(/^Bearer /);
+  });
+});
+
+describe("tokenAuth on one connection", () => {
+  const call = (connection: object, token: string) => ({
+    connection,
+    metadata: { get: (key: string) => (key === "authorization" ? [`Bearer ${token}`] : []) },
+    getAuthContext: () => null,
+  });
+  const auth = tokenAuth({ peers: parsePeerTokens(peerTokensText({ metering: "good-token" })) });
+
+  it("refuses another token after a proved one on the same connection, and proves each connection itself", () => {
+    const a = {};
+    const b = {};
+    expect(auth.identify(call(a, "good-token"))).toBe("metering");
+    expect(auth.identify(call(a, "good-token"))).toBe("metering");
+    expect(auth.identify(call(a, "good-tokeN"))).toBeUndefined();
+    expect(auth.identify(call(a, ""))).toBeUndefined();
+    expect(auth.identify(call(b, "bad-token"))).toBeUndefined();
+    expect(auth.identify(call(b, "good-token"))).toBe("metering");
+    expect(auth.identify(call(a, "good-token"))).toBe("metering");
   });
 });
 

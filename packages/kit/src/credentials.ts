@@ -162,6 +162,8 @@ export function bearerToken(value: unknown): string | undefined {
 /** The parts of a server call that identify its caller. */
 export interface IncomingCall {
   metadata: { get(key: string): Array<string | Buffer> };
+  /** The connection the call came on (the same object for each of its calls), when known. */
+  connection?: object;
   getAuthContext(): { sslPeerCertificate?: PeerCertificate } | null;
 }
 
@@ -195,6 +197,9 @@ export function authOff(): InternalAuth {
  */
 export function tokenAuth(opts: { token?: string; peers?: PeerDigests }): InternalAuth {
   const peers = opts.peers ?? new Map();
+  // The last token each connection proved, and whose it is: its later calls with the same token
+  // skip the hash (a service's calls all carry its one token). Gone with the connection.
+  const proved = new WeakMap<object, { token: string; identity: ServiceIdentity }>();
   const header = opts.token ? `Bearer ${opts.token}` : undefined;
   return {
     mode: "token",
@@ -203,7 +208,18 @@ export function tokenAuth(opts: { token?: string; peers?: PeerDigests }): Intern
     addCallCredential(metadata) {
       if (header) metadata.set(AUTHORIZATION_KEY, header);
     },
-    identify: (call) => identityOfToken(bearerToken(call.metadata.get(AUTHORIZATION_KEY)[0]), peers),
+    identify(call) {
+      const token = bearerToken(call.metadata.get(AUTHORIZATION_KEY)[0]);
+      const connection = call.connection;
+      const last = connection && proved.get(connection);
+      // Compared with a token this same connection sent and proved before: the comparison's
+      // timing tells the caller nothing it did not send itself.
+      if (last && token !== undefined && last.token === token) return last.identity;
+      const identity = identityOfToken(token, peers);
+      if (connection && token !== undefined && identity !== undefined)
+        proved.set(connection, { token, identity });
+      return identity;
+    },
   };
 }
 

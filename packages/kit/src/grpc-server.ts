@@ -60,6 +60,8 @@ export interface ServerCall {
   readonly request: Buffer;
   /** True once the caller went away or the deadline passed. */
   readonly cancelled: boolean;
+  /** The connection the call came on: the same object for each of its calls. */
+  readonly connection: object | undefined;
   /** The caller's certificate, on a mutual TLS connection. */
   getAuthContext(): { sslPeerCertificate?: PeerCertificate } | null;
   /** Runs `listener` once when the call is cancelled (at once if it already is). */
@@ -89,6 +91,10 @@ function statusHeaders(end: CallStatus): http2.OutgoingHttpHeaders {
 
 const OK_TRAILERS: http2.OutgoingHttpHeaders = { "grpc-status": "0" };
 const RESPONSE_HEADERS: http2.OutgoingHttpHeaders = { ":status": 200, "content-type": "application/grpc" };
+
+type AuthContext = { sslPeerCertificate?: PeerCertificate };
+/** Each connection's TLS peer, read on its first call. */
+const authContexts = new WeakMap<http2.Http2Session, AuthContext>();
 
 class Call implements ServerCall {
   readonly metadata: IncomingMetadata;
@@ -132,11 +138,22 @@ class Call implements ServerCall {
     }, ms);
   }
 
-  getAuthContext(): { sslPeerCertificate?: PeerCertificate } | null {
-    const socket = this.stream.session?.socket as TLSSocket | undefined;
-    if (!socket || typeof socket.getPeerCertificate !== "function") return null;
-    const cert = socket.getPeerCertificate();
-    return cert && Object.keys(cert).length > 0 ? { sslPeerCertificate: cert } : {};
+  get connection(): object | undefined {
+    return this.stream.session;
+  }
+
+  getAuthContext(): AuthContext | null {
+    const session = this.stream.session;
+    if (!session) return null;
+    let context = authContexts.get(session);
+    if (context === undefined) {
+      // Read once per connection: the peer's certificate cannot change within it.
+      const socket = session.socket as TLSSocket;
+      const cert = typeof socket.getPeerCertificate === "function" ? socket.getPeerCertificate() : undefined;
+      context = cert && Object.keys(cert).length > 0 ? { sslPeerCertificate: cert } : {};
+      authContexts.set(session, context);
+    }
+    return context;
   }
 
   onCancel(listener: () => void): void {
