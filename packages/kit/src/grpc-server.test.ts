@@ -142,6 +142,34 @@ describe("the gateway's gRPC server", () => {
     expect((await unary("Echo", "still")).toString()).toBe("echo:still");
   });
 
+  it("answers 300 random request bodies and headers with a status each, then still serves", async () => {
+    const { port } = await start();
+    let seed = 42;
+    const random = (n: number) => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+      return seed % n;
+    };
+    const paths = [ECHO, LATER, COUNT, "/test.Test/Nope", "/", "/test.Test/Echo/extra"];
+    const timeouts = [undefined, "1m", "0n", "99999999H", "abc", "-5S", "1"];
+    for (let i = 0; i < 300; i++) {
+      const body = Buffer.alloc(random(64));
+      for (let j = 0; j < body.length; j++) body[j] = random(256);
+      if (random(2) === 0 && body.length >= 5) {
+        body[0] = random(3);
+        body.writeUInt32BE(random(2) === 0 ? body.length - 5 : random(2 ** 31), 1);
+      }
+      const headers: http2.OutgoingHttpHeaders = { ":path": paths[random(paths.length)]! };
+      const timeout = timeouts[random(timeouts.length)];
+      if (timeout !== undefined) headers["grpc-timeout"] = timeout;
+      if (random(4) === 0) headers["grpc-encoding"] = random(2) === 0 ? "identity" : "deflate";
+      const answer = await raw(port, headers, body);
+      const status = answer["grpc-status"] ?? answer[":status"];
+      expect(status, `call ${i}`).toBeDefined();
+    }
+    const { unary } = grpcJsClient(port);
+    expect((await unary("Echo", "alive")).toString()).toBe("echo:alive");
+  }, 30_000);
+
   it("ends a call at its deadline with DEADLINE_EXCEEDED, and tells the handler", async () => {
     const { port, cancels } = await start();
     const { unary } = grpcJsClient(port);
