@@ -225,4 +225,48 @@ describe("the gateway's gRPC server", () => {
       new Promise((resolve, reject) => connect(port, "127.0.0.1").on("connect", resolve).on("error", reject)),
     ).rejects.toThrow(/ECONNREFUSED/);
   });
+
+  it("waits for a slow caller to read a stream, and ends the handler when that caller goes away", async () => {
+    server = new GrpcHttp2Server();
+    const finished: Array<{ sent: number; cancelled: boolean }> = [];
+    const message = Buffer.alloc(64 * 1024, 7);
+    server.register(COUNT, (call) => {
+      void (async () => {
+        let sent = 0;
+        for (; sent < 200 && !call.cancelled; sent++) if (!call.write(message)) await call.drained();
+        call.end();
+        finished.push({ sent, cancelled: call.cancelled });
+      })();
+    });
+    const port = await server.listen("127.0.0.1", 0);
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    closers.push(() => session.destroy());
+    const request = () =>
+      session
+        .request({ ":method": "POST", ":path": COUNT, "content-type": "application/grpc" })
+        .end(frame(Buffer.from("x")));
+
+    // Read slowly: pause, then take everything.
+    const slow = request();
+    slow.pause();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(finished).toEqual([]);
+    let bytes = 0;
+    slow.on("data", (d: Buffer) => {
+      bytes += d.length;
+    });
+    slow.resume();
+    await new Promise((r) => slow.on("close", r));
+    expect(bytes).toBe(200 * (5 + message.length));
+    expect(finished).toEqual([{ sent: 200, cancelled: false }]);
+
+    // Read nothing, then go away: the handler, parked on a full stream, ends.
+    const gone = request();
+    gone.pause();
+    await new Promise((r) => setTimeout(r, 200));
+    gone.close(http2.constants.NGHTTP2_CANCEL);
+    for (let i = 0; i < 50 && finished.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(finished[1]?.cancelled).toBe(true);
+    expect(finished[1]!.sent).toBeLessThan(200);
+  });
 });

@@ -105,6 +105,7 @@ class Call implements ServerCall {
   #trailers: http2.OutgoingHttpHeaders | undefined;
   #cancelListeners: (() => void) | Array<() => void> | undefined;
   #deadline: NodeJS.Timeout | undefined;
+  #drainWaiter: (() => void) | undefined;
 
   constructor(
     readonly path: string,
@@ -170,6 +171,7 @@ class Call implements ServerCall {
   #cancel(): void {
     if (this.cancelled) return;
     this.cancelled = true;
+    this.#drainedOrCancelled();
     const listeners = this.#cancelListeners;
     this.#cancelListeners = undefined;
     if (typeof listeners === "function") listeners();
@@ -199,14 +201,19 @@ class Call implements ServerCall {
   drained(): Promise<void> {
     if (this.cancelled) return Promise.resolve();
     return new Promise((resolve) => {
-      const done = () => {
-        this.stream.off("drain", done);
-        resolve();
-      };
-      this.stream.once("drain", done);
-      this.onCancel(done);
+      this.#drainWaiter = resolve;
+      this.stream.once("drain", this.#drainedOrCancelled);
     });
   }
+
+  /** Wakes a handler waiting in `drained` (one waiter at most: nothing piles up per wait). */
+  readonly #drainedOrCancelled = () => {
+    const waiter = this.#drainWaiter;
+    if (!waiter) return;
+    this.#drainWaiter = undefined;
+    this.stream.off("drain", this.#drainedOrCancelled);
+    waiter();
+  };
 
   end(end: CallStatus = OK): void {
     if (this.#ended) return;
