@@ -285,6 +285,9 @@ export class GrpcHttp2Server {
       server.once("error", failed);
       server.listen(port, host, () => {
         server.off("error", failed);
+        // After the bind, an error (a failed accept: too many open files) must not end the
+        // process; the connections already open go on.
+        server.on("error", () => {});
         const address = server.address();
         resolve(typeof address === "object" && address ? address.port : port);
       });
