@@ -89,6 +89,13 @@ function statusHeaders(end: CallStatus): http2.OutgoingHttpHeaders {
   return out;
 }
 
+/** `headers` without their metadata, for when a metadata value is one a header cannot carry. */
+function statusOnly(headers: http2.OutgoingHttpHeaders): http2.OutgoingHttpHeaders {
+  const out: http2.OutgoingHttpHeaders = { "grpc-status": headers["grpc-status"] };
+  if (headers["grpc-message"] !== undefined) out["grpc-message"] = headers["grpc-message"];
+  return out;
+}
+
 const OK_TRAILERS: http2.OutgoingHttpHeaders = { "grpc-status": "0" };
 const RESPONSE_HEADERS: http2.OutgoingHttpHeaders = { ":status": 200, "content-type": "application/grpc" };
 
@@ -118,11 +125,7 @@ class Call implements ServerCall {
       try {
         stream.sendTrailers(trailers);
       } catch {
-        // A metadata value a header cannot carry: the status alone.
-        stream.sendTrailers({
-          "grpc-status": trailers["grpc-status"],
-          "grpc-message": trailers["grpc-message"] ?? "",
-        });
+        stream.sendTrailers(statusOnly(trailers));
       }
     });
     stream.on("close", () => {
@@ -232,11 +235,7 @@ class Call implements ServerCall {
       // Trailers-Only: the status travels with the response headers.
       stream.respond({ ...RESPONSE_HEADERS, ...headers }, { endStream: true });
     } catch {
-      // A metadata value a header cannot carry: the status alone.
-      stream.respond(
-        { ...RESPONSE_HEADERS, ...statusHeaders({ code: end.code, details: end.details }) },
-        { endStream: true },
-      );
+      stream.respond({ ...RESPONSE_HEADERS, ...statusOnly(headers) }, { endStream: true });
     }
   }
 }
