@@ -17,8 +17,10 @@ const outdir = join(dir, "dist");
 const outfile = join(outdir, "main.mjs");
 
 // Data files that bundled dependencies read from their own folder at run time, relative to a
-// node_modules folder. grpc-health-check loads its .proto when imported (kit/health.ts).
-const ASSETS = ["grpc-health-check/proto"];
+// node_modules folder. grpc-health-check loads its .proto when imported (kit/health.ts);
+// tiny-secp256k1 its WebAssembly on mpp-payment's first voucher recovery (vouchers.ts).
+const ASSETS = ["grpc-health-check/proto", "tiny-secp256k1/lib/secp256k1.wasm"];
+const ASSET_PACKAGES = new Set(ASSETS.map((a) => a.split("/")[0]));
 
 /** Path below the last node_modules folder, with forward slashes: "grpc-health-check/build/src/health.js". */
 function inNodeModules(path) {
@@ -36,14 +38,26 @@ function inNodeModules(path) {
 // dist/assets/, so `${__dirname}/../../proto` still finds the data listed in ASSETS. The
 // declaration goes after any leading comments and "use strict", which must stay first.
 const PROLOGUE = /^(?:\s|\/\/[^\n]*\n|\/\*[\s\S]*?\*\/)*(?:(["'])use strict\1;?)?/;
+//
+// An ES module of a package with data in ASSETS that finds its data by `import.meta.url` gets
+// that pointed at its copy under dist/assets/ the same way (in the bundle, import.meta.url is the
+// bundle's own address).
 const dirnamePlugin = {
   name: "tollgate-dirname",
   setup(b) {
     b.onLoad({ filter: /[\\/]node_modules[\\/].*\.c?js$/ }, async (args) => {
       const text = await readFile(args.path, "utf8");
+      const rel = inNodeModules(args.path);
+      if (rel !== undefined && ASSET_PACKAGES.has(rel.split("/")[0]) && text.includes("import.meta.url")) {
+        const url = `new URL(${JSON.stringify(`./assets/${rel}`)}, import.meta.url).href`;
+        return {
+          contents: text.replaceAll("import.meta.url", url),
+          loader: "js",
+          resolveDir: dirname(args.path),
+        };
+      }
       if (!/\b__(?:dirname|filename)\b/.test(text)) return undefined;
       if (/\b(?:var|let|const|function)\s+__(?:dirname|filename)\b/.test(text)) return undefined;
-      const rel = inNodeModules(args.path);
       if (rel === undefined) return undefined;
       const decl =
         `var __dirname = __tollgateAssets + ${JSON.stringify(`/${rel.slice(0, rel.lastIndexOf("/"))}`)},` +

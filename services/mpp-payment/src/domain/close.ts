@@ -19,7 +19,7 @@ export async function checkClose(
   const record = await loadOrAdopt(ctx, p, source);
   if (record.status === "closed") return record;
   checkSource(ctx, source, record);
-  checkSignature(ctx, p.channelId, p.cumulativeAmount, p.signature, record);
+  await checkSignature(ctx, p.channelId, p.cumulativeAmount, p.signature, record);
   if (p.cumulativeAmount < maxOf(record.spent, record.settled)) {
     throw failed("close amount is below the channel's spent amount");
   }

@@ -124,7 +124,7 @@ export function checkAllowed(ctx: PaymentContext, payer: Address): void {
   }
 }
 
-export function checkSignature(
+export async function checkSignature(
   ctx: PaymentContext,
   channelId: Hex,
   cumulative: bigint,
@@ -133,14 +133,14 @@ export function checkSignature(
 ) {
   const { escrow, chainId } = ctx.s;
   if (
-    !verifyVoucherSignature(
+    !(await verifyVoucherSignature(
       escrow,
       chainId,
       channelId,
       cumulative,
       signature,
       expectedSigner(record.descriptor),
-    )
+    ))
   ) {
     throw failed("voucher signature is invalid");
   }

@@ -205,11 +205,11 @@ async function acceptVoucher(
   checkSource(ctx, source, p);
   const { channelId, cumulativeAmount: cumulative, signature } = p;
   let checked = false;
-  const check = () => {
-    checkSignature(ctx, channelId, cumulative, signature, p);
+  const check = async () => {
+    await checkSignature(ctx, channelId, cumulative, signature, p);
     checked = true;
   };
-  if (signatureFirst) check();
+  if (signatureFirst) await check();
   let state = await ctx.chainState(channelId);
   let fresh = false;
   const refresh = async () => {
@@ -243,7 +243,7 @@ async function acceptVoucher(
         return outcome.held ? { accepted, held: outcome.held } : { accepted };
       }
       case "unchecked":
-        check();
+        await check();
         break;
       case "above_deposit":
         // Above the deposit known: the channel may have been topped up since the cached read.
@@ -290,7 +290,7 @@ async function verifyOpen(
   if (p.authorizedSigner !== undefined && !same(p.authorizedSigner, p.descriptor.authorizedSigner)) {
     throw failed("authorized signer does not match the descriptor");
   }
-  checkSignature(ctx, p.channelId, p.cumulativeAmount, p.signature, p);
+  await checkSignature(ctx, p.channelId, p.cumulativeAmount, p.signature, p);
   let deposit: bigint;
   try {
     deposit = chain.checkOpen(p.transaction, p.descriptor, p.channelId).deposit;

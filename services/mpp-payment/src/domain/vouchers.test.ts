@@ -98,6 +98,26 @@ function cases(escrow: Address): Case[] {
       signer,
       false,
     ],
+    [
+      "s of zero",
+      escrow,
+      500n,
+      secp(escrow, 500n, (s) => {
+        s.s = 0n;
+      }),
+      signer,
+      false,
+    ],
+    [
+      "r at or above the curve order",
+      escrow,
+      500n,
+      secp(escrow, 500n, (s) => {
+        s.r = N_SECP + 1n;
+      }),
+      signer,
+      false,
+    ],
     ["with a trailing byte", escrow, 500n, `${good}00` as Hex, signer, false],
     ["truncated", escrow, 500n, good.slice(0, -2) as Hex, signer, false],
     ["not hex", escrow, 500n, "0xzz" as Hex, signer, false],
@@ -110,9 +130,9 @@ function cases(escrow: Address): Case[] {
 describe("verifyVoucherSignature", () => {
   for (const escrow of [Channel.address as Address, OTHER_ESCROW]) {
     const kind = escrow === OTHER_ESCROW ? "another escrow (EIP-712)" : "the escrow precompile";
-    it(`answers as mppx's verifyVoucher does, low s required (${kind})`, () => {
+    it(`answers as mppx's verifyVoucher does, low s required (${kind})`, async () => {
       for (const [why, esc, cumulative, signature, who, want] of cases(escrow)) {
-        const ours = verifyVoucherSignature(esc, CHAIN, channelId, cumulative, signature, who);
+        const ours = await verifyVoucherSignature(esc, CHAIN, channelId, cumulative, signature, who);
         expect(ours, why).toBe(want);
         const theirs = Session.Precompile.Voucher.verifyVoucher(
           esc,
@@ -126,13 +146,39 @@ describe("verifyVoucherSignature", () => {
     });
   }
 
-  it("refuses a voucher for another chain", () => {
+  it("refuses a voucher for another chain", async () => {
     const signature = secp(Channel.address as Address, 500n);
     expect(
-      verifyVoucherSignature(Channel.address as Address, CHAIN, channelId, 500n, signature, signer),
+      await verifyVoucherSignature(Channel.address as Address, CHAIN, channelId, 500n, signature, signer),
     ).toBe(true);
     expect(
-      verifyVoucherSignature(Channel.address as Address, CHAIN + 1, channelId, 500n, signature, signer),
+      await verifyVoucherSignature(Channel.address as Address, CHAIN + 1, channelId, 500n, signature, signer),
     ).toBe(false);
+  });
+
+  it("recovers the signer of any key and amount as mppx does (200 random vouchers, both escrows)", async () => {
+    for (let i = 0; i < 200; i++) {
+      const escrow = i % 2 === 0 ? (Channel.address as Address) : OTHER_ESCROW;
+      const privateKey = generatePrivateKey();
+      const who = privateKeyToAccount(privateKey).address;
+      const cumulative = BigInt(1 + Math.floor(Math.random() * 2 ** 40));
+      const sig = Secp256k1.sign({ payload: digest(escrow, CHAIN, cumulative), privateKey });
+      const signature = SignatureEnvelope.serialize(SignatureEnvelope.from(sig)) as Hex;
+      // Half of them checked against another signer, or with the other recovery bit.
+      const flip = i % 4 === 1;
+      const tested = flip
+        ? (SignatureEnvelope.serialize(SignatureEnvelope.from({ ...sig, yParity: sig.yParity ^ 1 })) as Hex)
+        : signature;
+      const claimed = i % 4 === 3 ? stranger : who;
+      const ours = await verifyVoucherSignature(escrow, CHAIN, channelId, cumulative, tested, claimed);
+      const theirs = Session.Precompile.Voucher.verifyVoucher(
+        escrow,
+        CHAIN,
+        { channelId, cumulativeAmount: cumulative, signature: tested },
+        claimed,
+      );
+      expect(ours, `voucher ${i}`).toBe(theirs);
+      expect(ours, `voucher ${i}`).toBe(!flip && claimed === who);
+    }
   });
 });

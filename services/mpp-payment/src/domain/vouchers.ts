@@ -1,7 +1,40 @@
 import { Session } from "mppx/tempo";
 import { Channel, SignatureEnvelope } from "ox/tempo";
-import { type Address, type Hex, hashTypedData, isAddressEqual } from "viem";
+import { type Address, type Hex, hashTypedData, hexToBytes, isAddressEqual, keccak256 } from "viem";
 import type { ChannelDescriptor } from "./ports.js";
+
+type Libsecp256k1 = typeof import("tiny-secp256k1");
+let libsecp256k1: Promise<Libsecp256k1> | undefined;
+
+/**
+ * ecrecover, as the escrow settles a voucher: the address of the secp256k1 key that signed
+ * `digest` with (r, s) and the recovery bit, or undefined when none did. libsecp256k1 compiled to
+ * WebAssembly (tiny-secp256k1) recovers in about a tenth of @noble/curves' CPU
+ * (docs/performance.md, "A new voucher's recovery in WebAssembly"); it is loaded on the first
+ * recovery, not at start: its compiled code is about 20 MB of memory an idle mpp-payment, or one
+ * whose payers reuse their vouchers, does not carry.
+ */
+async function recoverSigner(
+  digest: Hex,
+  r: bigint,
+  s: bigint,
+  yParity: number,
+): Promise<Address | undefined> {
+  libsecp256k1 ??= import("tiny-secp256k1");
+  const lib = await libsecp256k1;
+  const rs = new Uint8Array(64);
+  rs.set(hexToBytes(`0x${r.toString(16).padStart(64, "0")}`), 0);
+  rs.set(hexToBytes(`0x${s.toString(16).padStart(64, "0")}`), 32);
+  let key: Uint8Array | null;
+  try {
+    // Refuses r or s of zero or not below the curve order, as ecrecover does.
+    key = lib.recover(hexToBytes(digest), rs, yParity === 1 ? 1 : 0, false);
+  } catch {
+    return undefined;
+  }
+  // The address is the last 20 bytes of the uncompressed key's hash, without its 0x04 prefix.
+  return key === null ? undefined : (`0x${keccak256(key.subarray(1)).slice(-40)}` as Address);
+}
 
 const SECP256K1_HALF_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n / 2n;
 const P256_HALF_N = 0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551n / 2n;
@@ -43,14 +76,14 @@ export function voucherPayload(escrow: Address, chainId: number, channelId: Hex,
  * of a new voucher's CPU (docs/performance.md, "One recovery per new voucher"). p256 and
  * WebAuthn envelopes carry their public key and go through mppx's check.
  */
-export function verifyVoucherSignature(
+export async function verifyVoucherSignature(
   escrow: Address,
   chainId: number,
   channelId: Hex,
   cumulative: bigint,
   signature: Hex,
   signer: Address,
-): boolean {
+): Promise<boolean> {
   try {
     const envelope = SignatureEnvelope.from(signature);
     if (!isLowS(envelope)) return false;
@@ -65,7 +98,9 @@ export function verifyVoucherSignature(
     // Canonical encoding only: one signature, one spelling.
     if (SignatureEnvelope.serialize(envelope).toLowerCase() !== signature.toLowerCase()) return false;
     const payload = voucherPayload(escrow, chainId, channelId, cumulative);
-    return isAddressEqual(SignatureEnvelope.extractAddress({ payload, signature: envelope }), signer);
+    const { r, s, yParity } = envelope.signature;
+    const recovered = await recoverSigner(payload, r, s, yParity);
+    return recovered !== undefined && isAddressEqual(recovered, signer);
   } catch {
     return false;
   }
