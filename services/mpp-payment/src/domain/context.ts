@@ -55,6 +55,8 @@ export interface PaymentContext {
    * text: a reused voucher is not parsed and hashed again on every request. Bounded.
    */
   checkedVouchers: Memo<SessionPayload>;
+  /** Channel ids by their descriptor's fields (credential.ts, checkDescriptor). Bounded. */
+  channelIds: Memo<Hex>;
   onOverHold: (over: { actual: bigint; charged: bigint }) => void;
 }
 
@@ -115,6 +117,7 @@ export function createContext(deps: PaymentsDeps): PaymentContext {
       stateCache.delete(channelId);
     },
     checkedVouchers: memo(),
+    channelIds: memo(),
     onOverHold: deps.onOverHold ?? (() => {}),
   };
 }

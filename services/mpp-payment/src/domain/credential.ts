@@ -91,11 +91,15 @@ export function authenticate(ctx: PaymentContext, req: CredentialedRequest): Aut
 function checkDescriptor(ctx: PaymentContext, payload: SessionPayload): void {
   const { s } = ctx;
   const { descriptor } = payload;
-  const computed = Session.Precompile.Channel.computeId({
-    ...descriptor,
-    chainId: s.chainId,
-    escrow: s.escrow,
-  });
+  // The id is a hash of these fields alone; a payer's new vouchers name the same descriptor, so
+  // it is hashed once (Keccak-256 in pure JavaScript), not on every new voucher. The memo is keyed
+  // by the descriptor, never by the channel id the credential names.
+  const key = `${descriptor.payer}|${descriptor.payee}|${descriptor.operator}|${descriptor.token}|${descriptor.salt}|${descriptor.authorizedSigner}|${descriptor.expiringNonceHash}`;
+  let computed = ctx.channelIds.get(key);
+  if (computed === undefined) {
+    computed = Session.Precompile.Channel.computeId({ ...descriptor, chainId: s.chainId, escrow: s.escrow });
+    ctx.channelIds.set(key, computed);
+  }
   if (computed.toLowerCase() !== payload.channelId) throw failed("descriptor does not match the channel id");
   if (!same(descriptor.payee, s.recipient)) throw failed("channel payee is not this service");
   if (!same(descriptor.token, s.currency)) throw failed("channel token is not the session currency");

@@ -465,6 +465,42 @@ describe("Verify", () => {
       expect(await s.store.get(payer.channelId)).toBeUndefined();
     });
 
+    it("mpp_payment_verification_failed for a known descriptor under another channel id", async () => {
+      // The payer's descriptor was hashed (and remembered) when it opened; named with the id of
+      // another channel, it is still refused, whichever of the two ids is known.
+      const s = setup();
+      const { req, payer } = await opened(s);
+      const stranger = new TestPayer(PAYEE);
+      const cases: Array<[Record<string, unknown>, string]> = [
+        [{ ...(await stranger.voucher(UNIT)), descriptor: payer.descriptor }, payer.source],
+        // The stranger's own descriptor and signature, on the payer's (known) channel: were the
+        // id taken as known from the channel id alone, the stranger would spend the payer's channel.
+        [
+          {
+            ...(await stranger.voucher(2n * UNIT)),
+            channelId: payer.channelId,
+            signature: await signVoucher(stranger.account, payer.channelId, 2n * UNIT),
+          },
+          stranger.source,
+        ],
+      ];
+      for (const [payload, source] of cases) {
+        const issued = s.payments.challenge(req);
+        await rejects(
+          verifyWith(s, payer.credential(issued.header, payload, source), req.body),
+          "mpp_payment_verification_failed",
+        );
+      }
+      // Its own channel's new voucher still passes.
+      const issued = s.payments.challenge(req);
+      const ok = await verifyWith(
+        s,
+        payer.credential(issued.header, await payer.voucher(2n * UNIT)),
+        req.body,
+      );
+      expect(ok.channelId).toBe(payer.channelId);
+    });
+
     it("mpp_payment_verification_failed for vouchers at or below what is settled, or with a close pending", async () => {
       const s = setup();
       const { req, issued, payer, channelId } = await opened(s);

@@ -146,6 +146,27 @@ describe("verifyVoucherSignature", () => {
     });
   }
 
+  it("signs over the escrow precompile's own digest, on any chain and amount", () => {
+    const MAX_UINT96 = 2n ** 96n - 1n;
+    for (const [chainId, cumulative] of [
+      [CHAIN, 500n],
+      [CHAIN, 0n],
+      [CHAIN, MAX_UINT96],
+      [1, 1n],
+      [CHAIN + 1, 123_456_789n],
+      [CHAIN, 500n],
+    ] as const) {
+      expect(voucherPayload(Channel.address as Address, chainId, channelId, cumulative)).toBe(
+        Channel.getVoucherSignPayload({ chainId, channelId, cumulativeAmount: cumulative }),
+      );
+    }
+    // An amount the escrow's uint96 cannot hold has no digest, as in ox's.
+    expect(() => voucherPayload(Channel.address as Address, CHAIN, channelId, MAX_UINT96 + 1n)).toThrow();
+    expect(() =>
+      Channel.getVoucherSignPayload({ chainId: CHAIN, channelId, cumulativeAmount: MAX_UINT96 + 1n }),
+    ).toThrow();
+  });
+
   it("refuses a voucher for another chain", async () => {
     const signature = secp(Channel.address as Address, 500n);
     expect(

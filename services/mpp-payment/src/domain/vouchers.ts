@@ -1,6 +1,15 @@
 import { Session } from "mppx/tempo";
 import { Channel, SignatureEnvelope } from "ox/tempo";
-import { type Address, type Hex, hashTypedData, hexToBytes, isAddressEqual, keccak256 } from "viem";
+import {
+  type Address,
+  concat,
+  encodeAbiParameters,
+  type Hex,
+  hashTypedData,
+  hexToBytes,
+  isAddressEqual,
+  keccak256,
+} from "viem";
 import type { ChannelDescriptor } from "./ports.js";
 
 type Libsecp256k1 = typeof import("tiny-secp256k1");
@@ -52,11 +61,24 @@ function isLowS(envelope: SignatureEnvelope.SignatureEnvelope): boolean {
   return false;
 }
 
+const separators = new Map<number, Hex>();
+const VOUCHER_HASH_PARAMETERS = [{ type: "bytes32" }, { type: "bytes32" }, { type: "uint96" }] as const;
+
 /** The digest a voucher's signer signs: the escrow precompile's own sign payload, or EIP-712
  * over another escrow's domain (the same choice the mppx client signs with). */
 export function voucherPayload(escrow: Address, chainId: number, channelId: Hex, cumulative: bigint): Hex {
   if (escrow.toLowerCase() === Channel.address.toLowerCase()) {
-    return Channel.getVoucherSignPayload({ chainId, channelId, cumulativeAmount: cumulative });
+    // Channel.getVoucherSignPayload's digest, with the chain's domain separator (a constant per
+    // chain) hashed once instead of on every voucher: one Keccak-256 in pure JavaScript fewer.
+    let separator = separators.get(chainId);
+    if (separator === undefined) {
+      separator = Channel.domainSeparator({ chainId });
+      if (separators.size < 16) separators.set(chainId, separator);
+    }
+    const voucherHash = keccak256(
+      encodeAbiParameters(VOUCHER_HASH_PARAMETERS, [Channel.voucherTypehash, channelId, cumulative]),
+    );
+    return keccak256(concat(["0x1901", separator, voucherHash]));
   }
   return hashTypedData({
     domain: Session.Precompile.Voucher.getVoucherDomain(escrow, chainId),
