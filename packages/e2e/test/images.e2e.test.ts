@@ -8,7 +8,9 @@
 // WORKDIR and RUN steps in scratch folders, a stage built FROM another starting from a copy of
 // it, and the five resulting "images" run as a stack with plain node: no tsx, no node_modules,
 // the HMAC secret read from a file as the chart mounts it, gRPC health SERVING as the
-// kubelet's probes ask it, and a chat completion served end to end.
+// kubelet's probes ask it, a chat completion served end to end, and paid requests on a Tempo
+// devnet, each with a new voucher whose signer mpp-payment's image recovers with the WebAssembly
+// its bundle ships (deploy/build/bundle.mjs).
 
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import {
@@ -24,6 +26,7 @@ import {
 import { rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
+import { PaidSession } from "@tollgate/agent-client";
 import { dialEnv, portOf, SERVICE_NAMES, type ServiceName, TOPOLOGY } from "@tollgate/config/topology";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/demo/fake-upstream";
 import type { ServiceIdentity } from "@tollgate/kit/credentials";
@@ -38,6 +41,7 @@ import {
 } from "@tollgate/testkit/fixtures";
 import { type StackTokens, writeStackTokens } from "@tollgate/testkit/internal-auth";
 import { DEMO_CONFIG, imageNodeFlags, REPO_ROOT } from "@tollgate/testkit/stack";
+import { createTempoDevnet, DEMO_PAYER_PRIVATE_KEY, type TempoDevnet } from "@tollgate/testkit/tempo-devnet";
 import { validate } from "dockerfile-utils";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
@@ -434,6 +438,7 @@ describe("the images, built here and run as a stack", () => {
   let nats: NatsFixture;
   let redis: RedisFixture;
   let upstream: FakeUpstream;
+  let devnet: TempoDevnet;
   const images = new Map<string, BuiltImage>();
   const grpcPorts = new Map<string, number>();
   let edgeUrl = "";
@@ -480,7 +485,12 @@ describe("the images, built here and run as a stack", () => {
     scratch = mkdtempSync(join(tmpdir(), "tollgate-images-"));
     tokens = writeStackTokens(scratch);
     for (const s of SERVICES) images.set(s, buildImage(s, scratch));
-    [nats, redis, upstream] = await Promise.all([useNats(), useRedis(), startFakeUpstream()]);
+    [nats, redis, upstream, devnet] = await Promise.all([
+      useNats(),
+      useRedis(),
+      startFakeUpstream(),
+      createTempoDevnet(),
+    ]);
     const config = join(scratch, "tollgate.yaml");
     writeFileSync(
       config,
@@ -497,7 +507,7 @@ describe("the images, built here and run as a stack", () => {
     const portOfAddr = (s: ServiceName) => addresses.get(s)!.split(":")[1]!;
     const extra: Partial<Record<ServiceName, Record<string, string>>> = {
       "mpp-payment": {
-        TEMPO_RPC_URL: "http://127.0.0.1:9/",
+        TEMPO_RPC_URL: devnet.url,
         MPP_SECRET_FILE: secretFile,
         MPP_RECIPIENT: "0x3E317d4640c59d5c81b4084c3f9EFDdC5C735B8e",
       },
@@ -540,6 +550,7 @@ describe("the images, built here and run as a stack", () => {
         .map((c) => new Promise<void>((resolve) => c.once("exit", () => resolve()).kill("SIGKILL"))),
     );
     await upstream?.close();
+    await devnet?.close();
     await nats?.stop();
     await redis?.stop();
     if (scratch) await rm(scratch, { recursive: true, force: true, maxRetries: 5 });
@@ -610,6 +621,35 @@ describe("the images, built here and run as a stack", () => {
     };
     expect(body.choices[0]?.message.content.length).toBeGreaterThan(0);
     expect(body.usage.completion_tokens).toBeGreaterThan(0);
+  });
+
+  it("serves paid requests with a new voucher each: mpp-payment's image recovers every signer with its bundled WebAssembly", async () => {
+    // The unmodified mppx session manager signs a new, higher voucher for every request; each
+    // one's signer is recovered (services/mpp-payment/src/domain/vouchers.ts) by libsecp256k1 in
+    // WebAssembly, which the bundle loads from dist/assets/ on the first recovery.
+    const session = new PaidSession({
+      url: edgeUrl,
+      privateKey: DEMO_PAYER_PRIVATE_KEY,
+      rpcUrl: devnet.url,
+      voucherEachRequest: true,
+    });
+    const body = {
+      plan: "Starter",
+      model_optimization: true,
+      max_tokens: 8,
+      messages: [{ role: "user", content: "hi" }],
+    };
+    const answers = [];
+    for (let i = 0; i < 3; i++) answers.push(await session.chat(body));
+    expect(answers.map((a) => [a.status, a.voucher])).toEqual([
+      [200, "opened"],
+      [200, "raised"],
+      [200, "raised"],
+    ]);
+    const spent = answers.map((a) => BigInt(a.receipt.spent));
+    expect(spent[0]).toBeGreaterThan(0n);
+    expect(spent[1]).toBeGreaterThan(spent[0]!);
+    expect(spent[2]).toBeGreaterThan(spent[1]!);
   });
 
   it("stops every process cleanly on SIGTERM, as a pod deletion does", async () => {
