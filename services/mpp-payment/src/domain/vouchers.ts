@@ -29,7 +29,11 @@ async function recoverSigner(
   s: bigint,
   yParity: number,
 ): Promise<Address | undefined> {
-  libsecp256k1 ??= import("tiny-secp256k1");
+  // A failed load is not remembered: the next recovery tries again.
+  libsecp256k1 ??= import("tiny-secp256k1").catch((err: unknown) => {
+    libsecp256k1 = undefined;
+    throw err;
+  });
   const lib = await libsecp256k1;
   const rs = new Uint8Array(64);
   rs.set(hexToBytes(`0x${r.toString(16).padStart(64, "0")}`), 0);
@@ -106,6 +110,7 @@ export async function verifyVoucherSignature(
   signature: Hex,
   signer: Address,
 ): Promise<boolean> {
+  let recovery: { payload: Hex; r: bigint; s: bigint; yParity: number };
   try {
     const envelope = SignatureEnvelope.from(signature);
     if (!isLowS(envelope)) return false;
@@ -119,11 +124,13 @@ export async function verifyVoucherSignature(
     }
     // Canonical encoding only: one signature, one spelling.
     if (SignatureEnvelope.serialize(envelope).toLowerCase() !== signature.toLowerCase()) return false;
-    const payload = voucherPayload(escrow, chainId, channelId, cumulative);
     const { r, s, yParity } = envelope.signature;
-    const recovered = await recoverSigner(payload, r, s, yParity);
-    return recovered !== undefined && isAddressEqual(recovered, signer);
+    recovery = { payload: voucherPayload(escrow, chainId, channelId, cumulative), r, s, yParity };
   } catch {
     return false;
   }
+  // Outside the catch: a recovery library that fails to load is this service's fault, answered
+  // as an internal error, never as the payer's invalid signature.
+  const recovered = await recoverSigner(recovery.payload, recovery.r, recovery.s, recovery.yParity);
+  return recovered !== undefined && isAddressEqual(recovered, signer);
 }
