@@ -15,6 +15,9 @@ const NEEDS_ISOLATION = [
   "packages/kit/src/tracing.test.ts",
   "services/api-edge/src/http/tracing.test.ts",
   "services/inference-router/src/adapters/upstream-http/traced-request.test.ts",
+  // Mocks tiny-secp256k1 to fail its load: with a shared module cache, vouchers.ts may already
+  // hold the real module another file loaded.
+  "services/mpp-payment/src/domain/vouchers-unloadable.test.ts",
 ];
 
 export default defineConfig({
