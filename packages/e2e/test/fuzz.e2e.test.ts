@@ -444,7 +444,8 @@ const agent = new Agent({ keepAlive: true, maxSockets: 1 });
 /**
  * Sends a case over the kept-alive connection. A reset met on a reused connection before any
  * answer is the race Node's http docs describe (`request.reusedSocket`): the server closed the
- * idle connection as the request went out, so it never saw it. That one case is sent again, once,
+ * idle connection as the request went out, so it never saw it. It shows as ECONNRESET, or as
+ * EPIPE when the write comes after the close has arrived. That one case is sent again, once,
  * on a new connection; any other failure is the gateway's.
  */
 async function sendHttp(port: number, c: Case, timeoutMs: number): Promise<Answer> {
@@ -485,7 +486,11 @@ function sendHttpOnce(port: number, c: Case, timeoutMs: number): Promise<Answer>
     );
     req.on("timeout", () => req.destroy(new Error("no answer in time")));
     req.on("error", (err: NodeJS.ErrnoException) =>
-      reject(req.reusedSocket && err.code === "ECONNRESET" ? new ReusedSocketReset(err.message) : err),
+      reject(
+        req.reusedSocket && (err.code === "ECONNRESET" || err.code === "EPIPE")
+          ? new ReusedSocketReset(err.message)
+          : err,
+      ),
     );
     req.end(c.body);
   });
