@@ -489,7 +489,7 @@ function sendHttpOnce(port: number, c: Case, timeoutMs: number): Promise<Answer>
       reject(
         req.reusedSocket && (err.code === "ECONNRESET" || err.code === "EPIPE")
           ? new ReusedSocketReset(err.message)
-          : err,
+          : new Error(`${err.message} (on a ${req.reusedSocket ? "reused" : "new"} connection)`),
       ),
     );
     req.end(c.body);
