@@ -6,8 +6,8 @@ import { describe, expect, it, vi } from "vitest";
 import { verifyVoucherSignature, voucherPayload } from "./vouchers.js";
 
 // A deployment whose recovery library cannot load (a bundle without its .wasm, say) is broken on
-// our side: the payer's voucher must not be answered as an invalid signature.
-// The first load fails; a later one finds the module (a file restored, memory freed).
+// our side: the payer's voucher must not be answered as an invalid signature. Here the first load
+// fails and a later one finds the module, as after a file is restored or memory freed.
 const loads = vi.hoisted(() => ({ count: 0 }));
 vi.mock("tiny-secp256k1", async (importActual) => {
   if (loads.count++ === 0) throw new Error("ENOENT: secp256k1.wasm");
