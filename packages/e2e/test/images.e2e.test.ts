@@ -432,6 +432,7 @@ describe.each(SERVICES)(`${DOCKERFILE} --build-arg SERVICE=%s`, (service) => {
 describe("the images, built here and run as a stack", () => {
   const namespace = uniqueNamespace("img");
   const children: ChildProcess[] = [];
+  const serviceOf = new Map<ChildProcess, string>();
   const output: string[] = [];
   let scratch: string;
   let tokens: StackTokens;
@@ -470,6 +471,7 @@ describe("the images, built here and run as a stack", () => {
     child.stdout?.on("data", collect);
     child.stderr?.on("data", collect);
     children.push(child);
+    serviceOf.set(child, service);
     return child;
   }
 
@@ -655,11 +657,15 @@ describe("the images, built here and run as a stack", () => {
   it("stops every process cleanly on SIGTERM, as a pod deletion does", async () => {
     const exits = children.map(
       (c) =>
-        new Promise<number | null>((resolve) =>
-          c.exitCode !== null ? resolve(c.exitCode) : c.once("exit", (code) => resolve(code)),
-        ),
+        new Promise<string>((resolve) => {
+          const said = (code: number | null, signal: NodeJS.Signals | null) =>
+            resolve(`${serviceOf.get(c)}: ${code ?? signal}`);
+          if (c.exitCode !== null || c.signalCode !== null) said(c.exitCode, c.signalCode);
+          else c.once("exit", said);
+        }),
     );
     for (const c of [...children].reverse()) c.kill("SIGTERM");
-    expect(await Promise.all(exits)).toEqual(children.map(() => 0));
+    // On a failure, what the processes printed tells which step of whose stop failed.
+    expect(await Promise.all(exits), output.join("")).toEqual(children.map((c) => `${serviceOf.get(c)}: 0`));
   });
 });

@@ -1,5 +1,8 @@
+import { Writable } from "node:stream";
+import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import pino from "pino";
 import { describe, expect, it } from "vitest";
-import { chargeOf, receiptWithCharge } from "./paid-commit.js";
+import { chargeOf, commitAfterAnswer, paidCommitsSettled, receiptWithCharge } from "./paid-commit.js";
 
 const encode = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
 const decode = (v: string | undefined) => JSON.parse(Buffer.from(v ?? "", "base64url").toString("utf8"));
@@ -51,5 +54,65 @@ describe("the receipt of an answered paid request", () => {
     expect(chargeOf("900", "500")).toBe(500n);
     expect(chargeOf(undefined, "500")).toBe(0n);
     expect(chargeOf("1.5", "500")).toBe(0n);
+  });
+});
+
+describe("the commits sent after their answers, at shutdown", () => {
+  const capture = () => {
+    const lines: Record<string, unknown>[] = [];
+    const log = pino(
+      new Writable({
+        write(chunk, _enc, done) {
+          lines.push(JSON.parse(String(chunk)));
+          done();
+        },
+      }),
+    );
+    return { log, lines };
+  };
+  const noReplica = () => new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "channel closed");
+
+  it("are waited for until they land", async () => {
+    const { log, lines } = capture();
+    let tries = 0;
+    let landed = false;
+    commitAfterAnswer(
+      async () => {
+        if (++tries < 3) throw noReplica();
+        landed = true;
+      },
+      log,
+      "res_landing",
+    );
+    await paidCommitsSettled(5_000);
+    expect(landed).toBe(true);
+    expect(lines).toEqual([]);
+  });
+
+  it("are left behind, logged by reservation, when mpp-payment stays away past the wait (the whole release stopping)", async () => {
+    const { log, lines } = capture();
+    let away = true;
+    commitAfterAnswer(
+      async () => {
+        if (away) throw noReplica();
+      },
+      log,
+      "res_stranded",
+    );
+    const started = Date.now();
+    await paidCommitsSettled(300);
+    // Not the minute a Commit retries for: the process exits inside its shutdown bound.
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(lines).toMatchObject([
+      {
+        level: 40,
+        reservationId: "res_stranded",
+        msg: expect.stringContaining("left to metering's commit"),
+      },
+    ]);
+    // It goes on retrying in the background; once it lands, nothing is left pending.
+    away = false;
+    await paidCommitsSettled(5_000);
+    expect(lines).toHaveLength(1);
   });
 });

@@ -68,15 +68,25 @@ export function receiptWithCharge(reserved: string, charge: bigint, at: Date): s
   return Buffer.from(JSON.stringify(answered)).toString("base64url");
 }
 
-/** Commits sent after their answer and not finished yet. */
-const pending = new Set<Promise<void>>();
+/**
+ * How long api-edge's stop waits for Commits sent after their answer (ms): well inside the
+ * shutdown's bound (packages/kit/src/shutdown.ts, 25 s), so a Commit retrying against an
+ * mpp-payment that is stopping too (a whole release torn down at once) cannot make the process
+ * miss it. Such a Commit is left to metering's, from the same request's usage event (docs/money.md,
+ * "Paid door: the commit after the answer").
+ */
+export const SHUTDOWN_COMMIT_WAIT_MS = 10_000;
+
+/** Commits sent after their answer and not finished yet, each with what names it in a log. */
+const pending = new Map<Promise<void>, { log: FastifyBaseLogger; reservationId: string }>();
 
 /**
  * Sends an answered request's Commit off the request path: started as soon as the answer is
  * written (the next turn of the event loop, so that none of its work, in process or on the wire,
  * comes before the answer's bytes), retried on another replica for up to a minute, awaited by
- * nobody but `paidCommitsSettled`. A Commit that still fails is logged; its hold then lapses
- * uncharged after its TTL (docs/money.md, "Paid door: the commit after the answer").
+ * nobody but `paidCommitsSettled`. A Commit that still fails is logged; metering's Commit from
+ * the usage event charges the hold, or it lapses uncharged after its TTL (docs/money.md, "Paid
+ * door: the commit after the answer").
  */
 export function commitAfterAnswer(
   commit: () => Promise<unknown>,
@@ -89,11 +99,27 @@ export function commitAfterAnswer(
       () => undefined,
       (err: unknown) => log.error({ err, reservationId }, "paid usage commit after the answer failed"),
     );
-  pending.add(sent);
+  pending.set(sent, { log, reservationId });
   void sent.finally(() => pending.delete(sent));
 }
 
-/** Resolves once every Commit sent after an answer so far has finished: api-edge's stop waits for it. */
-export async function paidCommitsSettled(): Promise<void> {
-  await Promise.all([...pending]);
+/**
+ * Resolves once every Commit sent after an answer so far has finished, or after `withinMs`:
+ * api-edge's stop waits for it. A Commit still retrying then is logged and left behind.
+ */
+export async function paidCommitsSettled(withinMs = SHUTDOWN_COMMIT_WAIT_MS): Promise<void> {
+  if (pending.size === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<"late">((r) => {
+    timer = setTimeout(() => r("late"), withinMs);
+  });
+  const outcome = await Promise.race([Promise.all([...pending.keys()]), late]);
+  clearTimeout(timer);
+  if (outcome !== "late") return;
+  for (const { log, reservationId } of pending.values()) {
+    log.warn(
+      { reservationId, waitedMs: withinMs },
+      "paid usage commit after the answer still retrying at shutdown: left to metering's commit",
+    );
+  }
 }
