@@ -59,7 +59,7 @@ import { LeaseBook, type LeaseClient } from "./routes/leases.js";
 import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
-import { paidCommitsSettled } from "./routes/paid-commit.js";
+import { PaidCommits } from "./routes/paid-commit.js";
 import { type AccountRoutes, type RouteImpl, registerRoutes } from "./routes/register.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
@@ -171,6 +171,8 @@ export interface EdgeApp {
   drain: Drain;
   /** The replica's leases, returned when it stops; absent without lease calls. */
   leases?: LeaseBook;
+  /** The paid route's Commits sent after their answers, which the stop waits for. */
+  paidCommits: PaidCommits;
 }
 
 /** Every account-door route's implementation, by its id in the route table. */
@@ -229,6 +231,7 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
   const idempotency = new Idempotency(ports.idempotencyStore);
   idempotency.register(app);
   const leases = ports.leases ? new LeaseBook(ports.leases, log) : undefined;
+  const paidCommits = new PaidCommits();
   const ctx: AccountRouteContext = {
     auth: ports.auth,
     ...(leases ? { leases } : {}),
@@ -249,11 +252,13 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
       },
     },
     ...accountRoutes(ctx),
-    ...(ports.payment ? { mppChat: mppChatCompletionsRoute({ ...ctx, payment: ports.payment }) } : {}),
+    ...(ports.payment
+      ? { mppChat: mppChatCompletionsRoute({ ...ctx, payment: ports.payment, paidCommits }) }
+      : {}),
   };
   routes.openapi = publicOpenApiRoute(routes, limits.maxMessages, ports.offer);
   registerRoutes(app, routes);
-  return { app, drain, ...(leases ? { leases } : {}) };
+  return { app, drain, paidCommits, ...(leases ? { leases } : {}) };
 }
 
 /** Builds the HTTP server with its routes and the gRPC clients behind it, and starts listening. */
@@ -270,7 +275,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
   const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge") : undefined;
   const itemsTtlMs = opts.responseItemsTtlMs ?? RESPONSE_ITEMS_TTL_MS;
   const registry = deps.metrics ?? createMetrics("api-edge");
-  const { app, drain, leases } = buildApp(
+  const { app, drain, leases, paidCommits } = buildApp(
     {
       auth,
       ...(opts.leases !== false ? { leases: auth } : {}),
@@ -340,7 +345,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         () => auth.$close(),
         () => inference.$close(),
         // Commits sent after their answer (routes/paid-commit.ts) finish before their client closes.
-        () => paidCommitsSettled(),
+        () => paidCommits.settled(),
         () => payment?.$close(),
         () => metering?.$close(),
         () => redis && quitRedis(redis),

@@ -8,6 +8,7 @@ import type { ResponseItemStore } from "../domain/response-items.js";
 import type { Idempotency } from "../http/idempotency.js";
 import type { RequestSchemas } from "../schemas/requests.js";
 import type { LeaseBook } from "./leases.js";
+import type { PaidCommits } from "./paid-commit.js";
 
 /** The calls of each service the routes make: a gRPC client fits, and so does an in-memory fake. */
 export type AuthClient = Pick<Client<MethodsOf<typeof AuthService>>, "authorize" | "settleReservation">;
@@ -38,6 +39,8 @@ export interface AccountRouteContext {
 /** What the paid route needs besides. */
 export interface RouteContext extends AccountRouteContext {
   payment: PaymentClient;
+  /** The Commits sent after their answers, which api-edge's stop waits for. */
+  paidCommits: PaidCommits;
 }
 
 /** Deadline for recording a lost stream's usage with metering. */

@@ -12,7 +12,7 @@ import { outputCapOf, outputSequencesOf, type PaidChatRequest } from "../schemas
 import type { RequestSchemas } from "../schemas/requests.js";
 import { describeInvalid } from "./account-inference.js";
 import type { RouteContext } from "./context.js";
-import { chargeOf, commitAfterAnswer, onAnyReplica, receiptWithCharge } from "./paid-commit.js";
+import { chargeOf, onAnyReplica, receiptWithCharge } from "./paid-commit.js";
 import type { RouteImpl } from "./register.js";
 
 const PATH = ROUTES.mppChat.path;
@@ -230,7 +230,7 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
       // first, as before.
       let receipt = receiptWithCharge(held.reservedReceipt, charge, new Date());
       if (receipt !== undefined) {
-        commitAfterAnswer(commit, req.log, reservationId);
+        ctx.paidCommits.send(commit, req.log, reservationId);
       } else {
         // A commit whose replica died mid-call may or may not have run: the retry on another
         // replica commits it, or answers the first commit's figures (idempotent by reservation id).

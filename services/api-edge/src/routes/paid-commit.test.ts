@@ -2,7 +2,7 @@ import { Writable } from "node:stream";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
-import { chargeOf, commitAfterAnswer, paidCommitsSettled, receiptWithCharge } from "./paid-commit.js";
+import { chargeOf, PaidCommits, receiptWithCharge } from "./paid-commit.js";
 
 const encode = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
 const decode = (v: string | undefined) => JSON.parse(Buffer.from(v ?? "", "base64url").toString("utf8"));
@@ -74,9 +74,10 @@ describe("the commits sent after their answers, at shutdown", () => {
 
   it("are waited for until they land", async () => {
     const { log, lines } = capture();
+    const commits = new PaidCommits();
     let tries = 0;
     let landed = false;
-    commitAfterAnswer(
+    commits.send(
       async () => {
         if (++tries < 3) throw noReplica();
         landed = true;
@@ -84,15 +85,16 @@ describe("the commits sent after their answers, at shutdown", () => {
       log,
       "res_landing",
     );
-    await paidCommitsSettled(5_000);
+    await commits.settled(5_000);
     expect(landed).toBe(true);
     expect(lines).toEqual([]);
   });
 
   it("are left behind, logged by reservation, when mpp-payment stays away past the wait (the whole release stopping)", async () => {
     const { log, lines } = capture();
+    const commits = new PaidCommits();
     let away = true;
-    commitAfterAnswer(
+    commits.send(
       async () => {
         if (away) throw noReplica();
       },
@@ -100,7 +102,7 @@ describe("the commits sent after their answers, at shutdown", () => {
       "res_stranded",
     );
     const started = Date.now();
-    await paidCommitsSettled(300);
+    await commits.settled(300);
     // Not the minute a Commit retries for: the process exits inside its shutdown bound.
     expect(Date.now() - started).toBeLessThan(2_000);
     expect(lines).toMatchObject([
@@ -112,7 +114,7 @@ describe("the commits sent after their answers, at shutdown", () => {
     ]);
     // It goes on retrying in the background; once it lands, nothing is left pending.
     away = false;
-    await paidCommitsSettled(5_000);
+    await commits.settled(5_000);
     expect(lines).toHaveLength(1);
   });
 });

@@ -77,49 +77,50 @@ export function receiptWithCharge(reserved: string, charge: bigint, at: Date): s
  */
 export const SHUTDOWN_COMMIT_WAIT_MS = 10_000;
 
-/** Commits sent after their answer and not finished yet, each with what names it in a log. */
-const pending = new Map<Promise<void>, { log: FastifyBaseLogger; reservationId: string }>();
-
 /**
- * Sends an answered request's Commit off the request path: started as soon as the answer is
- * written (the next turn of the event loop, so that none of its work, in process or on the wire,
- * comes before the answer's bytes), retried on another replica for up to a minute, awaited by
- * nobody but `paidCommitsSettled`. A Commit that still fails is logged; metering's Commit from
- * the usage event charges the hold, or it lapses uncharged after its TTL (docs/money.md, "Paid
- * door: the commit after the answer").
+ * The Commits one api-edge sent after their answers and that have not finished yet, each with
+ * what names it in a log.
  */
-export function commitAfterAnswer(
-  commit: () => Promise<unknown>,
-  log: FastifyBaseLogger,
-  reservationId: string,
-): void {
-  const sent = new Promise<void>((r) => setImmediate(r))
-    .then(() => onAnyReplica(commit, AFTER_ANSWER_RETRY_MS))
-    .then(
-      () => undefined,
-      (err: unknown) => log.error({ err, reservationId }, "paid usage commit after the answer failed"),
-    );
-  pending.set(sent, { log, reservationId });
-  void sent.finally(() => pending.delete(sent));
-}
+export class PaidCommits {
+  readonly #pending = new Map<Promise<void>, { log: FastifyBaseLogger; reservationId: string }>();
 
-/**
- * Resolves once every Commit sent after an answer so far has finished, or after `withinMs`:
- * api-edge's stop waits for it. A Commit still retrying then is logged and left behind.
- */
-export async function paidCommitsSettled(withinMs = SHUTDOWN_COMMIT_WAIT_MS): Promise<void> {
-  if (pending.size === 0) return;
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<"late">((r) => {
-    timer = setTimeout(() => r("late"), withinMs);
-  });
-  const outcome = await Promise.race([Promise.all([...pending.keys()]), late]);
-  clearTimeout(timer);
-  if (outcome !== "late") return;
-  for (const { log, reservationId } of pending.values()) {
-    log.warn(
-      { reservationId, waitedMs: withinMs },
-      "paid usage commit after the answer still retrying at shutdown: left to metering's commit",
-    );
+  /**
+   * Sends an answered request's Commit off the request path: started as soon as the answer is
+   * written (the next turn of the event loop, so that none of its work, in process or on the
+   * wire, comes before the answer's bytes), retried on another replica for up to a minute,
+   * awaited by nobody but `settled`. A Commit that still fails is logged; metering's Commit from
+   * the usage event charges the hold, or it lapses uncharged after its TTL (docs/money.md, "Paid
+   * door: the commit after the answer").
+   */
+  send(commit: () => Promise<unknown>, log: FastifyBaseLogger, reservationId: string): void {
+    const sent = new Promise<void>((r) => setImmediate(r))
+      .then(() => onAnyReplica(commit, AFTER_ANSWER_RETRY_MS))
+      .then(
+        () => undefined,
+        (err: unknown) => log.error({ err, reservationId }, "paid usage commit after the answer failed"),
+      );
+    this.#pending.set(sent, { log, reservationId });
+    void sent.finally(() => this.#pending.delete(sent));
+  }
+
+  /**
+   * Resolves once every Commit sent so far has finished, or after `withinMs`: api-edge's stop
+   * waits for it. A Commit still retrying then is logged and left behind.
+   */
+  async settled(withinMs = SHUTDOWN_COMMIT_WAIT_MS): Promise<void> {
+    if (this.#pending.size === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<"late">((r) => {
+      timer = setTimeout(() => r("late"), withinMs);
+    });
+    const outcome = await Promise.race([Promise.all([...this.#pending.keys()]), late]);
+    clearTimeout(timer);
+    if (outcome !== "late") return;
+    for (const { log, reservationId } of this.#pending.values()) {
+      log.warn(
+        { reservationId, waitedMs: withinMs },
+        "paid usage commit after the answer still retrying at shutdown: left to metering's commit",
+      );
+    }
   }
 }
