@@ -176,6 +176,7 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
       internalAuth: trust["inference-router"],
       gateway,
       upstreamKeys: upstreamKeysFrom(gateway, cfg.env),
+      shutdownTimeoutMs: cfg.shutdownTimeoutMs,
       ...nats,
     },
     logger("inference-router"),

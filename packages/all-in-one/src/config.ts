@@ -1,7 +1,7 @@
 import { fileURLToPath } from "node:url";
 import type { EdgeLimits } from "@tollgate/api-edge";
 import { limitsEnvSchema, limitsOf, responseItemsEnv } from "@tollgate/api-edge/config";
-import { logLevel, parseEnv, port } from "@tollgate/kit/config";
+import { logLevel, parseEnv, port, shutdownTimeoutSeconds } from "@tollgate/kit/config";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
 import { z } from "zod";
 
@@ -31,6 +31,7 @@ const envSchema = z.object({
     .regex(/^0x[0-9a-fA-F]{64}$/)
     .optional(),
   LOG_LEVEL: logLevel,
+  SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
   /** One Prometheus /metrics for all five services; loopback like HOST by default; 0 picks a free port. */
   METRICS_HOST: z.string().default("127.0.0.1"),
   METRICS_PORT: port(9090),
@@ -53,6 +54,8 @@ export interface AllInOneConfig {
   /** How long a Responses output message is kept (RESPONSE_ITEMS_TTL_SECONDS); absent: 24 h. */
   responseItemsTtlMs?: number;
   logLevel: string;
+  /** The bound on the process's stop (SHUTDOWN_TIMEOUT_SECONDS). */
+  shutdownTimeoutMs: number;
   tempoRpcUrl?: string;
   tempoDevnetPort: number;
   mppSecret?: string;
@@ -85,6 +88,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AllInOneConfig
     redisPrefix: e.REDIS_PREFIX,
     responseItemsTtlMs: e.RESPONSE_ITEMS_TTL_SECONDS * 1000,
     logLevel: e.LOG_LEVEL,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,
     ...(e.TEMPO_RPC_URL ? { tempoRpcUrl: e.TEMPO_RPC_URL } : {}),
     tempoDevnetPort: e.TEMPO_DEVNET_PORT,
     ...(e.ADMIN_TOKEN ? { adminToken: e.ADMIN_TOKEN } : {}),

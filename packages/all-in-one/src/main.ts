@@ -21,7 +21,7 @@ try {
   const log = createLogger({ service: "all-in-one", level: config.logLevel });
   await initTracing(config.tracing, log);
   app = await startAllInOne(config);
-  onShutdown(app, log);
+  onShutdown(app, log, config.shutdownTimeoutMs);
 } catch (err) {
   // One readable message, no stack: the services that did start hold sockets open, so exit
   // explicitly rather than wait for them.

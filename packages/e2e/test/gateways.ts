@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type AllInOne, startAllInOne } from "@tollgate/all-in-one";
+import { DEFAULT_SHUTDOWN_TIMEOUT_MS } from "@tollgate/kit/config";
 import {
   type FakeUpstream,
   type FakeUpstreamOptions,
@@ -110,6 +111,7 @@ export async function startConfiguredGateway(
       natsNamespace: "",
       redisPrefix: "tollgate:",
       logLevel: "info",
+      shutdownTimeoutMs: DEFAULT_SHUTDOWN_TIMEOUT_MS,
       tempoDevnetPort: 0,
       ...(opts.metricsPort !== undefined ? { metricsHost: "127.0.0.1", metricsPort: opts.metricsPort } : {}),
       env: opts.env ?? {},

@@ -11,7 +11,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadGatewayConfig } from "@tollgate/config";
+import { loadGatewayConfig, upstreamPolicy } from "@tollgate/config";
 import { REPO_ROOT } from "@tollgate/testkit/stack";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
@@ -194,6 +194,32 @@ describe("the production example, rendered", () => {
       (e: K8sObject) => e.name === "INFERENCE_ROUTER_ADDR",
     );
     expect(addr.value).toBe("dns:///tollgate-inference-router-headless.tollgate.svc.cluster.local:50053");
+  });
+
+  it("bounds each process's stop inside its pod's grace period, leaving a stream of the longest upstream timeout room to finish", () => {
+    const bounds = new Map<string, number>();
+    for (const w of workloads) {
+      const pod = podSpecOf(w);
+      const container = pod.containers[0];
+      const bound = Number(
+        container.env.find((e: K8sObject) => e.name === "SHUTDOWN_TIMEOUT_SECONDS")?.value,
+      );
+      const preStop = container.lifecycle?.preStop?.sleep?.seconds ?? 0;
+      // Exits 5 s before the kubelet would kill it, after the preStop sleep.
+      expect(bound, componentOf(w)).toBe(pod.terminationGracePeriodSeconds - preStop - 5);
+      bounds.set(componentOf(w), bound);
+    }
+    const configMap = objects.find((o) => o.kind === "ConfigMap" && o.data?.["config.yaml"]);
+    const path = join(work, "production-config.yaml");
+    writeFileSync(path, configMap!.data["config.yaml"]);
+    const gateway = loadGatewayConfig(path);
+    const longest = Math.max(
+      ...gateway.upstreams.map((u) => upstreamPolicy(gateway.resilience, u).timeouts.totalMs),
+    );
+    // A router lets its streams run for its bound less 5 s (services/inference-router/src/app.ts,
+    // streamGraceMs); api-edge waits for them within its own.
+    expect((bounds.get("inference-router")! - 5) * 1_000).toBeGreaterThanOrEqual(longest);
+    expect(bounds.get("api-edge")! * 1_000).toBeGreaterThanOrEqual(longest);
   });
 
   it("holds no secret value: no Secret objects, secrets only by secretKeyRef or mounted Secret files", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { ConfigError, describeIssues, logLevel, parseEnv, port } from "./config.js";
+import { ConfigError, describeIssues, logLevel, parseEnv, port, shutdownTimeoutSeconds } from "./config.js";
 
 const schema = z.object({
   GRPC_HOST: z.string().default("0.0.0.0"),
@@ -77,6 +77,19 @@ describe("parseEnv", () => {
   it("ignores variables the schema does not name", () => {
     const cfg = parseEnv(schema, { NATS_URL: "nats://n:4222", PATH: "/usr/bin", HOME: "/root" });
     expect(cfg).not.toHaveProperty("PATH");
+  });
+});
+
+describe("SHUTDOWN_TIMEOUT_SECONDS", () => {
+  const bound = z.object({ SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds });
+
+  it("is 25 s when unset, and whole seconds from 1 to an hour when set", () => {
+    expect(parseEnv(bound, {}).SHUTDOWN_TIMEOUT_SECONDS).toBe(25);
+    expect(parseEnv(bound, { SHUTDOWN_TIMEOUT_SECONDS: "125" }).SHUTDOWN_TIMEOUT_SECONDS).toBe(125);
+    for (const bad of ["0", "1.5", "-3", "3601", "soon"]) {
+      const err = failure(() => parseEnv(bound, { SHUTDOWN_TIMEOUT_SECONDS: bad }));
+      expect(err.message, bad).toContain("SHUTDOWN_TIMEOUT_SECONDS");
+    }
   });
 });
 

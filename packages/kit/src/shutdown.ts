@@ -9,10 +9,11 @@ export interface Stoppable {
 /**
  * Stops `app` on SIGTERM or SIGINT, then exits. The app's own stop() runs the ordered
  * sequence (not ready → stop accepting → drain in-flight → drain NATS → quit Redis); then the
- * spans of the last requests are flushed (when tracing is on). This only bounds it in time so a
- * stuck dependency or collector cannot keep a pod alive forever.
+ * spans of the last requests are flushed (when tracing is on). This only bounds it in time
+ * (`timeoutMs`, from SHUTDOWN_TIMEOUT_SECONDS: config.ts) so a stuck dependency or collector
+ * cannot keep a pod alive forever.
  */
-export function onShutdown(app: Stoppable, log: Logger, timeoutMs = 25_000): void {
+export function onShutdown(app: Stoppable, log: Logger, timeoutMs: number): void {
   let stopping = false;
   const handler = (signal: NodeJS.Signals) => {
     if (stopping) return;

@@ -1,5 +1,5 @@
 import { loadGatewayConfig } from "@tollgate/config";
-import { logLevel, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
+import { logLevel, parseEnv, port, redisClusterNodes, shutdownTimeoutSeconds } from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
 import { redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
@@ -60,6 +60,7 @@ const envSchema = z.object({
   /** The paid door's mpp-payment; "off" disables the paid route. */
   MPP_PAYMENT_ADDR: z.string().default("127.0.0.1:50052"),
   LOG_LEVEL: logLevel,
+  SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
   /** Redis for idempotency records shared by every replica; unset keeps them in memory. */
   REDIS_URL: z.string().optional(),
   REDIS_CLUSTER_NODES: redisClusterNodes,
@@ -103,6 +104,8 @@ export interface ApiEdgeConfig {
   /** How long a Responses output message is kept (RESPONSE_ITEMS_TTL_SECONDS). */
   responseItemsTtlMs: number;
   logLevel: string;
+  /** The bound on the process's stop (SHUTDOWN_TIMEOUT_SECONDS). */
+  shutdownTimeoutMs: number;
   metricsHost: string;
   metricsPort: number;
   /** OpenTelemetry export; undefined (the default) keeps tracing off. */
@@ -146,6 +149,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): ApiEdgeConfig 
     redisPrefix: e.REDIS_PREFIX,
     responseItemsTtlMs: e.RESPONSE_ITEMS_TTL_SECONDS * 1000,
     logLevel: e.LOG_LEVEL,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     tracing: tracingOptions(e, "api-edge"),

@@ -18,6 +18,7 @@ describe("loadConfig", () => {
       rotationGraceSeconds: 86_400,
       reservationTtlSeconds: 600,
       settlementWindowSeconds: 7 * 86_400,
+      shutdownTimeoutMs: 25_000,
     });
     expect(c.redisUrl).toBeUndefined();
     expect(c.natsUrl).toBeUndefined();
@@ -32,12 +33,14 @@ describe("loadConfig", () => {
       NATS_URL: "",
       NATS_NAMESPACE: "ns",
       KEY_ROTATION_GRACE_SECONDS: "3600",
+      SHUTDOWN_TIMEOUT_SECONDS: "20",
     });
     expect(c).toMatchObject({
       redisUrl: "redis://r:6379",
       redisPrefix: "t1:",
       natsNamespace: "ns",
       rotationGraceSeconds: 3_600,
+      shutdownTimeoutMs: 20_000,
     });
     expect(c.natsUrl).toBeUndefined();
   });

@@ -1,5 +1,12 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
-import { logLevel, natsServers, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
+import {
+  logLevel,
+  natsServers,
+  parseEnv,
+  port,
+  redisClusterNodes,
+  shutdownTimeoutSeconds,
+} from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { natsUrlOf } from "@tollgate/kit/nats";
 import { redisUrlOf } from "@tollgate/kit/redis";
@@ -20,6 +27,7 @@ const envSchema = z
     GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
     GRPC_PORT: port(50051),
     LOG_LEVEL: logLevel,
+    SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
     /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
     REDIS_URL: z.string().optional(),
     REDIS_CLUSTER_NODES: redisClusterNodes,
@@ -63,6 +71,8 @@ const envSchema = z
 /** Everything auth-policy needs to start. */
 export interface AuthPolicyConfig extends AuthPolicyOptions {
   logLevel: string;
+  /** The bound on the process's stop (SHUTDOWN_TIMEOUT_SECONDS). */
+  shutdownTimeoutMs: number;
   gateway: GatewayConfig;
   /** OpenTelemetry export; undefined (the default) keeps tracing off. */
   tracing?: TracingOptions;
@@ -79,6 +89,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
     ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,
     gateway: loadGatewayConfig(e.TOLLGATE_CONFIG),
     ...(redisUrl ? { redisUrl } : {}),
     redisPrefix: e.REDIS_PREFIX,

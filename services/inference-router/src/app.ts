@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { type GatewayConfig, pricingSnapshotId, upstreamPolicy } from "@tollgate/config";
 import { createJetStreamBus, type EventBus } from "@tollgate/kit/bus";
+import { DEFAULT_SHUTDOWN_TIMEOUT_MS } from "@tollgate/kit/config";
 import type { MethodsOf } from "@tollgate/kit/grpc";
 import type { HealthCheck } from "@tollgate/kit/health";
 import type { InProcessService } from "@tollgate/kit/in-process";
@@ -46,6 +47,23 @@ export interface InferenceRouterOptions extends ServiceServerOptions {
   natsNamespace?: string;
   /** Replicas of the usage stream on a NATS cluster (created so, or raised to it). Default 1. */
   natsStreamReplicas?: number;
+  /** The bound on the process's stop (SHUTDOWN_TIMEOUT_SECONDS); sets what streams get of it. */
+  shutdownTimeoutMs?: number;
+}
+
+/**
+ * What the stop leaves a stream's usage event and the NATS drain once the streams in flight have
+ * ended or been cut (ms): a publish that NATS answers takes milliseconds.
+ */
+export const AFTER_STREAMS_MS = 5_000;
+
+/**
+ * How long the stop lets streams in flight go on (ms): the process's bound less AFTER_STREAMS_MS,
+ * so that a stream the grace period was chosen for (up to the upstream timeout, when the chart's
+ * grace period allows it) finishes, and one cut at the end is still recorded before the exit.
+ */
+export function streamGraceMs(shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS): number {
+  return Math.max(0, shutdownTimeoutMs - AFTER_STREAMS_MS);
 }
 
 /** A running inference-router. */
@@ -194,7 +212,7 @@ export async function start(
   const stop = () =>
     stopInOrder([
       // In-flight streams finish (and publish their usage) before the server goes away.
-      () => servers?.grpc.stop(20_000),
+      () => servers?.grpc.stop(streamGraceMs(opts.shutdownTimeoutMs)),
       () => Promise.all([...providers.values()].map((p) => p.close())),
       () => unsubscribe(),
       () => (nc ? drainNats(nc) : undefined),

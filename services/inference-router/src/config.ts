@@ -1,5 +1,12 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
-import { logLevel, natsServers, parseEnv, port, streamReplicas } from "@tollgate/kit/config";
+import {
+  logLevel,
+  natsServers,
+  parseEnv,
+  port,
+  shutdownTimeoutSeconds,
+  streamReplicas,
+} from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
 import { natsUrlOf } from "@tollgate/kit/nats";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
@@ -17,6 +24,7 @@ const envSchema = z
     NATS_NAMESPACE: z.string().default(""),
     NATS_STREAM_REPLICAS: streamReplicas,
     LOG_LEVEL: logLevel,
+    SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
     /** Prometheus /metrics; 0 picks a free port. */
     METRICS_HOST: z.string().default("127.0.0.1"),
     METRICS_PORT: port(9053),
@@ -40,6 +48,8 @@ export interface InferenceRouterConfig {
   natsNamespace: string;
   natsStreamReplicas: number;
   logLevel: string;
+  /** The bound on the process's stop (SHUTDOWN_TIMEOUT_SECONDS). */
+  shutdownTimeoutMs: number;
   metricsHost: string;
   metricsPort: number;
   gateway: GatewayConfig;
@@ -62,6 +72,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): InferenceRoute
     natsNamespace: e.NATS_NAMESPACE,
     natsStreamReplicas: e.NATS_STREAM_REPLICAS,
     logLevel: e.LOG_LEVEL,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,
     metricsHost: e.METRICS_HOST,
     metricsPort: e.METRICS_PORT,
     gateway,

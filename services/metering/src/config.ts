@@ -4,6 +4,7 @@ import {
   parseEnv,
   port,
   redisClusterNodes,
+  shutdownTimeoutSeconds,
   streamReplicas,
 } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
@@ -20,6 +21,7 @@ const envSchema = z
     GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
     GRPC_PORT: port(50054),
     LOG_LEVEL: logLevel,
+    SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
     NATS_URL: z.string().optional(),
     NATS_SERVERS: natsServers,
     NATS_NAMESPACE: z.string().default(""),
@@ -55,6 +57,8 @@ const envSchema = z
 /** Everything metering needs to start on its own. */
 export interface MeteringConfig extends MeteringOptions {
   logLevel: string;
+  /** The bound on the process's stop (SHUTDOWN_TIMEOUT_SECONDS). */
+  shutdownTimeoutMs: number;
   /** OpenTelemetry export; undefined (the default) keeps tracing off. */
   tracing?: TracingOptions;
 }
@@ -68,6 +72,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig
     ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
     internalAuth: loadInternalAuth(env, { server: true, client: true }),
     logLevel: e.LOG_LEVEL,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,
     natsUrl: natsUrlOf(e.NATS_URL, e.NATS_SERVERS)!,
     natsNamespace: e.NATS_NAMESPACE,
     natsStreamReplicas: e.NATS_STREAM_REPLICAS,

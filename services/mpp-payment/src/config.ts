@@ -1,6 +1,13 @@
 import { readFileSync } from "node:fs";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
-import { ConfigError, logLevel, parseEnv, port, redisClusterNodes } from "@tollgate/kit/config";
+import {
+  ConfigError,
+  logLevel,
+  parseEnv,
+  port,
+  redisClusterNodes,
+  shutdownTimeoutSeconds,
+} from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { redisUrlOf } from "@tollgate/kit/redis";
 import { otelEnv, type TracingOptions, tracingOptions } from "@tollgate/kit/tracing";
@@ -31,6 +38,7 @@ const envSchema = z.object({
   GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   GRPC_PORT: port(50052),
   LOG_LEVEL: logLevel,
+  SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
   REDIS_URL: z.string().optional(),
   REDIS_CLUSTER_NODES: redisClusterNodes,
   REDIS_PREFIX: z.string().default(DEFAULTS.redisPrefix),
@@ -66,6 +74,8 @@ const envSchema = z.object({
 /** Everything mpp-payment needs to start on its own. */
 export interface MppPaymentConfig extends MppPaymentOptions {
   logLevel: string;
+  /** The bound on the process's stop (SHUTDOWN_TIMEOUT_SECONDS). */
+  shutdownTimeoutMs: number;
   /** OpenTelemetry export; undefined (the default) keeps tracing off. */
   tracing?: TracingOptions;
 }
@@ -148,6 +158,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MppPaymentConf
     ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,
     gateway,
     ...(redisUrl ? { redisUrl } : {}),
     redisPrefix: e.REDIS_PREFIX,

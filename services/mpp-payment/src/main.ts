@@ -9,5 +9,5 @@ const config = loadConfig();
 const log = createLogger({ service: "mpp-payment", level: config.logLevel });
 await initTracing(config.tracing, log);
 const app = await start(config, log);
-onShutdown(app, log);
+onShutdown(app, log, config.shutdownTimeoutMs);
 releaseStartupMemory();
