@@ -34,6 +34,12 @@ const UPSTREAM_MODEL = "fake-small";
 /** How long any single request may take before the test calls it a hang. */
 const NO_HANG_MS = 15_000;
 
+/** A client of the stack's metering, calling as api-edge does (its usage totals, read directly). */
+function meteringClientOf(stack: Stack) {
+  const metering = stack.processes.find((p) => p.name === "metering")!;
+  return createClient(MeteringService, `127.0.0.1:${metering.port}`, stack.internalAuth("api-edge"));
+}
+
 describe("graceful shutdown on SIGTERM (multi-process stack, two routers)", () => {
   const namespace = uniqueNamespace("drain");
   let nats: NatsFixture;
@@ -409,12 +415,7 @@ describe("graceful shutdown on SIGTERM (multi-process stack, two routers)", () =
 
     // The streams it finished while draining are metered once too (asked of metering directly:
     // the admin API went away with the edge).
-    const metering = stack.processes.find((p) => p.name === "metering")!;
-    const client = createClient(
-      MeteringService,
-      `127.0.0.1:${metering.port}`,
-      stack.internalAuth("api-edge"),
-    );
+    const client = meteringClientOf(stack);
     try {
       const totals = await meteredTotals(async () => {
         const t = (await client.getUsage({ accountId: "demo" })).totals;
@@ -510,12 +511,7 @@ describe("a router's stop within SHUTDOWN_TIMEOUT_SECONDS", () => {
     expect(relayed).toBeLessThan(100);
 
     // What was relayed is metered once: one request, its tokens, the cost the caller was told.
-    const metering = stack.processes.find((p) => p.name === "metering")!;
-    const client = createClient(
-      MeteringService,
-      `127.0.0.1:${metering.port}`,
-      stack.internalAuth("api-edge"),
-    );
+    const client = meteringClientOf(stack);
     try {
       let totals = (await client.getUsage({ accountId: "demo" })).totals;
       for (let i = 0; i < 100 && Number(totals?.requests ?? 0n) < 1; i++) {
