@@ -153,7 +153,20 @@ describe("leases: two api-edge replicas sharing one budget", () => {
   it("admits the last requests of a budget one by one until it is truly spent, never beyond, then 402 as before", async () => {
     const BUDGET = 800n;
     const { key } = await account("lease-end", BUDGET);
-    const outcomes = await drive(key, 400, 6);
+    const driven = await drive(key, 400, 6);
+    // A concurrent caller's 402 may come from the holds of the others in flight or another
+    // edge's lease (docs/money.md, "Leases"), which later settle below their quotes; once every
+    // hold is gone, one caller alone takes what is left, request by request, until it is truly
+    // spent.
+    const drivenServed = driven.filter((o) => o.status === 200).length;
+    expect((await traffic.settledBooks(ledgers(), "lease-end", drivenServed)).held).toBe(0n);
+    const outcomes = [...driven];
+    for (let i = 0; i < 20; i++) {
+      const o = await sendChat(stack.urls[0]!, key, 1_000 + i, { stream: false, maxTokens: 8 });
+      outcomes.push(o);
+      if (o.status !== 200) break;
+    }
+    expect(outcomes.at(-1)?.status).toBe(402);
     const served = outcomes.filter((o) => o.status === 200);
     const refused = outcomes.filter((o) => o.status !== 200);
     expect(refused.length).toBeGreaterThan(0);
