@@ -28,6 +28,7 @@ describe("loadConfig", () => {
       internalAuth: expect.objectContaining({ mode: "off" }),
       grpcPort: 50054,
       logLevel: "info",
+      shutdownTimeoutMs: 25_000,
       natsUrl: "nats://n:4222",
       natsNamespace: "",
       natsStreamReplicas: 1,

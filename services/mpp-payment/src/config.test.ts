@@ -125,6 +125,7 @@ describe("loadConfig", () => {
       internalAuth: expect.objectContaining({ mode: "off" }),
       grpcPort: 50052,
       logLevel: "info",
+      shutdownTimeoutMs: 25_000,
       redisPrefix: "tollgate:",
       secret: SECRET,
       realm: "tollgate",
