@@ -34,6 +34,9 @@ export const logLevel = z
   .enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"])
   .default("info");
 
+/** The bound on a process's stop when SHUTDOWN_TIMEOUT_SECONDS is unset (ms). */
+export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 25_000;
+
 /**
  * SHUTDOWN_TIMEOUT_SECONDS: how long a process's stop may take before it exits 1 anyway
  * (shutdown.ts). The chart sets it from the pod's grace period, so work the grace period was
@@ -44,10 +47,7 @@ export const shutdownTimeoutSeconds = z.coerce
   .int()
   .min(1)
   .max(3_600)
-  .default(() => DEFAULT_SHUTDOWN_TIMEOUT_MS / 1_000);
-
-/** The bound on a process's stop when SHUTDOWN_TIMEOUT_SECONDS is unset (ms). */
-export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 25_000;
+  .default(DEFAULT_SHUTDOWN_TIMEOUT_MS / 1_000);
 
 /** `host:port,host:port`: the nodes of a Redis Cluster. */
 export const REDIS_CLUSTER_NODES = /^\s*[^\s:/@,]+:\d+\s*(,\s*[^\s:/@,]+:\d+\s*)*$/;

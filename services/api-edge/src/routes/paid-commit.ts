@@ -70,10 +70,10 @@ export function receiptWithCharge(reserved: string, charge: bigint, at: Date): s
 
 /**
  * How long api-edge's stop waits for Commits sent after their answer (ms): well inside the
- * shutdown's bound (packages/kit/src/shutdown.ts, 25 s), so a Commit retrying against an
- * mpp-payment that is stopping too (a whole release torn down at once) cannot make the process
- * miss it. Such a Commit is left to metering's, from the same request's usage event (docs/money.md,
- * "Paid door: the commit after the answer").
+ * stop's bound (SHUTDOWN_TIMEOUT_SECONDS: 25 s unset, 125 s from the chart), so a Commit retrying
+ * against an mpp-payment that is stopping too (a whole release torn down at once) does not hold
+ * the process until that bound exits it with 1. Such a Commit is left to metering's, from the
+ * same request's usage event (docs/money.md, "Paid door: the commit after the answer").
  */
 export const SHUTDOWN_COMMIT_WAIT_MS = 10_000;
 
