@@ -12,7 +12,7 @@ import { type InternalAuth, inProcessAuth, type ServiceIdentity } from "@tollgat
 import { inProcessClient } from "@tollgate/kit/in-process";
 import { createLogger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, mergeMetrics, serveMetrics } from "@tollgate/kit/metrics";
-import { stopInOrder } from "@tollgate/kit/shutdown";
+import { type StopDeadline, stopInOrder } from "@tollgate/kit/shutdown";
 import { start as startMetering } from "@tollgate/metering";
 import { start as startMppPayment } from "@tollgate/mpp-payment";
 import type { DestinationStream } from "pino";
@@ -41,7 +41,7 @@ export interface AllInOne {
   meteringAddr: string;
   /** URL of the merged Prometheus endpoint of all five services, when it runs. */
   metricsUrl?: string;
-  stop(): Promise<void>;
+  stop(deadline?: StopDeadline): Promise<void>;
 }
 
 const LOOPBACK = "127.0.0.1";
@@ -217,13 +217,13 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
   );
   let metricsServer: MetricsServer | undefined;
   // Front to back: stop taking requests, finish in-flight work, then the consumers.
-  const stop = () =>
+  const stop = (deadline?: StopDeadline) =>
     stopInOrder([
-      () => edge.stop(),
-      () => router.stop(),
-      () => metering.stop(),
+      () => edge.stop(deadline),
+      () => router.stop(deadline),
+      () => metering.stop(deadline),
       // After metering, which settles reservations and commits paid holds with them while it drains.
-      () => payment?.stop(),
+      () => payment?.stop(deadline),
       () => auth.stop(),
       () => bus?.close(),
       () => upstream?.close(),

@@ -4,6 +4,7 @@ import { type GrpcServer, implement, serveGrpc } from "./grpc.js";
 import type { HealthCheck } from "./health.js";
 import type { InProcessService } from "./in-process.js";
 import { type MetricsServer, type Registry, serveMetrics } from "./metrics.js";
+import type { StopDeadline } from "./shutdown.js";
 
 /**
  * The options every gRPC service's start() takes for its servers (auth-policy, inference-router,
@@ -33,7 +34,7 @@ export interface RunningService<M extends GenServiceMethods> {
   metricsPort?: number;
   /** The handlers its gRPC server serves, for a caller in the same process (the all-in-one). */
   inProcess: InProcessService<M>;
-  stop(): Promise<void>;
+  stop(deadline?: StopDeadline): Promise<void>;
 }
 
 /** A service's servers, as serveService started them. */
@@ -77,7 +78,7 @@ export async function serveService<M extends GenServiceMethods>(
 export function runningService<M extends GenServiceMethods>(
   servers: ServiceServers,
   inProcess: InProcessService<M>,
-  stop: () => Promise<void>,
+  stop: (deadline?: StopDeadline) => Promise<void>,
 ): RunningService<M> {
   return {
     port: servers.grpc.port,

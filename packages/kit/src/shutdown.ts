@@ -1,9 +1,44 @@
 import type { Logger } from "pino";
 import { shutdownTracing } from "./tracing.js";
 
+/**
+ * When a stop's steps must be done by. A step that waits for work it does not own (Commits
+ * another service answers, a settlement pass's receipt) waits at most what is left, then logs
+ * what it leaves and lets the stop go on: the process exits 0 inside its bound rather than being
+ * cut at the bound with exit 1.
+ */
+export interface StopDeadline {
+  /** Milliseconds left (0 once passed). */
+  remainingMs(): number;
+}
+
+/** A deadline `withinMs` from now. */
+export function stopDeadline(withinMs: number, now: () => number = Date.now): StopDeadline {
+  const at = now() + withinMs;
+  return { remainingMs: () => Math.max(0, at - now()) };
+}
+
+/**
+ * What a stop bound keeps back from its steps for what follows them (ms): flushing the last
+ * spans, the final log lines and the exit. A fifth of the bound when that is less (a bound of
+ * 1 s keeps 200 ms).
+ */
+export const AFTER_STOP_STEPS_MS = 1_000;
+
+/** The deadline of the steps of a stop bounded by `timeoutMs`. */
+export function stepsDeadline(timeoutMs: number, now: () => number = Date.now): StopDeadline {
+  return stopDeadline(timeoutMs - Math.min(AFTER_STOP_STEPS_MS, timeoutMs / 5), now);
+}
+
+/** At most `capMs`, and never past `deadline` when there is one. */
+export function withinDeadline(capMs: number, deadline: StopDeadline | undefined): number {
+  return deadline === undefined ? capMs : Math.min(capMs, deadline.remainingMs());
+}
+
 /** Something that can be stopped during shutdown. */
 export interface Stoppable {
-  stop(): Promise<void>;
+  /** Stops; steps that wait for others' work keep within `deadline` when one is given. */
+  stop(deadline?: StopDeadline): Promise<void>;
 }
 
 /**
@@ -11,7 +46,8 @@ export interface Stoppable {
  * sequence (not ready → stop accepting → drain in-flight → drain NATS → quit Redis); then the
  * spans of the last requests are flushed (when tracing is on). This only bounds it in time
  * (`timeoutMs`, from SHUTDOWN_TIMEOUT_SECONDS: config.ts) so a stuck dependency or collector
- * cannot keep a pod alive forever.
+ * cannot keep a pod alive forever, and hands the app the deadline of its steps (the bound less
+ * what follows them: stepsDeadline).
  */
 export function onShutdown(app: Stoppable, log: Logger, timeoutMs: number): void {
   let stopping = false;
@@ -24,7 +60,7 @@ export function onShutdown(app: Stoppable, log: Logger, timeoutMs: number): void
       process.exit(1);
     }, timeoutMs);
     timer.unref();
-    app.stop().then(
+    app.stop(stepsDeadline(timeoutMs)).then(
       async () => {
         await shutdownTracing(log);
         log.info("stopped");

@@ -13,7 +13,7 @@ import {
   type ServiceServers,
   serveService,
 } from "@tollgate/kit/service";
-import { stopInOrder } from "@tollgate/kit/shutdown";
+import { type StopDeadline, stopInOrder } from "@tollgate/kit/shutdown";
 import { PaymentService } from "@tollgate/proto/payment";
 import type { Address, Hex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
@@ -160,10 +160,10 @@ export async function start(
   let worker: SettlementWorker | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
-  const teardown = () =>
+  const teardown = (deadline?: StopDeadline) =>
     stopInOrder([
       () => servers?.grpc.stop(),
-      () => worker?.stop(),
+      () => worker?.stop(deadline?.remainingMs()),
       () => redis && quitRedis(redis),
       () => servers?.metrics?.stop(),
     ]);

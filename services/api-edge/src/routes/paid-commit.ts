@@ -69,11 +69,12 @@ export function receiptWithCharge(reserved: string, charge: bigint, at: Date): s
 }
 
 /**
- * How long api-edge's stop waits for Commits sent after their answer (ms): well inside the
- * stop's bound (SHUTDOWN_TIMEOUT_SECONDS: 25 s unset, 125 s from the chart), so a Commit retrying
- * against an mpp-payment that is stopping too (a whole release torn down at once) does not hold
- * the process until that bound exits it with 1. Such a Commit is left to metering's, from the
- * same request's usage event (docs/money.md, "Paid door: the commit after the answer").
+ * The longest api-edge's stop waits for Commits sent after their answer (ms), and never past the
+ * stop's deadline (what the bound, SHUTDOWN_TIMEOUT_SECONDS, leaves once the requests in flight
+ * are done): a Commit retrying against an mpp-payment that is stopping too (a whole release torn
+ * down at once) does not hold the process until that bound exits it with 1. Such a Commit is left
+ * to metering's, from the same request's usage event (docs/money.md, "Paid door: the commit
+ * after the answer").
  */
 export const SHUTDOWN_COMMIT_WAIT_MS = 10_000;
 

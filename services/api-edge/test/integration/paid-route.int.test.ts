@@ -10,9 +10,11 @@ import {
   serveGrpc,
 } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
+import { stopDeadline } from "@tollgate/kit/shutdown";
 import { paymentAccess } from "@tollgate/mpp-payment/access";
 import { Action, PaymentService } from "@tollgate/proto/payment";
 import { type FakeUpstream, startFakeUpstream } from "@tollgate/testkit/fake-upstream";
+import { captureLogs } from "@tollgate/testkit/logs";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type ApiEdge, start } from "../../src/app.js";
 
@@ -354,6 +356,46 @@ describe("paid route control flow (api-edge)", () => {
     expect(res.headers.get("www-authenticate")).toBe(CHALLENGE);
     expect(((await res.json()) as { code: string }).code).toBe("mpp_voucher_bucket_refresh_required");
     expect(calls).toEqual(["verify", "challenge:Starter"]);
+  });
+
+  it("stops within its deadline while a Commit sent after the answer still retrying, naming the reservation it leaves", async () => {
+    // An api-edge of its own, stopped here; mpp-payment's store stays away for its Commit.
+    const logs = captureLogs();
+    const own = await start(
+      {
+        host: "127.0.0.1",
+        port: 0,
+        authPolicyAddr: "127.0.0.1:1",
+        inferenceRouterAddr: `127.0.0.1:${router.port}`,
+        mppPaymentAddr: `127.0.0.1:${paymentServer.port}`,
+        limits: { bodyLimitBytes: 1024 * 1024 },
+      },
+      createLogger({ service: "api-edge", level: "warn", destination: logs.stream }),
+    );
+    let commitTried!: () => void;
+    const tried = new Promise<void>((r) => {
+      commitTried = r;
+    });
+    script.commit = () => {
+      commitTried();
+      throw new StatusError(GrpcStatus.UNAVAILABLE, "store_unavailable", "store unavailable");
+    };
+    const res = await fetch(`http://127.0.0.1:${own.port}${PATH}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: "Payment abc" },
+      body: JSON.stringify(body),
+    });
+    expect(res.status).toBe(200);
+    await tried;
+    // A 1.5 s deadline: the Commit's own wait (10 s) would pass it.
+    const began = Date.now();
+    await own.stop(stopDeadline(1_500));
+    const took = Date.now() - began;
+    expect(took).toBeGreaterThanOrEqual(1_000);
+    expect(took).toBeLessThan(3_000);
+    const left = logs.records().filter((r) => String(r["msg"]).includes("left to metering's commit"));
+    expect(left).toHaveLength(1);
+    expect(left[0]?.["reservationId"]).toBe("res_1");
   });
 
   it("answers a bodyless management credential with 204 and its receipt, without a model", async () => {

@@ -1,4 +1,5 @@
 import { createLogger } from "@tollgate/kit/log";
+import { captureLogs } from "@tollgate/testkit/logs";
 import type { Hex } from "viem";
 import { describe, expect, it } from "vitest";
 import { newChannel } from "../../test/channel-store-contract.js";
@@ -92,5 +93,40 @@ describe("settlement worker", () => {
     const worker = createSettlementWorker({ store, chain, log, lockTtlMs: 60_000 }, 20);
     await expect.poll(() => chain.states.get(channelId)?.settled, { timeout: 2_000 }).toBe(2n * UNIT);
     await worker.stop();
+  });
+
+  it("stops within the time it is given while a pass waits for a settlement receipt, and says it left the pass", async () => {
+    const { store, chain, channelId } = await channelWithSpend(2n * UNIT);
+    const logs = captureLogs();
+    const warnLog = createLogger({ service: "mpp-payment", level: "warn", destination: logs.stream });
+    // The settle transaction goes out, and its receipt does not come back while the worker stops.
+    let receipt!: () => void;
+    const receiptBack = new Promise<void>((r) => {
+      receipt = r;
+    });
+    const settle = chain.settle.bind(chain);
+    let sent!: () => void;
+    const settleSent = new Promise<void>((r) => {
+      sent = r;
+    });
+    chain.settle = async (d, id, v) => {
+      const done = await settle(d, id, v);
+      sent();
+      await receiptBack;
+      return done;
+    };
+    const worker = createSettlementWorker({ store, chain, log: warnLog, lockTtlMs: 60_000 }, 10);
+    await settleSent;
+    const began = Date.now();
+    await worker.stop(300);
+    expect(Date.now() - began).toBeLessThan(2_000);
+    expect(logs.records().map((r) => r["msg"])).toContain(
+      "settlement pass still running at stop: left to a later pass",
+    );
+    // The stop left the pass: it records the settlement if its receipt comes before the process
+    // exits; if not, a later pass reads the chain's settled figure (settleChannel).
+    receipt();
+    await expect.poll(async () => (await store.get(channelId))?.settled, { timeout: 2_000 }).toBe(2n * UNIT);
+    expect(chain.calls.filter((c) => c === "settle")).toHaveLength(1);
   });
 });
