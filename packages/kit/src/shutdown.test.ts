@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { childScript, outputOf } from "./child-script.js";
 import { stepsDeadline, stopDeadline, withinDeadline } from "./shutdown.js";
 
 describe("a stop's deadline", () => {
@@ -28,5 +29,29 @@ describe("a stop's deadline", () => {
     now = 5_000;
     expect(withinDeadline(10_000, d)).toBe(0);
     expect(withinDeadline(10_000, undefined)).toBe(10_000);
+  });
+});
+
+describe("onShutdown", () => {
+  it("on SIGTERM hands the app's stop the deadline of its steps, and exits 0 once it is done", async () => {
+    // A stop that reports what it was given: 3 s of bound leaves 2.4 s to the steps.
+    const p = childScript(
+      `import { onShutdown } from "@tollgate/kit/shutdown"; import { createLogger } from "@tollgate/kit/log"; const log = createLogger({ service: "t", level: "silent" }); onShutdown({ stop: async (d) => { console.error(JSON.stringify({ left: d?.remainingMs() })); } }, log, 3_000); console.error("ready"); setTimeout(() => {}, 10_000);`,
+    );
+    const done = outputOf(p);
+    await new Promise<void>((resolve) => {
+      let err = "";
+      p.stderr.on("data", (d: Buffer) => {
+        err += d.toString("utf8");
+        if (err.includes("ready")) resolve();
+      });
+    });
+    p.kill("SIGTERM");
+    const { err, code } = await done;
+    expect(code).toBe(0);
+    const line = err.split("\n").find((l) => l.startsWith("{"));
+    const left = (JSON.parse(line ?? "{}") as { left?: number }).left;
+    expect(left).toBeGreaterThan(2_000);
+    expect(left).toBeLessThanOrEqual(2_400);
   });
 });
