@@ -100,6 +100,19 @@ describe("paid route control flow (api-edge)", () => {
   let paymentServer: GrpcServer;
   let edge: ApiEdge;
   let url: string;
+  /** An api-edge on the test's router and scripted PaymentService. */
+  const startEdge = (logger: typeof log) =>
+    start(
+      {
+        host: "127.0.0.1",
+        port: 0,
+        authPolicyAddr: "127.0.0.1:1",
+        inferenceRouterAddr: `127.0.0.1:${router.port}`,
+        mppPaymentAddr: `127.0.0.1:${paymentServer.port}`,
+        limits: { bodyLimitBytes: 1024 * 1024 },
+      },
+      logger,
+    );
 
   beforeAll(async () => {
     upstream = await startFakeUpstream({ record: true });
@@ -126,17 +139,7 @@ describe("paid route control flow (api-edge)", () => {
       log,
       services: [implement(PaymentService, payment, paymentAccess)],
     });
-    edge = await start(
-      {
-        host: "127.0.0.1",
-        port: 0,
-        authPolicyAddr: "127.0.0.1:1",
-        inferenceRouterAddr: `127.0.0.1:${router.port}`,
-        mppPaymentAddr: `127.0.0.1:${paymentServer.port}`,
-        limits: { bodyLimitBytes: 1024 * 1024 },
-      },
-      log,
-    );
+    edge = await startEdge(log);
     url = `http://127.0.0.1:${edge.port}${PATH}`;
   });
 
@@ -361,15 +364,7 @@ describe("paid route control flow (api-edge)", () => {
   it("stops within its deadline while a Commit sent after the answer still retrying, naming the reservation it leaves", async () => {
     // An api-edge of its own, stopped here; mpp-payment's store stays away for its Commit.
     const logs = captureLogs();
-    const own = await start(
-      {
-        host: "127.0.0.1",
-        port: 0,
-        authPolicyAddr: "127.0.0.1:1",
-        inferenceRouterAddr: `127.0.0.1:${router.port}`,
-        mppPaymentAddr: `127.0.0.1:${paymentServer.port}`,
-        limits: { bodyLimitBytes: 1024 * 1024 },
-      },
+    const own = await startEdge(
       createLogger({ service: "api-edge", level: "warn", destination: logs.stream }),
     );
     let commitTried!: () => void;
