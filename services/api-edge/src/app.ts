@@ -4,7 +4,7 @@ import { acceptRequestId } from "@tollgate/kit/ids";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type MetricsServer, type Registry, serveMetrics } from "@tollgate/kit/metrics";
 import { connectRedis, quitRedis } from "@tollgate/kit/redis";
-import { type StopDeadline, stopInOrder, withinDeadline } from "@tollgate/kit/shutdown";
+import { type StopDeadline, stopInOrder } from "@tollgate/kit/shutdown";
 import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
 import { MeteringService } from "@tollgate/proto/metering";
@@ -59,7 +59,7 @@ import { LeaseBook, type LeaseClient } from "./routes/leases.js";
 import { messagesRoute } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
-import { PaidCommits, SHUTDOWN_COMMIT_WAIT_MS } from "./routes/paid-commit.js";
+import { PaidCommits } from "./routes/paid-commit.js";
 import { type AccountRoutes, type RouteImpl, registerRoutes } from "./routes/register.js";
 import { responsesRoute } from "./routes/responses.js";
 import { thinkRoute } from "./routes/think.js";
@@ -346,7 +346,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
         () => inference.$close(),
         // Commits sent after their answer (routes/paid-commit.ts) finish before their client closes,
         // or are left to metering's once the stop's deadline comes.
-        () => paidCommits.settled(withinDeadline(SHUTDOWN_COMMIT_WAIT_MS, deadline)),
+        () => paidCommits.settled(deadline),
         () => payment?.$close(),
         () => metering?.$close(),
         () => redis && quitRedis(redis),

@@ -1,5 +1,6 @@
 import { Writable } from "node:stream";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
+import { stopDeadline } from "@tollgate/kit/shutdown";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { chargeOf, PaidCommits, receiptWithCharge } from "./paid-commit.js";
@@ -85,7 +86,7 @@ describe("the commits sent after their answers, at shutdown", () => {
       log,
       "res_landing",
     );
-    await commits.settled(5_000);
+    await commits.settled(stopDeadline(5_000));
     expect(landed).toBe(true);
     expect(lines).toEqual([]);
   });
@@ -102,7 +103,7 @@ describe("the commits sent after their answers, at shutdown", () => {
       "res_stranded",
     );
     const started = Date.now();
-    await commits.settled(300);
+    await commits.settled(stopDeadline(300));
     // Not the minute a Commit retries for: the process exits inside its shutdown bound.
     expect(Date.now() - started).toBeLessThan(2_000);
     expect(lines).toMatchObject([
@@ -114,7 +115,7 @@ describe("the commits sent after their answers, at shutdown", () => {
     ]);
     // It goes on retrying in the background; once it lands, nothing is left pending.
     away = false;
-    await commits.settled(5_000);
+    await commits.settled(stopDeadline(5_000));
     expect(lines).toHaveLength(1);
   });
 });

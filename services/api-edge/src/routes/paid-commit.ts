@@ -1,5 +1,6 @@
 import { GrpcStatus, RemoteError, STORE_UNAVAILABLE } from "@tollgate/kit/grpc";
 import { retrying } from "@tollgate/kit/retry";
+import { type StopDeadline, withinDeadline } from "@tollgate/kit/shutdown";
 import type { FastifyBaseLogger } from "fastify";
 
 /** How long Commit and Release are retried on the request path when no replica or its Redis answered (ms). */
@@ -76,7 +77,7 @@ export function receiptWithCharge(reserved: string, charge: bigint, at: Date): s
  * to metering's, from the same request's usage event (docs/money.md, "Paid door: the commit
  * after the answer").
  */
-export const SHUTDOWN_COMMIT_WAIT_MS = 10_000;
+const SHUTDOWN_COMMIT_WAIT_MS = 10_000;
 
 /**
  * The Commits one api-edge sent after their answers and that have not finished yet, each with
@@ -105,11 +106,13 @@ export class PaidCommits {
   }
 
   /**
-   * Resolves once every Commit sent so far has finished, or after `withinMs`: api-edge's stop
-   * waits for it. A Commit still retrying then is logged and left behind.
+   * Resolves once every Commit sent so far has finished, or after SHUTDOWN_COMMIT_WAIT_MS, or at
+   * the stop's `deadline` if that comes first: api-edge's stop waits for it. A Commit still
+   * retrying then is logged and left behind.
    */
-  async settled(withinMs = SHUTDOWN_COMMIT_WAIT_MS): Promise<void> {
+  async settled(deadline?: StopDeadline): Promise<void> {
     if (this.#pending.size === 0) return;
+    const withinMs = withinDeadline(SHUTDOWN_COMMIT_WAIT_MS, deadline);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<"late">((r) => {
       timer = setTimeout(() => r("late"), withinMs);
