@@ -207,7 +207,9 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
 
   if (limits.maxConnections > 0) app.server.maxConnections = limits.maxConnections;
   traceRequests(app);
-  acceptJsonOnly(app, limits.maxJsonDepth, (code, message) => new EdgeError(code, message));
+  acceptJsonOnly(app, limits.maxJsonDepth, (code, message) => new EdgeError(code, message), {
+    refuseIn: "route",
+  });
   // Before the routes: their contexts take the onError hooks registered so far.
   drainOversizedBodies(app, limits);
 

@@ -27,6 +27,8 @@ describe("bearerKey (spec, Authentication: account routes take Bearer only)", ()
     [{ authorization: "Basic dXNlcjpwYXNz" }, "wrong_auth_scheme"],
     [{ "x-api-key": "tg_abc" }, "wrong_auth_field"],
     [{ "api-key": "tg_abc" }, "wrong_auth_field"],
+    [{ authorization: "Bearer tg_abc", "x-api-key": "tg_abc" }, "wrong_auth_field"],
+    [{ authorization: "Bearer tg_abc", "api-key": "tg_other" }, "wrong_auth_field"],
   ])("refuses %o with %s", (headers, code) => {
     expect(codeOf(headers as Record<string, string>)).toBe(code);
   });

@@ -7,10 +7,17 @@ import { EdgeError } from "../domain/errors.js";
  */
 export function bearerKey(headers: IncomingHttpHeaders): string {
   const auth = headers.authorization;
+  // A key in another field is refused even beside a Bearer one: nothing else is read, so
+  // nothing else may look as if it counted.
+  if (hasKeyField(headers)) {
+    throw new EdgeError(
+      "wrong_auth_field",
+      auth === undefined || auth.trim() === ""
+        ? "send the Virtual Key as Authorization: Bearer <key>"
+        : "send the Virtual Key once, as Authorization: Bearer <key>; x-api-key and api-key are not read here",
+    );
+  }
   if (auth === undefined || auth.trim() === "") {
-    if (headers["x-api-key"] !== undefined || headers["api-key"] !== undefined) {
-      throw new EdgeError("wrong_auth_field", "send the Virtual Key as Authorization: Bearer <key>");
-    }
     throw new EdgeError("missing_api_key", "no Virtual Key was sent; use Authorization: Bearer <key>");
   }
   const space = auth.indexOf(" ");
@@ -27,6 +34,11 @@ export function bearerKey(headers: IncomingHttpHeaders): string {
   if (value === "")
     throw new EdgeError("missing_api_key", "no Virtual Key was sent; use Authorization: Bearer <key>");
   return value;
+}
+
+/** Whether a key stands in `x-api-key` or `api-key`, the fields other APIs read a key from. */
+export function hasKeyField(headers: IncomingHttpHeaders): boolean {
+  return headers["x-api-key"] !== undefined || headers["api-key"] !== undefined;
 }
 
 /** How a route reads the Virtual Key from the request's headers. */

@@ -107,36 +107,58 @@ export function parseJsonBody(body: Buffer, maxDepth: number): { value: unknown 
   }
 }
 
+/** Body refusals held back until the route has checked the caller (acceptJsonOnly's `refuseIn`). */
+const heldRefusals = new WeakMap<object, Error>();
+
+/**
+ * The refusal of this request's body, when acceptJsonOnly held it back for the route (a body
+ * that is not JSON, too deep, compressed or of another type); undefined for a body it read.
+ */
+export function bodyRefusal(req: object): Error | undefined {
+  return heldRefusals.get(req);
+}
+
 /**
  * Accepts only `application/json` bodies on `app`: keeps the exact bytes as `req.rawBody`
  * (forwarded as received and, on the paid door, digested), parses them (parseJsonBody), and
- * refuses anything else with the boundary's own error class.
+ * refuses anything else with the boundary's own error class. With `refuseIn: "route"` a refusal
+ * is not answered here: the body reads as undefined and the route takes the refusal from
+ * bodyRefusal once it has checked the caller, so a bad key gets its 401 whatever the body holds
+ * (docs/contract.md, "Authentication"). A body over the size limit is still a 413 here: it is
+ * refused before it is read.
  */
 export function acceptJsonOnly(
   app: FastifyInstance,
   maxDepth: number,
   error: (code: BodyErrorCode, message: string) => Error,
+  { refuseIn = "parser" }: { refuseIn?: "parser" | "route" } = {},
 ): void {
+  const refuse = (req: object, err: Error, done: (err: Error | null, body?: unknown) => void) => {
+    if (refuseIn === "parser") return done(err, undefined);
+    heldRefusals.set(req, err);
+    done(null, undefined);
+  };
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body: Buffer, done) => {
     // A compressed body is not read as JSON (and not digested as the bytes it stands for): 415,
     // the status HTTP gives an unsupported Content-Encoding, not a misleading invalid_json.
     const encoding = req.headers["content-encoding"];
     if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
-      return done(
+      return refuse(
+        req,
         error("unsupported_media_type", "send the body uncompressed: Content-Encoding is not supported"),
-        undefined,
+        done,
       );
     }
-    req.rawBody = body;
     const parsed = parseJsonBody(body, maxDepth);
-    if ("value" in parsed) return done(null, parsed.value);
-    done(error(parsed.code, parsed.message), undefined);
+    if (!("value" in parsed)) return refuse(req, error(parsed.code, parsed.message), done);
+    req.rawBody = body;
+    done(null, parsed.value);
   });
   // Read to its end (within the body limit; above it 413) before the 415: fastify closes the
   // connection after a refused body, and closing on unread bytes resets it, so a caller still
   // writing would meet EPIPE or a reset instead of the answer.
-  app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, _body, done) =>
-    done(error("unsupported_media_type", "send the body as Content-Type: application/json"), undefined),
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (req, _body, done) =>
+    refuse(req, error("unsupported_media_type", "send the body as Content-Type: application/json"), done),
   );
 }

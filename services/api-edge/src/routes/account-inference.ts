@@ -10,6 +10,7 @@ import { type ChatAnswer, readChatAnswer, type TokenUsage } from "../domain/chat
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
 import { bearerKey, type KeyReader } from "../http/credentials.js";
+import { bodyRefusal } from "../http/json-body.js";
 import { relayStream, type StreamFormat } from "../http/sse.js";
 import {
   authorizeRequest,
@@ -46,11 +47,15 @@ export async function parseAccountBody<S extends z.ZodType>(
   readKey: KeyReader = bearerKey,
 ): Promise<z.output<S>> {
   readKey(req.headers);
-  const parsed = schema.safeParse(req.body);
-  const refused = parsed.success
-    ? ctx.idempotency.refusal(req, (parsed.data as { stream?: unknown }).stream === true)
-    : new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
-  if (!refused) return parsed.data as z.output<S>;
+  let refused = bodyRefusal(req);
+  if (refused === undefined) {
+    const parsed = schema.safeParse(req.body);
+    if (!parsed.success) refused = new EdgeError("invalid_request", describeInvalid(parsed.error.issues));
+    else {
+      refused = ctx.idempotency.refusal(req, (parsed.data as { stream?: unknown }).stream === true);
+      if (!refused) return parsed.data as z.output<S>;
+    }
+  }
   await authorizeRequest(ctx, req, reply, { route, checkOnly: true, readKey });
   throw refused;
 }

@@ -7,7 +7,9 @@ import { ROUTES } from "@tollgate/proto/routes";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { callerGone } from "../http/caller.js";
+import { hasKeyField } from "../http/credentials.js";
 import { type HttpError, httpErrorOf, problemBody, toHttpError } from "../http/errors.js";
+import { bodyRefusal } from "../http/json-body.js";
 import { outputCapOf, outputSequencesOf, type PaidChatRequest } from "../schemas/chat.js";
 import type { RequestSchemas } from "../schemas/requests.js";
 import { describeInvalid } from "./account-inference.js";
@@ -36,20 +38,19 @@ const acceptedReceipts = new WeakMap<FastifyRequest, string>();
 
 /**
  * The paid door accepts only `Authorization: Payment` (docs/contract.md, "Authentication",
- * rules 2 and 3):
- * a Virtual Key or any other scheme here is a 401.
+ * rules 2 and 3): a Virtual Key (in any field, beside a credential too) or any other scheme here
+ * is a 401.
  */
 function paymentCredential(req: FastifyRequest): Credential {
-  const auth = req.headers.authorization;
-  if (auth === undefined || auth.trim() === "") {
-    if (req.headers["x-api-key"] !== undefined || req.headers["api-key"] !== undefined) {
-      throw new EdgeError(
-        "wrong_auth_scheme",
-        "Virtual Keys belong to the account routes; this route takes payment",
-      );
-    }
-    return { kind: "none" };
+  // A Virtual Key is refused here even beside a payment credential: the doors never mix.
+  if (hasKeyField(req.headers)) {
+    throw new EdgeError(
+      "wrong_auth_scheme",
+      "Virtual Keys belong to the account routes; this route takes payment",
+    );
   }
+  const auth = req.headers.authorization;
+  if (auth === undefined || auth.trim() === "") return { kind: "none" };
   // The Payment scheme may stand among other schemes in one header (MPP lets a client send it
   // alongside others). With or without a credential after it, mpp-payment judges it: a bare
   // scheme is a missing credential (mpp_malformed_credential), not a wrong scheme.
@@ -82,6 +83,8 @@ function paidRequestOf(
 
 /** Validates the body; unpaid and paid requests obey the same rules. */
 function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest {
+  const unread = bodyRefusal(req);
+  if (unread) throw unread;
   const raw = req.body as { stream?: unknown } | undefined;
   if (raw && typeof raw === "object" && raw.stream === true) {
     throw new EdgeError(
@@ -105,6 +108,9 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
     errorHandler: paidErrorHandler(ctx),
     handler: async (req, reply) => {
       const credential = paymentCredential(req);
+      // A body that could not be read is refused before anything is verified or held.
+      const unread = bodyRefusal(req);
+      if (unread) throw unread;
       const bodyless = (req.rawBody?.length ?? 0) === 0;
       if (credential.kind === "none") {
         const body = validate(req, ctx.schemas);

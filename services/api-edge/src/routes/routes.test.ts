@@ -411,6 +411,48 @@ describe("each account route, in process", () => {
     expect(res.json().error.message).toMatch(/uncompressed/);
   });
 
+  // The key is checked before the body (docs/contract.md, "Authentication"): a body refused as
+  // unreadable still answers a bad or missing key with its 401.
+  const UNREADABLE: ReadonlyArray<[string, Record<string, string>, string | Buffer]> = [
+    ["not JSON", json, "{not json"],
+    ["too deep", json, "[".repeat(100)],
+    ["a duplicate key", json, '{"model":"a","model":"b"}'],
+    ["not sent as JSON", { "content-type": "text/plain" }, "hello"],
+    ["compressed", { ...json, "content-encoding": "gzip" }, gzipSync('{"model":"small"}')],
+  ];
+  const KEYLESS: ReadonlyArray<[string, Record<string, string>, string]> = [
+    ["no key", {}, "missing_api_key"],
+    ["a key auth-policy refuses", bearer(BAD_KEY), "invalid_api_key"],
+    ["a Payment credential", { authorization: "Payment abc" }, "wrong_auth_scheme"],
+  ];
+  const bodyFirstCases = WITH_BODY.flatMap((id) =>
+    UNREADABLE.flatMap(([what, headers, payload]) =>
+      KEYLESS.map(([who, auth, code]) => [id, what, who, code, { ...headers, ...auth }, payload] as const),
+    ),
+  );
+  it.each(bodyFirstCases)(
+    "%s with a body %s and %s answers 401 %s",
+    async (id, _what, _who, code, headers, payload) => {
+      const { app } = edge();
+      const res = await app.inject({ ...request(id), headers, payload });
+      expect(res.statusCode, res.body).toBe(401);
+      expect((res.json() as { error: { code: string } }).error.code).toBe(code);
+    },
+  );
+
+  it.each(WITH_BODY.filter((id) => id !== "messages"))(
+    "%s answers 401 wrong_auth_field for a key in x-api-key or api-key beside a good Bearer key",
+    async (id) => {
+      const { app } = edge();
+      for (const field of ["x-api-key", "api-key"]) {
+        const req = request(id);
+        const res = await app.inject({ ...req, headers: { ...(req.headers as object), [field]: GOOD_KEY } });
+        expect(res.statusCode, field).toBe(401);
+        expect(code(res)).toBe("wrong_auth_field");
+      }
+    },
+  );
+
   it.each(WITH_BODY)("%s answers 413 payload_too_large above the body limit", async (id) => {
     const { app } = edge({ bodyLimitBytes: 1024 });
     const big = { model: "small", prompt: "x".repeat(4096), messages: [{ role: "user", content: "x" }] };
@@ -910,6 +952,38 @@ describe("the paid route", () => {
     expect(res.json()).toMatchObject({ code: "mpp_invalid_challenge" });
     expect(f.released).toEqual([]);
     expect(f.forwarded).toEqual([]);
+  });
+
+  it("answers a Virtual Key beside a payment credential with 401 wrong_auth_scheme, charging nothing", async () => {
+    const { app, f } = edge();
+    for (const field of ["x-api-key", "api-key"]) {
+      const req = paid();
+      const res = await app.inject({ ...req, headers: { ...(req.headers as object), [field]: GOOD_KEY } });
+      expect(res.statusCode, field).toBe(401);
+      expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
+    }
+    expect(f.forwarded).toEqual([]);
+  });
+
+  it("answers a Virtual Key with a body that is not JSON with 401 wrong_auth_scheme", async () => {
+    const { app } = edge();
+    const res = await app.inject({
+      ...request("mppChat"),
+      headers: { ...json, ...bearer() },
+      payload: "{not",
+    });
+    expect(res.statusCode).toBe(401);
+    expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
+  });
+
+  it("answers a payment credential with a body that is not JSON with 400 invalid_json, holding nothing", async () => {
+    const { app, f } = edge();
+    const req = paid();
+    const res = await app.inject({ ...req, payload: "{not" });
+    expect(res.statusCode).toBe(400);
+    expect(res.json()).toMatchObject({ code: "invalid_json" });
+    expect(f.forwarded).toEqual([]);
+    expect(f.released).toEqual([]);
   });
 
   it("answers a Virtual Key with 401 wrong_auth_scheme", async () => {
