@@ -75,7 +75,7 @@ export class Idempotency {
     if (typeof key !== "string" || !IDEMPOTENCY_KEY.test(key)) {
       return new EdgeError(
         "idempotency_key_invalid",
-        "Idempotency-Key must be 1 to 255 printable ASCII characters",
+        "Idempotency-Key must be 1 to 255 visible ASCII characters (no spaces)",
       );
     }
     if (streaming) {

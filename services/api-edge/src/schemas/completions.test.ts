@@ -19,6 +19,12 @@ describe("completionRequestSchema", () => {
     expect(ok({ prompt: "x", max_tokens: 0 })).toBe(false);
   });
 
+  it("names the limit when a prompt list is too long", () => {
+    const r = completionRequestSchema.safeParse({ prompt: Array.from({ length: 2049 }, () => "x") });
+    expect(r.success).toBe(false);
+    expect(r.error?.issues[0]?.message).toBe("prompt must be a string or a list of 1 to 2048 strings");
+  });
+
   it("passes other fields through to the upstream", () => {
     expect(completionRequestSchema.parse({ prompt: "x", n: 2, echo: false })).toMatchObject({
       n: 2,

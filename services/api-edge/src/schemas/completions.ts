@@ -15,7 +15,7 @@ export function completionSchema(maxPrompts: number = COMPLETION_LIMITS.maxPromp
     .looseObject({
       model: z.string().min(1).max(256).optional(),
       prompt: z.union([z.string(), z.array(z.string()).min(1).max(maxPrompts)], {
-        error: "prompt must be a string or a non-empty list of strings",
+        error: `prompt must be a string or a list of 1 to ${maxPrompts} strings`,
       }),
       ...outputCapFields,
       ...fanOutFields,
