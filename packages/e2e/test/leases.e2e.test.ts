@@ -200,7 +200,7 @@ describe("leases: two api-edge replicas sharing one budget", () => {
     expect(BigInt(left!)).toBeLessThan(BigInt(q!));
   }, 60_000);
 
-  it("refuses a revoked key on both edges within a second, though both held leases for it", async () => {
+  it("refuses a revoked key on both edges within a second, though both held leases for it, and at once on the edge that revoked it", async () => {
     const { key, keyId } = await account("lease-revoke");
     let revokedAt = 0;
     let stop = false;
@@ -230,6 +230,13 @@ describe("leases: two api-edge replicas sharing one budget", () => {
     const late = seen.filter((s) => s.sentAt >= revokedAt + 1_000);
     for (const edge of [0, 1]) expect(late.filter((s) => s.edge === edge).length).toBeGreaterThan(0);
     for (const s of late) expect(s).toMatchObject({ status: 401, code: "revoked_api_key" });
+    // The edge whose admin API revoked the key stopped its leases of it at once: it refused the
+    // key well inside that second (100 ms left for the broadcast to reach every auth-policy).
+    const revoker = seen.filter(
+      (s) => s.edge === 0 && s.sentAt >= revokedAt + 100 && s.sentAt < revokedAt + 1_000,
+    );
+    expect(revoker.length).toBeGreaterThan(0);
+    for (const s of revoker) expect(s).toMatchObject({ status: 401, code: "revoked_api_key" });
   }, 30_000);
 
   it("loses no usage when an api-edge dies mid-request: the router publishes it and metering charges the lease", async () => {

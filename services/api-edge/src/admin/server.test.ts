@@ -198,6 +198,9 @@ function setup(opts: { leases?: boolean } = {}) {
     returnIdleOf: async (of) => {
       f.calls.push({ rpc: "returnIdleOf", req: of });
     },
+    stopLeasing: (of) => {
+      f.calls.push({ rpc: "stopLeasing", req: of });
+    },
   };
   app = buildAdminApp({
     token: TOKEN,
@@ -656,7 +659,45 @@ describe("admin API: this replica's idle leases", () => {
     expect((await app.inject({ method: "GET", url: "/admin/v1/accounts", headers: auth })).statusCode).toBe(
       200,
     );
-    expect(f.calls.map((c) => c.rpc)).toEqual(["revokeKey", "getUsage", "listAccounts"]);
+    expect(f.calls.map((c) => c.rpc)).toEqual(["revokeKey", "stopLeasing", "getUsage", "listAccounts"]);
+  });
+
+  it("stop at once for the keys a change names, once auth-policy has made it", async () => {
+    setup({ leases: true });
+    const changes = [
+      ["POST", "/admin/v1/keys/key_1/revoke", undefined, "revokeKey", { keyId: "key_1" }],
+      ["POST", "/admin/v1/keys/key_1/rotate", {}, "rotateKey", { keyId: "key_1" }],
+      ["PATCH", "/admin/v1/keys/key_1", { budget: null }, "updateKey", { keyId: "key_1" }],
+      [
+        "PATCH",
+        "/admin/v1/accounts/acme",
+        { limits: { requests_per_minute: 7 } },
+        "updateAccount",
+        { accountId: "acme" },
+      ],
+      ["DELETE", "/admin/v1/accounts/acme", undefined, "deleteAccount", { accountId: "acme" }],
+      [
+        "PATCH",
+        "/admin/v1/accounts/acme/connections/main",
+        { budget: { amount: "123", period: "day" } },
+        "updateConnection",
+        { accountId: "acme", connectionId: "main" },
+      ],
+      [
+        "DELETE",
+        "/admin/v1/accounts/acme/connections/main",
+        undefined,
+        "deleteConnection",
+        { accountId: "acme", connectionId: "main" },
+      ],
+    ] as const;
+    for (const [method, url, body, rpc, of] of changes) {
+      f.calls.length = 0;
+      const res = await app.inject({ method, url, ...(body ? json(body) : { headers: auth }) });
+      expect(res.statusCode, `${method} ${url}: ${res.body}`).toBeLessThan(300);
+      expect(f.calls.map((c) => c.rpc)).toEqual([rpc, "stopLeasing"]);
+      expect(f.calls[1]!.req).toEqual(of);
+    }
   });
 });
 

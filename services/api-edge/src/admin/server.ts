@@ -10,7 +10,7 @@ import { acceptJsonOnly } from "../http/json-body.js";
 import { DEFAULT_LIMITS } from "../http/limits.js";
 import { logResponses } from "../http/response-log.js";
 import { openApiRoute } from "../openapi/serve.js";
-import type { LeaseBook } from "../routes/leases.js";
+import type { LeaseBook, PrincipalIds } from "../routes/leases.js";
 import { AdminError, adminErrorBody, toAdminHttpError } from "./errors.js";
 import {
   accountJson,
@@ -60,7 +60,7 @@ export type AdminAuthClient = Pick<
   | "updateKey"
 >;
 /** The replica's leases, whose idle ones go back before a budget is shown. */
-export type AdminLeases = Pick<LeaseBook, "returnIdleOf">;
+export type AdminLeases = Pick<LeaseBook, "returnIdleOf" | "stopLeasing">;
 /** The metering RPC the admin API calls. */
 export type AdminMeteringClient = Pick<Client<MethodsOf<typeof MeteringService>>, "getUsage">;
 
@@ -141,6 +141,11 @@ export function buildAdminApp(deps: {
     });
   }
 
+  // A change to keys (revoked, rotated, updated, or deleted with their connection or account)
+  // holds on this replica from its next request: its leases of them stop at once, so it asks
+  // auth-policy, which has the change, instead of serving the rest of a lease's second.
+  const changed = (of: PrincipalIds) => deps.leases?.stopLeasing(of);
+
   app.post("/admin/v1/accounts", async (req, reply) => {
     const res = await auth.createAccount(createAccountRequest(req.body), call);
     req.log.info({ action: "account.create", accountId: res.account?.accountId }, "admin action");
@@ -181,12 +186,14 @@ export function buildAdminApp(deps: {
 
   app.post<KeyParams>("/admin/v1/keys/:keyId/revoke", async (req) => {
     const res = await auth.revokeKey({ keyId: req.params.keyId }, call);
+    changed({ keyId: req.params.keyId });
     req.log.info({ action: "key.revoke", keyId: req.params.keyId }, "admin action");
     return { key: keyJson(res.key) };
   });
 
   app.post<KeyParams>("/admin/v1/keys/:keyId/rotate", async (req, reply) => {
     const res = await auth.rotateKey(rotateKeyRequest(req.params.keyId, req.body), call);
+    changed({ keyId: req.params.keyId });
     req.log.info(
       { action: "key.rotate", keyId: req.params.keyId, newKeyId: res.newKey?.keyId },
       "admin action",
@@ -208,6 +215,7 @@ export function buildAdminApp(deps: {
 
   app.patch<AccountParams>("/admin/v1/accounts/:accountId", async (req) => {
     const res = await auth.updateAccount(updateAccountRequest(req.params.accountId, req.body), call);
+    changed({ accountId: req.params.accountId });
     req.log.info({ action: "account.update", accountId: req.params.accountId }, "admin action");
     return accountJson(res.account);
   });
@@ -215,6 +223,7 @@ export function buildAdminApp(deps: {
   app.delete<AccountParams>("/admin/v1/accounts/:accountId", async (req) => {
     const { accountId } = req.params;
     const res = await auth.deleteAccount({ accountId }, call);
+    changed({ accountId });
     req.log.info(
       { action: "account.delete", accountId, revokedKeys: res.revokedKeys.length },
       "admin action",
@@ -235,6 +244,7 @@ export function buildAdminApp(deps: {
   app.patch<ConnectionParams>("/admin/v1/accounts/:accountId/connections/:connectionId", async (req) => {
     const { accountId, connectionId } = req.params;
     const res = await auth.updateConnection(updateConnectionRequest(accountId, connectionId, req.body), call);
+    changed({ accountId, connectionId });
     req.log.info({ action: "connection.update", accountId, connectionId }, "admin action");
     return connectionJson(res.connection);
   });
@@ -242,6 +252,7 @@ export function buildAdminApp(deps: {
   app.delete<ConnectionParams>("/admin/v1/accounts/:accountId/connections/:connectionId", async (req) => {
     const { accountId, connectionId } = req.params;
     const res = await auth.deleteConnection({ accountId, connectionId }, call);
+    changed({ accountId, connectionId });
     req.log.info(
       { action: "connection.delete", accountId, connectionId, revokedKeys: res.revokedKeys.length },
       "admin action",
@@ -262,6 +273,7 @@ export function buildAdminApp(deps: {
 
   app.patch<KeyParams>("/admin/v1/keys/:keyId", async (req) => {
     const res = await auth.updateKey(updateKeyRequest(req.params.keyId, req.body), call);
+    changed({ keyId: req.params.keyId });
     req.log.info({ action: "key.update", keyId: req.params.keyId }, "admin action");
     return keyJson(res.key);
   });

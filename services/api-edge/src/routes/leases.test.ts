@@ -131,3 +131,52 @@ describe("LeaseBook: idle leases", () => {
     await book.close();
   });
 });
+
+describe("LeaseBook: keys the admin API changed", () => {
+  it("stops admitting on the named keys' leases at once, in use or not, and leaves the others", async () => {
+    const { book, calls } = fakeAuth();
+    const running = await request(book, A, 8, true);
+    await request(book, B, 8);
+    await request(book, C, 8);
+    calls.length = 0;
+    book.stopLeasing({ keyId: "key_a" });
+    // A's next request asks auth-policy again; B and C stay on their leases.
+    await request(book, A, 8);
+    await request(book, B, 8);
+    await request(book, C, 8);
+    expect(calls).toEqual(["acquire key_a 8"]);
+    // The lease a request still ran on goes back once that request ends.
+    ticketOf(running)!.end({ cost: 1n });
+    expect(calls).toEqual(["acquire key_a 8", "return lease_1"]);
+    calls.length = 0;
+    book.stopLeasing({ accountId: "acme", connectionId: "main" });
+    await request(book, C, 8);
+    expect(calls.sort()).toEqual(["return lease_2", "return lease_4"]);
+    await book.close();
+  });
+
+  it("gives back unused a lease granted while the change was being made, and admits nothing on it", async () => {
+    const { book, calls } = fakeAuth();
+    let answer!: () => void;
+    const gate = new Promise<void>((r) => {
+      answer = r;
+    });
+    const inner = (book as unknown as { auth: LeaseClient }).auth;
+    const slow: LeaseClient = {
+      acquireLease: async (req, o) => {
+        await gate;
+        return inner.acquireLease(req, o);
+      },
+      returnLease: (req, o) => inner.returnLease(req, o),
+    };
+    const racing = new LeaseBook(slow, createLogger({ service: "api-edge", level: "silent" }));
+    const admitted = racing.admit(ask(A, 8));
+    await new Promise((r) => setTimeout(r, 5));
+    racing.stopLeasing({ keyId: "key_a" });
+    answer();
+    expect(await admitted).toBeUndefined();
+    expect(calls).toEqual(["acquire key_a 8", "return lease_1"]);
+    await racing.close();
+    await book.close();
+  });
+});

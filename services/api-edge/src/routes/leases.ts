@@ -98,6 +98,10 @@ export class LeaseBook {
   private readonly byKey = new Map<string, Set<Shape>>();
   /** The returns under way, and the lease each returns. */
   private readonly returning = new Map<Promise<void>, Held>();
+  /** Recent stopLeasing calls, for leases whose acquisition was under way. */
+  private stopped: Array<{ of: PrincipalIds; atMs: number; seq: number }> = [];
+  /** stopLeasing calls so far. */
+  private stops = 0;
   private closed = false;
 
   constructor(
@@ -148,6 +152,29 @@ export class LeaseBook {
       if (of.keyId !== undefined) return p?.keyId === of.keyId;
       return of.accountId === undefined || p?.accountId === of.accountId;
     });
+  }
+
+  /**
+   * Stops admitting on every lease of the keys `of` names (a key by its id, a connection's or an
+   * account's keys), in use or not, and on any lease of theirs being acquired now: the admin API
+   * calls it once it has revoked, rotated, changed or deleted them, so this replica asks
+   * auth-policy at their next request instead of serving the rest of a lease's second on what
+   * it knew before (docs/account-door.md, "Keys and the admin API"). Requests in flight end on
+   * their lease, which then goes back.
+   */
+  stopLeasing(of: PrincipalIds): void {
+    this.stopped.push({ of, atMs: Date.now(), seq: ++this.stops });
+    for (const shape of this.shapes.values()) {
+      if (shape.current && names(of, shape.current.verdict)) this.retire(shape, shape.current);
+    }
+  }
+
+  /** Whether a lease asked for when `stops` stopLeasing calls had been made is for keys one named since. */
+  private stoppedSince(verdict: AcquireLeaseResponse, stops: number): boolean {
+    const now = Date.now();
+    // A stop is kept as long as an acquisition started before it can take to answer.
+    this.stopped = this.stopped.filter((s) => now - s.atMs <= LEASE_TIMEOUT_MS);
+    return this.stopped.some((s) => s.seq > stops && names(s.of, verdict));
   }
 
   /** returnIdle by key hash, but for the lease of `except`. */
@@ -255,6 +282,7 @@ export class LeaseBook {
     // it reports on) holds none of this replica's idle leases of the key: they go back first.
     await this.returnKeyIdle(shape.keyHash, shape);
     const sentAt = Date.now();
+    const stopsAtSend = this.stops;
     let res: AcquireLeaseResponse;
     try {
       res = await this.auth.acquireLease(
@@ -268,25 +296,18 @@ export class LeaseBook {
       return;
     }
     if (shape.current) this.retire(shape, shape.current);
+    if (res.granted && this.stoppedSince(res, stopsAtSend)) {
+      // Granted on what auth-policy knew before the change: given back unused, and the request
+      // is authorized on its own, which sees the change.
+      this.giveBack(this.held(shape, res, sentAt));
+      return;
+    }
     if (!res.granted) {
       shape.exactUntilMs = sentAt + res.useMs;
       return;
     }
-    const until = res.grant?.keyValidUntil ? timestampDate(res.grant.keyValidUntil).getTime() : Infinity;
-    const usableUntilMs = Math.min(sentAt + res.useMs, until);
-    const held: Held = {
-      lease: new EdgeLease({
-        ...(res.budget !== "" ? { budget: BigInt(res.budget) } : {}),
-        ...(res.requests !== undefined ? { requests: res.requests } : {}),
-        ...(res.tokens !== undefined ? { tokens: res.tokens } : {}),
-        usableUntilMs,
-      }),
-      leaseId: res.leaseId,
-      keyHash: shape.keyHash,
-      verdict: res,
-      retired: false,
-      usedAtMs: sentAt,
-    };
+    const held = this.held(shape, res, sentAt);
+    const usableUntilMs = held.lease.terms.usableUntilMs;
     // Idle: once no request ran on it for IDLE_MS, it goes back early.
     held.lease.onIdle = () => {
       setTimeout(() => {
@@ -295,6 +316,24 @@ export class LeaseBook {
     };
     shape.current = held;
     setTimeout(() => this.retire(shape, held), Math.max(0, usableUntilMs - Date.now()) + 5).unref();
+  }
+
+  /** A granted lease as this replica holds it. */
+  private held(shape: Shape, res: AcquireLeaseResponse, sentAt: number): Held {
+    const until = res.grant?.keyValidUntil ? timestampDate(res.grant.keyValidUntil).getTime() : Infinity;
+    return {
+      lease: new EdgeLease({
+        ...(res.budget !== "" ? { budget: BigInt(res.budget) } : {}),
+        ...(res.requests !== undefined ? { requests: res.requests } : {}),
+        ...(res.tokens !== undefined ? { tokens: res.tokens } : {}),
+        usableUntilMs: Math.min(sentAt + res.useMs, until),
+      }),
+      leaseId: res.leaseId,
+      keyHash: shape.keyHash,
+      verdict: res,
+      retired: false,
+      usedAtMs: sentAt,
+    };
   }
 
   /** No more requests on this lease: returned once its last request ended. */
@@ -337,6 +376,24 @@ export class LeaseBook {
       .finally(() => this.returning.delete(done));
     this.returning.set(done, held);
   }
+}
+
+/** Keys named by id, or by their connection's or account's id (the admin API's names). */
+export interface PrincipalIds {
+  accountId?: string;
+  connectionId?: string;
+  keyId?: string;
+}
+
+/** Whether a lease's verdict is for keys `of` names (each id given must match). */
+function names(of: PrincipalIds, verdict: AcquireLeaseResponse): boolean {
+  const p = verdict.grant?.principal;
+  if (!p) return false;
+  return (
+    (of.keyId === undefined || p.keyId === of.keyId) &&
+    (of.connectionId === undefined || p.connectionId === of.connectionId) &&
+    (of.accountId === undefined || p.accountId === of.accountId)
+  );
 }
 
 const keyHashOf = (key: string) => createHash("sha256").update(key).digest("base64");
