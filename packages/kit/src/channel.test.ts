@@ -143,6 +143,35 @@ describe("connections", () => {
     client.$close();
   });
 
+  it("reconnects within a second of a long-gone replica's return when calls find it away, not after the grown backoff", async () => {
+    const a = await replica("a");
+    // Backoffs from 200 ms: 0.2, 0.32, 0.51, 0.82, 1.3, 2.1, 3.4 s… so after 5.5 s away the
+    // next scheduled try is at least 2.4 s off.
+    const channel = new Channel(`127.0.0.1:${a.port}`, { backoffFirstMs: 200 });
+    await channel.ready(5_000);
+    a.server.forceShutdown();
+    await sleep(5_500);
+    await replica("a2", { port: a.port });
+    const back = performance.now();
+    const path = `/${InferenceService.typeName}/Complete`;
+    const body = encodeMessage(CompleteRequestSchema, {}) as Uint8Array;
+    let servedAfter: number | undefined;
+    while (performance.now() - back < 5_000) {
+      const ok = await channel.unary({ path, metadata: {} }, body).then(
+        () => true,
+        () => false,
+      );
+      if (ok) {
+        servedAfter = performance.now() - back;
+        break;
+      }
+      await sleep(50);
+    }
+    expect(servedAfter).toBeDefined();
+    expect(servedAfter!).toBeLessThan(1_800);
+    channel.close();
+  }, 15_000);
+
   it("lets a call in flight finish when its server drains, and sends new calls to another replica", async () => {
     const { a, b, client, call } = await twoReplicas();
     const home = (await call()) === "a" ? a : b;

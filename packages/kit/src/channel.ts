@@ -15,7 +15,9 @@
 // - **Balancing.** Each call goes to a ready replica by `choose` (least-request.ts): the fewest
 //   calls in flight from this channel, among equals the preferred one, which moves every 5 s.
 // - **Connections.** Every replica is kept connected; one that cannot be reached is retried
-//   with a growing, jittered backoff (1 s to 30 s). A GOAWAY (the server's connection age, or
+//   with a growing, jittered backoff (1 s to 30 s), but at once when a call or a readiness check
+//   finds no replica ready and its last attempt is a second old, so the first calls after a long
+//   outage bring the connection back instead of the backoff grown meanwhile. A GOAWAY (the server's connection age, or
 //   its drain) moves new calls to a fresh connection while the old one finishes its streams.
 //   A ping every 30 s (10 s to answer) finds a connection that died silently.
 // - **Calls.** A deadline travels as `grpc-timeout` and is enforced here too; an abort cancels
@@ -40,6 +42,11 @@ const PING_MS = 30_000;
 const PING_TIMEOUT_MS = 10_000;
 const BACKOFF_FIRST_MS = 1_000;
 const BACKOFF_MAX_MS = 30_000;
+/**
+ * The least time between two attempts to reach one replica that a call or a readiness check
+ * makes sooner than its backoff (#hurry).
+ */
+const HURRY_MS = 1_000;
 
 const {
   NGHTTP2_CANCEL,
@@ -97,6 +104,8 @@ interface Replica extends Load {
   ready: boolean;
   backoffMs: number;
   retry: NodeJS.Timeout | undefined;
+  /** When its last connection attempt began (ms since the epoch). */
+  attemptAt: number;
   removed: boolean;
 }
 
@@ -194,6 +203,8 @@ export interface ChannelOptions {
   lookup?: (host: string) => Promise<string[]>;
   /** How often a name may be looked up again while calls are made (default RESOLVE_MS). */
   resolveMs?: number;
+  /** The first pause before an unreachable replica is tried again (default BACKOFF_FIRST_MS). */
+  backoffFirstMs?: number;
 }
 
 const systemLookup = async (host: string) => (await lookup(host, { all: true })).map((a) => a.address);
@@ -204,6 +215,7 @@ export class Channel {
   readonly #tls: ConnectionOptions | undefined;
   readonly #lookup: (host: string) => Promise<string[]>;
   readonly #resolveMs: number;
+  readonly #backoffFirstMs: number;
   #replicas: Replica[] = [];
   /** Woken on every change of a replica's state (calls waiting for a ready one, $ready). */
   #waiters = new Set<() => void>();
@@ -221,6 +233,7 @@ export class Channel {
     this.#tls = opts.tls;
     this.#lookup = opts.lookup ?? systemLookup;
     this.#resolveMs = opts.resolveMs ?? RESOLVE_MS;
+    this.#backoffFirstMs = opts.backoffFirstMs ?? BACKOFF_FIRST_MS;
   }
 
   /** Resolves once a replica is connected; rejects after `timeoutMs`. */
@@ -230,7 +243,8 @@ export class Channel {
       if (this.#closed) throw new Error("channel closed");
       if (Date.now() >= deadline) throw new Error(`no replica of the target is ready: ${this.#why()}`);
       this.#start();
-      await this.#changed(deadline);
+      this.#hurry();
+      await this.#changed(Math.min(deadline, Date.now() + HURRY_MS));
     }
   }
 
@@ -352,6 +366,9 @@ export class Channel {
       if (!replica) {
         if (this.#closed) return end(new RemoteError(status.UNAVAILABLE, undefined, "channel closed"));
         if (!this.#connecting()) {
+          // This call fails fast, as while the replicas are away; the next ones find a connection
+          // if one is back.
+          this.#hurry();
           return end(
             new RemoteError(status.UNAVAILABLE, undefined, `no replica is reachable: ${this.#why()}`),
           );
@@ -470,6 +487,22 @@ export class Channel {
     return ready.length === 0 ? undefined : choose(ready, Date.now());
   }
 
+  /**
+   * Connects now to every replica waiting out a backoff whose last attempt began HURRY_MS ago or
+   * more: after a long outage the backoff has grown towards BACKOFF_MAX_MS, and the calls that
+   * find no replica ready should not wait that long once it is back. An idle channel keeps its
+   * backoff.
+   */
+  #hurry(): void {
+    const now = Date.now();
+    for (const r of this.#replicas) {
+      if (r.retry === undefined || now - r.attemptAt < HURRY_MS) continue;
+      clearTimeout(r.retry);
+      r.retry = undefined;
+      this.#connect(r);
+    }
+  }
+
   /** Whether a ready replica may still come without waiting for a backoff. */
   #connecting(): boolean {
     return (
@@ -552,6 +585,7 @@ export class Channel {
           inFlight: 0,
           failedAt: 0,
           backoffMs: 0,
+          attemptAt: 0,
           retry: undefined,
           removed: false,
         },
@@ -577,6 +611,7 @@ export class Channel {
 
   #connect(r: Replica): void {
     if (this.#closed || r.removed || r.session !== undefined || r.retry !== undefined) return;
+    r.attemptAt = Date.now();
     const { host, port } = splitHostPort(r.address);
     const url = `${this.#tls ? "https" : "http"}://${joinHostPort(host, port)}`;
     const session = http2.connect(url, {
@@ -614,7 +649,7 @@ export class Channel {
         // A connection that worked and ended (the server's connection age, a restart): at once.
         this.#connect(r);
       } else {
-        r.backoffMs = Math.min(BACKOFF_MAX_MS, r.backoffMs === 0 ? BACKOFF_FIRST_MS : r.backoffMs * 1.6);
+        r.backoffMs = Math.min(BACKOFF_MAX_MS, r.backoffMs === 0 ? this.#backoffFirstMs : r.backoffMs * 1.6);
         const delay = r.backoffMs * (0.8 + 0.4 * Math.random());
         r.retry = setTimeout(() => {
           r.retry = undefined;
