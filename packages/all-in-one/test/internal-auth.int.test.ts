@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { DescMethod } from "@bufbuild/protobuf";
@@ -51,6 +51,30 @@ const SERVICES: ReadonlyArray<{
 ];
 
 const log = createLogger({ service: "internal-auth-test", level: "silent" });
+
+/**
+ * The "Who may call what" table of docs/runbooks/internal-auth.md, read back: each method (by
+ * its proto name, as the table writes it) of each service, and the callers the table names.
+ */
+function documentedAccess(): Map<string, string[]> {
+  const text = readFileSync(new URL("../../../docs/runbooks/internal-auth.md", import.meta.url), "utf8");
+  const table = text.slice(text.indexOf("| service | method | callers |"));
+  const rows = new Map<string, string[]>();
+  for (const line of table.split("\n").slice(2)) {
+    if (!line.startsWith("|")) break;
+    const [service, methods, callers] = line
+      .split("|")
+      .slice(1, 4)
+      .map((c) => c.trim());
+    const who = callers!
+      .replace(/\([^)]*\)/g, "")
+      .split(",")
+      .map((c) => c.trim())
+      .sort();
+    for (const [, method] of methods!.matchAll(/`(\w+)`/g)) rows.set(`${service} ${method}`, who);
+  }
+  return rows;
+}
 
 /** Handlers that answer every method with an empty message: only the access check matters here. */
 function emptyHandlers(service: GenService<GenServiceMethods>): never {
@@ -180,6 +204,18 @@ suite("tokens", () => {
     as: (s) => tokenAuth({ token: tokens[s]!, peers }),
     none: undefined,
   };
+});
+
+describe("the runbook's table of who may call what", () => {
+  it("names every method of every internal service with the callers its access table allows", () => {
+    const actual = new Map<string, string[]>();
+    for (const { name, service, access } of SERVICES) {
+      for (const m of service.methods as DescMethod[]) {
+        actual.set(`${name} ${m.name}`, [...(access[m.localName] ?? [])].sort());
+      }
+    }
+    expect(Object.fromEntries(documentedAccess())).toEqual(Object.fromEntries(actual));
+  });
 });
 
 describe("internal calls in process (the all-in-one)", () => {
