@@ -146,12 +146,8 @@ export class LeaseBook {
    * The same for the leases of one account, or of one key named by its id (the admin API's
    * views of budgets, which never see a key in clear), or of every key when neither is given.
    */
-  async returnIdleOf(of: { accountId?: string; keyId?: string }): Promise<void> {
-    await this.returnIdleWhere(this.shapes.values(), (h) => {
-      const p = h.verdict.grant?.principal;
-      if (of.keyId !== undefined) return p?.keyId === of.keyId;
-      return of.accountId === undefined || p?.accountId === of.accountId;
-    });
+  async returnIdleOf(of: PrincipalIds): Promise<void> {
+    await this.returnIdleWhere(this.shapes.values(), (h) => names(of, h.verdict));
   }
 
   /**
