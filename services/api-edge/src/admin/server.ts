@@ -59,7 +59,10 @@ export type AdminAuthClient = Pick<
   | "getKey"
   | "updateKey"
 >;
-/** The replica's leases, whose idle ones go back before a budget is shown. */
+/**
+ * The replica's leases: their idle ones go back before a budget is shown, and those of keys a
+ * change names stop at once.
+ */
 export type AdminLeases = Pick<LeaseBook, "returnIdleOf" | "stopLeasing">;
 /** The metering RPC the admin API calls. */
 export type AdminMeteringClient = Pick<Client<MethodsOf<typeof MeteringService>>, "getUsage">;
