@@ -172,6 +172,28 @@ describe("connections", () => {
     channel.close();
   }, 15_000);
 
+  it("serves the call that finds a replica back whose last try is a second old, connecting for it at once", async () => {
+    const a = await replica("a");
+    // The first retry after the loss is 4–6 s off.
+    const channel = new Channel(`127.0.0.1:${a.port}`, { backoffFirstMs: 5_000 });
+    await channel.ready(5_000);
+    a.server.forceShutdown();
+    await sleep(200);
+    const path = `/${InferenceService.typeName}/Complete`;
+    const body = encodeMessage(CompleteRequestSchema, {}) as Uint8Array;
+    // Away: a call fails fast, UNAVAILABLE.
+    const started = performance.now();
+    const away = await channel.unary({ path, metadata: {} }, body).catch((e: unknown) => e);
+    expect((away as RemoteError).status).toBe(GrpcStatus.UNAVAILABLE);
+    expect(performance.now() - started).toBeLessThan(1_000);
+    await sleep(1_100);
+    await replica("a2", { port: a.port });
+    // Back, its next try seconds off: the first call connects and is served.
+    const ok = decodeMessage(CompleteResponseSchema, await channel.unary({ path, metadata: {} }, body));
+    expect(decoder.decode(ok.body)).toBe("a2");
+    channel.close();
+  });
+
   it("lets a call in flight finish when its server drains, and sends new calls to another replica", async () => {
     const { a, b, client, call } = await twoReplicas();
     const home = (await call()) === "a" ? a : b;

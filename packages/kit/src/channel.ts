@@ -16,8 +16,9 @@
 //   calls in flight from this channel, among equals the preferred one, which moves every 5 s.
 // - **Connections.** Every replica is kept connected; one that cannot be reached is retried
 //   with a growing, jittered backoff (1 s to 30 s), but at once when a call or a readiness check
-//   finds no replica ready and its last attempt is a second old, so the first calls after a long
-//   outage bring the connection back instead of the backoff grown meanwhile. A GOAWAY (the
+//   finds no replica ready and its last attempt is a second old (the call waits 250 ms at most
+//   for it), so the first calls after a long outage bring the connection back instead of the
+//   backoff grown meanwhile. A GOAWAY (the
 //   server's connection age, or its drain) moves new calls to a fresh connection while the old
 //   one finishes its streams.
 //   A ping every 30 s (10 s to answer) finds a connection that died silently.
@@ -48,6 +49,8 @@ const BACKOFF_MAX_MS = 30_000;
  * makes sooner than its backoff (#hurry).
  */
 const HURRY_MS = 1_000;
+/** How long a call that started such attempts waits for one to connect before it fails. */
+const HURRY_WAIT_MS = 250;
 
 const {
   NGHTTP2_CANCEL,
@@ -362,17 +365,25 @@ export class Channel {
       timer = setTimeout(expire, left);
     }
     const body = frame(request);
+    // Whether this call started connection attempts sooner than their backoff (#hurry).
+    let hurried = false;
     const attempt = (retried: boolean) => {
       const replica = this.#pick();
       if (!replica) {
         if (this.#closed) return end(new RemoteError(status.UNAVAILABLE, undefined, "channel closed"));
+        const unreachable = () =>
+          end(new RemoteError(status.UNAVAILABLE, undefined, `no replica is reachable: ${this.#why()}`));
+        // A call that started attempts waits HURRY_WAIT_MS at most for them: a replica that is
+        // back serves it; one still away (or slow to answer a connect) fails it fast, as before.
+        if (hurried) return unreachable();
         if (!this.#connecting()) {
-          // This call fails fast, as while the replicas are away; the next ones find a connection
-          // if one is back.
-          this.#hurry();
-          return end(
-            new RemoteError(status.UNAVAILABLE, undefined, `no replica is reachable: ${this.#why()}`),
-          );
+          if (!this.#hurry()) return unreachable();
+          hurried = true;
+          const until = Math.min(head.deadline ?? Number.POSITIVE_INFINITY, Date.now() + HURRY_WAIT_MS);
+          this.#changed(until).then(() => {
+            if (!done && !cancelled) attempt(retried);
+          });
+          return;
         }
         // Replicas are connecting: the call waits for one (or its deadline, or its abort).
         this.#changed(head.deadline).then(() => {
@@ -492,16 +503,19 @@ export class Channel {
    * Connects now to every replica waiting out a backoff whose last attempt began HURRY_MS ago or
    * more: after a long outage the backoff has grown towards BACKOFF_MAX_MS, and the calls that
    * find no replica ready should not wait that long once it is back. An idle channel keeps its
-   * backoff.
+   * backoff. Whether it started any.
    */
-  #hurry(): void {
+  #hurry(): boolean {
     const now = Date.now();
+    let started = false;
     for (const r of this.#replicas) {
       if (r.retry === undefined || now - r.attemptAt < HURRY_MS) continue;
       clearTimeout(r.retry);
       r.retry = undefined;
       this.#connect(r);
+      started = true;
     }
+    return started;
   }
 
   /** Whether a ready replica may still come without waiting for a backoff. */
