@@ -122,6 +122,22 @@ describe("spreading calls over replicas (fewest in flight)", () => {
   });
 });
 
+/** A channel with `backoffFirstMs`, connected to replica "a", which is then gone. */
+async function connectedThenGone(backoffFirstMs: number) {
+  const a = await replica("a");
+  const channel = new Channel(`127.0.0.1:${a.port}`, { backoffFirstMs });
+  await channel.ready(5_000);
+  a.server.forceShutdown();
+  return { a, channel };
+}
+
+/** One Complete call straight on `channel`. */
+const completeOn = (channel: Channel) =>
+  channel.unary(
+    { path: `/${InferenceService.typeName}/Complete`, metadata: {} },
+    encodeMessage(CompleteRequestSchema, {}) as Uint8Array,
+  );
+
 describe("connections", () => {
   it("fails a call whose server dies mid-call as UNAVAILABLE (not CANCELLED), then serves again after a restart on the same port", async () => {
     const a = await replica("a");
@@ -144,20 +160,15 @@ describe("connections", () => {
   });
 
   it("reconnects within a second of a long-gone replica's return when calls find it away, not after the grown backoff", async () => {
-    const a = await replica("a");
     // Backoffs from 200 ms: 0.2, 0.32, 0.51, 0.82, 1.3, 2.1, 3.4 s… so after 5.5 s away the
     // next scheduled try is at least 2.4 s off.
-    const channel = new Channel(`127.0.0.1:${a.port}`, { backoffFirstMs: 200 });
-    await channel.ready(5_000);
-    a.server.forceShutdown();
+    const { a, channel } = await connectedThenGone(200);
     await sleep(5_500);
     await replica("a2", { port: a.port });
     const back = performance.now();
-    const path = `/${InferenceService.typeName}/Complete`;
-    const body = encodeMessage(CompleteRequestSchema, {}) as Uint8Array;
     let servedAfter: number | undefined;
     while (performance.now() - back < 5_000) {
-      const ok = await channel.unary({ path, metadata: {} }, body).then(
+      const ok = await completeOn(channel).then(
         () => true,
         () => false,
       );
@@ -173,23 +184,18 @@ describe("connections", () => {
   }, 15_000);
 
   it("serves the call that finds a replica back whose last try is a second old, connecting for it at once", async () => {
-    const a = await replica("a");
     // The first retry after the loss is 4–6 s off.
-    const channel = new Channel(`127.0.0.1:${a.port}`, { backoffFirstMs: 5_000 });
-    await channel.ready(5_000);
-    a.server.forceShutdown();
+    const { a, channel } = await connectedThenGone(5_000);
     await sleep(200);
-    const path = `/${InferenceService.typeName}/Complete`;
-    const body = encodeMessage(CompleteRequestSchema, {}) as Uint8Array;
     // Away: a call fails fast, UNAVAILABLE.
     const started = performance.now();
-    const away = await channel.unary({ path, metadata: {} }, body).catch((e: unknown) => e);
+    const away = await completeOn(channel).catch((e: unknown) => e);
     expect((away as RemoteError).status).toBe(GrpcStatus.UNAVAILABLE);
     expect(performance.now() - started).toBeLessThan(1_000);
     await sleep(1_100);
     await replica("a2", { port: a.port });
     // Back, its next try seconds off: the first call connects and is served.
-    const ok = decodeMessage(CompleteResponseSchema, await channel.unary({ path, metadata: {} }, body));
+    const ok = decodeMessage(CompleteResponseSchema, await completeOn(channel));
     expect(decoder.decode(ok.body)).toBe("a2");
     channel.close();
   });
