@@ -18,9 +18,8 @@
 //   with a growing, jittered backoff (1 s to 30 s), but at once when a call or a readiness check
 //   finds no replica ready and its last attempt is a second old (the call waits 250 ms at most
 //   for it), so the first calls after a long outage bring the connection back instead of the
-//   backoff grown meanwhile. A GOAWAY (the
-//   server's connection age, or its drain) moves new calls to a fresh connection while the old
-//   one finishes its streams.
+//   backoff grown meanwhile. A GOAWAY (the server's connection age, or its drain) moves new
+//   calls to a fresh connection while the old one finishes its streams.
 //   A ping every 30 s (10 s to answer) finds a connection that died silently.
 // - **Calls.** A deadline travels as `grpc-timeout` and is enforced here too; an abort cancels
 //   the stream (RST_STREAM CANCEL). A call the server refused before reading it (REFUSED_STREAM,

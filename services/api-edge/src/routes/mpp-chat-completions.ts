@@ -83,8 +83,6 @@ function paidRequestOf(
 
 /** Validates the body; unpaid and paid requests obey the same rules. */
 function validate(req: FastifyRequest, schemas: RequestSchemas): PaidChatRequest {
-  const unread = bodyRefusal(req);
-  if (unread) throw unread;
   const raw = req.body as { stream?: unknown } | undefined;
   if (raw && typeof raw === "object" && raw.stream === true) {
     throw new EdgeError(
