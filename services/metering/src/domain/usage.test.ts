@@ -79,6 +79,14 @@ describe("resolveUsageQuery", () => {
     expect(codeOf(q(400, "day"))).toBeUndefined();
     expect(codeOf(q(400.001, "day"))).toBe("time_range_too_large");
   });
+
+  it("tells a range too long for hours that days reach further", () => {
+    const to = now;
+    const from = new Date(to.getTime() - 60 * DAY);
+    expect(() => resolveUsageQuery({ filter: {}, from, to, granularity: "hour" }, now)).toThrow(
+      "granularity=hour spans at most 31 days; granularity=day spans up to 400: narrow from/to",
+    );
+  });
 });
 
 describe("parseCost", () => {

@@ -122,7 +122,11 @@ export function resolveUsageQuery(
   }
   if (to.getTime() - from.getTime() > MAX_RANGE_MS[granularity]) {
     const days = MAX_RANGE_MS[granularity] / DAY_MS;
-    throw new MeteringError("time_range_too_large", `a ${granularity}ly query spans at most ${days} days`);
+    const wider = granularity === "hour" ? `; granularity=day spans up to ${MAX_RANGE_MS.day / DAY_MS}` : "";
+    throw new MeteringError(
+      "time_range_too_large",
+      `granularity=${granularity} spans at most ${days} days${wider}: narrow from/to`,
+    );
   }
   return { filter: input.filter, from, to, granularity, byModel: input.byModel ?? false };
 }
