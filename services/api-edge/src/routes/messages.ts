@@ -66,7 +66,6 @@ export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
       const { answer, usage } = await completeChat(ctx, req, reply, grant, input);
       return messageFromChat(answer, usage, labels);
     },
-    errorBody: anthropicErrorBody,
     errorHandler: (err, req, reply) => {
       const e = toHttpError(err, req.log);
       reply.header(ANTHROPIC_REQUEST_ID, req.id);

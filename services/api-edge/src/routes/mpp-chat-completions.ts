@@ -51,16 +51,17 @@ function paymentCredential(req: FastifyRequest): Credential {
   }
   const auth = req.headers.authorization;
   if (auth === undefined || auth.trim() === "") return { kind: "none" };
-  // The Payment scheme may stand among other schemes in one header (MPP lets a client send it
-  // alongside others). With or without a credential after it, mpp-payment judges it: a bare
-  // scheme is a missing credential (mpp_malformed_credential), not a wrong scheme.
-  if (/(^|,)\s*payment(\s|,|$)/i.test(auth)) return { kind: "payment", header: auth };
-  if (/^\s*bearer(\s|$)/i.test(auth)) {
+  // A Bearer credential (a Virtual Key) anywhere in the header is refused, beside Payment too.
+  if (/(^|,)\s*bearer(\s|,|$)/i.test(auth)) {
     throw new EdgeError(
       "wrong_auth_scheme",
       "Virtual Keys belong to the account routes; this route takes Authorization: Payment",
     );
   }
+  // The Payment scheme may stand among other schemes in one header (MPP lets a client send it
+  // alongside others). With or without a credential after it, mpp-payment judges it: a bare
+  // scheme is a missing credential (mpp_malformed_credential), not a wrong scheme.
+  if (/(^|,)\s*payment(\s|,|$)/i.test(auth)) return { kind: "payment", header: auth };
   throw new EdgeError("wrong_auth_scheme", "this route takes Authorization: Payment");
 }
 
@@ -150,6 +151,11 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
       }
       const verified = await verifying;
       if (verified.acceptedReceipt !== "") acceptedReceipts.set(req, verified.acceptedReceipt);
+      // A close is bodyless (docs/contract.md, "Payment sessions"): one sent with a body is
+      // refused before it is sent on to Close.
+      if (verified.action === Action.CLOSE && !bodyless) {
+        throw new EdgeError("invalid_request", "a close credential is sent with no body");
+      }
       // Management credentials (topUp, close, or a bodyless open/voucher) never reach a model.
       if (bodyless || verified.action === Action.TOP_UP || verified.action === Action.CLOSE) {
         let receipt = verified.paymentReceipt;

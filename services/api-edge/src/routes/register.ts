@@ -7,14 +7,13 @@ import {
   type RouteSpec,
 } from "@tollgate/proto/routes";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { errorBody, type HttpError, httpErrorOf } from "../http/errors.js";
+import { EdgeError } from "../domain/errors.js";
+import { errorBody, httpErrorOf } from "../http/errors.js";
 
 /** How one route of the table is served: its handler, and an error handler of its own if any. */
 export interface RouteImpl {
   handler: (req: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
   errorHandler?: (err: unknown, req: FastifyRequest, reply: FastifyReply) => unknown;
-  /** The body of its path's 405 in the route's own error shape; default the OpenAI-style one. */
-  errorBody?: (e: HttpError, requestId: string) => unknown;
   /** Runs first on every answer of its path, the 405s and OPTIONS included (headers every answer carries). */
   onRequest?: (req: FastifyRequest, reply: FastifyReply) => Promise<void>;
 }
@@ -39,7 +38,8 @@ export function registerRoutes(app: FastifyInstance, impls: Partial<Record<Route
   }
   for (const path of new Set(ids.map((id) => ROUTES[id].path))) {
     const onPath = ids.filter((id) => ROUTES[id].path === path).map((id) => impls[id]!);
-    const body = onPath.map((impl) => impl.errorBody).find(Boolean);
+    // A path's 405 is answered by its routes' own error handler (their error shape) when they have one.
+    const handleError = onPath.map((impl) => impl.errorHandler).find(Boolean);
     const first = onPath.map((impl) => impl.onRequest).find(Boolean);
     const allowed = allowedMethods(path, ids);
     const allow = allowed.join(", ");
@@ -51,8 +51,10 @@ export function registerRoutes(app: FastifyInstance, impls: Partial<Record<Route
         await first?.(req, reply);
         reply.header("allow", allow);
         if (req.method === "OPTIONS") return reply.code(204).send();
-        const e = httpErrorOf("method_not_allowed", `${req.method} is not allowed here; use ${allow}`);
-        return reply.code(e.status).send((body ?? errorBody)(e, req.id));
+        const message = `${req.method} is not allowed here; use ${allow}`;
+        if (handleError) return handleError(new EdgeError("method_not_allowed", message), req, reply);
+        const e = httpErrorOf("method_not_allowed", message);
+        return reply.code(e.status).send(errorBody(e, req.id));
       },
       // Never reached: onRequest has answered.
       handler: async (_req, reply) => reply,

@@ -93,6 +93,10 @@ interface Fakes {
   forwarded: unknown[];
   /** Makes every Verify of a paid credential fail with this error. */
   verifyFails?: Error;
+  /** The action every Verify answers (default: a voucher, its hold taken). */
+  verifyAction?: Action;
+  /** The channels a Close was asked for. */
+  closed: string[];
   /** The paid holds given back (Release), by reservation id. */
   released: string[];
   /** What each authorization asked: its output cap and message count. */
@@ -201,7 +205,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
       if (f.verifyFails) throw f.verifyFails;
       return {
         $typeName: "tollgate.payment.v1.VerifyResponse",
-        action: Action.VOUCHER,
+        action: f.verifyAction ?? Action.VOUCHER,
         channelId: "0xchannel",
         challengeId: "ch_1",
         acceptedCumulative: "1000",
@@ -211,6 +215,10 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
         acceptedReceipt: "accepted-receipt",
         reservedReceipt: "",
       };
+    },
+    close: async () => {
+      f.closed.push("0xchannel");
+      return { $typeName: "tollgate.payment.v1.CloseResponse", paymentReceipt: "close-receipt" };
     },
     release: async (req: { reservationId: string }) => {
       f.released.push(req.reservationId);
@@ -275,6 +283,7 @@ function edge(opts: { withPayment?: boolean; bodyLimitBytes?: number; withLeases
     returnedUnsure: [],
     streamReservations: [],
     released: [],
+    closed: [],
   };
   const { app, leases } = buildApp(
     fakePorts(f, opts.withPayment ?? true, opts.withLeases),
@@ -803,6 +812,17 @@ describe("paths and methods", () => {
     expect(res.headers.allow).toBe("POST");
   });
 
+  it("answers another method on the paid route with 405 as problem details, as every paid-route error", async () => {
+    const { app } = edge();
+    for (const method of ["GET", "PUT", "DELETE"] as const) {
+      const res = await app.inject({ method, url: "/v1/mpp/chat/completions" });
+      expect(res.statusCode, method).toBe(405);
+      expect(res.headers["content-type"]).toMatch(/^application\/problem\+json/);
+      expect(res.json()).toMatchObject({ status: 405, code: "method_not_allowed" });
+      expect(res.headers.allow).toBe("POST");
+    }
+  });
+
   it("answers HEAD on a POST route with 405 and no body, and OPTIONS with 204 and Allow", async () => {
     const { app } = edge();
     const head = await app.inject({ method: "HEAD", url: "/v1/chat/completions" });
@@ -963,6 +983,40 @@ describe("the paid route", () => {
       expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
     }
     expect(f.forwarded).toEqual([]);
+  });
+
+  it("refuses a close credential sent with a body (400), closing nothing; the same credential bodyless closes", async () => {
+    const { app, f } = edge();
+    f.verifyAction = Action.CLOSE;
+    const withBody = await app.inject(paid());
+    expect(withBody.statusCode).toBe(400);
+    expect(withBody.json()).toMatchObject({
+      code: "invalid_request",
+      detail: expect.stringMatching(/no body/),
+    });
+    expect(f.closed).toEqual([]);
+    expect(f.forwarded).toEqual([]);
+    const { payload: _body, ...bodyless } = paid();
+    const closed = await app.inject(bodyless);
+    expect(closed.statusCode).toBe(204);
+    expect(closed.headers["payment-receipt"]).toBe("close-receipt");
+    expect(f.closed).toEqual(["0xchannel"]);
+  });
+
+  it("answers a Bearer key beside a payment credential in the same header with 401 wrong_auth_scheme", async () => {
+    const { app, f } = edge();
+    for (const authorization of [
+      `Bearer ${GOOD_KEY}, Payment abc`,
+      `Payment abc, Bearer ${GOOD_KEY}`,
+      "Payment abc,bearer nope",
+    ]) {
+      const req = paid();
+      const res = await app.inject({ ...req, headers: { ...(req.headers as object), authorization } });
+      expect(res.statusCode, authorization).toBe(401);
+      expect(res.json()).toMatchObject({ code: "wrong_auth_scheme" });
+    }
+    expect(f.forwarded).toEqual([]);
+    expect(f.released).toEqual([]);
   });
 
   it("answers a Virtual Key with a body that is not JSON with 401 wrong_auth_scheme", async () => {
