@@ -8,6 +8,7 @@ import {
   SLOW_SECONDS_BUCKETS,
 } from "@tollgate/kit/metrics";
 import type { FastifyInstance } from "fastify";
+import { closedStatus } from "./http/response-log.js";
 import type { InferenceClient } from "./routes/context.js";
 
 /**
@@ -72,7 +73,7 @@ export function countRequests(app: FastifyInstance, m: EdgeMetrics): void {
       m.waits.delete(req.id);
       // Unmatched paths share one label, so a scan of random URLs cannot grow the series.
       const route = req.routeOptions.url ?? "unmatched";
-      const status = reply.raw.writableFinished ? String(reply.raw.statusCode) : "499";
+      const status = String(closedStatus(reply));
       m.requests.inc({ route, method: req.method, status });
       m.duration.observe({ route }, total);
       if (wait && wait.calls > 0) m.overhead.observe({ route }, Math.max(0, total - wait.seconds));

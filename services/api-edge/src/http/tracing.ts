@@ -10,6 +10,7 @@ import {
 } from "@tollgate/kit/tracing";
 import { ROUTE_IDS, ROUTES } from "@tollgate/proto/routes";
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { closedStatus } from "./response-log.js";
 
 /** The door of each route template (packages/proto/src/routes.ts); the probes have none. */
 const DOOR_BY_PATH: ReadonlyMap<string, string> = new Map(
@@ -40,7 +41,7 @@ export function traceRequests(app: FastifyInstance): void {
     );
     spans.set(req, span);
     reply.raw.once("close", () => {
-      const status = reply.raw.writableFinished ? reply.raw.statusCode : 499;
+      const status = closedStatus(reply);
       span.setAttribute(ATTR.httpStatus, status);
       if (status >= 500) failSpan(span, String(status));
       span.end();
