@@ -9,7 +9,7 @@ import { AuthService } from "@tollgate/proto/auth";
 import { InferenceService } from "@tollgate/proto/inference";
 import { MeteringService } from "@tollgate/proto/metering";
 import { PaymentService } from "@tollgate/proto/payment";
-import type { RouteId } from "@tollgate/proto/routes";
+import { ROUTES, type RouteId } from "@tollgate/proto/routes";
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyInstance,
@@ -56,7 +56,7 @@ import type {
 } from "./routes/context.js";
 import { embeddingsRoute } from "./routes/embeddings.js";
 import { LeaseBook, type LeaseClient } from "./routes/leases.js";
-import { messagesRoute } from "./routes/messages.js";
+import { messagesRoute, sendAnthropicError } from "./routes/messages.js";
 import { modelRoute, modelsRoute } from "./routes/models.js";
 import { mppChatCompletionsRoute } from "./routes/mpp-chat-completions.js";
 import { PaidCommits } from "./routes/paid-commit.js";
@@ -223,10 +223,9 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
   logResponses(app, "request served");
   app.setErrorHandler(sendError);
   app.setNotFoundHandler((req, reply) => {
-    const e = toHttpError(
-      new EdgeError("not_found", `no route ${req.method} ${req.url.split("?")[0]}`),
-      req.log,
-    );
+    const err = new EdgeError("not_found", `no route ${req.method} ${req.url.split("?")[0]}`);
+    if (req.url.startsWith(`${ROUTES.messages.path}/`)) return sendAnthropicError(err, req, reply);
+    const e = toHttpError(err, req.log);
     return reply.code(e.status).send(errorBody(e, req.id));
   });
 

@@ -15,7 +15,8 @@ type XTollgate = { cost: string; budget_remaining: string };
 
 /**
  * POST /v1/messages through the official Anthropic SDK, pointed at the all-in-one gateway with a
- * Virtual Key as its API key (sent as `x-api-key`): buffered and streamed answers with their text
+ * Virtual Key as its API key (SDK 1.x sends it as `Authorization: Bearer`; `x-api-key`, as older
+ * SDKs and other Anthropic clients send it, is tested too): buffered and streamed answers with their text
  * and usage, Anthropic-shaped errors the SDK raises as its own error classes (one per status,
  * 402 included), and streams cut either way billed as chat streams are. The books of every
  * account used are checked after each case: what callers were told == what metering recorded ==
@@ -64,6 +65,21 @@ describe("POST /v1/messages with the Anthropic SDK (all-in-one, in process)", ()
     };
     expect(sent.messages.map((m) => m.role)).toEqual(["system", "user"]);
     expect(sent.max_tokens).toBe(8);
+  });
+
+  it("answers the key sent as x-api-key (older SDKs, Anthropic's other clients) as it answers Bearer", async () => {
+    const headerOnly = new Anthropic({
+      baseURL: gateway().url,
+      apiKey: null,
+      defaultHeaders: { "x-api-key": KEYS.served },
+      maxRetries: 0,
+      fetch: gateway().wire.fetch,
+    });
+    const { data, response } = await headerOnly.messages
+      .create({ model: MODEL, max_tokens: 4, messages: [{ role: "user", content: "Hi" }] })
+      .withResponse();
+    expect(data.type).toBe("message");
+    expect(BigInt(response.headers.get("x-tollgate-cost") ?? "0")).toBeGreaterThan(0n);
   });
 
   it("answers a conversation whose earlier answer goes back as the assistant turn", async () => {

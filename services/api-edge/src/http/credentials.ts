@@ -45,8 +45,8 @@ export function hasKeyField(headers: IncomingHttpHeaders): boolean {
 export type KeyReader = (headers: IncomingHttpHeaders) => string;
 
 /**
- * The Virtual Key of an Anthropic Messages request: `x-api-key`, as Anthropic's SDKs send it,
- * or `Authorization: Bearer` (their `authToken`), not both.
+ * The Virtual Key of an Anthropic Messages request: `x-api-key`, as Anthropic's API takes it,
+ * or `Authorization: Bearer` (how Anthropic's TypeScript SDK 1.x sends its `apiKey`), not both.
  */
 export function anthropicKey(headers: IncomingHttpHeaders): string {
   const apiKey = headers["x-api-key"];

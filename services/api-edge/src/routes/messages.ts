@@ -1,5 +1,6 @@
 import { Operation } from "@tollgate/proto/inference";
 import { OPERATIONS, ROUTES } from "@tollgate/proto/routes";
+import type { FastifyReply, FastifyRequest } from "fastify";
 import {
   chatBodyFromMessages,
   type MessageLabels,
@@ -66,11 +67,18 @@ export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
       const { answer, usage } = await completeChat(ctx, req, reply, grant, input);
       return messageFromChat(answer, usage, labels);
     },
-    errorHandler: (err, req, reply) => {
-      const e = toHttpError(err, req.log);
-      reply.header(ANTHROPIC_REQUEST_ID, req.id);
-      if (e.headers) reply.headers(e.headers);
-      return reply.code(e.status).send(anthropicErrorBody(e, req.id));
-    },
+    errorHandler: sendAnthropicError,
   };
+}
+
+/**
+ * An error in Anthropic's shape, with its `request-id` header: the Messages route's answers, and
+ * a path below it that the gateway does not serve (`/v1/messages/count_tokens`, say), so an
+ * Anthropic client reads its own error there too.
+ */
+export function sendAnthropicError(err: unknown, req: FastifyRequest, reply: FastifyReply) {
+  const e = toHttpError(err, req.log);
+  reply.header(ANTHROPIC_REQUEST_ID, req.id);
+  if (e.headers) reply.headers(e.headers);
+  return reply.code(e.status).send(anthropicErrorBody(e, req.id));
 }

@@ -1485,6 +1485,28 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
     });
   });
 
+  it("answers a path below /v1/messages it does not serve (count_tokens) with 404 in Anthropic's shape", async () => {
+    const { app } = edge();
+    const res = await app.inject({
+      method: "POST",
+      url: "/v1/messages/count_tokens?beta=true",
+      headers: anthropic(),
+      payload: {},
+    });
+    expect(res.statusCode).toBe(404);
+    expect(res.headers["request-id"]).toBe(res.headers["x-request-id"]);
+    expect(anthropicError(res).error).toMatchObject({ type: "not_found_error", code: "not_found" });
+    // Elsewhere a missing route keeps OpenAI's shape.
+    const other = await app.inject({
+      method: "POST",
+      url: "/v1/moderations",
+      headers: bearer(),
+      payload: {},
+    });
+    expect(other.statusCode).toBe(404);
+    expect(other.json()).toMatchObject({ error: { code: "not_found" } });
+  });
+
   it("answers a body that is not JSON with 400 invalid_request_error", async () => {
     const { app } = edge();
     const res = await app.inject({ ...messages(), payload: "{not json" });
