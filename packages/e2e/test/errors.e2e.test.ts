@@ -1,3 +1,4 @@
+import { connect } from "node:net";
 import type { AllInOne } from "@tollgate/all-in-one";
 import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
 import type { LogCapture } from "@tollgate/testkit/logs";
@@ -296,6 +297,33 @@ describe("account door error contract (all-in-one, in process)", () => {
     upstream.failNext(1, { status: 400, body: '{"error":{"message":"context length exceeded"}}' });
     const rejected = await expectError(await chat(KEYS.good, ok), 400, "upstream_rejected");
     expect(rejected.message).toContain("context length exceeded");
+  });
+
+  it("streams to an HTTP/1.0 caller: every event to data: [DONE], ended by closing the connection, the cost in the last event", async () => {
+    const body = JSON.stringify({ ...ok, stream: true, stream_options: { include_usage: true } });
+    const { host, port } = new URL(gateway.url);
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = connect({ host: host.split(":")[0], port: Number(port) }, () =>
+        socket.write(
+          `POST /v1/chat/completions HTTP/1.0\r\nHost: ${host}\r\nAuthorization: Bearer ${KEYS.good}\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        ),
+      );
+      let text = "";
+      socket.setEncoding("utf8");
+      socket.on("data", (chunk: string) => {
+        text += chunk;
+      });
+      // The stream's end is the connection's: HTTP/1.0 has no chunked framing to end it by.
+      socket.on("end", () => resolve(text));
+      socket.on("error", reject);
+      socket.setTimeout(10_000, () => reject(new Error(`no end after 10 s; got ${JSON.stringify(text)}`)));
+    });
+    const [head, events = ""] = raw.split("\r\n\r\n");
+    expect(head).toMatch(/^HTTP\/1\.[01] 200/);
+    expect(head.toLowerCase()).not.toContain("trailer");
+    expect(events.trimEnd().endsWith("data: [DONE]")).toBe(true);
+    expect(events).toMatch(/"x_tollgate":\{"cost":"\d+"/);
   });
 
   it("never logs a key", async () => {

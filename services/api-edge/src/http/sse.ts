@@ -19,6 +19,15 @@ export class SseWriter {
   constructor(private readonly res: ServerResponse) {}
 
   /**
+   * Whether the response can carry HTTP trailers: only a chunked one, which an HTTP/1.0 caller
+   * (or a proxy speaking HTTP/1.0) cannot read. Its stream ends by closing the connection, and the
+   * cost comes only in the final event.
+   */
+  get trailersAllowed(): boolean {
+    return this.res.req.httpVersionMajor > 1 || this.res.req.httpVersionMinor >= 1;
+  }
+
+  /**
    * Sets the status line and SSE headers. They leave with the first events, in the same write
    * (one packet, no separate round of the caller's parser before the first byte of the body),
    * or with flush() when there are none to send yet.
@@ -28,7 +37,7 @@ export class SseWriter {
       ...headers,
       "content-type": "text/event-stream; charset=utf-8",
       "cache-control": "no-cache",
-      connection: "keep-alive",
+      connection: this.trailersAllowed ? "keep-alive" : "close",
       "x-accel-buffering": "no",
     });
   }
@@ -59,10 +68,10 @@ export class SseWriter {
     }
   }
 
-  /** Ends the response, with HTTP trailers when given (declared in open()). */
+  /** Ends the response, with HTTP trailers when given (declared in open()) and it can carry them. */
   end(trailers?: Record<string, string>): void {
     if (this.res.destroyed) return;
-    if (trailers) this.res.addTrailers(trailers);
+    if (trailers && this.trailersAllowed) this.res.addTrailers(trailers);
     this.res.end();
   }
 }
@@ -215,9 +224,9 @@ export async function relayStream(
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(reply.getHeaders()))
     if (value !== undefined) headers[name] = String(value);
-  // The cost is known only at the end: it follows as HTTP trailers and in the format's final
-  // event as `x_tollgate`.
-  if (money) headers.trailer = "x-tollgate-cost, x-tollgate-budget-remaining";
+  // The cost is known only at the end: it follows as HTTP trailers (when the caller's HTTP
+  // version has them) and in the format's final event as `x_tollgate`.
+  if (money && sse.trailersAllowed) headers.trailer = "x-tollgate-cost, x-tollgate-budget-remaining";
   sse.open({ ...headers, "x-request-id": req.id });
   const started = performance.now();
   let outcome = "completed";
