@@ -945,6 +945,30 @@ describe("Inference.stream", () => {
     expect(publisher.events[0]).toMatchObject({ outcome: "client_cancelled", tokens: usage(4, 2, 0) });
   });
 
+  it("records a zero-cost client_cancelled event, under the request's reservation, when the caller of a buffered call goes before the answer", async () => {
+    // A request admitted on a lease: api-edge leaves its ticket unsure when its caller goes, and
+    // only this event's settlement ends the hold (docs/money.md, "Leases").
+    const billing = { ...BILLING, door: "account", reservationId: "lease_1~4", quote: 31n } as const;
+    const abort = new AbortController();
+    const { publisher, inference } = setup({ error: new Error("the upstream call was aborted") });
+    abort.abort();
+    await expect(inference.complete(input({ billing }), abort.signal)).rejects.toThrow("aborted");
+    expect(publisher.events).toHaveLength(1);
+    expect(publisher.events[0]).toMatchObject({
+      outcome: "client_cancelled",
+      streamed: false,
+      reservationId: "lease_1~4",
+      tokens: usage(0, 0, 0),
+      cost: 0n,
+    });
+    // A failure with the caller still there records nothing: api-edge gives the hold back.
+    const failed = setup({ error: new Error("upstream down") });
+    await expect(
+      failed.inference.complete(input({ billing }), new AbortController().signal),
+    ).rejects.toThrow();
+    expect(failed.publisher.events).toEqual([]);
+  });
+
   it("records a zero-cost client_cancelled event, under the stream's reservation, when the caller goes before the upstream's first chunk", async () => {
     // A request admitted on a lease: api-edge leaves its ticket unsure when its caller goes, and
     // only this event's settlement ends the hold (docs/money.md, "Leases").

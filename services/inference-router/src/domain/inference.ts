@@ -76,7 +76,21 @@ export class Inference {
     signal: AbortSignal,
   ): Promise<{ json: Record<string, unknown>; usage: UsageSummary }> {
     const route = this.#resolve(input);
-    const result = await route.provider.complete(this.#request(input, route, false), signal);
+    let result: Awaited<ReturnType<typeof route.provider.complete>>;
+    try {
+      result = await route.provider.complete(this.#request(input, route, false), signal);
+    } catch (err) {
+      // The caller went away before the answer: nothing reached it, and it is recorded all the
+      // same at zero, as a stream cut before its first chunk is, so metering settles the request's
+      // hold (a lease ticket api-edge left unsure) instead of it waiting out the reservation TTL
+      // (docs/money.md, "Holds"). A publish that fails leaves it to the TTL, as before.
+      if (signal.aborted) {
+        await this.#record(input, route, route.provider.id, NOTHING, "client_cancelled", false).catch(
+          () => {},
+        );
+      }
+      throw err;
+    }
     if (input.operation === "embeddings" && !embeddingsIn(result.json)) {
       // Not billed: nothing usable came back.
       throw new InferenceError("upstream_error", "the upstream sent no readable embeddings");
