@@ -49,6 +49,13 @@ export type KeyReader = (headers: IncomingHttpHeaders) => string;
  * or `Authorization: Bearer` (how Anthropic's TypeScript SDK 1.x sends its `apiKey`), not both.
  */
 export function anthropicKey(headers: IncomingHttpHeaders): string {
+  // `api-key` (Azure's field) is not read here either: refused, alone or beside another key.
+  if (headers["api-key"] !== undefined) {
+    throw new EdgeError(
+      "wrong_auth_field",
+      "send the Virtual Key as x-api-key or Authorization: Bearer; api-key is not read here",
+    );
+  }
   const apiKey = headers["x-api-key"];
   if (apiKey === undefined) {
     if (headers.authorization === undefined || headers.authorization.trim() === "")

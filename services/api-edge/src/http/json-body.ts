@@ -142,11 +142,20 @@ export function acceptJsonOnly(
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (req, body: Buffer, done) => {
     // A compressed body is not read as JSON (and not digested as the bytes it stands for): 415,
     // the status HTTP gives an unsupported Content-Encoding, not a misleading invalid_json.
+    // So is a body in a transfer coding beside chunked (`gzip, chunked`): Node removes the
+    // chunked framing only, and the bytes left are not the JSON they stand for.
     const encoding = req.headers["content-encoding"];
-    if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
+    const transfer = req.headers["transfer-encoding"];
+    if (
+      (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") ||
+      (transfer !== undefined && transfer.trim().toLowerCase() !== "chunked")
+    ) {
       return refuse(
         req,
-        error("unsupported_media_type", "send the body uncompressed: Content-Encoding is not supported"),
+        error(
+          "unsupported_media_type",
+          "send the body uncompressed: Content-Encoding and transfer codings other than chunked are not supported",
+        ),
         done,
       );
     }

@@ -420,6 +420,16 @@ describe("each account route, in process", () => {
     expect(res.json().error.message).toMatch(/uncompressed/);
   });
 
+  it("answers 415 for a body in a transfer coding beside chunked, not reading it as JSON", async () => {
+    const { app, f } = edge();
+    const res = await app.inject(
+      request("chat", { headers: { ...bearer(), ...json, "transfer-encoding": "gzip, chunked" } }),
+    );
+    expect(res.statusCode).toBe(415);
+    expect(code(res)).toBe("unsupported_media_type");
+    expect(f.forwarded).toEqual([]);
+  });
+
   // The key is checked before the body (docs/contract.md, "Authentication"): a body refused as
   // unreadable still answers a bad or missing key with its 401.
   const UNREADABLE: ReadonlyArray<[string, Record<string, string>, string | Buffer]> = [
@@ -1423,7 +1433,10 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
   );
 
   it.each([
-    ["no max_tokens", { max_tokens: undefined }, /max_tokens/],
+    ["no max_tokens", { max_tokens: undefined }, /max_tokens is required/],
+    ["max_tokens 0", { max_tokens: 0 }, /max_tokens must be at least 1/],
+    ["max_tokens too large", { max_tokens: 1_000_001 }, /max_tokens is at most \d+/],
+    ["max_tokens not whole", { max_tokens: 1.5 }, /max_tokens must be a whole number/],
     ["tools", { tools: [{ name: "t", input_schema: {} }] }, /tools are not supported/],
     [
       "an image block",
@@ -1483,6 +1496,19 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
       type: "invalid_request_error",
       code: "method_not_allowed",
     });
+  });
+
+  it("refuses a key in api-key, alone or beside x-api-key, with 401 wrong_auth_field", async () => {
+    const { app, f } = edge();
+    for (const headers of [
+      { ...json, "api-key": GOOD_KEY },
+      { ...anthropic(), "api-key": GOOD_KEY },
+    ]) {
+      const res = await app.inject(messages({}, headers));
+      expect(res.statusCode).toBe(401);
+      expect(anthropicError(res).error).toMatchObject({ code: "wrong_auth_field" });
+    }
+    expect(f.forwarded).toEqual([]);
   });
 
   it("answers a path below /v1/messages it does not serve (count_tokens) with 404 in Anthropic's shape", async () => {

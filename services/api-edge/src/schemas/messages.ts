@@ -31,10 +31,15 @@ export function messagesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
     .looseObject({
       model: z.string().min(1).max(256).optional(),
       max_tokens: z
-        .number({ error: "max_tokens is required: the most tokens the answer may have" })
-        .int()
-        .positive()
-        .max(CHAT_LIMITS.maxOutputTokens),
+        .number({
+          error: (iss) =>
+            iss.input === undefined
+              ? "max_tokens is required: the most tokens the answer may have"
+              : "max_tokens must be a number",
+        })
+        .int({ error: "max_tokens must be a whole number" })
+        .positive({ error: "max_tokens must be at least 1" })
+        .max(CHAT_LIMITS.maxOutputTokens, { error: `max_tokens is at most ${CHAT_LIMITS.maxOutputTokens}` }),
       messages: z
         .array(z.looseObject({ role: z.enum(["user", "assistant"]), content }))
         .min(1)
