@@ -9,6 +9,7 @@ import {
   type OpenAiErrorType,
 } from "@tollgate/proto/errors";
 import { INFERENCE_DETAILS } from "@tollgate/proto/inference";
+import { ROUTES } from "@tollgate/proto/routes";
 import type { FastifyBaseLogger } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { anthropicErrorType } from "../domain/messages.js";
@@ -219,4 +220,27 @@ export function problemBody(e: HttpError, requestId: string, challengeId?: strin
     ...(challengeId ? { challengeId } : {}),
     error: { message: e.message, type: e.type, code: e.code, request_id: requestId },
   };
+}
+
+/**
+ * An error in the shape of the route `path` names, for an answer given before any route ran (a
+ * request Node's HTTP parser refused): Anthropic's on `/v1/messages` and below it, with its
+ * `request-id` header; problem details on the paid route; OpenAI's elsewhere.
+ */
+export function errorAnswerFor(
+  path: string | undefined,
+  e: HttpError,
+  requestId: string,
+): { contentType: string; headers: Record<string, string>; body: unknown } {
+  if (path === ROUTES.messages.path || path?.startsWith(`${ROUTES.messages.path}/`)) {
+    return {
+      contentType: "application/json; charset=utf-8",
+      headers: { "request-id": requestId },
+      body: anthropicErrorBody(e, requestId),
+    };
+  }
+  if (path === ROUTES.mppChat.path) {
+    return { contentType: "application/problem+json", headers: {}, body: problemBody(e, requestId) };
+  }
+  return { contentType: "application/json; charset=utf-8", headers: {}, body: errorBody(e, requestId) };
 }

@@ -41,6 +41,29 @@ describe("clientErrorHandler: what the HTTP parser refuses gets the OpenAI-shape
     expect(socket.destroy).toHaveBeenCalled();
   });
 
+  it("answers in the shape of the route the request line names: Anthropic's on /v1/messages, problem details on the paid route", () => {
+    const refuse = (requestLine: string) => {
+      const { socket, written } = fakeSocket();
+      const rawPacket = Buffer.from(`${requestLine}\r\nHost: x\r\nX-Big: ${"a".repeat(100)}`);
+      clientErrorHandler(log)(
+        Object.assign(new Error("x"), { code: "HPE_HEADER_OVERFLOW", rawPacket }),
+        socket,
+      );
+      return answer(written);
+    };
+    const messages = refuse("POST /v1/messages?beta=true HTTP/1.1");
+    expect(messages.statusLine).toBe("HTTP/1.1 431 Request Header Fields Too Large");
+    expect(messages.body).toMatchObject({ type: "error", error: { code: "headers_too_large" } });
+    expect(messages.head).toMatch(new RegExp(`\r\nrequest-id: ${messages.body.request_id}\r\n`));
+    const paid = refuse("POST /v1/mpp/chat/completions HTTP/1.1");
+    expect(paid.head).toMatch(/\r\nContent-Type: application\/problem\+json\r\n/);
+    expect(paid.body).toMatchObject({ status: 431, code: "headers_too_large" });
+    const chat = refuse("POST /v1/chat/completions HTTP/1.1");
+    expect(chat.body.error).toMatchObject({ code: "headers_too_large" });
+    // Every answer names its request id, as every other answer does.
+    expect(chat.head).toMatch(new RegExp(`\r\nx-request-id: ${chat.body.error.request_id}\r\n`));
+  });
+
   it("answers on a kept-alive connection between responses", () => {
     const { socket, written } = fakeSocket(false);
     clientErrorHandler(log)(Object.assign(new Error("x"), { code: "HPE_INVALID_URL" }), socket);

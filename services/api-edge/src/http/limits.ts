@@ -4,7 +4,7 @@ import { newRequestId } from "@tollgate/kit/ids";
 import type { FastifyBaseLogger, FastifyHttpOptions, FastifyInstance } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import { CHAT_LIMITS } from "../schemas/chat.js";
-import { errorBody, type HttpError, httpErrorOf } from "./errors.js";
+import { errorAnswerFor, type HttpError, httpErrorOf } from "./errors.js";
 
 /** The public port's limits on hostile or careless input (docs/account-door.md, "Limits"). */
 export interface EdgeLimits {
@@ -56,13 +56,20 @@ function clientErrorOf(code: string | undefined): HttpError {
   return httpErrorOf("invalid_request", "the request is not valid HTTP");
 }
 
+/** The path of the request line the parser had read when it refused (none for a slow caller). */
+function pathOf(rawPacket: Buffer | undefined): string | undefined {
+  const line = rawPacket?.subarray(0, 2048).toString("latin1").split("\r\n", 1)[0];
+  const target = line?.split(" ")[1];
+  return target?.split("?")[0];
+}
+
 /**
  * Answers what Node's HTTP parser refuses (malformed requests, oversized headers, slow
- * callers) with the same OpenAI-shaped error body as every other refusal, then closes the
- * connection: after a parse error the stream cannot be trusted.
+ * callers) with the error body every other refusal of its route gets (errorAnswerFor), then
+ * closes the connection: after a parse error the stream cannot be trusted.
  */
 export function clientErrorHandler(log: FastifyBaseLogger) {
-  return (err: Error & { code?: string }, socket: Socket): void => {
+  return (err: Error & { code?: string; rawPacket?: Buffer }, socket: Socket): void => {
     if (err.code === "ECONNRESET" || socket.destroyed) return;
     const e = clientErrorOf(err.code);
     log.info({ code: e.code, parserCode: err.code }, "request refused by the HTTP parser");
@@ -70,9 +77,14 @@ export function clientErrorHandler(log: FastifyBaseLogger) {
     // response on a kept-alive connection is no reason to leave the caller without one).
     const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
     if (socket.writable && !inFlight?.headersSent) {
-      const body = JSON.stringify(errorBody(e, newRequestId()));
+      const requestId = newRequestId();
+      const answer = errorAnswerFor(pathOf(err.rawPacket), e, requestId);
+      const body = JSON.stringify(answer.body);
+      const headers = Object.entries({ "x-request-id": requestId, ...answer.headers })
+        .map(([name, value]) => `${name}: ${value}\r\n`)
+        .join("");
       socket.write(
-        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: ${answer.contentType}\r\n${headers}` +
           `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
       );
     }
