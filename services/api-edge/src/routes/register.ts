@@ -22,7 +22,7 @@ export interface RouteImpl {
 export type AccountRoutes = Record<RouteIdOn<"account">, RouteImpl>;
 
 /** The methods fastify routes; on a known path, those the table does not give it are refused. */
-const METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] as const;
+const METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"] as const;
 
 /**
  * Registers the routes of `impls` at their method and path of the table

@@ -799,6 +799,8 @@ describe("paths and methods", () => {
     ["POST", "/v1/models", "GET, HEAD"],
     ["DELETE", "/v1/models/small", "GET, HEAD"],
     ["GET", "/v1/mpp/chat/completions", "POST"],
+    ["TRACE", "/v1/chat/completions", "POST"],
+    ["TRACE", "/v1/models", "GET, HEAD"],
     ["POST", "/livez", "GET, HEAD"],
   ] as const)("answers %s %s with 405 method_not_allowed and Allow: %s", async (method, url, allow) => {
     const { app, f } = edge();
