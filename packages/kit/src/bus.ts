@@ -59,7 +59,11 @@ export interface BusSubscription {
  * stores nothing new; a durable subscription receives each stored message at least once.
  */
 export interface EventBus {
-  publish(subject: string, data: Uint8Array, msgId: string): Promise<void>;
+  /**
+   * Resolves once the message is stored. `timeoutMs` shortens how long an unanswered publish
+   * waits before it fails (never beyond the bus's own limit); a bus with no wait ignores it.
+   */
+  publish(subject: string, data: Uint8Array, msgId: string, timeoutMs?: number): Promise<void>;
   subscribe(durable: string, filterSubject: string, handler: BusHandler): Promise<BusSubscription>;
   /**
    * A durable subscription handed whole batches: every message that arrived while the previous
@@ -104,7 +108,8 @@ function ackSubjectInfo(reply: string): { deliveryCount: number; streamSeq: stri
  * JetStream publishes and their acks over one wildcard reply subscription: a publish is one PUB
  * with a reply subject and one ack message back, with no per-publish subscription, promise race,
  * error object or timer (the nats.js request path builds all of those for every publish;
- * docs/performance.md, "The usage pipeline"). Unanswered publishes fail after `timeoutMs`.
+ * docs/performance.md, "The usage pipeline"). Unanswered publishes fail after `timeoutMs`, or
+ * the shorter timeout a publish asks for (within the sweep's 250 ms).
  */
 function jetStreamPublisher(nc: NatsConnection, timeoutMs = PUBLISH_TIMEOUT_MS) {
   const prefix = `${createInbox()}.`;
@@ -150,12 +155,12 @@ function jetStreamPublisher(nc: NatsConnection, timeoutMs = PUBLISH_TIMEOUT_MS) 
     () => clearInterval(sweep),
   );
   return {
-    publish(subject: string, data: Uint8Array, msgId: string): Promise<void> {
+    publish(subject: string, data: Uint8Array, msgId: string, waitMs = timeoutMs): Promise<void> {
       const token = (next++).toString(36);
       const h = headers();
       h.set("Nats-Msg-Id", msgId);
       return new Promise<void>((resolve, reject) => {
-        waiting.set(token, { resolve, reject, deadline: Date.now() + timeoutMs });
+        waiting.set(token, { resolve, reject, deadline: Date.now() + Math.min(waitMs, timeoutMs) });
         try {
           nc.publish(subject, data, { reply: `${prefix}${token}`, headers: h });
         } catch (err) {

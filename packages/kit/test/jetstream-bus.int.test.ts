@@ -53,6 +53,21 @@ describe("the JetStream bus", () => {
     await expect(b.publish("kit.nothing.listens", bytes("x"), "id-x")).rejects.toThrow("no responders");
   });
 
+  it("fails an unanswered publish after the shorter wait it asks for, not the bus's own 5 s", async () => {
+    const { bus: b, name } = await bus();
+    // Outside the stream, with a subscriber that never answers: no "no responders" status, no ack.
+    const silent = nc.subscribe(`silent.${name}`);
+    try {
+      const started = Date.now();
+      await expect(b.publish(`silent.${name}`, bytes("x"), "id-silent", 300)).rejects.toThrow("timed out");
+      // Within the sweep's 250 ms of the asked-for wait.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+      expect(Date.now() - started).toBeLessThan(1_500);
+    } finally {
+      silent.unsubscribe();
+    }
+  });
+
   it("hands over what was stored during the linger as one batch, in order", async () => {
     const { bus: b, subject } = await bus();
     const batches: string[][] = [];
