@@ -176,7 +176,7 @@ export async function start(
   const inference = new Inference(
     new Catalog(opts.gateway.models, providers, compose),
     instrumentPublisher(
-      createBusUsagePublisher(bus, { recorded: names.usageRecorded, batch: names.usageBatch }),
+      createBusUsagePublisher(bus, { recorded: names.usageRecorded, batch: names.usageBatch }, { log }),
       metrics,
     ),
     pricingSnapshotId(opts.gateway.models),

@@ -1,8 +1,9 @@
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import type { EventBus } from "@tollgate/kit/bus";
+import { createLogger } from "@tollgate/kit/log";
 import { UsageBatchSchema, UsageOperation, UsageRecordedSchema } from "@tollgate/proto/usage";
-import { describe, expect, it, vi } from "vitest";
-import type { UsageEvent } from "../domain/ports.js";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import type { UsageEvent, UsagePublisher } from "../domain/ports.js";
 import {
   batchMsgId,
   createBusUsagePublisher,
@@ -11,6 +12,7 @@ import {
 } from "./bus-usage-publisher.js";
 
 const SUBJECTS = { recorded: "usage.recorded", batch: "usage.batch" };
+const QUIET = createLogger({ service: "inference-router", level: "silent" });
 
 const EVENT: UsageEvent = {
   eventId: "evt_1",
@@ -49,7 +51,7 @@ function flakyBus(failures: number) {
 describe("createBusUsagePublisher", () => {
   it("publishes the operation that served the request", async () => {
     const { bus, attempts } = flakyBus(0);
-    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 5_000 });
     await publisher.publish({
       ...EVENT,
       operation: "embeddings",
@@ -63,7 +65,7 @@ describe("createBusUsagePublisher", () => {
 
   it("publishes the paid hold's channel, and none for the account door", async () => {
     const { bus, attempts } = flakyBus(0);
-    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 5_000 });
     const channelId = `0x${"cd".repeat(32)}`;
     await publisher.publish({ ...EVENT, door: "paid", reservationId: `rsv_${"2".repeat(32)}`, channelId });
     await publisher.publish({ ...EVENT, eventId: "evt_2" });
@@ -76,7 +78,7 @@ describe("createBusUsagePublisher", () => {
 
   it("retries a failed publish with backoff and the same message id until it is stored", async () => {
     const { bus, attempts } = flakyBus(4);
-    await createBusUsagePublisher(bus, SUBJECTS, 5_000).publish(EVENT);
+    await createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 5_000 }).publish(EVENT);
     expect(attempts).toHaveLength(5);
     expect(new Set(attempts.map((a) => a.msgId))).toEqual(new Set(["evt_1"]));
     // 100, 200, 400, 800 ms between attempts: together well past a short three-try budget.
@@ -88,7 +90,9 @@ describe("createBusUsagePublisher", () => {
   it("gives up once the deadline has passed, so the request fails with usage_not_recorded", async () => {
     const { bus, attempts } = flakyBus(Number.POSITIVE_INFINITY);
     const started = Date.now();
-    await expect(createBusUsagePublisher(bus, SUBJECTS, 400).publish(EVENT)).rejects.toThrow("no responders");
+    await expect(
+      createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 400 }).publish(EVENT),
+    ).rejects.toThrow("no responders");
     expect(Date.now() - started).toBeLessThan(1_000);
     expect(attempts.length).toBeGreaterThanOrEqual(2);
   });
@@ -120,7 +124,7 @@ const tick = () => new Promise((r) => setTimeout(r, 5));
 describe("createBusUsagePublisher: adaptive batching", () => {
   it("publishes one event alone, at once, when nothing is awaiting an ack", async () => {
     const { bus, attempts } = gatedBus();
-    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 5_000 });
     const done = publisher.publish(EVENT);
     await tick();
     expect(attempts.map((a) => [a.subject, a.msgId])).toEqual([["usage.recorded", "evt_1"]]);
@@ -130,7 +134,7 @@ describe("createBusUsagePublisher: adaptive batching", () => {
 
   it("sends the events that came during a publish as one batch when it returns, each caller answered only after its message's ack", async () => {
     const { bus, attempts } = gatedBus();
-    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 5_000 });
     const answered: string[] = [];
     const publishing = ["evt_1", "evt_2", "evt_3", "evt_4"].map((eventId) =>
       publisher.publish({ ...EVENT, eventId }).then(() => void answered.push(eventId)),
@@ -159,7 +163,7 @@ describe("createBusUsagePublisher: adaptive batching", () => {
 
   it("retries a batch with the same bytes and message id, so JetStream stores it once", async () => {
     const { bus, attempts } = gatedBus();
-    const publisher = createBusUsagePublisher(bus, SUBJECTS, 5_000);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 5_000 });
     const first = publisher.publish(EVENT);
     const rest = [
       publisher.publish({ ...EVENT, eventId: "evt_2" }),
@@ -182,7 +186,7 @@ describe("createBusUsagePublisher: adaptive batching", () => {
 
   it("rejects every caller of a batch that could not be stored in time, and goes on with the next", async () => {
     const { bus, attempts } = gatedBus();
-    const publisher = createBusUsagePublisher(bus, SUBJECTS, 300);
+    const publisher = createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 300 });
     const first = publisher.publish(EVENT);
     const batch = [
       publisher.publish({ ...EVENT, eventId: "evt_2" }),
@@ -204,6 +208,179 @@ describe("createBusUsagePublisher: adaptive batching", () => {
     await vi.waitFor(() => expect(attempts.at(-1)?.msgId).toBe("evt_4"), { timeout: 1_000, interval: 5 });
     attempts.at(-1)!.ack();
     await later;
+  });
+});
+
+/** A bus that answers each attempt as `answer` says, keeping when it came and the ack wait it asked for. */
+function scriptedBus(answer: (attempt: number) => Promise<void>) {
+  const attempts: Array<{ subject: string; msgId: string; at: number; timeoutMs: number | undefined }> = [];
+  const bus: EventBus = {
+    publish(subject, _data, msgId, timeoutMs) {
+      attempts.push({ subject, msgId, at: Date.now(), timeoutMs });
+      return answer(attempts.length);
+    },
+    subscribe: () => Promise.reject(new Error("not used")),
+    close: async () => {},
+  };
+  return { bus, attempts };
+}
+
+const after = (ms: number, outcome: "ack" | Error) =>
+  new Promise<void>((ack, fail) => setTimeout(() => (outcome === "ack" ? ack() : fail(outcome)), ms));
+
+/** publish(), noting how and when (ms after `start`) each caller was answered. */
+function noting(publisher: UsagePublisher, start: number) {
+  const answers = new Map<string, string>();
+  const publish = (eventId: string) =>
+    publisher.publish({ ...EVENT, eventId, requestId: `req_${eventId}` }).then(
+      () => void answers.set(eventId, `stored at ${Date.now() - start}`),
+      (err: Error) => void answers.set(eventId, `${err.message} at ${Date.now() - start}`),
+    );
+  return { answers, publish };
+}
+
+/**
+ * evt_1 and evt_2 given to a publisher with a 1000 ms deadline at 0 ms, evt_3 at `lateAt`, over a
+ * bus answering as `answer` says (given the attempt's number and its time): how each caller was
+ * answered and every attempt, `runFor` ms on, all timed from the start (fake timers).
+ */
+async function threeEvents(
+  answer: (attempt: number, at: number) => Promise<void>,
+  lateAt: number,
+  runFor: number,
+) {
+  const start = Date.now();
+  const { bus, attempts } = scriptedBus((n) => answer(n, Date.now() - start));
+  const { answers, publish } = noting(
+    createBusUsagePublisher(bus, SUBJECTS, { log: QUIET, deadlineMs: 1_000 }),
+    start,
+  );
+  const all = [publish("evt_1"), publish("evt_2")];
+  await vi.advanceTimersByTimeAsync(lateAt);
+  all.push(publish("evt_3"));
+  await vi.advanceTimersByTimeAsync(runFor - lateAt);
+  await Promise.all(all);
+  return { answers, attempts: attempts.map((a) => ({ ...a, at: a.at - start })) };
+}
+
+const NOT_STORED = "usage event not stored within 1000 ms";
+
+describe("createBusUsagePublisher: each event's own deadline", () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it("gives an event that joins a batch late its whole deadline, retrying the batch after its first event is answered", async () => {
+    // evt_1 goes alone and is acked at 900 ms; the batch of evt_2 (given at 0) and evt_3 (at
+    // 800) fails until 1500 ms, past evt_2's deadline and before evt_3's.
+    const { answers, attempts } = await threeEvents(
+      (n, at) =>
+        n === 1
+          ? after(900, "ack")
+          : at < 1_500
+            ? Promise.reject(new Error("no responders"))
+            : Promise.resolve(),
+      800,
+      2_000,
+    );
+    expect(answers).toEqual(
+      new Map([
+        ["evt_1", "stored at 900"],
+        ["evt_2", "no responders at 1000"],
+        ["evt_3", "stored at 1600"],
+      ]),
+    );
+    // The batch kept its bytes' message id after evt_2 was answered: JetStream stores it once.
+    const batch = attempts.slice(1);
+    expect(batch.map((a) => a.at)).toEqual([900, 1_000, 1_200, 1_600]);
+    expect(new Set(batch.map((a) => a.msgId))).toEqual(new Set([batchMsgId(["evt_2", "evt_3"])]));
+  });
+
+  it("answers a caller at its deadline, not when an attempt that outlasts it times out", async () => {
+    // Every attempt fails 5 s after it is sent, whatever wait it asked for.
+    const { answers, attempts } = await threeEvents(
+      () => after(5_000, new Error("jetstream publish timed out")),
+      300,
+      12_000,
+    );
+    // evt_1's attempt is still unanswered at 1000 ms; evt_2 and evt_3 waited behind it and are
+    // answered at their own deadlines, unsent.
+    expect(answers).toEqual(
+      new Map([
+        ["evt_1", `${NOT_STORED} at 1000`],
+        ["evt_2", `${NOT_STORED} at 1000`],
+        ["evt_3", `${NOT_STORED} at 1300`],
+      ]),
+    );
+    // The attempt asked to wait no longer than its event's deadline.
+    expect(attempts.map((a) => [a.msgId, a.timeoutMs])).toEqual([["evt_1", 1_000]]);
+  });
+
+  it("answers the first events of a batch at their deadlines while an attempt carrying a later one is in flight", async () => {
+    const { answers, attempts } = await threeEvents(
+      (n) => (n === 1 ? after(100, "ack") : after(5_000, new Error("jetstream publish timed out"))),
+      50,
+      6_000,
+    );
+    expect(answers).toEqual(
+      new Map([
+        ["evt_1", "stored at 100"],
+        ["evt_2", `${NOT_STORED} at 1000`],
+        ["evt_3", `${NOT_STORED} at 1050`],
+      ]),
+    );
+    // The batch's attempt waits for its ack no longer than its last event's deadline.
+    expect(attempts.map((a) => [a.at, a.timeoutMs])).toEqual([
+      [0, 1_000],
+      [100, 950],
+    ]);
+  });
+
+  it("logs a batch's failure once, with its events' count and the error, and every event given up with its ids", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLogger({
+      service: "inference-router",
+      destination: { write: (l: string) => void lines.push(JSON.parse(l) as Record<string, unknown>) },
+    });
+    let failing = 3;
+    const { bus } = scriptedBus((n) => {
+      if (n === 1 || failing <= 0) return after(10, "ack");
+      failing--;
+      return Promise.reject(new Error("no responders"));
+    });
+    const { publish } = noting(createBusUsagePublisher(bus, SUBJECTS, { log, deadlineMs: 1_000 }), 0);
+    // evt_1 goes alone and is stored; the batch of evt_2 and evt_3 fails three times, then is stored.
+    const stored = ["evt_1", "evt_2", "evt_3"].map(publish);
+    await vi.advanceTimersByTimeAsync(2_000);
+    await Promise.all(stored);
+    // Now every attempt fails: evt_4 goes alone and is retried until its deadline; evt_5 and
+    // evt_6, waiting behind it, reach theirs unsent.
+    failing = Number.POSITIVE_INFINITY;
+    const lost = ["evt_4", "evt_5", "evt_6"].map(publish);
+    await vi.advanceTimersByTimeAsync(3_000);
+    await Promise.all(lost);
+    const seen = lines.map((l) => ({
+      level: l.level,
+      msg: l.msg,
+      events: l.events,
+      attempts: l.attempts,
+      givenUp: l.givenUp,
+      eventId: l.eventId,
+      requestId: l.requestId,
+      err: (l.err as { message?: string } | undefined)?.message,
+    }));
+    const retrying = "usage publish failed; retrying until each event's deadline";
+    const givenUp = "usage event not recorded: its publish deadline passed";
+    expect(seen).toEqual([
+      { level: "warn", msg: retrying, events: 2, err: "no responders" },
+      { level: "info", msg: "usage publish stored after retries", events: 2, attempts: 4, givenUp: 0 },
+      { level: "warn", msg: retrying, events: 1, err: "no responders" },
+      { level: "error", msg: givenUp, eventId: "evt_4", requestId: "req_evt_4", err: "no responders" },
+      { level: "error", msg: givenUp, eventId: "evt_5", requestId: "req_evt_5", err: "no responders" },
+      { level: "error", msg: givenUp, eventId: "evt_6", requestId: "req_evt_6", err: "no responders" },
+    ]);
+    // Ids only: nothing of the account, the key or the usage.
+    const text = JSON.stringify(lines);
+    for (const secret of ["acct_1", "key_1", "conn_1", "rsv_1"]) expect(text).not.toContain(secret);
   });
 });
 

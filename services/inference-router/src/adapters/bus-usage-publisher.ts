@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EventBus } from "@tollgate/kit/bus";
-import { always, retrying } from "@tollgate/kit/retry";
+import type { Logger } from "@tollgate/kit/log";
 import { encodeMessage } from "@tollgate/proto/codec";
 import {
   Door,
@@ -27,8 +27,9 @@ const OUTCOME = {
 } as const;
 
 /**
- * How long a usage event is retried before the request fails with usage_not_recorded: long
- * enough to ride out a NATS restart or a JetStream leader change. Past it the caller gets a 503
+ * How long a usage event is retried before the request fails with usage_not_recorded, counted
+ * for each event from when it was given to the publisher: long enough to ride out a NATS restart
+ * or a JetStream leader change. Past it the caller gets a 503
  * and the budget hold stays for settlement (a retried publish may still have been stored).
  */
 export const PUBLISH_DEADLINE_MS = 15_000;
@@ -97,69 +98,165 @@ export function batchMsgId(eventIds: readonly string[]): string {
   return `batch:${createHash("sha256").update(eventIds.join("\n")).digest("base64url")}`;
 }
 
+/** How a bus usage publisher logs, and how long and how many events it waits and batches. */
+export interface BusUsagePublisherOptions {
+  /** A batch's failed attempt (warn, once per batch) and every event given up (error, one line each). */
+  log: Logger;
+  /** How long each event is retried, from when it was given to publish(). */
+  deadlineMs?: number;
+  /** Most events in one UsageBatch. */
+  maxBatch?: number;
+}
+
+const NONE: never[] = [];
+
 /**
- * Publishes usage events to JetStream, retrying with backoff until `deadlineMs` has passed.
- * Adaptive batching, with no wait of its own (docs/architecture.md, "The bus"): an event is
- * published at once, alone as UsageRecorded with its event id as message id, when no publish is
- * awaiting its ack; the events that arrive while one is go out together, as one UsageBatch, as
- * soon as it returns. One request at a time is never delayed; under load a router sends a few
- * messages where it would send hundreds. Every caller's publish() resolves only once the message
- * carrying its event is stored, and rejects when that message could not be stored in time.
+ * Publishes usage events to JetStream, retrying with backoff until each event's own deadline
+ * (`deadlineMs` after its publish() call) has passed. Adaptive batching, with no wait of its own
+ * (docs/architecture.md, "The bus"): an event is published at once, alone as UsageRecorded with
+ * its event id as message id, when no publish is awaiting its ack; the events that arrive while
+ * one is go out together, as one UsageBatch, as soon as it returns. One request at a time is never
+ * delayed; under load a router sends a few messages where it would send hundreds. Every caller's
+ * publish() resolves only once the message carrying its event is stored, and rejects at its event's
+ * deadline when that message could not be stored by then: an event that joined a batch late keeps
+ * its whole deadline, the batch is retried (the same bytes and message id) until its last event's
+ * deadline, and no attempt waits for its ack past that (docs/runbooks/inference-router.md,
+ * "Recovery").
  */
 export function createBusUsagePublisher(
   bus: EventBus,
   subjects: UsageSubjects,
-  deadlineMs = PUBLISH_DEADLINE_MS,
-  maxBatch = MAX_BATCH_EVENTS,
+  opts: BusUsagePublisherOptions,
 ): UsagePublisher {
+  const { log, deadlineMs = PUBLISH_DEADLINE_MS, maxBatch = MAX_BATCH_EVENTS } = opts;
   type Waiting = {
     message: UsageRecorded;
-    since: number;
+    deadline: number;
     resolve: () => void;
     reject: (err: unknown) => void;
   };
+  // Events in arrival order, so in deadline order: those not sent yet, and the batch being sent,
+  // whose first `answered` events are answered already (their deadline passed).
   let waiting: Waiting[] = [];
-  let sending = false;
+  let sending: Waiting[] = NONE;
+  let answered = 0;
+  let draining = false;
+  // Why the last attempt failed (until one succeeds): what an event given up is rejected with.
+  let lastError: unknown;
+  // One timer for all events, never one each: armed at or before the earliest deadline of the
+  // events not answered yet, it answers those whose deadline passed and arms itself again.
+  let timer: NodeJS.Timeout | undefined;
 
-  // One message and its retries: the same bytes and message id on every attempt.
-  const send = (subject: string, data: Uint8Array, msgId: string, since: number) =>
-    retrying(() => bus.publish(subject, data, msgId), always, {
-      delayMs: FIRST_BACKOFF_MS,
-      maxDelayMs: MAX_BACKOFF_MS,
-      // The deadline runs from when the oldest event came, not from when its turn did.
-      forMs: Math.max(0, since + deadlineMs - Date.now()),
-    });
+  const giveUp = (w: Waiting, err: unknown) => {
+    log.error(
+      { eventId: w.message.eventId, requestId: w.message.requestId, err },
+      "usage event not recorded: its publish deadline passed",
+    );
+    w.reject(err);
+  };
+
+  /** Rejects every event whose deadline has passed, in the batch being sent or not sent yet. */
+  function expire(now: number): void {
+    const due = (w: Waiting | undefined) => w !== undefined && w.deadline <= now;
+    if (!due(sending[answered]) && !due(waiting[0])) return;
+    const err = lastError ?? new Error(`usage event not stored within ${deadlineMs} ms`);
+    while (due(sending[answered])) giveUp(sending[answered++]!, err);
+    let gone = 0;
+    while (due(waiting[gone])) giveUp(waiting[gone++]!, err);
+    if (gone > 0) waiting.splice(0, gone);
+  }
+
+  function arm(): void {
+    const next = (sending[answered] ?? waiting[0])?.deadline;
+    if (next === undefined) return;
+    timer = setTimeout(
+      () => {
+        timer = undefined;
+        expire(Date.now());
+        arm();
+      },
+      Math.max(0, next - Date.now()),
+    );
+    // A publish still retried does not hold up an exit (as kit/retry's pauses do not).
+    timer.unref();
+  }
+
+  /** Sends one batch, the same bytes and message id on every attempt, until it is answered. */
+  async function deliver(batch: Waiting[]): Promise<void> {
+    let subject: string;
+    let data: Uint8Array;
+    let msgId: string;
+    if (batch.length === 1) {
+      const { message } = batch[0]!;
+      subject = subjects.recorded;
+      data = encodeMessage(UsageRecordedSchema, message);
+      msgId = message.eventId;
+    } else {
+      const events = batch.map((w) => w.message);
+      subject = subjects.batch;
+      data = encodeMessage(UsageBatchSchema, { events });
+      msgId = batchMsgId(events.map((e) => e.eventId));
+    }
+    const last = batch.at(-1)!.deadline;
+    let delay = FIRST_BACKOFF_MS;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        // No attempt waits for its ack past the last deadline it carries.
+        await bus.publish(subject, data, msgId, Math.max(0, last - Date.now()));
+      } catch (err) {
+        lastError = err;
+        const now = Date.now();
+        expire(now);
+        if (answered === batch.length) return;
+        if (attempt === 1)
+          log.warn(
+            { events: batch.length - answered, err },
+            "usage publish failed; retrying until each event's deadline",
+          );
+        // A pause never runs past the last deadline: once that passes, every event is answered.
+        await sleep(Math.min(delay, last - now));
+        delay = Math.min(delay * 2, MAX_BACKOFF_MS);
+        expire(Date.now());
+        if (answered === batch.length) return;
+        continue;
+      }
+      lastError = undefined;
+      // Events given up before this ack were stored all the same (their holds are settled).
+      if (attempt > 1 || answered > 0)
+        log.info(
+          { events: batch.length, attempts: attempt, givenUp: answered },
+          "usage publish stored after retries",
+        );
+      while (answered < batch.length) batch[answered++]!.resolve();
+      return;
+    }
+  }
 
   async function drain(): Promise<void> {
-    sending = true;
-    while (waiting.length > 0) {
-      const batch = waiting.length <= maxBatch ? waiting : waiting.slice(0, maxBatch);
+    draining = true;
+    for (;;) {
+      // An event whose deadline passed while it waited is answered, not sent.
+      expire(Date.now());
+      if (waiting.length === 0) break;
+      sending = waiting.length <= maxBatch ? waiting : waiting.slice(0, maxBatch);
       waiting = waiting.length <= maxBatch ? [] : waiting.slice(maxBatch);
-      const since = batch[0]!.since;
-      try {
-        if (batch.length === 1) {
-          const { message } = batch[0]!;
-          await send(subjects.recorded, encodeMessage(UsageRecordedSchema, message), message.eventId, since);
-        } else {
-          const events = batch.map((w) => w.message);
-          const data = encodeMessage(UsageBatchSchema, { events });
-          await send(subjects.batch, data, batchMsgId(events.map((e) => e.eventId)), since);
-        }
-        for (const w of batch) w.resolve();
-      } catch (err) {
-        for (const w of batch) w.reject(err);
-      }
+      answered = 0;
+      await deliver(sending);
+      sending = NONE;
     }
-    sending = false;
+    draining = false;
   }
 
   return {
     publish(e: UsageEvent) {
       const message = usageRecordedOf(e);
       return new Promise<void>((resolve, reject) => {
-        waiting.push({ message, since: Date.now(), resolve, reject });
-        if (!sending) void drain();
+        waiting.push({ message, deadline: Date.now() + deadlineMs, resolve, reject });
+        if (timer === undefined) arm();
+        if (!draining) void drain();
       });
     },
   };
 }
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)).unref());

@@ -291,6 +291,8 @@ export class Inference {
     try {
       await this.publisher.publish(event);
     } catch {
+      // The publisher has logged the event given up, with its event and request ids
+      // (services/inference-router/src/adapters/bus-usage-publisher.ts).
       throw new InferenceError("usage_not_recorded", "the usage of this request could not be recorded");
     }
     return { ...tokens, cost, pricingSnapshotId: this.pricingSnapshotId, eventId };
