@@ -319,7 +319,7 @@ describe("account door error contract (all-in-one, in process)", () => {
       socket.on("error", reject);
       socket.setTimeout(10_000, () => reject(new Error(`no end after 10 s; got ${JSON.stringify(text)}`)));
     });
-    const [head, events = ""] = raw.split("\r\n\r\n");
+    const [head = "", events = ""] = raw.split("\r\n\r\n");
     expect(head).toMatch(/^HTTP\/1\.[01] 200/);
     expect(head.toLowerCase()).not.toContain("trailer");
     expect(events.trimEnd().endsWith("data: [DONE]")).toBe(true);
