@@ -57,8 +57,9 @@ function clientErrorOf(code: string | undefined): HttpError {
 }
 
 /** The path of the request line the parser had read when it refused (none for a slow caller). */
-function pathOf(rawPacket: Buffer | undefined): string | undefined {
-  const line = rawPacket?.subarray(0, 2048).toString("latin1").split("\r\n", 1)[0];
+function pathOf(rawPacket: unknown): string | undefined {
+  if (!Buffer.isBuffer(rawPacket)) return undefined;
+  const line = rawPacket.subarray(0, 2048).toString("latin1").split("\r\n", 1)[0];
   const target = line?.split(" ")[1];
   return target?.split("?")[0];
 }
@@ -69,7 +70,8 @@ function pathOf(rawPacket: Buffer | undefined): string | undefined {
  * closes the connection: after a parse error the stream cannot be trusted.
  */
 export function clientErrorHandler(log: FastifyBaseLogger) {
-  return (err: Error & { code?: string; rawPacket?: Buffer }, socket: Socket): void => {
+  // rawPacket: the bytes the parser held when it refused (a Buffer, whatever fastify's types say).
+  return (err: Error & { code?: string; rawPacket?: unknown }, socket: Socket): void => {
     if (err.code === "ECONNRESET" || socket.destroyed) return;
     const e = clientErrorOf(err.code);
     log.info({ code: e.code, parserCode: err.code }, "request refused by the HTTP parser");

@@ -1,7 +1,7 @@
 import { request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Writable } from "node:stream";
-import Fastify from "fastify";
+import Fastify, { type FastifyBaseLogger } from "fastify";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { logResponses } from "./response-log.js";
@@ -15,7 +15,7 @@ async function server() {
       done();
     },
   });
-  const app = Fastify({ loggerInstance: pino(sink) });
+  const app = Fastify({ loggerInstance: pino(sink) as FastifyBaseLogger });
   logResponses(app, "request served");
   app.get("/ok", async () => ({ ok: true }));
   app.get("/late", async (req) => {
