@@ -226,6 +226,52 @@ describe("the gateway's gRPC server", () => {
     ).rejects.toThrow(/ECONNREFUSED/);
   });
 
+  it("ends the calls still open when the grace is over with UNAVAILABLE and a status, and tells their handlers", async () => {
+    server = new GrpcHttp2Server();
+    const told: string[] = [];
+    server.register(HANG, (call) => call.onCancel(() => told.push("unary")));
+    server.register(COUNT, (call) => {
+      call.write(Buffer.from("first"));
+      call.onCancel(() => told.push("stream"));
+    });
+    const port = await server.listen("127.0.0.1", 0);
+    const channel = new Channel(`127.0.0.1:${port}`);
+    closers.push(() => channel.close());
+    const unary = channel.unary({ path: HANG, metadata: {} }, Buffer.from("x")).catch((e: unknown) => e);
+    const received: string[] = [];
+    const streamed = (async () => {
+      for await (const m of channel.serverStream({ path: COUNT, metadata: {} }, Buffer.from("x")))
+        received.push(m.toString());
+    })().catch((e: unknown) => e);
+    // The same stream read raw: its status arrives as trailers after the message.
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    closers.push(() => session.destroy());
+    const rawStream = session.request({
+      ":method": "POST",
+      ":path": COUNT,
+      "content-type": "application/grpc",
+    });
+    let rawBytes = 0;
+    rawStream.on("data", (d: Buffer) => {
+      rawBytes += d.length;
+    });
+    const trailers = new Promise<http2.IncomingHttpHeaders>((resolve) => rawStream.on("trailers", resolve));
+    const rawClosed = new Promise((resolve) => rawStream.on("close", resolve));
+    rawStream.end(frame(Buffer.from("x")));
+    while (received.length < 1 || rawBytes < 1) await new Promise((r) => setTimeout(r, 10));
+
+    await server.shutdown(100);
+    server = undefined;
+    const stopping = { status: grpc.status.UNAVAILABLE, message: "the server is stopping" };
+    expect(await unary).toMatchObject(stopping);
+    expect(await streamed).toMatchObject(stopping);
+    expect(received).toEqual(["first"]);
+    await rawClosed;
+    expect(rawStream.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+    expect(await trailers).toMatchObject({ "grpc-status": String(grpc.status.UNAVAILABLE) });
+    expect(told.sort()).toEqual(["stream", "stream", "unary"]);
+  });
+
   it("waits for a slow caller to read a stream, and ends the handler when that caller goes away", async () => {
     server = new GrpcHttp2Server();
     const finished: Array<{ sent: number; cancelled: boolean }> = [];

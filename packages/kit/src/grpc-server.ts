@@ -15,7 +15,10 @@
 //   Each connection is told to go (GOAWAY) after five minutes, its calls finishing first:
 //   clients look a name up again only when a connection ends, so a scale-up gets calls.
 // - **Shutdown.** Stop listening, GOAWAY every connection, let calls finish for the grace
-//   period, then close what is left.
+//   period. Then each call still open is ended with UNAVAILABLE ("the server is stopping"), its
+//   status written as a finished call's is, and its handler told as for a cancel: the caller
+//   reads why its call ended, never a dropped connection. A connection that has still not
+//   closed STOP_CLOSE_MS later (a caller that reads nothing) is destroyed.
 import * as http2 from "node:http2";
 import type { PeerCertificate, TLSSocket } from "node:tls";
 import { status } from "@grpc/grpc-js";
@@ -28,6 +31,13 @@ const PING_TIMEOUT_MS = 10_000;
 const MAX_TIMER_MS = 2 ** 31 - 1;
 /** How long a connection serves new calls before it is asked to go. */
 export const MAX_CONNECTION_AGE_MS = 5 * 60_000;
+/**
+ * How long, once the grace is over and the calls left were ended with a status, the connections
+ * get to deliver those statuses and close before they are destroyed.
+ */
+export const STOP_CLOSE_MS = 1_000;
+/** How a call still open when the shutdown's grace ends is ended. */
+const STOPPING: CallStatus = { code: status.UNAVAILABLE, details: "the server is stopping" };
 
 /** A call's end: its gRPC status, message and trailing metadata (lower-case text keys). */
 export interface CallStatus {
@@ -118,7 +128,10 @@ class Call implements ServerCall {
     readonly path: string,
     private readonly stream: http2.ServerHttp2Stream,
     headers: http2.IncomingHttpHeaders,
+    /** The server's open calls: this one is in it until its stream closes. */
+    open: Set<Call>,
   ) {
+    open.add(this);
     this.metadata = new IncomingMetadata(headers);
     stream.on("wantTrailers", () => {
       const trailers = this.#trailers ?? OK_TRAILERS;
@@ -129,6 +142,7 @@ class Call implements ServerCall {
       }
     });
     stream.on("close", () => {
+      open.delete(this);
       if (this.#deadline) clearTimeout(this.#deadline);
       if (!this.#ended) this.#cancel();
     });
@@ -140,6 +154,12 @@ class Call implements ServerCall {
       this.end({ code: status.DEADLINE_EXCEEDED, details: "Deadline exceeded" });
       this.#cancel();
     }, ms);
+  }
+
+  /** Ends the call with `end` for the server's own reasons, and tells the handler as for a cancel. */
+  stop(end: CallStatus): void {
+    this.end(end);
+    this.#cancel();
   }
 
   get connection(): object | undefined {
@@ -251,6 +271,9 @@ export interface GrpcServerOptions {
 export class GrpcHttp2Server {
   readonly #methods = new Map<string, MethodHandler>();
   readonly #sessions = new Set<http2.ServerHttp2Session>();
+  readonly #calls = new Set<Call>();
+  /** Told when the last connection has closed. */
+  #idle: Array<() => void> = [];
   readonly #server: http2.Http2Server | http2.Http2SecureServer;
   #draining = false;
 
@@ -293,27 +316,40 @@ export class GrpcHttp2Server {
     });
   }
 
-  /** Stops accepting, asks every connection to go, lets calls finish for `graceMs`, then forces. */
-  shutdown(graceMs: number): Promise<void> {
+  /**
+   * Stops accepting, asks every connection to go and lets calls finish for `graceMs`; then ends
+   * each call left with UNAVAILABLE (its handler told as for a cancel) and destroys the
+   * connections that have not closed STOP_CLOSE_MS later.
+   */
+  async shutdown(graceMs: number): Promise<void> {
     this.#draining = true;
     this.#server.close();
     for (const session of this.#sessions) session.close();
-    if (this.#sessions.size === 0) return Promise.resolve();
+    if (await this.#closedWithin(graceMs)) return;
+    for (const call of [...this.#calls]) call.stop(STOPPING);
+    if (!(await this.#closedWithin(STOP_CLOSE_MS))) this.forceShutdown();
+  }
+
+  /** Resolves true once every connection has closed, false when `ms` pass first. */
+  #closedWithin(ms: number): Promise<boolean> {
+    if (this.#sessions.size === 0) return Promise.resolve(true);
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.forceShutdown();
-        resolve();
-      }, graceMs);
-      const check = () => {
-        if (this.#sessions.size > 0) return;
+      const idle = () => {
         clearTimeout(timer);
-        resolve();
+        resolve(true);
       };
-      for (const session of this.#sessions) session.once("close", () => setImmediate(check));
+      const timer = setTimeout(() => {
+        this.#idle = this.#idle.filter((w) => w !== idle);
+        resolve(false);
+      }, ms);
+      this.#idle.push(idle);
     });
   }
 
-  /** Closes every connection at once, cancelling their calls. */
+  /**
+   * Destroys every connection at once, as a crash would: their calls are cancelled and their
+   * callers see the connection drop, without a status.
+   */
   forceShutdown(): void {
     this.#draining = true;
     this.#server.close();
@@ -343,6 +379,14 @@ export class GrpcHttp2Server {
       clearTimeout(age);
       if (pingTimer) clearTimeout(pingTimer);
       this.#sessions.delete(session);
+      if (this.#sessions.size === 0 && this.#idle.length > 0) {
+        const idle = this.#idle;
+        this.#idle = [];
+        // After the close's other listeners (a stream's own close) have run.
+        setImmediate(() => {
+          for (const w of idle) w();
+        });
+      }
     });
   }
 
@@ -358,7 +402,7 @@ export class GrpcHttp2Server {
       stream.respond({ ":status": headers[":method"] !== "POST" ? 405 : 415 }, { endStream: true });
       return;
     }
-    const call = new Call(path, stream, headers);
+    const call = new Call(path, stream, headers, this.#calls);
     const handler = this.#methods.get(path);
     if (!handler) {
       call.end({ code: status.UNIMPLEMENTED, details: `The server does not implement the method ${path}` });
