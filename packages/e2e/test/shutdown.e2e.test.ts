@@ -436,7 +436,7 @@ describe("graceful shutdown on SIGTERM (multi-process stack, two routers)", () =
 /**
  * The bound on a stop comes from SHUTDOWN_TIMEOUT_SECONDS (the chart sets it from the pod's grace
  * period): a router lets its streams run for that bound less 5 s, then cuts them, records what
- * they produced and exits 0 within the bound. Here the bound is 8 s and the stream needs 10 s.
+ * they produced and exits 0 within the bound. Here the bound is 8 s and each stream needs 10 s.
  */
 describe("a router's stop within SHUTDOWN_TIMEOUT_SECONDS", () => {
   const namespace = uniqueNamespace("bound");
@@ -465,23 +465,31 @@ describe("a router's stop within SHUTDOWN_TIMEOUT_SECONDS", () => {
     await redis?.stop();
   });
 
-  it("cuts a stream that outlasts its grace, bills what was relayed once, and exits 0 within the bound", async () => {
-    const res = await fetch(`${stack.url}/v1/chat/completions`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${stack.demoKey}`, "content-type": "application/json" },
-      body: JSON.stringify({
-        model: MODEL,
-        max_tokens: 100,
-        stream: true,
-        messages: [{ role: "user", content: "a stream longer than the grace" }],
-      }),
-    });
-    expect(res.status).toBe(200);
-    const reader = res.body!.getReader();
-    const decoder = new TextDecoder();
-    let text = "";
-    // Mid-way: some content has arrived.
-    while (!text.includes('"content":"')) text += decoder.decode((await reader.read()).value);
+  it("cuts the streams that outlast its grace, each ending 503 service_unavailable with its charge, bills what was relayed once, and exits 0 within the bound", async () => {
+    /** Starts a stream and reads it until some content has arrived (mid-way). */
+    const open = async (n: number) => {
+      const res = await fetch(`${stack.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${stack.demoKey}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: MODEL,
+          max_tokens: 100,
+          stream: true,
+          messages: [{ role: "user", content: `stream ${n}, longer than the grace` }],
+        }),
+      });
+      expect(res.status).toBe(200);
+      const reader = res.body!.getReader();
+      const decoder = new TextDecoder();
+      let text = "";
+      while (!text.includes('"content":"')) text += decoder.decode((await reader.read()).value);
+      return async () => {
+        for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value);
+        return text;
+      };
+    };
+    // Several at once: each of them is cut, and each must be told the same.
+    const rest = await Promise.all([0, 1, 2].map(open));
 
     const router = stack.processes.find((p) => p.name.startsWith("inference-router"))!;
     const exited = new Promise<{ code: number | null; at: number }>((resolve) =>
@@ -489,41 +497,46 @@ describe("a router's stop within SHUTDOWN_TIMEOUT_SECONDS", () => {
     );
     const sentAt = performance.now();
     router.child.kill("SIGTERM");
-    for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value);
+    const texts = await Promise.all(rest.map((read) => read()));
     const exit = await exited;
 
     // Cut at the grace (8 − 5 = 3 s), not at the stream's end (10 s) nor the default bound's 20 s.
     expect(exit.code).toBe(0);
     expect(exit.at - sentAt).toBeLessThan((BOUND_SECONDS - 1) * 1_000);
-    expect(text).not.toContain("data: [DONE]");
-    const events = text
-      .split("\n\n")
-      .filter((e) => e.startsWith("data: "))
-      .map((e) => JSON.parse(e.slice("data: ".length)) as Record<string, unknown>);
-    const last = events.at(-1) as { error?: { code?: string }; x_tollgate?: { cost?: string } };
-    // The error event names the cut and tells the charge of what was relayed.
-    expect(last.error?.code).toBe("service_unavailable");
-    expect(last.x_tollgate?.cost).toMatch(/^[1-9][0-9]*$/);
-    const relayed = events.filter(
-      (e) => (e as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content,
-    ).length;
-    expect(relayed).toBeGreaterThan(0);
-    expect(relayed).toBeLessThan(100);
+    let told = 0n;
+    for (const text of texts) {
+      expect(text).not.toContain("data: [DONE]");
+      const events = text
+        .split("\n\n")
+        .filter((e) => e.startsWith("data: "))
+        .map((e) => JSON.parse(e.slice("data: ".length)) as Record<string, unknown>);
+      const last = events.at(-1) as { error?: { code?: string }; x_tollgate?: { cost?: string } };
+      // The error event names the cut (the router stopping: 503, never a 500) and tells the
+      // charge of what was relayed.
+      expect(last.error?.code).toBe("service_unavailable");
+      expect(last.x_tollgate?.cost).toMatch(/^[1-9][0-9]*$/);
+      told += BigInt(last.x_tollgate!.cost!);
+      const relayed = events.filter(
+        (e) => (e as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content,
+      ).length;
+      expect(relayed).toBeGreaterThan(0);
+      expect(relayed).toBeLessThan(100);
+    }
 
-    // What was relayed is metered once: one request, its tokens, the cost the caller was told.
+    // What was relayed is metered once: one request per stream, the costs the callers were told.
     const client = meteringClientOf(stack);
     try {
       let totals = (await client.getUsage({ accountId: "demo" })).totals;
-      for (let i = 0; i < 100 && Number(totals?.requests ?? 0n) < 1; i++) {
+      for (let i = 0; i < 100 && Number(totals?.requests ?? 0n) < texts.length; i++) {
         await new Promise((r) => setTimeout(r, 100));
         totals = (await client.getUsage({ accountId: "demo" })).totals;
       }
       await new Promise((r) => setTimeout(r, 1_000));
       totals = (await client.getUsage({ accountId: "demo" })).totals;
-      expect(Number(totals?.requests ?? 0n)).toBe(1);
+      expect(Number(totals?.requests ?? 0n)).toBe(texts.length);
       expect(Number(totals?.outputTokens ?? 0n)).toBeGreaterThan(0);
-      expect(Number(totals?.outputTokens ?? 0n)).toBeLessThan(100);
-      expect(totals?.cost).toBe(last.x_tollgate?.cost);
+      expect(Number(totals?.outputTokens ?? 0n)).toBeLessThan(100 * texts.length);
+      expect(totals?.cost).toBe(told.toString());
     } finally {
       client.$close();
     }
