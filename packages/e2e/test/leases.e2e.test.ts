@@ -239,6 +239,34 @@ describe("leases: two api-edge replicas sharing one budget", () => {
     for (const s of revoker) expect(s).toMatchObject({ status: 401, code: "revoked_api_key" });
   }, 30_000);
 
+  it("leaves no hold behind a buffered request its caller cut before the answer: settled at zero, not held until the TTL", async () => {
+    const { key } = await account("lease-cut", 10n ** 9n);
+    upstream.configure({ latencyMs: 2_000 });
+    try {
+      // Buffered answers of 2 s, each cut by its caller after 300 ms, on both edges.
+      await Promise.all(
+        [0, 1].map(async (edge) => {
+          const res = await fetch(`${stack.urls[edge]}/v1/chat/completions`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+            body: JSON.stringify({
+              model: "tollgate-mini",
+              max_tokens: 40,
+              messages: [{ role: "user", content: "cut me" }],
+            }),
+            signal: AbortSignal.timeout(300),
+          }).catch((err: Error) => err);
+          expect(res).toBeInstanceOf(Error);
+        }),
+      );
+    } finally {
+      upstream.configure({ latencyMs: 0 });
+    }
+    const b = await traffic.settledBooks(ledgers(), "lease-cut", 0, 15_000);
+    expect(b.held).toBe(0n);
+    expect(b.spent).toBe(b.cost);
+  }, 60_000);
+
   it("loses no usage when an api-edge dies mid-request: the router publishes it and metering charges the lease", async () => {
     const { key } = await account("lease-dead", 10n ** 12n);
     upstream.configure({ tokensPerSecond: 20 });
