@@ -1,7 +1,7 @@
 import { type AddressInfo, connect, type Socket } from "node:net";
 import Fastify, { type FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
-import { clientErrorHandler, DEFAULT_LIMITS, requireHost, serverOptions } from "./limits.js";
+import { clientErrorHandler, DEFAULT_LIMITS, refuseConnect, requireHost, serverOptions } from "./limits.js";
 
 function fakeSocket(headersSent?: boolean) {
   const written: string[] = [];
@@ -154,6 +154,40 @@ describe("requireHost", () => {
       const one = await send(["Authorization: Bearer tg_good"]);
       expect(one).toMatch(/^HTTP\/1\.1 200 /);
       expect(one).toContain('"authorization":"Bearer tg_good"');
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe("refuseConnect", () => {
+  it("answers CONNECT with 400 and the usual error body, then closes, instead of dropping the connection", async () => {
+    const app = Fastify();
+    refuseConnect(app.server);
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    try {
+      const { port } = app.server.address() as AddressInfo;
+      const text = await new Promise<string>((resolve, reject) => {
+        const socket = connect(port, "127.0.0.1", () =>
+          socket.write(
+            "CONNECT /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
+          ),
+        );
+        let got = "";
+        socket.setEncoding("utf8");
+        socket.on("data", (d: string) => {
+          got += d;
+        });
+        socket.on("close", () => resolve(got));
+        socket.on("error", reject);
+      });
+      const { statusLine, head, body } = answer([text]);
+      expect(statusLine).toBe("HTTP/1.1 400 Bad Request");
+      expect(head).toMatch(/\r\nx-request-id: req_/);
+      expect(body.error).toMatchObject({
+        code: "invalid_request",
+        message: expect.stringMatching(/CONNECT/),
+      });
     } finally {
       await app.close();
     }

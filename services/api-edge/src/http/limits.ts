@@ -78,20 +78,35 @@ export function clientErrorHandler(log: FastifyBaseLogger) {
     // As Node itself does: answer unless a response of this connection has begun (an earlier
     // response on a kept-alive connection is no reason to leave the caller without one).
     const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-    if (socket.writable && !inFlight?.headersSent) {
-      const requestId = newRequestId();
-      const answer = errorAnswerFor(pathOf(err.rawPacket), e, requestId);
-      const body = JSON.stringify(answer.body);
-      const headers = Object.entries({ "x-request-id": requestId, ...answer.headers })
-        .map(([name, value]) => `${name}: ${value}\r\n`)
-        .join("");
-      socket.write(
-        `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: ${answer.contentType}\r\n${headers}` +
-          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-      );
-    }
+    if (socket.writable && !inFlight?.headersSent) writeAnswer(socket, pathOf(err.rawPacket), e);
     socket.destroy();
   };
+}
+
+/** Writes `e` on a socket no response object owns, in its route's shape, saying the connection closes. */
+function writeAnswer(socket: Socket, path: string | undefined, e: HttpError): void {
+  const requestId = newRequestId();
+  const answer = errorAnswerFor(path, e, requestId);
+  const body = JSON.stringify(answer.body);
+  const headers = Object.entries({ "x-request-id": requestId, ...answer.headers })
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join("");
+  socket.write(
+    `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status]}\r\nContent-Type: ${answer.contentType}\r\n${headers}` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * CONNECT, which Node hands to a `connect` listener and otherwise answers by closing the
+ * connection without a word, is refused with the usual error body: the gateway is no proxy.
+ */
+export function refuseConnect(server: Server): void {
+  server.on("connect", (req: IncomingMessage, socket: Socket) => {
+    socket.on("error", () => {});
+    writeAnswer(socket, req.url, httpErrorOf("invalid_request", "CONNECT is not served: this is no proxy"));
+    socket.end();
+  });
 }
 
 /**
