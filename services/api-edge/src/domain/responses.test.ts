@@ -13,6 +13,7 @@ import {
   type ResponsesRequest,
   responseFromChat,
 } from "./responses.js";
+import { ResponsesStream } from "./responses-stream.js";
 
 const parse = (body: unknown) => responsesRequestSchema.parse(body);
 
@@ -67,6 +68,76 @@ describe("chatBodyFromResponses", () => {
   });
 });
 
+describe("text.format", () => {
+  const schema = {
+    type: "object",
+    properties: { city: { type: "string" } },
+    required: ["city"],
+    additionalProperties: false,
+  };
+
+  it("asks the upstream for JSON as the chat response_format, fields the request left out left out", () => {
+    const formatOf = (format: unknown) =>
+      chatBodyFromResponses(parse({ input: "hi", text: { format } }), "m", undefined).response_format;
+    expect(formatOf({ type: "json_object" })).toEqual({ type: "json_object" });
+    expect(
+      formatOf({ type: "json_schema", name: "place", schema, strict: true, description: "A city." }),
+    ).toEqual({
+      type: "json_schema",
+      json_schema: { name: "place", schema, strict: true, description: "A city." },
+    });
+    expect(formatOf({ type: "json_schema", name: "place", schema })).toEqual({
+      type: "json_schema",
+      json_schema: { name: "place", schema },
+    });
+    expect(formatOf({ type: "json_schema", name: "place", schema, strict: null })).toEqual({
+      type: "json_schema",
+      json_schema: { name: "place", schema },
+    });
+    // Text is the upstream's default: nothing is added.
+    expect(formatOf({ type: "text" })).toBeUndefined();
+    expect(formatOf(undefined)).toBeUndefined();
+    expect(
+      chatBodyFromResponses(parse({ input: "hi", text: { verbosity: "low" } }), "m", undefined),
+    ).not.toHaveProperty("response_format");
+  });
+
+  it("is echoed in the response object as the request sent it, text by default", () => {
+    const usage = { inputTokens: 1, outputTokens: 1, reasoningTokens: 0 };
+    const echo = (body: Record<string, unknown>) => {
+      const res = responseFromChat(
+        parse({ input: "hi", ...body }),
+        readChatAnswer(chatJson("{}")),
+        usage,
+        LABELS,
+      );
+      expect(responseObjectSchema.parse(res)).toEqual(res);
+      return res.text;
+    };
+    expect(echo({})).toEqual({ format: { type: "text" } });
+    expect(echo({ text: { format: { type: "json_object" }, verbosity: "low" } })).toEqual({
+      format: { type: "json_object" },
+    });
+    expect(echo({ text: { format: { type: "json_schema", name: "place", schema, strict: true } } })).toEqual({
+      format: { type: "json_schema", name: "place", schema, strict: true },
+    });
+  });
+
+  it("and metadata are echoed by a stream's response.created and response.completed", () => {
+    const format = { type: "json_schema", name: "place", schema, strict: false };
+    const metadata = { user: "u1", topic: "cities" };
+    const stream = new ResponsesStream(parse({ input: "hi", text: { format }, metadata }), LABELS);
+    const created = stream.start()[0]!;
+    stream.chunk({ choices: [{ index: 0, delta: { content: '{"city":""}' }, finish_reason: "stop" }] });
+    const completed = stream.finish({ inputTokens: 1, outputTokens: 1, reasoningTokens: 0 }).at(-1)!;
+    expect(created.event).toBe("response.created");
+    expect(completed.event).toBe("response.completed");
+    for (const event of [created, completed]) {
+      expect((event.data as { response: object }).response).toMatchObject({ text: { format }, metadata });
+    }
+  });
+});
+
 describe("responseFromChat", () => {
   const usage = { inputTokens: 10, outputTokens: 7, reasoningTokens: 0 };
 
@@ -113,6 +184,15 @@ describe("responseFromChat", () => {
     expect(res.incomplete_details).toEqual({ reason: "max_output_tokens" });
     expect(res.output[0]?.status).toBe("incomplete");
     expect(res.output_text).toBe("cut");
+  });
+
+  it("echoes the request's metadata, {} without any", () => {
+    const metadata = { user: "u1", trace: "t-42" };
+    const answer = readChatAnswer(chatJson("hi"));
+    expect(responseFromChat(parse({ input: "hi", metadata }), answer, usage, LABELS).metadata).toEqual(
+      metadata,
+    );
+    expect(responseFromChat(parse({ input: "hi" }), answer, usage, LABELS).metadata).toEqual({});
   });
 
   it("reports reasoning tokens without putting the reasoning into the output text", () => {
@@ -188,6 +268,57 @@ describe("responsesRequestSchema", () => {
       "input: 0.type: only message and item_reference items are accepted in input",
     ]);
     expect(issues({ input: "hi", top_p: 1.5 })).toHaveLength(1);
+  });
+
+  it("takes text.format text, json_object and json_schema, and refuses any other with its place", () => {
+    const schema = { type: "object", properties: {} };
+    const format = (f: unknown) => issues({ input: "hi", text: { format: f } });
+    expect(format({ type: "text" })).toEqual([]);
+    expect(format({ type: "json_object" })).toEqual([]);
+    expect(format({ type: "json_schema", name: "a-B_9", schema, strict: true, description: "d" })).toEqual(
+      [],
+    );
+    expect(issues({ input: "hi", text: { verbosity: "high" } })).toEqual([]);
+    expect(format({ type: "xml" })).toEqual([
+      expect.stringMatching(
+        /^text\.format\.type: format must be \{type: "text"\}, \{type: "json_object"\} or/,
+      ),
+    ]);
+    expect(format("json")).toEqual([expect.stringMatching(/^text\.format: /)]);
+    expect(format({ type: "json_schema", name: "has space", schema })).toEqual([
+      "text.format.name: name must be 1 to 64 letters, digits, _ or -",
+    ]);
+    expect(format({ type: "json_schema", name: "n".repeat(65), schema })).toHaveLength(1);
+    expect(format({ type: "json_schema", name: "", schema })).toHaveLength(1);
+    expect(format({ type: "json_schema", name: "x" })).toEqual([
+      "text.format.schema: schema must be a JSON Schema object",
+    ]);
+    expect(format({ type: "json_schema", name: "x", schema: [] })).toEqual([
+      "text.format.schema: schema must be a JSON Schema object",
+    ]);
+    expect(format({ type: "json_schema", name: "x", schema, strict: "yes" })).toEqual([
+      expect.stringMatching(/^text\.format\.strict: /),
+    ]);
+  });
+
+  it("takes metadata of at most 16 string keys of at most 64 characters with string values of at most 512", () => {
+    const many = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+    expect(issues({ input: "hi", metadata: many(16) })).toEqual([]);
+    expect(issues({ input: "hi", metadata: { ["k".repeat(64)]: "v".repeat(512) } })).toEqual([]);
+    const rule = "metadata must be an object of at most 16 keys of at most 64 characters";
+    expect(issues({ input: "hi", metadata: many(17) })).toEqual([
+      expect.stringContaining(`metadata: ${rule}`),
+    ]);
+    expect(issues({ input: "hi", metadata: { ["k".repeat(65)]: "v" } })).toEqual([
+      expect.stringContaining(`metadata.${"k".repeat(65)}: ${rule}`),
+    ]);
+    expect(issues({ input: "hi", metadata: { k: "v".repeat(513) } })).toEqual([
+      expect.stringContaining(`metadata.k: ${rule}`),
+    ]);
+    expect(issues({ input: "hi", metadata: { k: 1 } })).toEqual([
+      expect.stringContaining(`metadata.k: ${rule}`),
+    ]);
+    expect(issues({ input: "hi", metadata: ["v"] })).toEqual([expect.stringContaining(`metadata: ${rule}`)]);
   });
 
   it("requires input, and says where a message list is wrong", () => {

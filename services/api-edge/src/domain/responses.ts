@@ -42,12 +42,60 @@ function withReferencedItems(
   );
 }
 
+/**
+ * A `text.format`: the output as text (the default), any JSON object, or JSON fitting a schema;
+ * `Strict` is what its `strict` may be.
+ */
+type TextFormat<Strict> =
+  | { type: "text" }
+  | { type: "json_object" }
+  | {
+      type: "json_schema";
+      name: string;
+      schema: Record<string, unknown>;
+      strict?: Strict;
+      description?: string;
+    };
+
+/** A request's `text.format` as sent (`strict` may be null). */
+export type ResponsesTextFormat = TextFormat<boolean | null>;
+
+/** `text.format` as the answer echoes it and the upstream is asked for it: absent fields left out. */
+export type ResponseTextFormat = TextFormat<boolean>;
+
 /** The fields of a validated Responses request the translation reads. */
 export interface ResponsesRequest {
   input: string | readonly ResponsesInputItem[];
   instructions?: string | null | undefined;
   temperature?: number | null | undefined;
   top_p?: number | null | undefined;
+  text?: { format?: ResponsesTextFormat | null | undefined } | null | undefined;
+  metadata?: Record<string, string> | null | undefined;
+}
+
+/** The request's output format, normalised: `{ type: "text" }` when it named none. */
+export function textFormatOf(req: ResponsesRequest): ResponseTextFormat {
+  const format = req.text?.format ?? { type: "text" };
+  if (format.type !== "json_schema") return { type: format.type };
+  const { name, schema, strict, description } = format;
+  return {
+    type: "json_schema",
+    name,
+    schema,
+    ...(strict != null ? { strict } : {}),
+    ...(description !== undefined ? { description } : {}),
+  };
+}
+
+/**
+ * The chat `response_format` of a Responses output format: none for text (the upstream's
+ * default), the JSON modes as the chat API names them.
+ */
+function responseFormatOf(format: ResponseTextFormat): Record<string, unknown> | undefined {
+  if (format.type === "text") return undefined;
+  if (format.type === "json_object") return { type: "json_object" };
+  const { type, ...jsonSchema } = format;
+  return { type, json_schema: jsonSchema };
 }
 
 /** Usage of a Responses answer, in OpenAI's shape. */
@@ -85,7 +133,7 @@ export interface ResponseObject {
   parallel_tool_calls: boolean;
   tool_choice: "none";
   tools: never[];
-  text: { format: { type: "text" } };
+  text: { format: ResponseTextFormat };
   output: ResponseOutputMessage[];
   output_text: string;
   usage: ResponseUsage;
@@ -109,8 +157,9 @@ function chatMessageOf(m: ResponsesInputMessage): ChatMessage {
 
 /**
  * The chat request a Responses request stands for: `instructions` become the leading system
- * message, a string `input` one user message, text parts chat text parts, and each item
- * reference the assistant message of `referenced` (the texts of itemReferencesOf's items).
+ * message, a string `input` one user message, text parts chat text parts, each item reference
+ * the assistant message of `referenced` (the texts of itemReferencesOf's items), and a JSON
+ * `text.format` the chat `response_format`.
  */
 export function chatBodyFromResponses(
   req: ResponsesRequest,
@@ -123,12 +172,14 @@ export function chatBodyFromResponses(
   if (req.instructions) messages.push({ role: "system", content: req.instructions });
   if (typeof input === "string") messages.push({ role: "user", content: input });
   else messages.push(...input.map(chatMessageOf));
+  const responseFormat = responseFormatOf(textFormatOf(req));
   return {
     model,
     messages,
     ...(maxOutputTokens !== undefined ? { max_tokens: maxOutputTokens } : {}),
     ...(req.temperature != null ? { temperature: req.temperature } : {}),
     ...(req.top_p != null ? { top_p: req.top_p } : {}),
+    ...(responseFormat ? { response_format: responseFormat } : {}),
   };
 }
 
@@ -175,11 +226,11 @@ export function responseFromChat(
     max_output_tokens: labels.maxOutputTokens ?? null,
     temperature: req.temperature ?? null,
     top_p: req.top_p ?? null,
-    metadata: {},
+    metadata: req.metadata ?? {},
     parallel_tool_calls: false,
     tool_choice: "none",
     tools: [],
-    text: { format: { type: "text" } },
+    text: { format: textFormatOf(req) },
     output: [
       {
         type: "message",

@@ -1281,6 +1281,60 @@ describe("POST /v1/responses with stream: true", () => {
   });
 });
 
+describe("POST /v1/responses with text.format and metadata", () => {
+  const format = {
+    type: "json_schema",
+    name: "place",
+    schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    strict: true,
+  };
+  const metadata = { user: "u1" };
+  const ask = (over: object = {}) =>
+    request("responses", { payload: JSON.stringify({ model: "small", input: "hello", ...over }) });
+
+  it("forwards the format as the chat response_format, echoes it and metadata, and quotes the caller's body", async () => {
+    const { app, f } = edge();
+    const payload = JSON.stringify({ model: "small", input: "hello", text: { format }, metadata });
+    const res = await app.inject(ask({ text: { format }, metadata }));
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ text: { format }, metadata });
+    const forwarded = JSON.parse(Buffer.from(f.completed.at(-1)!.body).toString("utf8"));
+    const { type, ...jsonSchema } = format;
+    expect(forwarded.response_format).toEqual({ type, json_schema: jsonSchema });
+    expect(forwarded).not.toHaveProperty("text");
+    expect(forwarded).not.toHaveProperty("metadata");
+    // The quote counts the bytes the caller sent (the schema included), not the translation's.
+    expect(f.asked.at(-1)?.bodyBytes).toBe(Buffer.byteLength(payload));
+  });
+
+  it("echoes them on a stream's response.created and response.completed", async () => {
+    const { app, f } = edge();
+    const res = await app.inject(ask({ stream: true, text: { format: { type: "json_object" } }, metadata }));
+    expect(res.statusCode, res.body).toBe(200);
+    expect(f.forwarded).toEqual([expect.objectContaining({ response_format: { type: "json_object" } })]);
+    const events = sseEvents(res.body);
+    for (const name of ["response.created", "response.completed"]) {
+      const event = events.find((e) => e.event === name);
+      expect(event?.data.response).toMatchObject({ text: { format: { type: "json_object" } }, metadata });
+    }
+  });
+
+  it("refuses a format or metadata it cannot take with a 400 naming the field, nothing held", async () => {
+    for (const over of [
+      { text: { format: { type: "json_schema", name: "place" } } },
+      { metadata: { user: 1 } },
+    ]) {
+      const { app, f } = edge();
+      const res = await app.inject(ask(over));
+      expect(res.statusCode).toBe(400);
+      expect(code(res)).toBe("invalid_request");
+      expect(res.json().error.message).toMatch(/^(text\.format\.schema|metadata\.user): /);
+      expect(f.asked.map((a) => a.checkOnly)).toEqual([true]);
+      expect(f.completed).toHaveLength(0);
+    }
+  });
+});
+
 describe("POST /v1/messages (Anthropic Messages)", () => {
   const anthropic = (key = GOOD_KEY) => ({ "x-api-key": key, "anthropic-version": "2023-06-01", ...json });
   const messages = (body: object = {}, headers: Record<string, string> = anthropic()): InjectOptions => ({

@@ -38,10 +38,49 @@ const inputItem = z.union([itemReference, inputMessage], {
 export type ResponsesInputMessage = z.output<typeof inputMessage>;
 export type ResponsesInputItem = z.output<typeof inputItem>;
 
+/** OpenAI's limits on `metadata`, and how a request outside them is told. */
+export const METADATA_LIMITS = { maxKeys: 16, maxKeyLength: 64, maxValueLength: 512 } as const;
+const METADATA_RULE = `metadata must be an object of at most ${METADATA_LIMITS.maxKeys} keys of at most ${METADATA_LIMITS.maxKeyLength} characters, each with a string value of at most ${METADATA_LIMITS.maxValueLength} characters`;
+
+/** Labels the caller attaches to a request, echoed in its response object. */
+const metadata = z
+  .record(
+    z.string().max(METADATA_LIMITS.maxKeyLength),
+    z.string({ error: METADATA_RULE }).max(METADATA_LIMITS.maxValueLength, { error: METADATA_RULE }),
+    { error: METADATA_RULE },
+  )
+  .refine((m) => Object.keys(m).length <= METADATA_LIMITS.maxKeys, { error: METADATA_RULE });
+
+/**
+ * `text.format`: plain text (the default), any JSON object, or JSON that fits a schema. The
+ * route asks the upstream for it as a chat `response_format` (domain/responses.ts).
+ */
+const textFormat = z.discriminatedUnion(
+  "type",
+  [
+    z.object({ type: z.literal("text") }),
+    z.object({ type: z.literal("json_object") }),
+    z.object({
+      type: z.literal("json_schema"),
+      name: z
+        .string()
+        .regex(/^[a-zA-Z0-9_-]{1,64}$/, { error: "name must be 1 to 64 letters, digits, _ or -" }),
+      schema: z.record(z.string(), z.unknown(), { error: "schema must be a JSON Schema object" }),
+      strict: z.boolean().nullish(),
+      description: z.string().optional(),
+    }),
+  ],
+  {
+    error:
+      'format must be {type: "text"}, {type: "json_object"} or {type: "json_schema", name, schema, strict?, description?}',
+  },
+);
+
 /**
  * POST /v1/responses: the text subset of OpenAI's Responses API, buffered or streamed. The route keeps
  * the output message of each answer (unless `store: false`) for `item_reference` inputs, no whole
- * response, so `previous_response_id` and tools are refused; other fields are ignored.
+ * response, so `previous_response_id` and tools are refused. `text.format` asks for JSON output
+ * and `metadata` is echoed in the answer; other fields are ignored.
  */
 export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
   return z
@@ -59,6 +98,14 @@ export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
       store: z.boolean().nullish(),
       previous_response_id: z.string().nullish(),
       tools: z.array(z.unknown()).nullish(),
+      /** The output's format; `verbosity` is accepted and ignored. */
+      text: z
+        .looseObject({
+          format: textFormat.nullish(),
+          verbosity: z.enum(["low", "medium", "high"]).nullish(),
+        })
+        .nullish(),
+      metadata: metadata.nullish(),
     })
     .superRefine((r, ctx) => {
       if (r.previous_response_id != null) {
@@ -112,11 +159,13 @@ export const responseObjectSchema = z.object({
   max_output_tokens: z.number().int().nullable(),
   temperature: z.number().nullable(),
   top_p: z.number().nullable(),
+  /** The request's `metadata`, {} when it had none. */
   metadata: z.record(z.string(), z.string()),
   parallel_tool_calls: z.boolean(),
   tool_choice: z.literal("none"),
   tools: z.array(z.never()),
-  text: z.object({ format: z.object({ type: z.literal("text") }) }),
+  /** The request's `text.format` (fields it did not send left out), `{ type: "text" }` by default. */
+  text: z.object({ format: textFormat }),
   output: z.array(outputMessage),
   /** All output text, concatenated (the SDKs compute the same from output). */
   output_text: z.string(),
