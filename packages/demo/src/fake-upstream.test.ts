@@ -369,6 +369,83 @@ describe("fake upstream", () => {
   });
 });
 
+describe("fake upstream, response_format asking for JSON", () => {
+  const schema = {
+    type: "object",
+    properties: { city: { type: "string" }, population: { type: "integer" }, note: { type: "string" } },
+    required: ["city", "population"],
+    additionalProperties: false,
+  };
+  const asked = {
+    ...hello,
+    response_format: { type: "json_schema", json_schema: { name: "place", schema, strict: true } },
+  };
+  interface Completion {
+    choices: { message: { content: string }; finish_reason: string }[];
+    usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+  }
+
+  it("answers json_schema with the schema's minimal instance, one token per four characters", async () => {
+    const res = await post("/chat/completions", asked);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Completion;
+    const content = body.choices[0]?.message.content ?? "";
+    const parsed = JSON.parse(content) as { city: string; population: number };
+    expect(Object.keys(parsed)).toEqual(["city", "population"]);
+    expect(parsed.population).toBe(0);
+    expect(parsed.city).toMatch(/^[a-z]+$/);
+    expect(body.choices[0]?.finish_reason).toBe("stop");
+    const tokens = Math.ceil(content.length / 4);
+    // The prompt is counted as without response_format.
+    expect(body.usage).toEqual({
+      prompt_tokens: expectedUsage(hello).prompt_tokens,
+      completion_tokens: tokens,
+      total_tokens: expectedUsage(hello).prompt_tokens + tokens,
+    });
+    expect(expectedOutput(asked).texts[0]).toBe(content);
+    // The same every time.
+    expect(
+      ((await (await post("/chat/completions", asked)).json()) as Completion).choices[0]?.message.content,
+    ).toBe(content);
+  });
+
+  it("answers json_object with a JSON object, and text as without response_format", async () => {
+    const json = (await (
+      await post("/chat/completions", { ...hello, response_format: { type: "json_object" } })
+    ).json()) as Completion;
+    expect(JSON.parse(json.choices[0]?.message.content ?? "")).toEqual({ answer: expect.any(String) });
+    const text = (await (
+      await post("/chat/completions", { ...hello, response_format: { type: "text" } })
+    ).json()) as Completion;
+    expect(text.choices[0]?.message.content).toBe(expectedOutput(hello).texts[0]);
+  });
+
+  it("streams the JSON one token a chunk, and the cap cuts it", async () => {
+    const whole = expectedOutput(asked).texts[0] ?? "";
+    const res = await post("/chat/completions", {
+      ...asked,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks = events(await res.text()).slice(0, -1) as Chunk[];
+    const pieces = chunks.slice(1, -2).map((c) => c.choices[0]?.delta.content);
+    expect(pieces.join("")).toBe(whole);
+    expect(pieces).toHaveLength(Math.ceil(whole.length / 4));
+    expect(chunks.at(-1)?.usage?.completion_tokens).toBe(pieces.length);
+
+    const cut = (await (await post("/chat/completions", { ...asked, max_tokens: 2 })).json()) as Completion;
+    expect(cut.choices[0]?.message.content).toBe(whole.slice(0, 8));
+    expect(cut.choices[0]?.finish_reason).toBe("length");
+    expect(cut.usage.completion_tokens).toBe(2);
+  });
+
+  it("refuses a response_format it cannot answer with a 400", async () => {
+    const res = await post("/chat/completions", { ...hello, response_format: { type: "xml" } });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { type: string } }).error.type).toBe("invalid_request_error");
+  });
+});
+
 describe("fake upstream recording", () => {
   it("keeps no request unless started with record: true, and lets go of them when turned off", async () => {
     const quiet = await startFakeUpstream();

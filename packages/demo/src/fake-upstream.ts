@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { jsonAnswerOf, jsonTokens, ResponseFormatError } from "./fake-json.js";
 
 /** How a fake upstream behaves; every field can be changed at run time with configure(). */
 export interface FakeUpstreamOptions {
@@ -170,6 +171,8 @@ interface ParsedRequest {
   includeUsage: boolean;
   /** vLLM's stream_options.continuous_usage_stats (with include_usage): usage on every chunk. */
   continuousUsage: boolean;
+  /** Chat with a JSON `response_format`: the JSON every choice answers (fake-json.ts). */
+  json?: string;
 }
 
 class BadRequest extends Error {
@@ -270,6 +273,7 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
   }
   const seeds: string[] = [];
   const promptTokens: number[] = [];
+  let json: string | undefined;
   if (route === "messages") return parseMessagesRequest(model, b);
   if (route === "chat") {
     const messages = b["messages"];
@@ -290,6 +294,7 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
     }
     seeds.push(all);
     promptTokens.push(tokens);
+    json = jsonOf(b["response_format"], all);
   } else {
     const prompt = b["prompt"];
     const prompts = typeof prompt === "string" ? [prompt] : prompt;
@@ -341,7 +346,21 @@ function parseRequest(route: Route, body: unknown): ParsedRequest {
     stream: b["stream"] === true,
     includeUsage,
     continuousUsage: includeUsage && option("continuous_usage_stats"),
+    ...(json !== undefined ? { json } : {}),
   };
+}
+
+/**
+ * The JSON a chat `response_format` asks for (undefined for text), its strings words of the
+ * vocabulary picked by the prompt and the property's name; a format it cannot answer is a 400.
+ */
+function jsonOf(responseFormat: unknown, seed: string): string | undefined {
+  try {
+    return jsonAnswerOf(responseFormat, (key) => words(hash(`${seed}\n${key}`), 1)[0]!);
+  } catch (err) {
+    if (!(err instanceof ResponseFormatError)) throw err;
+    throw new BadRequest(400, "invalid_request_error", "invalid_value", err.message);
+  }
 }
 
 /**
@@ -403,14 +422,17 @@ function choiceSeed(seed: string, j: number): string {
  * returned (the conservative reading of what an upstream bills).
  */
 function outputOf(route: Route, req: ParsedRequest, outputTokens: number, reasoning: boolean): FakeOutput {
-  const perChoice = Math.min(req.cap ?? outputTokens, outputTokens);
+  // A JSON answer is as long as its JSON, one token per piece (fake-json.ts), cut by the cap alone.
+  const json = req.json === undefined ? undefined : jsonTokens(req.json);
+  const whole = json?.length ?? outputTokens;
+  const perChoice = Math.min(req.cap ?? whole, whole);
   const withReasoning = reasoning && route === "chat";
   const texts: string[] = [];
   const reasonings: string[] = [];
   for (const seed of req.seeds) {
     for (let j = 0; j < req.n; j++) {
       const s = choiceSeed(seed, j);
-      texts.push(textOf(words(hash(s), perChoice)));
+      texts.push(json ? json.slice(0, perChoice).join("") : textOf(words(hash(s), perChoice)));
       if (withReasoning) reasonings.push(textOf(words(hash("reasoning\n" + s), REASONING_TOKENS)));
     }
   }
@@ -428,7 +450,7 @@ function outputOf(route: Route, req: ParsedRequest, outputTokens: number, reason
     texts,
     reasoning: reasonings[0],
     reasonings,
-    finishReason: perChoice < outputTokens ? "length" : "stop",
+    finishReason: perChoice < whole ? "length" : "stop",
     usage,
   };
 }
@@ -1106,7 +1128,8 @@ async function stream(
       for (const w of splitWords(output.reasonings[index])) {
         chunks.push(chat(index, { reasoning_content: w }, null, chunks.length + 1));
       }
-      for (const w of splitWords(output.texts[index])) {
+      const content = output.texts[index] ?? "";
+      for (const w of req.json === undefined ? splitWords(content) : jsonTokens(content)) {
         chunks.push(chat(index, { content: w }, null, chunks.length + 1));
       }
     } else {
