@@ -1,6 +1,14 @@
 import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
-import { APICallError, generateText, type LanguageModel, streamText } from "ai";
+import {
+  APICallError,
+  generateObject,
+  generateText,
+  jsonSchema,
+  type LanguageModel,
+  streamText,
+  tool,
+} from "ai";
 import { describe, expect, it } from "vitest";
 import {
   KEYS,
@@ -18,7 +26,8 @@ import {
  * OpenAI-compatible server, each configured as its docs show (`baseURL` at the gateway's /v1,
  * the Virtual Key as `apiKey`): `@ai-sdk/openai`'s default model (`openai(modelId)`, which calls
  * the Responses API) and `@ai-sdk/openai-compatible`'s chat model (chat completions, with
- * `includeUsage` so a stream reports its usage). Buffered and streamed text, usage as the SDK's
+ * `includeUsage` so a stream reports its usage). Buffered and streamed text (and on the Responses
+ * model `generateObject`, and tools refused there but served by `.chat(model)`), usage as the SDK's
  * own `usage` reports it, and refusals as its users see them: the SDK maps every HTTP error to
  * `APICallError` with `statusCode` (no class per status), and a stream's error reaches `onError`
  * and the `error` part of `fullStream` rather than a throw. The books of every account used are
@@ -152,6 +161,75 @@ describe("Vercel AI SDK against the account door", () => {
         expect(second.usage.inputTokens).toBeGreaterThan(first.usage.inputTokens ?? 0);
         expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
         expect(second.response.headers?.["x-tollgate-cost"]).toBe(String(gateway().wire.last().cost));
+      });
+    }
+
+    if (path === "/v1/responses") {
+      it("generateObject: the object the schema asked for (text.format json_schema), its usage and cost", async () => {
+        const schema = jsonSchema<{ city: string; population: number; coastal: boolean }>({
+          type: "object",
+          properties: {
+            city: { type: "string" },
+            population: { type: "number" },
+            coastal: { type: "boolean" },
+          },
+          required: ["city", "population", "coastal"],
+          additionalProperties: false,
+        });
+        const result = await generateObject({
+          model: model(KEYS.served),
+          schema,
+          prompt: "Name a place",
+          maxRetries: 0,
+        });
+        expect(result.object).toEqual({
+          city: expect.stringMatching(/^[a-z]+$/),
+          population: 0,
+          coastal: false,
+        });
+        const sent = result.request.body as { text?: { format?: { type?: string } } };
+        expect(sent.text?.format?.type).toBe("json_schema");
+        expect(gateway().upstream.requests.at(-1)?.body).toMatchObject({
+          response_format: { type: "json_schema" },
+        });
+        expect(result.finishReason).toBe("stop");
+        // Counted as any answer: one output token per four characters of the JSON.
+        expect(result.usage.outputTokens).toBe(Math.ceil(JSON.stringify(result.object).length / 4));
+        expect(result.usage.inputTokens).toBeGreaterThan(0);
+        expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+        expect(result.response.headers?.["x-tollgate-cost"]).toBe(String(gateway().wire.last().cost));
+      });
+
+      it("tools are refused on the Responses model (400) and served on the chat model, openai.chat(model)", async () => {
+        const tools = {
+          lookup: tool({
+            inputSchema: jsonSchema<{ q: string }>({
+              type: "object",
+              properties: { q: { type: "string" } },
+              required: ["q"],
+            }),
+          }),
+        };
+        const provider = createOpenAI({
+          baseURL: `${gateway().url}/v1`,
+          apiKey: KEYS.served,
+          fetch: gateway().wire.fetch,
+        });
+        const err = await rejection(
+          generateText({ model: provider(MODEL), tools, prompt: "hi", maxRetries: 0 }),
+        );
+        expect(err).toBeInstanceOf(APICallError);
+        expect((err as APICallError).statusCode).toBe(400);
+        expect((err as APICallError).responseBody).toContain("tools");
+        const chat = await generateText({
+          model: provider.chat(MODEL),
+          tools,
+          prompt: "hi",
+          maxOutputTokens: 3,
+          maxRetries: 0,
+        });
+        expect(chat.text.trim().split(" ")).toHaveLength(3);
+        expect(gateway().wire.last()).toMatchObject({ path: "/v1/chat/completions", status: 200 });
       });
     }
 

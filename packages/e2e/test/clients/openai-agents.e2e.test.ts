@@ -21,8 +21,9 @@ setTracingDisabled(true);
  * OpenAI-compatible endpoint: an `OpenAIProvider` around an openai client (`baseURL` at the
  * gateway's /v1, the Virtual Key as `apiKey`) given to a `Runner`, with tracing off. By default
  * (`useResponses`) it calls the Responses API; `useResponses: false` calls chat completions. An
- * agent's run, buffered and streamed, its usage as the run context's own `usage` reports it,
- * and refusals as its users see them: the run rejects with the openai SDK's own error classes.
+ * agent's run, buffered and streamed, an agent's structured `outputType`, its usage as the run
+ * context's own `usage` reports it, and refusals as its users see them: the run rejects with the
+ * openai SDK's own error classes.
  * The books of every account used are checked after each case.
  */
 describe("OpenAI Agents SDK against the account door", () => {
@@ -63,6 +64,36 @@ describe("OpenAI Agents SDK against the account door", () => {
       expect(usage.outputTokens).toBe(9);
       expect(usage.inputTokens).toBeGreaterThan(0);
       expect(usage.totalTokens).toBe(usage.inputTokens + 9);
+      expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
+      expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+    });
+
+    it("outputType: the final output is the object its JSON schema asked for, with the run's usage", async () => {
+      const structured = new Agent({
+        name: "Assistant",
+        instructions: "Name a place.",
+        model: MODEL,
+        outputType: {
+          type: "json_schema",
+          name: "place",
+          strict: true,
+          schema: {
+            type: "object",
+            properties: { city: { type: "string" }, population: { type: "number" } },
+            required: ["city", "population"],
+            additionalProperties: false,
+          },
+        },
+      });
+      const result = await runner().run(structured, "Name a place");
+      expect(result.finalOutput).toEqual({ city: expect.stringMatching(/^[a-z]+$/), population: 0 });
+      // Responses sends text.format, chat completions response_format: the upstream got the latter either way.
+      expect(gateway().upstream.requests.at(-1)?.body).toMatchObject({
+        response_format: { type: "json_schema", json_schema: { name: "place", strict: true } },
+      });
+      const usage = result.runContext.usage;
+      expect(usage.outputTokens).toBe(Math.ceil(JSON.stringify(result.finalOutput).length / 4));
+      expect(usage.totalTokens).toBe(usage.inputTokens + usage.outputTokens);
       expect(gateway().wire.last()).toMatchObject({ path, status: 200 });
       expect(gateway().wire.last().cost).toBeGreaterThan(0n);
     });

@@ -20,7 +20,8 @@ type XTollgate = { cost: string; budget_remaining: string };
  * The official openai SDK, configured as its users do (`baseURL` at the gateway's /v1, the
  * Virtual Key as `apiKey`, retries off so a refusal is seen once), on every route it calls:
  * chat completions, legacy completions and Responses, buffered and streamed (the Responses
- * events in order, and streams cut either way billed as chat streams are), embeddings and models;
+ * events in order, and streams cut either way billed as chat streams are; structured output with
+ * `text.format`, and its refusals), embeddings and models;
  * usage as the SDK's own objects report it; refusals as the SDK's own error classes. The books of
  * every account used are checked after each case.
  */
@@ -263,6 +264,112 @@ describe("the openai SDK against the account door", () => {
     expect(second.output_text.trim().split(" ")).toHaveLength(4);
     expect(second.usage?.input_tokens).toBeGreaterThan(first.usage?.input_tokens ?? 0);
     expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.output_text.trim());
+  });
+
+  /** The structured output asked below: what the fake upstream answers is this schema's minimal instance. */
+  const PLACE = {
+    type: "json_schema",
+    name: "place",
+    strict: true,
+    schema: {
+      type: "object",
+      properties: {
+        city: { type: "string" },
+        population: { type: "integer" },
+        kind: { type: "string", enum: ["town", "city"] },
+      },
+      required: ["city", "population", "kind"],
+      additionalProperties: false,
+    },
+  } as const;
+  type Place = { city: string; population: number; kind: "town" | "city" };
+
+  it("responses.parse with text.format json_schema: the parsed object, the format and metadata echoed, usage and cost", async () => {
+    const { data: res, response } = await client()
+      .responses.parse({
+        model: MODEL,
+        input: "Name a place",
+        text: { format: PLACE },
+        metadata: { run: "e2e" },
+      })
+      .withResponse();
+    const place = res.output_parsed as Place | null;
+    expect(place).toEqual({ city: expect.stringMatching(/^[a-z]+$/), population: 0, kind: "town" });
+    expect(res.status).toBe("completed");
+    expect(res.text?.format).toEqual(PLACE);
+    expect(res.metadata).toEqual({ run: "e2e" });
+    // The upstream was asked for it as the chat response_format.
+    const { type, ...jsonSchema } = PLACE;
+    expect(gateway().upstream.requests.at(-1)?.body).toMatchObject({
+      response_format: { type, json_schema: jsonSchema },
+    });
+    // Counted as any answer: one output token per four characters of the JSON the upstream sent.
+    expect(res.usage?.output_tokens).toBe(Math.ceil(res.output_text.length / 4));
+    expect(res.usage?.total_tokens).toBe((res.usage?.input_tokens ?? 0) + (res.usage?.output_tokens ?? 0));
+    expect(gateway().wire.last()).toMatchObject({ path: "/v1/responses", status: 200 });
+    expect(gateway().wire.last().cost).toBeGreaterThan(0n);
+    expect(response.headers.get("x-tollgate-cost")).toBe(String(gateway().wire.last().cost));
+  });
+
+  it("responses.create({ stream: true }) with text.format json_schema: the JSON in deltas, the format echoed, usage and cost last", async () => {
+    const stream = await client().responses.create({
+      model: MODEL,
+      input: "Name a place",
+      text: { format: PLACE },
+      stream: true,
+    });
+    let deltas = "";
+    let created: OpenAI.Responses.Response | undefined;
+    let final: OpenAI.Responses.Response | undefined;
+    let money: XTollgate | undefined;
+    for await (const event of stream) {
+      if (event.type === "response.output_text.delta") deltas += event.delta;
+      if (event.type === "response.created") created = event.response;
+      if (event.type === "response.completed") {
+        final = event.response;
+        money = (event as unknown as { x_tollgate: XTollgate }).x_tollgate;
+      }
+    }
+    expect(JSON.parse(deltas)).toMatchObject({ population: 0, kind: "town" });
+    expect(final?.output_text).toBe(deltas);
+    expect(created?.text?.format).toEqual(PLACE);
+    expect(final?.text?.format).toEqual(PLACE);
+    expect(final?.usage?.output_tokens).toBe(Math.ceil(deltas.length / 4));
+    expect(money?.cost).toMatch(/^[1-9]\d*$/);
+    expect(gateway().wire.last().cost).toBe(BigInt(money!.cost));
+  });
+
+  it("responses.create with text.format json_object: a JSON object", async () => {
+    const res = await client().responses.create({
+      model: MODEL,
+      input: "Answer in JSON",
+      text: { format: { type: "json_object" } },
+    });
+    expect(res.text?.format).toEqual({ type: "json_object" });
+    expect(JSON.parse(res.output_text)).toEqual({ answer: expect.any(String) });
+    expect(res.usage?.output_tokens).toBe(Math.ceil(res.output_text.length / 4));
+  });
+
+  it("refuses a text.format the route cannot take and function tools with BadRequestError, nothing billed", async () => {
+    const refused = [
+      client().responses.create({
+        model: MODEL,
+        input: "hi",
+        text: { format: { type: "json_schema", name: "no spaces allowed", schema: {} } },
+      }),
+      client().responses.create({
+        model: MODEL,
+        input: "hi",
+        tools: [{ type: "function", name: "f", parameters: {}, strict: true }],
+      }),
+    ];
+    const [format, tools] = await Promise.all(refused.map(rejection));
+    for (const err of [format, tools]) {
+      expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("invalid_request");
+    }
+    expect((format as Error).message).toContain("text.format.name");
+    expect((tools as Error).message).toContain("tools");
   });
 
   it("embeddings.create: one vector per input, and usage", async () => {
