@@ -155,6 +155,60 @@ describe("accounts, connections and budgets through the built tollgatectl, two a
     );
   });
 
+  it("a rotated key's successor spends the same budget: the two keys together never pass it", async () => {
+    const BUDGET = 100n;
+    const key = await newKey("main");
+    await ok(["keys", "update", key.id, "--budget", BUDGET.toString(), "--budget-period", "day"]);
+    let told = 0n;
+    let n = 0;
+    /** One chat request on either edge: its status, and its cost added to what callers were told. */
+    const chat = async (secret: string): Promise<number> => {
+      const res = await fetch(`${stack.urls[n++ % 2]}/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "tollgate-mini",
+          max_tokens: 16,
+          messages: [{ role: "user", content: "Hi" }],
+        }),
+      });
+      await res.arrayBuffer();
+      if (res.status === 200) told += BigInt(res.headers.get("x-tollgate-cost") ?? "-1");
+      return res.status;
+    };
+    const served: number[] = [];
+    for (let i = 0; i < 30 && (served.at(-1) ?? 200) === 200; i++) served.push(await chat(key.secret));
+    expect(served.filter((s) => s === 200).length).toBeGreaterThan(1);
+    expect(served.at(-1)).toBe(402);
+
+    const rotated = JSON.parse(await ok(["keys", "rotate", key.id, "--grace", "3600", "--json"])) as {
+      new_key: { id: string; budget: { amount: string; period: string } | null };
+      secret: string;
+    };
+    secrets.push(rotated.secret);
+    expect(rotated.new_key.budget).toEqual({ amount: BUDGET.toString(), period: "day" });
+    // Both keys, during the grace, are admitted only while a quote fits the one budget.
+    const after: number[] = [];
+    for (let i = 0; i < 12; i++) after.push(await chat(i % 2 ? key.secret : rotated.secret));
+    expect(after.filter((s) => s !== 200 && s !== 402)).toEqual([]);
+    expect(told).toBeLessThanOrEqual(BUDGET);
+
+    // The books, once metering settled every request: what callers were told == the spend each
+    // key shows (one counter), nothing held, nothing below zero.
+    type Shown = { budget_usage?: { spent: string; held: string; remaining: string } };
+    const usageOf = async (id: string) =>
+      (JSON.parse(await ok(["keys", "show", id, "--json"])) as Shown).budget_usage;
+    const deadline = Date.now() + 15_000;
+    let usage = await usageOf(rotated.new_key.id);
+    while (Date.now() < deadline && (usage?.held !== "0" || usage.spent !== told.toString())) {
+      await new Promise((r) => setTimeout(r, 200));
+      usage = await usageOf(rotated.new_key.id);
+    }
+    const expected = { spent: told.toString(), held: "0", remaining: (BUDGET - told).toString() };
+    expect(usage).toEqual(expect.objectContaining(expected));
+    expect(await usageOf(key.id)).toEqual(expect.objectContaining(expected));
+  });
+
   it("deleting a connection revokes its keys on both edges; the other connection's keys still work", async () => {
     const doomed = await newKey("spare");
     const kept = await newKey("main");

@@ -115,10 +115,12 @@ export function keyStoreContract(make: StoreFactory): void {
     const store = await seeded(make);
     const old = key();
     await store.createKey(old);
-    const fresh = key({ rotatedFrom: old.keyId, expiresAt: later(9_000) });
+    const fresh = key({ rotatedFrom: old.keyId, lineageId: old.keyId, expiresAt: later(9_000) });
     const outcome = await store.rotateKey(old.keyId, fresh, later(600), later(100));
     expect(outcome).toEqual({ ok: true, old: { ...old, rotatedTo: fresh.keyId, graceEndsAt: later(600) } });
+    // The lineage, which names the key budget's counter, is kept with the record.
     expect(await store.findByHash(fresh.hash)).toEqual(fresh);
+    expect((await store.findById(fresh.keyId))?.lineageId).toBe(old.keyId);
     expect(await store.rotateKey(old.keyId, key(), later(700), later(101))).toEqual({
       ok: false,
       reason: "rotated",

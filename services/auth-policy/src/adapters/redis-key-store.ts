@@ -23,7 +23,8 @@ export interface RedisKeyStoreOptions {
 //   accounts                       SET of account ids (created or imported since the set exists)
 //   connection:<account>/<conn>    JSON ConnectionPolicy (budget amount as a decimal string)
 //   connections:<account>          SET of connection ids
-//   key:<sha256 hex>               HASH key record (never the secret; budget as "<amount>|<period>")
+//   key:<sha256 hex>               HASH key record (never the secret; budget as "<amount>|<period>";
+//                                  lineageId only on a key rotated from another)
 //   key-id:<key id>                STRING sha256 hex of the key's current secret
 //   keys:<account>/<conn>          ZSET key ids by creation time (ms)
 //   deadlines                      ZSET "<reason>|<sha256 hex>|<key id>" by due time (ms)
@@ -131,6 +132,7 @@ function fieldsOf(k: KeyRecord): string[] {
   if (k.expiresAt) f.push("expiresAt", ms(k.expiresAt));
   if (k.revokedAt) f.push("revokedAt", ms(k.revokedAt));
   if (k.rotatedFrom) f.push("rotatedFrom", k.rotatedFrom);
+  if (k.lineageId) f.push("lineageId", k.lineageId);
   if (k.rotatedTo) f.push("rotatedTo", k.rotatedTo);
   if (k.graceEndsAt) f.push("graceEndsAt", ms(k.graceEndsAt));
   if (k.budget) f.push("budget", encodeBudget(k.budget));
@@ -143,6 +145,7 @@ function recordOf(h: Record<string, string>): KeyRecord | undefined {
     expiresAt: dateOf(h["expiresAt"]),
     revokedAt: dateOf(h["revokedAt"]),
     rotatedFrom: h["rotatedFrom"] || undefined,
+    lineageId: h["lineageId"] || undefined,
     rotatedTo: h["rotatedTo"] || undefined,
     graceEndsAt: dateOf(h["graceEndsAt"]),
     budget: decodeBudget(h["budget"]),

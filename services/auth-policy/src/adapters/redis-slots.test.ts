@@ -37,7 +37,7 @@ describe("auth-policy's Redis keys on a Redis Cluster: every script, pipeline an
       const budgets = budgetChecks({
         accountId,
         connectionId,
-        keyId,
+        keyLineageId: keyId,
         connectionBudget: { amount: 1_000n, period: "month" },
         keyBudget: { amount: 100n, period: { days: 3 } },
         now,
@@ -72,7 +72,7 @@ describe("auth-policy's Redis keys on a Redis Cluster: every script, pipeline an
         const budgets = budgetChecks({
           accountId,
           connectionId: randomId(),
-          keyId: `key_${randomBytes(8).toString("hex")}`,
+          keyLineageId: `key_${randomBytes(8).toString("hex")}`,
           connectionBudget: { amount: 1_000n, period: "month" },
           now,
         });

@@ -3,10 +3,11 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { createMemoryKeyStore } from "../adapters/memory-key-store.js";
 import { createMemoryLedger } from "../adapters/memory-ledger.js";
 import { type Admin, type CreateConnectionInput, createAdmin } from "./admin.js";
-import { authorize } from "./authorize.js";
+import { type AuthorizeDeps, type AuthorizeInput, authorize } from "./authorize.js";
 import { type Budget, budgetChecks, newReservationId } from "./budget.js";
 import { broadcastDueDeadlines } from "./deadlines.js";
 import { AuthError, type AuthErrorCode } from "./errors.js";
+import { acquireLease, returnLease } from "./lease.js";
 import type { KeyRevocation, KeyStore, Ledger, RevocationPublisher } from "./ports.js";
 
 const NOW = new Date("2025-06-01T12:00:00Z");
@@ -330,6 +331,124 @@ describe("rotation", () => {
   });
 });
 
+describe("a rotated key's budget", () => {
+  // A quarter of a base unit per input token: a request of 8 bytes, 1 message and a cap of 0
+  // (an input bound of 32 tokens, docs/money.md, "The quote") is quoted 8 and charged that.
+  const unit = { inputPerMillion: 250_000n, outputPerMillion: 1_000_000n };
+  const DAY = { amount: 100n, period: "day" as const };
+  let deps: AuthorizeDeps;
+  const ask = (key: string): AuthorizeInput => ({
+    key,
+    model: "mini",
+    route: "chat",
+    bodyBytes: 8,
+    messageCount: 1,
+    maxOutputTokens: 0,
+  });
+  let events = 0;
+  /** One request on `key`, charged its whole quote; what it was charged, or its refusal's code. */
+  const spend = async (key: string, now = NOW): Promise<bigint | string> => {
+    const a = await authorize(deps, ask(key), now).catch((err: AuthError) => err);
+    if (a instanceof AuthError) return a.code;
+    const s = await ledger.settle(a.reservationId!, a.quote!, `evt_${++events}`, now);
+    expect(s.uncharged).toBeUndefined();
+    return s.cost!;
+  };
+  const spentOf = async (keyId: string, now = NOW) => admin.keyUsage(await admin.getKey(keyId), now);
+
+  beforeEach(() => {
+    admin = createAdmin({ store, publisher, knownModels: new Set(["mini", "pro"]), ledger });
+    deps = { store, ledger, prices: new Map([["mini", unit]]) };
+  });
+
+  it("is spent from one counter by the old and the new key during the grace and after it", async () => {
+    const old = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: DAY },
+      NOW,
+    );
+    let told = 0n;
+    for (let i = 0; i < 9; i++) told += (await spend(old.secret)) as bigint;
+    expect(told).toBe(72n);
+    const r = await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 3_600 }, after(1));
+    // The new key shows the lineage's spend, not a fresh counter.
+    expect(await spentOf(r.key.keyId, after(1))).toMatchObject({ spent: 72n, held: 0n, remaining: 28n });
+    expect(r.key).toMatchObject({ budget: DAY, lineageId: old.key.keyId });
+    // Both keys, taking turns, are admitted only while their quote fits what is left of the one
+    // budget: three more requests, never nine more per key.
+    const outcomes: Array<bigint | string> = [];
+    for (let i = 0; i < 10; i++) outcomes.push(await spend(i % 2 ? old.secret : r.secret, after(2)));
+    const served = outcomes.filter((o): o is bigint => typeof o === "bigint");
+    expect(served).toEqual([8n, 8n, 8n]);
+    expect(outcomes.filter((o) => typeof o === "string")).toEqual(Array(7).fill("budget_exceeded"));
+    told += served.reduce((a, b) => a + b, 0n);
+    expect(told).toBe(96n);
+    // What callers were charged is what both keys show spent; nothing is held, nothing below zero.
+    for (const id of [old.key.keyId, r.key.keyId]) {
+      expect(await spentOf(id, after(2))).toMatchObject({ spent: told, held: 0n, remaining: 4n });
+    }
+    // After the grace, and after a second rotation, the lineage still spends from that counter.
+    const again = await admin.rotateKey({ keyId: r.key.keyId, graceSeconds: 0 }, after(3_601));
+    expect(again.key.lineageId).toBe(old.key.keyId);
+    expect(await spend(again.secret, after(3_602))).toBe("budget_exceeded");
+    expect(await spentOf(again.key.keyId, after(3_602))).toMatchObject({ spent: 96n, remaining: 4n });
+    // The next period counts from zero for the whole lineage.
+    const tomorrow = new Date("2025-06-02T00:00:01Z");
+    expect(await spend(again.secret, tomorrow)).toBe(8n);
+    expect(await spentOf(again.key.keyId, tomorrow)).toMatchObject({ spent: 8n, remaining: 92n });
+  });
+
+  it("shares its leases' allowances: a lease of each key together never holds more than is left", async () => {
+    const old = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: DAY },
+      NOW,
+    );
+    for (let i = 0; i < 5; i++) expect(await spend(old.secret)).toBe(8n);
+    const r = await admin.rotateKey({ keyId: old.key.keyId }, NOW);
+    // 60 left: the new key's lease takes half of it, the old key's half of what is left then.
+    const fresh = await acquireLease(deps, ask(r.secret), 100, NOW);
+    expect(fresh.lease?.budget).toBe(30n);
+    expect(fresh.verdict.keyBudgetRemaining).toBe(30n);
+    const prior = await acquireLease(deps, ask(old.secret), 100, NOW);
+    expect(prior.lease?.budget).toBe(15n);
+    expect(prior.verdict.keyBudgetRemaining).toBe(15n);
+    expect(await spentOf(r.key.keyId)).toMatchObject({ spent: 40n, held: 45n, remaining: 15n });
+    // Each lease is charged one request, then returned with that request committed.
+    const released: bigint[] = [];
+    for (const lease of [fresh.lease!, prior.lease!]) {
+      expect(await ledger.settle(`${lease.leaseId}~1`, 8n, `evt_${++events}`, NOW)).toEqual({
+        outcome: "settled",
+        cost: 8n,
+      });
+      const back = { committed: 8n, unusedRequests: 0, unusedTokens: 0, unsure: [] };
+      released.push((await returnLease(ledger, lease.leaseId, back, NOW)).released);
+    }
+    expect(released).toEqual([22n, 7n]);
+    // 44 left: five more requests of either key, then the lineage is at 96 of 100, nothing held.
+    const outcomes: Array<bigint | string> = [];
+    for (let i = 0; i < 8; i++) outcomes.push(await spend(i % 2 ? old.secret : r.secret));
+    expect(outcomes).toEqual([8n, 8n, 8n, 8n, 8n, "budget_exceeded", "budget_exceeded", "budget_exceeded"]);
+    for (const id of [old.key.keyId, r.key.keyId]) {
+      expect(await spentOf(id)).toMatchObject({ spent: 96n, held: 0n, remaining: 4n });
+    }
+  });
+
+  it("stays a key's own for a key stored without a lineage", async () => {
+    const old = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: DAY },
+      NOW,
+    );
+    for (let i = 0; i < 9; i++) expect(await spend(old.secret)).toBe(8n);
+    const other = await admin.createKey(
+      { accountId: "acme", connectionId: "main", name: "", budget: DAY },
+      NOW,
+    );
+    expect(other.key.lineageId).toBeUndefined();
+    expect(await spentOf(other.key.keyId)).toMatchObject({ spent: 0n, remaining: 100n });
+    expect(await spend(other.secret)).toBe(8n);
+    expect(await spentOf(old.key.keyId)).toMatchObject({ spent: 72n, remaining: 28n });
+  });
+});
+
 describe("listing, showing, updating and deleting", () => {
   it("lists accounts and shows one with its connections", async () => {
     await admin.createAccount({ accountId: "globex", limits: {} }, NOW);
@@ -419,7 +538,7 @@ describe("a budget's period", () => {
     const budgets = budgetChecks({
       accountId: "acme",
       connectionId: "main",
-      keyId,
+      keyLineageId: keyId,
       connectionBudget: c.budget,
       keyBudget: k.budget,
       now,
@@ -544,7 +663,7 @@ describe("budget spend", () => {
     const checks = budgetChecks({
       accountId: "acme",
       connectionId: "main",
-      keyId: key.keyId,
+      keyLineageId: key.keyId,
       connectionBudget: weekly,
       keyBudget: weekly,
       now: NOW,

@@ -13,7 +13,7 @@ import {
   remainingOf,
 } from "./budget.js";
 import { AuthError } from "./errors.js";
-import { generateKeyId, generateSecret, hashKey } from "./keys.js";
+import { generateKeyId, generateSecret, hashKey, lineageOf } from "./keys.js";
 import type {
   AccountRecord,
   ConnectionLimits,
@@ -214,7 +214,7 @@ export function createAdmin(deps: AdminDeps) {
   /** Reads (never holds) a budget's spend in its current period. */
   async function usageOf(
     accountId: string,
-    owner: { connectionId: string; keyId: string },
+    owner: { connectionId: string; keyLineageId: string },
     budgets: { connectionBudget?: Budget; keyBudget?: Budget },
     now: Date,
   ): Promise<BudgetUsage | undefined> {
@@ -239,16 +239,19 @@ export function createAdmin(deps: AdminDeps) {
     connectionUsage: (c: ConnectionPolicy, now = new Date()) =>
       usageOf(
         c.accountId,
-        { connectionId: c.connectionId, keyId: "" },
+        { connectionId: c.connectionId, keyLineageId: "" },
         c.budget ? { connectionBudget: c.budget } : {},
         now,
       ),
 
-    /** A key's own budget spend in its current period; undefined without a budget. */
+    /**
+     * A key's own budget spend in its current period, counted with every key of its rotation
+     * lineage; undefined without a budget.
+     */
     keyUsage: (k: KeyRecord, now = new Date()) =>
       usageOf(
         k.accountId,
-        { connectionId: k.connectionId, keyId: k.keyId },
+        { connectionId: k.connectionId, keyLineageId: lineageOf(k) },
         k.budget ? { keyBudget: k.budget } : {},
         now,
       ),
@@ -475,7 +478,10 @@ export function createAdmin(deps: AdminDeps) {
           connectionId: current.connectionId,
           name: current.name,
           rotatedFrom: current.keyId,
-          // The replacement keeps the key's budget; its spend, counted per key id, starts at zero.
+          // The replacement keeps the key's budget and spends from the same counter, its
+          // lineage's: during the grace both keys together, and after it the new key, never
+          // spend more than the budget's amount in a period (docs/money.md, "Budget periods").
+          lineageId: lineageOf(current),
           ...(current.budget ? { budget: current.budget } : {}),
           ...(input.expiresAt ? { expiresAt: input.expiresAt } : {}),
         },

@@ -8,7 +8,7 @@ import {
   remainingOf,
 } from "./budget.js";
 import { AuthError } from "./errors.js";
-import { hashKey, keyState, sameHash, validUntil } from "./keys.js";
+import { hashKey, keyState, lineageOf, sameHash, validUntil } from "./keys.js";
 import type { HoldRequest, KeyRecord, KeyStore, Ledger, RateWindow, RouteName } from "./ports.js";
 import { assertFitsAtAll, type RateLimitStatus, settle, windowsFor } from "./rate-limit.js";
 
@@ -269,7 +269,7 @@ export async function checkPolicy(deps: AuthorizeDeps, input: AuthorizeInput, no
   const checks = budgetChecks({
     accountId: record.accountId,
     connectionId: record.connectionId,
-    keyId: record.keyId,
+    keyLineageId: lineageOf(record),
     connectionBudget: policy.budget,
     keyBudget: record.budget,
     now,

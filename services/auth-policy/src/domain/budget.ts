@@ -131,7 +131,11 @@ export function decodeBudget(text: string | undefined): Budget | undefined {
 export function budgetChecks(args: {
   accountId: string;
   connectionId: string;
-  keyId: string;
+  /**
+   * Whose key budget counter: the key's lineage (keys.ts, lineageOf), never a rotated key's own
+   * id, so that a key and its replacements share one counter.
+   */
+  keyLineageId: string;
   connectionBudget?: Budget | undefined;
   keyBudget?: Budget | undefined;
   now: Date;
@@ -144,7 +148,7 @@ export function budgetChecks(args: {
     out.push({ id: `${tag}:${scope}:${owner}:${p.tag}`, scope, limit: b.amount, periodEndMs: p.endMs });
   };
   add("connection", args.connectionId, args.connectionBudget);
-  add("key", args.keyId, args.keyBudget);
+  add("key", args.keyLineageId, args.keyBudget);
   return out;
 }
 

@@ -6,6 +6,16 @@ export function hashKey(secret: string): Buffer {
   return createHash("sha256").update(secret, "utf8").digest();
 }
 
+/**
+ * The id the key's own budget is counted under: its lineage's first key, so that a key and the
+ * keys that replaced it by rotation spend from one counter (docs/money.md, "Budget periods").
+ * A key stored without a lineage (never rotated from another, or stored before lineages) is its
+ * own.
+ */
+export function lineageOf(key: Pick<KeyRecord, "keyId" | "lineageId">): string {
+  return key.lineageId ?? key.keyId;
+}
+
 /** Constant-time comparison of two key hashes. */
 export function sameHash(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);

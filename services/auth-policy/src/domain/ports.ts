@@ -69,6 +69,11 @@ export interface KeyRecord {
   revokedAt?: Date;
   /** The key this one replaced by rotation. */
   rotatedFrom?: string;
+  /**
+   * The first key of this key's rotation lineage, whose id names the key budget's counter that
+   * every key of the lineage spends from (keys.ts, lineageOf); undefined: this key is the first.
+   */
+  lineageId?: string;
   /** The key that replaced this one. */
   rotatedTo?: string;
   /** Set once rotated: the key works until then. */

@@ -18,7 +18,9 @@ export type BudgetScope = "connection" | "key";
 export interface BudgetCheck {
   /**
    * Stable identity of this budget's period: `{accountId}:connection:<c>:<period tag>` or
-   * `{accountId}:key:<keyId>:<period tag>` (the hash tag keeps one account in one Redis slot).
+   * `{accountId}:key:<lineage id>:<period tag>`, the lineage id being the key's own id unless it
+   * was rotated from another (keys.ts, lineageOf); the hash tag keeps one account in one Redis
+   * slot.
    */
   id: string;
   scope: BudgetScope;

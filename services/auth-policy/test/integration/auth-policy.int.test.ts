@@ -486,6 +486,68 @@ describe("budgets on two auth-policy replicas sharing one Redis", () => {
     expect(BigInt(after!.remaining)).toBe(300n - told);
   });
 
+  it("spends a rotated key's budget from one counter with its successor, per request and on leases", async () => {
+    // A key's own budget of 1000 a day; every request is quoted 200 (chatAsk) and charged that.
+    const accountId = uniqueNamespace("acct");
+    await one.createAccount({ accountId });
+    await one.createConnection({ accountId, connectionId: "main", models: ["priced"] });
+    const old = await two.createKey({
+      accountId,
+      connectionId: "main",
+      budget: { amount: "1000", period: BudgetPeriod.DAY },
+    });
+    let told = 0n;
+    let n = 0;
+    /** One request on `secret` via either replica, charged its quote; the refusal's code otherwise. */
+    const request = async (secret: string): Promise<string> => {
+      const via = n++ % 2 === 0 ? one : two;
+      const res = await via.authorize(chatAsk(secret)).catch((e: unknown) => e);
+      if (res instanceof RemoteError) return res.code ?? "?";
+      const { reservationId, quote } = res as { reservationId: string; quote: string };
+      const s = await via.settleReservation({ reservationId, actualCost: quote, eventId: `evt_rot_${n}` });
+      told += BigInt(s.settledCost);
+      return "ok";
+    };
+    for (let i = 0; i < 3; i++) expect(await request(old.secret)).toBe("ok");
+    const rotated = await one.rotateKey({ keyId: old.key!.keyId, graceSeconds: 3_600 });
+    const newId = rotated.newKey!.keyId;
+    const usage = async (keyId: string) => (await two.getKey({ keyId })).key?.budgetUsage;
+    // The successor shows the lineage's spend: the old key's 600 of today.
+    expect(await usage(newId)).toMatchObject({ spent: "600", held: "0", remaining: "400" });
+
+    // A lease to the new key takes half of the 400 left; one to the old key finds no room for a
+    // request in half of what is left then, so the two never hold more than is left.
+    const fresh = await two.acquireLease({ request: chatAsk(rotated.secret), requests: 8 });
+    expect(fresh).toMatchObject({ granted: true, budget: "200" });
+    const prior = await one.acquireLease({ request: chatAsk(old.secret), requests: 8 });
+    expect(prior.granted).toBe(false);
+    const ticket = await one.settleReservation({
+      reservationId: `${fresh.leaseId}~1`,
+      actualCost: "200",
+      eventId: "evt_rot_lease_1",
+    });
+    told += BigInt(ticket.settledCost);
+    const back = await two.returnLease({
+      leaseId: fresh.leaseId,
+      committed: "200",
+      unusedRequests: 0,
+      unusedTokens: 0,
+      unsure: [],
+    });
+    expect(back.released).toBe("0");
+
+    // Both keys, during the grace, are admitted only while a quote fits the one budget.
+    const outcomes: string[] = [];
+    for (let i = 0; i < 6; i++) outcomes.push(await request(i % 2 ? old.secret : rotated.secret));
+    expect(outcomes).toEqual(["ok", ...Array(5).fill("budget_exceeded")]);
+    // The books: what callers were charged == the one budget's spend (both keys show it), nothing
+    // held, never past the budget.
+    expect(told).toBe(1_000n);
+    for (const keyId of [old.key!.keyId, newId]) {
+      expect(await usage(keyId)).toMatchObject({ spent: "1000", held: "0", remaining: "0" });
+    }
+  });
+
   it("answers settlements of unknown reservations and bad amounts, and applies a key's own budget", async () => {
     const unknown = await one.settleReservation({
       reservationId: "rsv_AAAAAAAAAAAAAAAAAAAA_{nobody}",
