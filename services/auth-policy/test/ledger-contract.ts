@@ -1,7 +1,7 @@
 // The budget behaviour every Ledger must show; run against memory (unit) and Redis (integration).
 import { expect, it } from "vitest";
 import { type BudgetCheck, newReservationId } from "../src/domain/budget.js";
-import type { Ledger, LedgerOptions, RateWindow } from "../src/domain/ports.js";
+import type { Ledger, LedgerOptions, OverHold, RateWindow } from "../src/domain/ports.js";
 
 /** A ledger on the caller's clock with these options, fresh for each test. */
 export type LedgerFactory = (opts: LedgerOptions) => Promise<Ledger> | Ledger;
@@ -20,8 +20,18 @@ function budget(limit: bigint, scope: BudgetCheck["scope"] = "connection", name 
 
 const rid = () => newReservationId("acct");
 
+/** A key's window of `limit` units a minute, this request taking `cost` of them. */
+const keyWindow = (name: string, unit: RateWindow["unit"], limit: number, cost: number): RateWindow => ({
+  id: `{acct}:key:${name}:${unit}`,
+  scope: "key",
+  unit,
+  limit,
+  cost,
+});
+
 export function ledgerContract(make: LedgerFactory): void {
-  const ledger = () => make({ holdMs: HOLD_MS, settlementWindowMs: WINDOW_MS });
+  const ledger = (extra: LedgerOptions = {}) =>
+    make({ holdMs: HOLD_MS, settlementWindowMs: WINDOW_MS, ...extra });
   const hold = (l: Ledger, budgets: BudgetCheck[], amount: bigint, ms = 0, id = rid()) =>
     l.admit([], { hold: { reservationId: id, amount, budgets } }, at(ms));
   const peek = async (l: Ledger, b: BudgetCheck, ms = 0) =>
@@ -71,13 +81,7 @@ export function ledgerContract(make: LedgerFactory): void {
 
   it("counts no rate-limit unit when the budget refuses, and holds nothing when the rate limit refuses", async () => {
     const l = await ledger();
-    const w: RateWindow = {
-      id: `{acct}:key:rl${seq}:requests`,
-      scope: "key",
-      unit: "requests",
-      limit: 1,
-      cost: 1,
-    };
+    const w = keyWindow(`rl${seq}`, "requests", 1, 1);
     const b = budget(10n);
     const noBudget = await l.admit([w], { hold: { reservationId: rid(), amount: 11n, budgets: [b] } }, at(0));
     expect(noBudget).toMatchObject({ admitted: false, rateAdmitted: true, budgetsAdmitted: false });
@@ -101,11 +105,7 @@ export function ledgerContract(make: LedgerFactory): void {
 
   it("reports each reservation whose hold expired unused once, from its first budget", async () => {
     const expired: number[] = [];
-    const l = await make({
-      holdMs: HOLD_MS,
-      settlementWindowMs: WINDOW_MS,
-      onHoldsExpired: (n) => expired.push(n),
-    });
+    const l = await ledger({ onHoldsExpired: (n) => expired.push(n) });
     const conn = budget(100n, "connection");
     const key = budget(100n, "key");
     await hold(l, [conn, key], 10n, 0);
@@ -232,13 +232,7 @@ export function ledgerContract(make: LedgerFactory): void {
     const l = await ledger();
     const b = budget(1_000n);
     const lease = rid();
-    const win: RateWindow = {
-      id: `{acct}:key:k${++seq}:requests`,
-      scope: "key",
-      unit: "requests",
-      limit: 10,
-      cost: 4,
-    };
+    const win = keyWindow(`k${++seq}`, "requests", 10, 4);
     const taken = await l.admit(
       [win],
       { hold: { reservationId: lease, amount: 400n, budgets: [b], lease: true } },
@@ -321,6 +315,59 @@ export function ledgerContract(make: LedgerFactory): void {
     // What is left of the budget is still there for the next requests.
     expect((await hold(l, [b], 600n, 7)).admitted).toBe(true);
     expect((await hold(l, [b], 1n, 8)).admitted).toBe(false);
+  });
+
+  it("settles a lease that holds no budget at its cost, over no hold, and keeps its windows' units", async () => {
+    const overs: OverHold[] = [];
+    const l = await ledger({ onOverHold: (o) => overs.push(o) });
+    seq += 1;
+    const requests = keyWindow(`nb${seq}`, "requests", 100, 4);
+    const tokens = keyWindow(`nb${seq}`, "tokens", 10_000, 400);
+    // A lease of rate-limit units only: a connection with limits and no budget.
+    const lease = rid();
+    const taken = await l.admit(
+      [requests, tokens],
+      { hold: { reservationId: lease, amount: 0n, budgets: [], lease: true } },
+      at(0),
+    );
+    expect(taken.admitted).toBe(true);
+    expect(await l.settle(`${lease}~1`, 4n, "evt_1", at(1))).toEqual({ outcome: "settled", cost: 4n });
+    expect(await l.settle(`${lease}~1`, 4n, "evt_1", at(2))).toEqual({
+      outcome: "already_settled",
+      cost: 4n,
+    });
+    expect(await l.settle(`${lease}~2`, 7n, "evt_2", at(3))).toEqual({ outcome: "settled", cost: 7n });
+    expect(overs).toEqual([]);
+    // Returned with 2 requests and 150 tokens unused: the windows count what was used.
+    const back = { committed: 11n, unusedRequests: 2, unusedTokens: 150, unsure: [] };
+    expect(await l.returnLease(lease, back, at(4))).toEqual({ released: 0n });
+    const after = await l.admit(
+      [
+        { ...requests, cost: 0 },
+        { ...tokens, cost: 0 },
+      ],
+      undefined,
+      at(5),
+    );
+    expect(after.counts.map((c) => c.used)).toEqual([2, 250]);
+    expect(await l.settle(`${lease}~3`, 5n, "evt_3", at(HOLD_MS + 1))).toEqual({
+      outcome: "settled_after_expiry",
+      cost: 5n,
+    });
+    expect(overs).toEqual([]);
+    // A lease that holds a budget still reports a charge above what it reserved, once.
+    const b = budget(1_000n);
+    const held = rid();
+    await l.admit([], { hold: { reservationId: held, amount: 10n, budgets: [b], lease: true } }, at(6));
+    expect(await l.settle(`${held}~1`, 25n, "evt_h1", at(7))).toEqual({
+      outcome: "settled",
+      cost: 10n,
+      uncharged: 15n,
+    });
+    expect(overs).toEqual([
+      { kind: "lease", reservationId: `${held}~1`, eventId: "evt_h1", asked: 25n, charged: 10n },
+    ]);
+    expect(await peek(l, b, 8)).toEqual({ spent: 10n, held: 0n });
   });
 
   it("charges a returned lease at most what its return left to charge: forged tickets get nothing", async () => {

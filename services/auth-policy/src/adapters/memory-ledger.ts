@@ -186,7 +186,8 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
   // One request's cost charged against a lease, once per ticket: out of its hold (as far as it
   // goes; after the return, an unsure request's whole quote) into spend. Never more than is left
   // of the lease (docs/money.md, "Leases"): its allowance less what was charged on it, or once
-  // returned what the return left to charge; an unsure ticket never more than its quote.
+  // returned what the return left to charge; an unsure ticket never more than its quote. A lease
+  // that holds no budget only records the ticket as settled at its cost.
   const charge = (
     settledId: string,
     reservationId: string,
@@ -199,6 +200,12 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
   ): Settlement => {
     const prior = lease.charged.get(by);
     if (prior !== undefined) return { outcome: "already_settled", cost: prior };
+    if (r.budgets.length === 0) {
+      // A lease of rate-limit units only (no budget applies): nothing was reserved for the cost,
+      // so there is nothing to cap it at and nothing to count as over its hold.
+      lease.charged.set(by, asked);
+      return { outcome: r.expiresMs <= nowMs ? "settled_after_expiry" : "settled", cost: asked };
+    }
     const unsure = lease.unsure.get(by);
     let room = lease.left ?? r.amount - lease.total;
     if (room < 0n) room = 0n;

@@ -255,6 +255,8 @@ end
 // its amount less what was charged on it, or once returned what the return left to charge
 // ('left', which each charge lowers by what it takes out); an unsure ticket never more than its
 // quote. So whatever a usage event names, a lease's tickets together charge at most its hold.
+// A lease that holds no budget (rate-limit units only) has no hold to be over: its ticket is
+// recorded as settled at the cost asked, and no spend or 'charged' moves.
 // Costs above 2^53 compare as above any amount (amounts are at most 2^53 - 1); the cost charged
 // is then an amount, exact.
 // One call settles any number of items of one reservation, in order, each exactly as a call of
@@ -279,6 +281,11 @@ local function settleOne(cost, eventId, ticket)
     if ticket ~= '' then eid = 't:' .. ticket end
     local prior = redis.call('HGET', KEYS[1], eid)
     if prior then return { 'already_settled', prior } end
+    if #KEYS == 1 then
+      redis.call('HSET', KEYS[1], eid, cost)
+      if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost, 'lease' } end
+      return { 'settled', cost, 'lease' }
+    end
     local left = tonumber(st[6] or '0') - tonumber(st[7] or '0')
     if st[8] then left = tonumber(st[8]) end
     if left < 0 then left = 0 end

@@ -6,7 +6,7 @@ import { type AuthorizeDeps, type AuthorizeInput, authorize } from "./authorize.
 import { AuthError } from "./errors.js";
 import { importConfig } from "./import-config.js";
 import { acquireLease, leaseSize, returnLease } from "./lease.js";
-import type { RateWindow } from "./ports.js";
+import type { OverHold, RateWindow } from "./ports.js";
 import type { BudgetCheck } from "./types.js";
 
 // 1 base unit per input and per output token: a quote is bodyBytes + 8 × messages + 16 + cap.
@@ -175,6 +175,25 @@ describe("acquireLease", () => {
     );
     const next = await authorize(deps, request(LIMITED, { maxOutputTokens: undefined }), NOW);
     expect(next.rateLimit).toMatchObject({ limit: 10, remaining: 8 });
+  });
+
+  it("settles the requests of a lease with no budget at their cost, none of them over a hold", async () => {
+    const overs: OverHold[] = [];
+    deps = { ...deps, ledger: createMemoryLedger({ onOverHold: (o) => overs.push(o) }) };
+    const { lease } = await acquireLease(deps, request(LIMITED, { maxOutputTokens: undefined }), 5, NOW);
+    expect(lease).toMatchObject({ requests: 5 });
+    expect(lease?.budget).toBeUndefined();
+    for (let n = 1; n <= 5; n++) {
+      const s = await deps.ledger.settle(`${lease!.leaseId}~${n}`, 4n, `evt_${n}`, NOW);
+      expect(s).toEqual({ outcome: "settled", cost: 4n });
+    }
+    expect(overs).toEqual([]);
+    // On the same ledger, a ticket above what a budgeted lease reserved is still told.
+    const capped = await acquireLease(deps, request(KEY), 1, NOW);
+    expect(capped.lease?.budget).toBe(250n);
+    const over = await deps.ledger.settle(`${capped.lease!.leaseId}~1`, 300n, "evt_over", NOW);
+    expect(over).toEqual({ outcome: "settled", cost: 250n, uncharged: 50n });
+    expect(overs).toMatchObject([{ kind: "lease", asked: 300n, charged: 250n }]);
   });
 
   it("needs no lease id where neither a budget nor a window applies", async () => {
