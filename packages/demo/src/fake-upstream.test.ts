@@ -172,6 +172,17 @@ describe("fake upstream", () => {
     expect(body.usage.completion_tokens_details.reasoning_tokens).toBe(4);
   });
 
+  it("keeps a reasoning model's thinking within the cap: reasoning and answer together never exceed max_tokens", async () => {
+    for (const max_tokens of [1, 3, 6]) {
+      const res = await post("/chat/completions", { ...hello, model: "fake-reasoner", max_tokens, n: 2 });
+      const body = (await res.json()) as {
+        usage: { completion_tokens: number; completion_tokens_details: { reasoning_tokens: number } };
+      };
+      expect(body.usage.completion_tokens, `max_tokens ${max_tokens}`).toBeLessThanOrEqual(max_tokens * 2);
+      expect(body.usage.completion_tokens_details.reasoning_tokens).toBe(Math.min(4, max_tokens) * 2);
+    }
+  });
+
   it("cuts the output at the cap and says so in finish_reason", async () => {
     const res = await post("/chat/completions", { ...hello, max_completion_tokens: 5 });
     const body = (await res.json()) as {

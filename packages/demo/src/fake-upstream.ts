@@ -416,7 +416,7 @@ function choiceSeed(seed: string, j: number): string {
 
 /**
  * The answer to a parsed request. Each choice produces min(cap, outputTokens) tokens of its own
- * words (reasoning models first think REASONING_TOKENS more on chat). Usage is vLLM's:
+ * words (reasoning models first think REASONING_TOKENS of them on chat, within the cap). Usage is vLLM's:
  * prompt_tokens counts each prompt once whatever `n`; completion_tokens counts every sequence
  * generated, which with best_of > n includes the best_of − n sequences generated and not
  * returned (the conservative reading of what an upstream bills).
@@ -425,19 +425,22 @@ function outputOf(route: Route, req: ParsedRequest, outputTokens: number, reason
   // A JSON answer is as long as its JSON, one token per piece (fake-json.ts), cut by the cap alone.
   const json = req.json === undefined ? undefined : jsonTokens(req.json);
   const whole = json?.length ?? outputTokens;
-  const perChoice = Math.min(req.cap ?? whole, whole);
   const withReasoning = reasoning && route === "chat";
+  // The cap bounds everything a sequence generates, its reasoning included (as vLLM's max_tokens
+  // and OpenAI's max_completion_tokens do): reasoning first, the answer in what is left.
+  const thinking = withReasoning ? Math.min(REASONING_TOKENS, req.cap ?? REASONING_TOKENS) : 0;
+  const perChoice = Math.min(req.cap === undefined ? whole : req.cap - thinking, whole);
   const texts: string[] = [];
   const reasonings: string[] = [];
   for (const seed of req.seeds) {
     for (let j = 0; j < req.n; j++) {
       const s = choiceSeed(seed, j);
       texts.push(json ? json.slice(0, perChoice).join("") : textOf(words(hash(s), perChoice)));
-      if (withReasoning) reasonings.push(textOf(words(hash("reasoning\n" + s), REASONING_TOKENS)));
+      if (withReasoning) reasonings.push(textOf(words(hash("reasoning\n" + s), thinking)));
     }
   }
   const sequences = req.seeds.length * req.generated;
-  const reasoningTokens = withReasoning ? REASONING_TOKENS * sequences : 0;
+  const reasoningTokens = thinking * sequences;
   const completionTokens = perChoice * sequences + reasoningTokens;
   const promptTokens = req.promptTokens.reduce((sum, t) => sum + t, 0);
   const usage: FakeUsage = {

@@ -389,8 +389,9 @@ describe("inference-router over gRPC, with real NATS", () => {
     });
     const expected = expectedOutput(sent);
 
-    // role, 4 reasoning words, 6 words, finish: never the usage-only chunk.
-    expect(chunks).toHaveLength(12);
+    // role, 4 reasoning words, the 2 words the cap leaves for the answer, finish: never the
+    // usage-only chunk.
+    expect(chunks).toHaveLength(8);
     expect(chunks.every((c) => c.model === "thinker")).toBe(true);
     expect(chunks.some((c) => Array.isArray(c.choices) && c.choices.length === 0)).toBe(false);
     expect(contentOf(chunks)).toBe(expected.texts[0]);
@@ -400,8 +401,8 @@ describe("inference-router over gRPC, with real NATS", () => {
     expect(messages.filter((m) => m.event.case === "usage")).toHaveLength(1);
     expect(last.event.case).toBe("usage");
     const inputTokens = expected.usage.prompt_tokens;
-    const cost = priced("thinker", inputTokens, 10);
-    expect(last.event.value).toMatchObject({ inputTokens, outputTokens: 10, reasoningTokens: 4, cost });
+    const cost = priced("thinker", inputTokens, 6);
+    expect(last.event.value).toMatchObject({ inputTokens, outputTokens: 6, reasoningTokens: 4, cost });
 
     const expectedEvent: Partial<UsageRecorded> = {
       requestId: req.requestId,
@@ -414,7 +415,7 @@ describe("inference-router over gRPC, with real NATS", () => {
       runtime: "llama.cpp",
       upstreamId: "fake-up",
       inputTokens,
-      outputTokens: 10,
+      outputTokens: 6,
       reasoningTokens: 4,
       cost,
       outcome: Outcome.COMPLETED,
