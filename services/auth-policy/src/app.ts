@@ -26,6 +26,7 @@ import { broadcastDueDeadlines } from "./domain/deadlines.js";
 import { importConfig } from "./domain/import-config.js";
 import type { OverHold, RevocationPublisher } from "./domain/ports.js";
 import { authMetrics, countAuthCalls } from "./metrics.js";
+import { reseedWhenLost } from "./reseed.js";
 import { authAccess } from "./transport/grpc/access.js";
 import { authHandlers } from "./transport/grpc/handlers.js";
 import { subscribeRevocations } from "./transport/nats/revocations.js";
@@ -85,6 +86,7 @@ export async function start(
   let timer: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> | undefined;
   let unsubscribe: (() => void) | undefined;
+  let stopReseeding: (() => Promise<void>) | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
@@ -93,6 +95,7 @@ export async function start(
       () => clearInterval(timer),
       () => unsubscribe?.(),
       () => sweeping,
+      () => stopReseeding?.(),
       () => nc && drainNats(nc),
       () => redis && quitRedis(redis),
       () => servers?.metrics?.stop(),
@@ -141,12 +144,17 @@ export async function start(
     const ledger = redis
       ? createRedisLedger(redis, { prefix, ...ledgerOptions })
       : createMemoryLedger(ledgerOptions);
-    for (const change of await importConfig(store, opts.gateway)) {
-      log.warn(
-        change,
-        "the configuration file changed a budget's period: its spend counts from zero in the new period",
-      );
-    }
+    const seed = async () => {
+      for (const change of await importConfig(store, opts.gateway)) {
+        log.warn(
+          change,
+          "the configuration file changed a budget's period: its spend counts from zero in the new period",
+        );
+      }
+    };
+    await seed();
+    // A Redis that comes back empty (restarted without persistence) gets the configuration again.
+    if (redis) stopReseeding = reseedWhenLost({ connection: redis, store, gateway: opts.gateway, seed, log });
 
     const keyRevoked = natsNames(opts.natsNamespace ?? "").keyRevoked;
     if (opts.natsUrl) nc = await connectNats(opts.natsUrl, "auth-policy");

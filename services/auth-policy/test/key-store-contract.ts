@@ -252,12 +252,15 @@ export function keyStoreContract(make: StoreFactory): void {
     expect(await store.createAccount({ accountId: "acme", limits: {}, createdAt: T0 })).toBe(true);
   });
 
-  it("remembers which key ids the configuration declared", async () => {
+  it("remembers which key ids the configuration declared, and that it was seeded", async () => {
     const store = await make();
     expect(await store.configKeyIds()).toEqual([]);
+    expect(await store.seeded()).toBe(false);
     await store.setConfigKeyIds(["a", "b"]);
+    expect(await store.seeded()).toBe(true);
     expect((await store.configKeyIds()).sort()).toEqual(["a", "b"]);
     await store.setConfigKeyIds([]);
     expect(await store.configKeyIds()).toEqual([]);
+    expect(await store.seeded()).toBe(true);
   });
 }

@@ -14,6 +14,7 @@ export function createMemoryKeyStore(): KeyStore {
   const hashById = new Map<string, string>();
   const deadlines = new Map<string, KeyDeadline>();
   let configIds: string[] = [];
+  let seeded = false;
 
   const connKey = (a: string, c: string) => `${a}/${c}`;
   const recordById = (keyId: string) => {
@@ -155,6 +156,10 @@ export function createMemoryKeyStore(): KeyStore {
     },
     async setConfigKeyIds(ids) {
       configIds = [...ids];
+      seeded = true;
+    },
+    async seeded() {
+      return seeded;
     },
   };
 }

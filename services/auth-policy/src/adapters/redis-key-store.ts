@@ -29,6 +29,8 @@ export interface RedisKeyStoreOptions {
 //   keys:<account>/<conn>          ZSET key ids by creation time (ms)
 //   deadlines                      ZSET "<reason>|<sha256 hex>|<key id>" by due time (ms)
 //   config-keys                    SET ids of the keys the configuration file declares
+//   config-seeded                  STRING ms of the last completed configuration import (its
+//                                  absence on a seeded store means Redis lost its data)
 
 // Stores a new key unless its hash or id exists; queues its expiry.
 //   KEYS: record, id index, connection key list, deadlines
@@ -232,6 +234,7 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
   const listKey = (a: string, c: string) => `${p}keys:${a}/${c}`;
   const deadlinesKey = `${p}deadlines`;
   const configKeysKey = `${p}config-keys`;
+  const seededKey = `${p}config-seeded`;
 
   const byHashHex = async (hashHex: string) => recordOf(await redis.hgetall(recordKey(hashHex)));
   const byId = async (keyId: string) => {
@@ -425,7 +428,11 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
     async setConfigKeyIds(ids) {
       const tx = redis.multi().del(configKeysKey);
       if (ids.length > 0) tx.sadd(configKeysKey, ...ids);
+      tx.set(seededKey, String(Date.now()));
       results(await tx.exec());
+    },
+    async seeded() {
+      return (await redis.exists(seededKey)) === 1;
     },
   };
 }

@@ -114,7 +114,8 @@ export async function importConfig(
   }
   const current = new Set(declared);
   for (const keyId of await store.configKeyIds()) if (!current.has(keyId)) await revoke(keyId);
-  await store.setConfigKeyIds(declared);
   await store.addDeadlines(broadcasts);
+  // Last: it marks the store seeded, so an import cut short is redone (services/auth-policy/src/reseed.ts).
+  await store.setConfigKeyIds(declared);
   return changes;
 }

@@ -159,8 +159,16 @@ export interface KeyStore {
   setKeyBudget(keyId: string, budget: KeyRecord["budget"]): Promise<KeyRecord | undefined>;
   /** Ids of the keys the configuration file declared at the last import. */
   configKeyIds(): Promise<string[]>;
-  /** Replaces the ids of the keys the configuration file declares. */
+  /**
+   * Replaces the ids of the keys the configuration file declares and, in the same write, marks
+   * the store seeded: the last step of a configuration import.
+   */
   setConfigKeyIds(ids: readonly string[]): Promise<void>;
+  /**
+   * Whether a configuration import completed on this store (setConfigKeyIds ran): false on a
+   * store that never was seeded or that lost its data (a Redis restarted empty).
+   */
+  seeded(): Promise<boolean>;
 }
 
 /** One rate-limit window a request must fit. */
