@@ -103,7 +103,7 @@ export async function start(
 
   try {
     const registry = deps.metrics ?? createMetrics("auth-policy");
-    // The budget code reports holds that expire unused through metrics.reservation("expired").
+    // The budget code reports how holds end: metrics.reservation("settled") and ("expired").
     const metrics = authMetrics(registry);
     const prefix = opts.redisPrefix ?? "tollgate:";
     if (opts.redisUrl) redis = connectRedis(opts.redisUrl, "auth-policy");
@@ -123,6 +123,7 @@ export async function start(
       onHoldsExpired: (count: number) => {
         for (let i = 0; i < count; i++) metrics.reservation("expired");
       },
+      onHoldSettled: () => metrics.reservation("settled"),
       // A usage event naming more than was reserved for it (a forged event, or a bug upstream):
       // charged only what was reserved (docs/money.md, "Leases"), counted and logged.
       onOverHold: (over: OverHold) => {

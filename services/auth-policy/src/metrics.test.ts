@@ -1,37 +1,57 @@
 import { create } from "@bufbuild/protobuf";
 import type { Handlers } from "@tollgate/kit/grpc";
 import { createMetrics } from "@tollgate/kit/metrics";
-import { type AuthService, SettleOutcome, SettleReservationsRequestSchema } from "@tollgate/proto/auth";
+import {
+  AcquireLeaseRequestSchema,
+  type AuthService,
+  SettleOutcome,
+  SettleReservationsRequestSchema,
+} from "@tollgate/proto/auth";
 import { describe, expect, it } from "vitest";
-import { authMetrics, countAuthCalls } from "./metrics.js";
+import { type AuthMetrics, authMetrics, countAuthCalls } from "./metrics.js";
+
+const ctx = { signal: new AbortController().signal, metadata: undefined as never };
+
+async function reservations(m: AuthMetrics): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const v of (await m.reservations.get()).values) out[String(v.labels["outcome"])] = v.value;
+  return out;
+}
+
+/** Handlers that throw, but for the given ones. */
+function handlersWith(some: Partial<Handlers<typeof AuthService>>): Handlers<typeof AuthService> {
+  const never = async (): Promise<never> => {
+    throw new Error("not called");
+  };
+  return {
+    authorize: never,
+    createAccount: never,
+    createConnection: never,
+    createKey: never,
+    listKeys: never,
+    revokeKey: never,
+    rotateKey: never,
+    listAccounts: never,
+    getAccount: never,
+    updateAccount: never,
+    deleteAccount: never,
+    getConnection: never,
+    updateConnection: never,
+    deleteConnection: never,
+    getKey: never,
+    updateKey: never,
+    settleReservation: never,
+    acquireLease: never,
+    returnLease: never,
+    settleReservations: never,
+    ...some,
+  } satisfies Handlers<typeof AuthService>;
+}
 
 describe("countAuthCalls", () => {
-  it("counts each reservation a SettleReservations call settled, and nothing else of it", async () => {
-    const registry = createMetrics("auth-policy", { processMetrics: false });
-    const m = authMetrics(registry);
-    const never = async (): Promise<never> => {
-      throw new Error("not called");
-    };
-    const handlers = {
-      authorize: never,
-      createAccount: never,
-      createConnection: never,
-      createKey: never,
-      listKeys: never,
-      revokeKey: never,
-      rotateKey: never,
-      listAccounts: never,
-      getAccount: never,
-      updateAccount: never,
-      deleteAccount: never,
-      getConnection: never,
-      updateConnection: never,
-      deleteConnection: never,
-      getKey: never,
-      updateKey: never,
-      settleReservation: never,
-      acquireLease: never,
-      returnLease: never,
+  it("leaves settled holds to the budget code: a SettleReservations call counts none (a lease's charges are not its hold's end)", async () => {
+    const m = authMetrics(createMetrics("auth-policy", { processMetrics: false }));
+    const handlers = handlersWith({
       settleReservations: async () => ({
         results: [
           { outcome: SettleOutcome.SETTLED, settledCost: "1", errorCode: "" },
@@ -41,13 +61,27 @@ describe("countAuthCalls", () => {
           { outcome: SettleOutcome.UNSPECIFIED, settledCost: "", errorCode: "store_unavailable" },
         ],
       }),
-    } satisfies Handlers<typeof AuthService>;
-    const counted = countAuthCalls(handlers, m);
-    await counted.settleReservations(create(SettleReservationsRequestSchema, {}), {
-      signal: new AbortController().signal,
-      metadata: undefined as never,
     });
-    const settled = (await m.reservations.get()).values.find((v) => v.labels["outcome"] === "settled");
-    expect(settled?.value).toBe(2);
+    const counted = countAuthCalls(handlers, m);
+    await counted.settleReservations(create(SettleReservationsRequestSchema, {}), ctx);
+    expect((await reservations(m))["settled"]).toBe(0);
+    expect((await m.calls.get()).values.find((v) => v.labels["method"] === "settleReservations")?.value).toBe(
+      1,
+    );
+  });
+
+  it("counts a lease granted with a budget allowance as one hold reserved, and no other lease", async () => {
+    const m = authMetrics(createMetrics("auth-policy", { processMetrics: false }));
+    const answers = [
+      { granted: true, leaseId: "rsv_a", budget: "400" },
+      { granted: true, leaseId: "rsv_b", budget: "" },
+      { granted: false, leaseId: "", budget: "" },
+      { granted: true, leaseId: "rsv_c", budget: "90" },
+    ];
+    const counted = countAuthCalls(handlersWith({ acquireLease: async () => answers.shift() as never }), m);
+    for (let i = 0; i < 4; i++) await counted.acquireLease(create(AcquireLeaseRequestSchema, {}), ctx);
+    expect(await reservations(m)).toMatchObject({ reserved: 2, settled: 0, expired: 0 });
+    m.reservation("settled");
+    expect((await reservations(m))["settled"]).toBe(1);
   });
 });

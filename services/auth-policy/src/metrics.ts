@@ -1,10 +1,10 @@
 import { type Handlers, StatusError } from "@tollgate/kit/grpc";
 import { Counter, countUnaryCalls, errorOutcome, METRIC_PREFIX, type Registry } from "@tollgate/kit/metrics";
 import {
+  type AcquireLeaseResponse,
   type AuthorizeResponse,
   type AuthService,
   RATE_LIMIT_DETAILS,
-  SettleOutcome,
 } from "@tollgate/proto/auth";
 import { operationOf } from "@tollgate/proto/routes";
 
@@ -33,9 +33,12 @@ export interface AuthMetrics {
   overHold: Counter<"kind">;
   overHoldBaseUnits: Counter<"kind">;
   /**
-   * Counts a reservation event. Authorize grants (reserved), budget refusals (refused) and
-   * SettleReservation answers (settled) are counted from the RPCs by countAuthCalls; the
-   * budget code calls this for what no RPC shows: a hold that expires unused ("expired").
+   * Counts a budget hold's event; a lease's hold counts as one hold, like a request's
+   * (docs/runbooks/auth-policy.md, "Alerts"). Holds taken (reserved: an Authorize that holds, an
+   * AcquireLease granted with a budget allowance) and budget refusals (refused) are counted from
+   * the RPCs by countAuthCalls; the budget code calls this for how a hold ends: settled (a
+   * reservation's settlement, or the charge or return that leaves nothing of a lease held; not
+   * each charge on a lease) and expired (its TTL passed first).
    */
   reservation(outcome: ReservationOutcome): void;
 }
@@ -45,7 +48,7 @@ export function authMetrics(registry: Registry): AuthMetrics {
   const registers = [registry];
   const reservations = new Counter({
     name: `${METRIC_PREFIX}reservations_total`,
-    help: "Budget reservations by outcome: reserved, refused (budget_exceeded), settled, expired",
+    help: "Budget holds (a request's reservation, or a lease as one) by outcome: reserved, refused (budget_exceeded), settled, expired",
     labelNames: ["outcome"],
     registers,
   });
@@ -100,7 +103,7 @@ export function authMetrics(registry: Registry): AuthMetrics {
   };
 }
 
-/** Counts Authorize outcomes, rate-limit refusals and reservation events from AuthService calls. */
+/** Counts Authorize outcomes, rate-limit refusals, leases, and holds taken or refused, from AuthService calls. */
 export function countAuthCalls(
   handlers: Handlers<typeof AuthService>,
   m: AuthMetrics,
@@ -138,22 +141,17 @@ export function countAuthCalls(
       }
     },
   };
-  const countSettled = (settled: SettleOutcome | undefined) => {
-    if (settled === SettleOutcome.SETTLED || settled === SettleOutcome.SETTLED_AFTER_EXPIRY) {
-      m.reservation("settled");
-    }
-  };
+  // Settled and expired holds are counted by the budget code (AuthMetrics.reservation): only it
+  // knows which charge on a lease ends the lease's hold.
   return countUnaryCalls(counted, (method, outcome, _req, res) => {
     m.calls.inc({ method, outcome });
     if (outcome !== "ok") return;
-    if (method === "acquireLease")
-      m.leases.inc({ outcome: (res as { granted?: boolean }).granted ? "granted" : "none" });
-    if (method === "returnLease") m.leases.inc({ outcome: "returned" });
-    if (method === "settleReservation")
-      countSettled((res as { outcome?: SettleOutcome } | undefined)?.outcome);
-    if (method === "settleReservations") {
-      for (const r of (res as { results?: Array<{ outcome?: SettleOutcome }> } | undefined)?.results ?? [])
-        countSettled(r.outcome);
+    if (method === "acquireLease") {
+      const lease = res as Partial<AcquireLeaseResponse>;
+      m.leases.inc({ outcome: lease.granted ? "granted" : "none" });
+      // A lease with a budget allowance is one hold, as a request's reservation is.
+      if (lease.granted && lease.budget) m.reservation("reserved");
     }
+    if (method === "returnLease") m.leases.inc({ outcome: "returned" });
   });
 }

@@ -263,6 +263,46 @@ export function ledgerContract(make: LedgerFactory): void {
     expect(await peek(l, b)).toEqual({ spent: 65n, held: 0n });
   });
 
+  it("tells each hold's end by settlement once: a reservation's settlement, a lease's emptying charge or return", async () => {
+    let ended = 0;
+    const l = await make({ holdMs: HOLD_MS, settlementWindowMs: WINDOW_MS, onHoldSettled: () => ended++ });
+    const conn = budget(10_000n, "connection");
+    const key = budget(10_000n, "key");
+    // A request's reservation: its settlement ends it; a repeat does not.
+    const id = rid();
+    await hold(l, [conn, key], 50n, 0, id);
+    await l.settle(id, 20n, "evt_r", at(1));
+    await l.settle(id, 20n, "evt_r", at(2));
+    expect(ended).toBe(1);
+    // A lease charged then returned with something still to charge: the last charge ends it.
+    const a = rid();
+    await l.admit([], { hold: { reservationId: a, amount: 400n, budgets: [conn, key], lease: true } }, at(3));
+    await l.settle(`${a}~1`, 30n, "evt_a1", at(4));
+    expect(ended).toBe(1);
+    await l.returnLease(a, { committed: 50n, unusedRequests: 0, unusedTokens: 0, unsure: [] }, at(5));
+    expect(ended).toBe(1);
+    await l.settle(`${a}~2`, 20n, "evt_a2", at(6));
+    expect(ended).toBe(2);
+    // A lease returned with nothing left to charge: the return ends it; a repeat does not.
+    const b = rid();
+    await l.admit([], { hold: { reservationId: b, amount: 400n, budgets: [conn, key], lease: true } }, at(7));
+    await l.settle(`${b}~1`, 30n, "evt_b1", at(8));
+    const back = { committed: 30n, unusedRequests: 0, unusedTokens: 0, unsure: [] };
+    await l.returnLease(b, back, at(9));
+    await l.returnLease(b, back, at(10));
+    expect(ended).toBe(3);
+    // A lease that lapses is not settled, not even by a later charge.
+    const c = rid();
+    await l.admit(
+      [],
+      { hold: { reservationId: c, amount: 400n, budgets: [conn, key], lease: true } },
+      at(11),
+    );
+    await peek(l, conn, HOLD_MS + 20);
+    await l.settle(`${c}~1`, 30n, "evt_c1", at(HOLD_MS + 21));
+    expect(ended).toBe(3);
+  });
+
   it("counts the quote of an unsure request charged before the return, not its cost", async () => {
     const l = await ledger();
     const b = budget(1_000n);

@@ -214,16 +214,17 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
     const out = unsure ?? cost;
     let left = (lease.left ?? r.amount - lease.total) - out;
     if (left < 0n) left = 0n;
-    for (const id of r.budgets) {
+    r.budgets.forEach((id, j) => {
       const b = budgets.get(id) ?? newBudget(r.keepUntilMs);
       const h = b.holds.get(reservationId);
       if (h) {
         const after = h.amount - out;
         holdLeft(b, h, after < left ? after : left);
+        if (j === 0 && !b.holds.has(reservationId)) opts.onHoldSettled?.();
       }
       b.spent += cost;
       budgets.set(id, b);
-    }
+    });
     lease.charged.set(by, cost);
     lease.total += cost;
     if (lease.left !== undefined) lease.left = left;
@@ -351,6 +352,7 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
         const left = h.amount < keep ? h.amount : keep;
         if (j === 0) released = h.amount - left;
         holdLeft(b, h, left);
+        if (j === 0 && left <= 0n) opts.onHoldSettled?.();
       });
       for (const w of r.lease.windows) {
         const buckets = windows.get(w.id);
@@ -383,6 +385,7 @@ export function createMemoryLedger(opts: LedgerOptions = {}): MemoryLedger {
         budgets.set(id, b);
       }
       r.settled = { cost: charged, eventId };
+      opts.onHoldSettled?.();
       return settled(
         { kind: "reservation", reservationId: id, eventId, asked: cost },
         charged,

@@ -222,11 +222,12 @@ return out
 `;
 
 // What a lease still holds in one budget (hash h, holds zset z), set to left(a) of its amount a
-// (never below 0 nor above a; dropped at 0, the first budget's mark kept); returns what it freed.
+// (never below 0 nor above a; dropped at 0, the first budget's mark kept); returns what it freed
+// and whether this dropped the hold.
 const LEASE_HOLD_LUA = `
 local function leaseHold(h, z, rid, left)
   local a = redis.call('HGET', h, 'r:' .. rid)
-  if not a then return 0 end
+  if not a then return 0, false end
   local c = string.find(a, ':', 1, true)
   local mark = ''
   if c then a, mark = string.sub(a, 1, c - 1), string.sub(a, c) end
@@ -241,7 +242,7 @@ local function leaseHold(h, z, rid, left)
   else
     redis.call('HSET', h, 'r:' .. rid, string.format('%.0f', l) .. mark)
   end
-  return a - l
+  return a - l, l == 0
 end
 `;
 
@@ -264,8 +265,9 @@ end
 //   KEYS: the record, then per budget its hash and its holds zset
 //   ARGV: now ms ('' = Redis TIME), reservation id, budget ids as read before, then per item:
 //         cost, event id, ticket ('' when the id names no lease ticket)
-//   Returns: per item, its outcome, cost charged and 'lease' when the record is a lease; or
-//         'error' and why (the record's budgets are not the ones given)
+//   Returns: per item, its outcome, cost charged and, when the record is a lease, 'lease' and
+//         '1' if this charge ended its hold in its first budget ('0' if not); or 'error' and why
+//         (the record's budgets are not the ones given)
 const SETTLE_LUA = `
 ${LEASE_HOLD_LUA}${NOW_LUA}local rid, budgets = ARGV[2], ARGV[3]
 local function settleOne(cost, eventId, ticket)
@@ -302,21 +304,23 @@ local function settleOne(cost, eventId, ticket)
     local out = unsure or tonumber(cost)
     left = left - out
     if left < 0 then left = 0 end
+    local ended = '0'
     for j = 1, (#KEYS - 1) / 2 do
       local h, z = KEYS[2 * j], KEYS[2 * j + 1]
-      leaseHold(h, z, rid, function(a)
+      local _, dropped = leaseHold(h, z, rid, function(a)
         local l = a - out
         if l > left then l = left end
         return l
       end)
+      if j == 1 and dropped then ended = '1' end
       redis.call('HINCRBY', h, 'spent', cost)
       if redis.call('PTTL', h) < 0 and keep > 0 then redis.call('PEXPIRE', h, keep) end
     end
     redis.call('HSET', KEYS[1], eid, cost)
     redis.call('HINCRBY', KEYS[1], 'charged', cost)
     if st[8] then redis.call('HSET', KEYS[1], 'left', string.format('%.0f', left)) end
-    if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost, 'lease' } end
-    return { 'settled', cost, 'lease' }
+    if tonumber(st[3]) <= now then return { 'settled_after_expiry', cost, 'lease', ended } end
+    return { 'settled', cost, 'lease', ended }
   end
   if st[6] and tonumber(cost) > tonumber(st[6]) then cost = st[6] end
   for j = 1, (#KEYS - 1) / 2 do
@@ -352,10 +356,11 @@ return replies
 //   ARGV: reservation id, committed, unused requests, unused tokens, budget ids as read before,
 //         number of budgets, unsure tickets ('<ticket>:<quote>' separated by spaces): an unsure
 //         ticket charged already counts its quote, one not yet charged is remembered
-//   Returns: outcome ('returned', 'not_lease'), base units released from the first budget
+//   Returns: outcome ('returned', 'not_lease'), base units released from the first budget, and
+//            '1' if the return ended the lease's hold there ('0' if not)
 const RETURN_LUA = `
 ${LEASE_HOLD_LUA}local st = redis.call('HMGET', KEYS[1], 'state', 'budgets', 'charged', 'bucket')
-if st[1] ~= 'lease' then return { 'not_lease', '0' } end
+if st[1] ~= 'lease' then return { 'not_lease', '0', '0' } end
 if st[2] ~= ARGV[5] then return redis.error_reply('reservation budgets changed') end
 local rid = ARGV[1]
 local charged = tonumber(st[3] or '0')
@@ -377,10 +382,13 @@ if left < 0 then left = 0 end
 if keep < left then left = keep end
 redis.call('HSET', KEYS[1], 'left', string.format('%.0f', left))
 local m = tonumber(ARGV[6])
-local released = 0
+local released, ended = 0, '0'
 for j = 1, m do
-  local freed = leaseHold(KEYS[2 * j], KEYS[2 * j + 1], rid, function() return keep end)
-  if j == 1 then released = freed end
+  local freed, dropped = leaseHold(KEYS[2 * j], KEYS[2 * j + 1], rid, function() return keep end)
+  if j == 1 then
+    released = freed
+    if dropped then ended = '1' end
+  end
 end
 for i = 2 * m + 2, #KEYS do
   local key = KEYS[i]
@@ -394,7 +402,7 @@ for i = 2 * m + 2, #KEYS do
   end
 end
 redis.call('HSET', KEYS[1], 'state', 'returned')
-return { 'returned', string.format('%.0f', released) }
+return { 'returned', string.format('%.0f', released), ended }
 `;
 
 /**
@@ -409,11 +417,14 @@ const UNSURE_RELEASE = { delayMs: 250, maxDelayMs: 1_000, forMs: 60_000 };
 type WithScripts = Redis & {
   authAdmit(numKeys: number, ...args: Array<string | number>): Promise<Array<number | string>>;
   authSettle(...args: [number, ...Array<string | number>]): Promise<SettleReply[]>;
-  authReturnLease(numKeys: number, ...args: Array<string | number>): Promise<[string, string]>;
+  authReturnLease(numKeys: number, ...args: Array<string | number>): Promise<[string, string, string]>;
 };
 
-/** One item's reply of the settlement script: outcome, cost charged, 'lease'; or 'error' and why. */
-type SettleReply = [string, string, string?];
+/**
+ * One item's reply of the settlement script: outcome, cost charged, and for a lease 'lease' and
+ * whether this charge ended its hold ('1'); or 'error' and why.
+ */
+type SettleReply = [string, string, string?, string?];
 
 /** One item the settlement script settles: its cost, event id and lease ticket ('' for none). */
 type ScriptItem = { cost: bigint; eventId: string; ticket: string };
@@ -564,7 +575,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
         ...ids.flatMap((id) => [budgetKey(id), holdsKey(id)]),
         ...(windows ? windows.split(" ") : []),
       ];
-      const [, released] = await client.authReturnLease(
+      const [, released, ended] = await client.authReturnLease(
         keys.length,
         ...keys,
         leaseId,
@@ -575,6 +586,7 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
         ids.length,
         back.unsure.map((u) => `${u.ticket}:${u.quote}`).join(" "),
       );
+      if (ended === "1") opts.onHoldSettled?.();
       return { released: BigInt(released) };
     },
 
@@ -640,9 +652,11 @@ export function createRedisLedger(redis: Redis, opts: RedisLedgerOptions = {}): 
   }
 
   /** The script's reply as a Settlement; a cost charged below the one asked is told to onOverHold. */
-  function capped(item: SettleItem, [outcome, charged, kind]: SettleReply): Settlement {
+  function capped(item: SettleItem, [outcome, charged, kind, ended]: SettleReply): Settlement {
     const s = settlementOf(outcome, charged);
     if ((s.outcome !== "settled" && s.outcome !== "settled_after_expiry") || s.cost === undefined) return s;
+    // A reservation's hold ends with its settlement; a lease's with the charge that empties it.
+    if (kind !== "lease" || ended === "1") opts.onHoldSettled?.();
     if (s.cost >= item.cost) return s;
     opts.onOverHold?.({
       kind: kind === "lease" ? "lease" : "reservation",

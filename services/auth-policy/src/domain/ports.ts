@@ -265,6 +265,13 @@ export interface LedgerOptions {
    */
   onHoldsExpired?: (count: number) => void;
   /**
+   * Told of each hold that ended by settlement, for the reservations metric: a reservation
+   * settled (settled or settled_after_expiry; not a repeat), and a lease, counted as one hold,
+   * once the charges on it or its return leave nothing of it held in its first budget. A
+   * lease's other charges are not told: its hold ends once, by this or by expiring.
+   */
+  onHoldSettled?: () => void;
+  /**
    * Told of each settlement charged less than it asked because it asked more than was reserved
    * for it (docs/money.md, "Charges"): a reservation above its hold, a lease ticket above what
    * is left of its lease. Once per settlement that charged; a repeat answers the capped cost.
