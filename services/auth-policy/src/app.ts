@@ -22,7 +22,7 @@ import { createNatsRevocationPublisher } from "./adapters/nats-revocation-publis
 import { createRedisKeyStore } from "./adapters/redis-key-store.js";
 import { createRedisLedger } from "./adapters/redis-ledger.js";
 import { createAdmin } from "./domain/admin.js";
-import { broadcastDueDeadlines } from "./domain/deadlines.js";
+import { broadcastDueDeadlines, DeadlineBroadcastError } from "./domain/deadlines.js";
 import { importConfig } from "./domain/import-config.js";
 import type { OverHold, RevocationPublisher } from "./domain/ports.js";
 import { authMetrics, countAuthCalls } from "./metrics.js";
@@ -169,7 +169,13 @@ export async function start(
         sweeping ??= broadcastDueDeadlines(store, broadcaster)
           .then(
             (n) => void (n > 0 && log.info({ count: n }, "key deadlines broadcast")),
-            (err: unknown) => log.warn({ err }, "key deadline broadcast failed; will retry"),
+            (err: unknown) =>
+              log.warn(
+                { err },
+                err instanceof DeadlineBroadcastError
+                  ? "key deadline broadcast failed: the publish (NATS) failed; will retry"
+                  : "key deadlines not swept: the store (Redis) failed; will retry",
+              ),
           )
           .finally(() => {
             sweeping = undefined;

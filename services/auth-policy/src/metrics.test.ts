@@ -3,6 +3,7 @@ import type { Handlers } from "@tollgate/kit/grpc";
 import { createMetrics } from "@tollgate/kit/metrics";
 import {
   AcquireLeaseRequestSchema,
+  AuthorizeRequestSchema,
   type AuthService,
   SettleOutcome,
   SettleReservationsRequestSchema,
@@ -83,5 +84,22 @@ describe("countAuthCalls", () => {
     expect(await reservations(m)).toMatchObject({ reserved: 2, settled: 0, expired: 0 });
     m.reservation("settled");
     expect((await reservations(m))["settled"]).toBe(1);
+  });
+
+  it("labels an Authorize that could not reach Redis unavailable (a 503), not internal (a 500)", async () => {
+    const m = authMetrics(createMetrics("auth-policy", { processMetrics: false }));
+    const errors = [new Error("Connection is closed."), new Error("a bug")];
+    const counted = countAuthCalls(
+      handlersWith({
+        authorize: async () => {
+          throw errors.shift();
+        },
+      }),
+      m,
+    );
+    for (let i = 0; i < 2; i++)
+      await counted.authorize(create(AuthorizeRequestSchema, {}), ctx).catch(() => undefined);
+    const outcomes = (await m.authorize.get()).values.map((v) => v.labels["outcome"]);
+    expect(outcomes.sort()).toEqual(["internal", "unavailable"]);
   });
 });

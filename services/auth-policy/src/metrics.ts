@@ -1,5 +1,6 @@
 import { type Handlers, StatusError } from "@tollgate/kit/grpc";
 import { Counter, countUnaryCalls, errorOutcome, METRIC_PREFIX, type Registry } from "@tollgate/kit/metrics";
+import { isRedisUnavailable } from "@tollgate/kit/redis";
 import {
   type AcquireLeaseResponse,
   type AuthorizeResponse,
@@ -13,6 +14,12 @@ export type ReservationOutcome = "reserved" | "refused" | "settled" | "expired";
 
 /** The refusal of a quote that does not fit the budget (auth.proto, message Budget). */
 const BUDGET_REFUSAL = "budget_exceeded";
+
+/**
+ * An Authorize's outcome label: `unavailable` when Redis could not be reached (the caller gets
+ * gRPC UNAVAILABLE, HTTP 503 service_unavailable), else errorOutcome (`internal`: a bug, 500).
+ */
+const authorizeOutcome = (err: unknown) => (isRedisUnavailable(err) ? "unavailable" : errorOutcome(err));
 
 /**
  * auth-policy's Prometheus instruments (docs/operations.md, "Metrics"). Labels are route names, error codes
@@ -88,7 +95,7 @@ export function authMetrics(registry: Registry): AuthMetrics {
     leases,
     authorize: new Counter({
       name: `${METRIC_PREFIX}authorize_total`,
-      help: "Authorize calls by route and outcome (ok or the refusal code); AcquireLease refusals too",
+      help: "Authorize calls by route and outcome (ok, the refusal code, unavailable: Redis unreachable, internal); AcquireLease refusals too",
       labelNames: ["route", "outcome"],
       registers,
     }),
@@ -119,7 +126,7 @@ export function countAuthCalls(
         return await acquireLease(req, ctx);
       } catch (err) {
         const route = operationOf(req.request?.route ?? 0) ?? "unspecified";
-        m.authorize.inc({ route, outcome: errorOutcome(err) });
+        m.authorize.inc({ route, outcome: authorizeOutcome(err) });
         throw err;
       }
     },
@@ -131,7 +138,7 @@ export function countAuthCalls(
         if ((res as Partial<AuthorizeResponse>).reservationId) m.reservation("reserved");
         return res;
       } catch (err) {
-        const outcome = errorOutcome(err);
+        const outcome = authorizeOutcome(err);
         m.authorize.inc({ route, outcome });
         if (outcome === BUDGET_REFUSAL) m.reservation("refused");
         if (outcome === "rate_limited" && err instanceof StatusError) {

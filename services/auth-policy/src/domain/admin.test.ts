@@ -5,7 +5,7 @@ import { createMemoryLedger } from "../adapters/memory-ledger.js";
 import { type Admin, type CreateConnectionInput, createAdmin } from "./admin.js";
 import { type AuthorizeDeps, type AuthorizeInput, authorize } from "./authorize.js";
 import { type Budget, budgetChecks, newReservationId } from "./budget.js";
-import { broadcastDueDeadlines } from "./deadlines.js";
+import { broadcastDueDeadlines, DeadlineBroadcastError } from "./deadlines.js";
 import { AuthError, type AuthErrorCode } from "./errors.js";
 import { acquireLease, returnLease } from "./lease.js";
 import type { KeyRevocation, KeyStore, Ledger, RevocationPublisher } from "./ports.js";
@@ -324,10 +324,23 @@ describe("rotation", () => {
     const old = await admin.createKey({ accountId: "acme", connectionId: "main", name: "" }, NOW);
     await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 0 }, NOW);
     failBroadcasts = true;
+    await expect(broadcastDueDeadlines(store, publisher, NOW)).rejects.toThrow(DeadlineBroadcastError);
+    failBroadcasts = true;
     await expect(broadcastDueDeadlines(store, publisher, NOW)).rejects.toThrow("nats is down");
     failBroadcasts = false;
     expect(await broadcastDueDeadlines(store, publisher, NOW)).toBe(1);
     expect(sent.map((r) => r.reason)).toEqual(["rotated"]);
+  });
+
+  it("throws a store failure of the sweep as it is, not as a broadcast failure", async () => {
+    const down = new Error("Connection is closed.");
+    const broken = {
+      ...store,
+      takeDueDeadlines: async () => {
+        throw down;
+      },
+    };
+    await expect(broadcastDueDeadlines(broken, publisher, NOW)).rejects.toBe(down);
   });
 });
 
