@@ -1,7 +1,7 @@
-import { connect } from "node:net";
 import type { AllInOne } from "@tollgate/all-in-one";
 import type { FakeUpstream } from "@tollgate/testkit/fake-upstream";
 import type { LogCapture } from "@tollgate/testkit/logs";
+import { rawExchange } from "@tollgate/testkit/raw-http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type ConfiguredGateway, startConfiguredGateway } from "./gateways.js";
 
@@ -302,23 +302,12 @@ describe("account door error contract (all-in-one, in process)", () => {
   it("streams to an HTTP/1.0 caller: every event to data: [DONE], ended by closing the connection, the cost in the last event", async () => {
     const body = JSON.stringify({ ...ok, stream: true, stream_options: { include_usage: true } });
     const { host, port } = new URL(gateway.url);
-    const raw = await new Promise<string>((resolve, reject) => {
-      const socket = connect({ host: host.split(":")[0], port: Number(port) }, () =>
-        socket.write(
-          `POST /v1/chat/completions HTTP/1.0\r\nHost: ${host}\r\nAuthorization: Bearer ${KEYS.good}\r\n` +
-            `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-        ),
-      );
-      let text = "";
-      socket.setEncoding("utf8");
-      socket.on("data", (chunk: string) => {
-        text += chunk;
-      });
-      // The stream's end is the connection's: HTTP/1.0 has no chunked framing to end it by.
-      socket.on("end", () => resolve(text));
-      socket.on("error", reject);
-      socket.setTimeout(10_000, () => reject(new Error(`no end after 10 s; got ${JSON.stringify(text)}`)));
-    });
+    // The stream's end is the connection's: HTTP/1.0 has no chunked framing to end it by.
+    const raw = await rawExchange(
+      Number(port),
+      `POST /v1/chat/completions HTTP/1.0\r\nHost: ${host}\r\nAuthorization: Bearer ${KEYS.good}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
     const [head = "", events = ""] = raw.split("\r\n\r\n");
     expect(head).toMatch(/^HTTP\/1\.[01] 200/);
     expect(head.toLowerCase()).not.toContain("trailer");

@@ -1,4 +1,5 @@
 import { type AddressInfo, connect, type Socket } from "node:net";
+import { rawExchange } from "@tollgate/testkit/raw-http";
 import Fastify, { type FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
 import { clientErrorHandler, DEFAULT_LIMITS, refuseConnect, requireHost, serverOptions } from "./limits.js";
@@ -167,20 +168,10 @@ describe("refuseConnect", () => {
     await app.listen({ host: "127.0.0.1", port: 0 });
     try {
       const { port } = app.server.address() as AddressInfo;
-      const text = await new Promise<string>((resolve, reject) => {
-        const socket = connect(port, "127.0.0.1", () =>
-          socket.write(
-            "CONNECT /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
-          ),
-        );
-        let got = "";
-        socket.setEncoding("utf8");
-        socket.on("data", (d: string) => {
-          got += d;
-        });
-        socket.on("close", () => resolve(got));
-        socket.on("error", reject);
-      });
+      const text = await rawExchange(
+        port,
+        "CONNECT /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
+      );
       const { statusLine, head, body } = answer([text]);
       expect(statusLine).toBe("HTTP/1.1 400 Bad Request");
       expect(head).toMatch(/\r\nx-request-id: req_/);
