@@ -1,4 +1,5 @@
 import { Cluster, type ClusterNode, type ScanStreamOptions, Redis as SingleRedis } from "ioredis";
+import type { Logger } from "pino";
 import type { HealthCheck } from "./health.js";
 
 /**
@@ -151,7 +152,32 @@ const retryStrategy = (times: number) => Math.min(50 * 2 ** times, 500);
  * 1.6 s at most. Reconnects go on forever, at most 500 ms apart. `name` (the service) is the
  * connection's CLIENT SETNAME, so `CLIENT LIST` shows who is who.
  */
-export function connectRedis(url: string, name?: string): Redis {
+export function connectRedis(url: string, name?: string, log?: Pick<Logger, "warn" | "info">): Redis {
+  return watchConnection(openRedis(url, name), log);
+}
+
+/**
+ * Logs a connection's losses and returns (one warn when it is lost, one info when it is ready
+ * again), instead of ioredis printing "Unhandled error event" and a stack to stderr at every
+ * reconnect attempt, which it does when nobody listens for `error`. The error's message names
+ * the address, never the URL's credentials.
+ */
+function watchConnection(redis: Redis, log: Pick<Logger, "warn" | "info"> | undefined): Redis {
+  let lost = false;
+  redis.on("error", (err: Error & { code?: string }) => {
+    if (lost) return;
+    lost = true;
+    log?.warn({ code: err.code, reason: err.message }, "redis connection lost; reconnecting");
+  });
+  redis.on("ready", () => {
+    if (!lost) return;
+    lost = false;
+    log?.info("redis connection ready again");
+  });
+  return redis;
+}
+
+function openRedis(url: string, name?: string): Redis {
   const cluster = parseClusterUrl(url);
   if (cluster) {
     const client = new Cluster(cluster.nodes, {

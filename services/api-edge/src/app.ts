@@ -275,7 +275,7 @@ export async function start(opts: ApiEdgeOptions, log: Logger, deps: ApiEdgeDeps
     (opts.mppPaymentAddr ? createClient(PaymentService, opts.mppPaymentAddr, who) : undefined);
   const metering =
     given.metering ?? (opts.meteringAddr ? createClient(MeteringService, opts.meteringAddr, who) : undefined);
-  const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge") : undefined;
+  const redis = opts.redisUrl ? connectRedis(opts.redisUrl, "api-edge", log) : undefined;
   const itemsTtlMs = opts.responseItemsTtlMs ?? RESPONSE_ITEMS_TTL_MS;
   const registry = deps.metrics ?? createMetrics("api-edge");
   const { app, drain, leases, paidCommits } = buildApp(

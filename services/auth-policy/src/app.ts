@@ -106,7 +106,7 @@ export async function start(
     // The budget code reports how holds end: metrics.reservation("settled") and ("expired").
     const metrics = authMetrics(registry);
     const prefix = opts.redisPrefix ?? "tollgate:";
-    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, "auth-policy");
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, "auth-policy", log);
     // Across replicas the key and policy reads are cached for a moment; one process reads memory.
     const cache =
       redis && (opts.keyCacheTtlMs ?? DEFAULT_KEY_CACHE_TTL_MS) > 0

@@ -130,7 +130,7 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
         replicas: opts.natsStreamReplicas ?? 1,
       });
     }
-    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, "metering");
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, "metering", log);
     const store = redis
       ? createRedisUsageStore(redis, { prefix: opts.redisPrefix ?? "tollgate:" })
       : createMemoryUsageStore();

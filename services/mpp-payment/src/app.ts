@@ -170,7 +170,7 @@ export async function start(
 
   try {
     // Named per process, so CLIENT LIST tells which replica holds a connection (and a blocked call).
-    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, `mpp-payment:${hostname()}:${process.pid}`);
+    if (opts.redisUrl) redis = connectRedis(opts.redisUrl, `mpp-payment:${hostname()}:${process.pid}`, log);
     const store = redis
       ? createRedisChannelStore(redis, { prefix: opts.redisPrefix ?? DEFAULTS.redisPrefix })
       : createMemoryChannelStore();
