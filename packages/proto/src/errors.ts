@@ -143,6 +143,14 @@ export const ERRORS = {
     retryable: false,
     doors: ["account"],
   },
+  expectation_failed: {
+    owners: ["api-edge"],
+    grpc: null,
+    http: 417,
+    type: "invalid_request_error",
+    retryable: false,
+    doors: ["account"],
+  },
   request_timeout: {
     owners: ["api-edge"],
     grpc: null,

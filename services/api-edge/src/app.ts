@@ -31,7 +31,7 @@ import {
   DEFAULT_LIMITS,
   drainOversizedBodies,
   type EdgeLimits,
-  refuseConnect,
+  refuseUnroutable,
   requireHost,
   serverOptions,
 } from "./http/limits.js";
@@ -219,7 +219,7 @@ export function buildApp(ports: ApiEdgePorts, limitsIn: Partial<EdgeLimits> = {}
     reply.header("x-request-id", req.id);
   });
   requireHost(app);
-  refuseConnect(app.server);
+  refuseUnroutable(app.server);
   const metrics = edgeMetrics(ports.metrics);
   countRequests(app, metrics);
   logResponses(app, "request served");

@@ -2,7 +2,13 @@ import { type AddressInfo, connect, type Socket } from "node:net";
 import { rawExchange } from "@tollgate/testkit/raw-http";
 import Fastify, { type FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
-import { clientErrorHandler, DEFAULT_LIMITS, refuseConnect, requireHost, serverOptions } from "./limits.js";
+import {
+  clientErrorHandler,
+  DEFAULT_LIMITS,
+  refuseUnroutable,
+  requireHost,
+  serverOptions,
+} from "./limits.js";
 
 function fakeSocket(headersSent?: boolean) {
   const written: string[] = [];
@@ -161,10 +167,10 @@ describe("requireHost", () => {
   });
 });
 
-describe("refuseConnect", () => {
+describe("refuseUnroutable", () => {
   it("answers CONNECT with 400 and the usual error body, then closes, instead of dropping the connection", async () => {
     const app = Fastify();
-    refuseConnect(app.server);
+    refuseUnroutable(app.server);
     await app.listen({ host: "127.0.0.1", port: 0 });
     try {
       const { port } = app.server.address() as AddressInfo;
@@ -179,6 +185,32 @@ describe("refuseConnect", () => {
         code: "invalid_request",
         message: expect.stringMatching(/CONNECT/),
       });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it("answers an Expect other than 100-continue with 417 expectation_failed in its route's shape, not a bare 417", async () => {
+    const app = Fastify();
+    refuseUnroutable(app.server);
+    app.post("/v1/chat/completions", async () => ({ ran: true }));
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    try {
+      const { port } = app.server.address() as AddressInfo;
+      const ask = (path: string) =>
+        rawExchange(
+          port,
+          `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}`,
+        );
+      const chat = answer([await ask("/v1/chat/completions")]);
+      expect(chat.statusLine).toBe("HTTP/1.1 417 Expectation Failed");
+      expect(chat.head).toMatch(/\r\nx-request-id: req_/);
+      expect(chat.body.error).toMatchObject({
+        code: "expectation_failed",
+        message: expect.stringMatching(/200-ok/),
+      });
+      const messages = answer([await ask("/v1/messages")]);
+      expect(messages.body).toMatchObject({ type: "error", error: { code: "expectation_failed" } });
     } finally {
       await app.close();
     }

@@ -1,4 +1,4 @@
-import { type IncomingMessage, type Server, STATUS_CODES } from "node:http";
+import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import { newRequestId } from "@tollgate/kit/ids";
 import type { FastifyBaseLogger, FastifyHttpOptions, FastifyInstance } from "fastify";
@@ -98,10 +98,29 @@ function writeAnswer(socket: Socket, path: string | undefined, e: HttpError): vo
 }
 
 /**
+ * Requests Node answers before any route runs, answered with the usual error body instead:
  * CONNECT, which Node hands to a `connect` listener and otherwise answers by closing the
- * connection without a word, is refused with the usual error body: the gateway is no proxy.
+ * connection without a word (400: the gateway is no proxy); and an `Expect` other than
+ * `100-continue`, which Node otherwise answers with a bare 417 (417 `expectation_failed`, the
+ * connection closed, the body unread).
  */
-export function refuseConnect(server: Server): void {
+export function refuseUnroutable(server: Server): void {
+  server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
+    const path = req.url?.split("?")[0];
+    const asked = String(req.headers.expect).slice(0, 64);
+    const e = httpErrorOf("expectation_failed", `Expect: ${asked} is not met here; only 100-continue is`);
+    const requestId = newRequestId();
+    const answer = errorAnswerFor(path, e, requestId);
+    const body = JSON.stringify(answer.body);
+    res.shouldKeepAlive = false;
+    res.writeHead(e.status, {
+      "content-type": answer.contentType,
+      "content-length": Buffer.byteLength(body),
+      "x-request-id": requestId,
+      ...answer.headers,
+    });
+    res.end(body);
+  });
   server.on("connect", (req: IncomingMessage, socket: Socket) => {
     socket.on("error", () => {});
     writeAnswer(socket, req.url, httpErrorOf("invalid_request", "CONNECT is not served: this is no proxy"));

@@ -1490,9 +1490,9 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
 
   it.each([
     ["no max_tokens", { max_tokens: undefined }, /max_tokens is required/],
-    ["max_tokens 0", { max_tokens: 0 }, /max_tokens must be at least 1/],
-    ["max_tokens too large", { max_tokens: 1_000_001 }, /max_tokens is at most \d+/],
-    ["max_tokens not whole", { max_tokens: 1.5 }, /max_tokens must be a whole number/],
+    ["max_tokens 0", { max_tokens: 0 }, /^max_tokens: must be at least 1$/],
+    ["max_tokens too large", { max_tokens: 1_000_001 }, /^max_tokens: must be at most \d+$/],
+    ["max_tokens not whole", { max_tokens: 1.5 }, /^max_tokens: must be a whole number$/],
     ["tools", { tools: [{ name: "t", input_schema: {} }] }, /tools are not supported/],
     [
       "an image block",

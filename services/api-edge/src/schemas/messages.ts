@@ -35,11 +35,11 @@ export function messagesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
           error: (iss) =>
             iss.input === undefined
               ? "max_tokens is required: the most tokens the answer may have"
-              : "max_tokens must be a number",
+              : "must be a number",
         })
-        .int({ error: "max_tokens must be a whole number" })
-        .positive({ error: "max_tokens must be at least 1" })
-        .max(CHAT_LIMITS.maxOutputTokens, { error: `max_tokens is at most ${CHAT_LIMITS.maxOutputTokens}` }),
+        .int({ error: "must be a whole number" })
+        .positive({ error: "must be at least 1" })
+        .max(CHAT_LIMITS.maxOutputTokens, { error: `must be at most ${CHAT_LIMITS.maxOutputTokens}` }),
       messages: z
         .array(z.looseObject({ role: z.enum(["user", "assistant"]), content }))
         .min(1)
