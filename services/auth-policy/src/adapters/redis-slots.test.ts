@@ -30,7 +30,7 @@ describe("auth-policy's Redis keys on a Redis Cluster: every script, pipeline an
       const windows = windowsFor({
         account: { accountId, limits, createdAt: now },
         connection,
-        keyId,
+        keyLineageId: keyId,
         route: "chat",
         tokens: 10,
       });

@@ -445,6 +445,29 @@ describe("a rotated key's budget", () => {
     }
   });
 
+  it("shares its per-key rate limit with its successor during the grace, never one allowance each", async () => {
+    await admin.createConnection(
+      conn({
+        connectionId: "limited",
+        limits: { connection: {}, perKey: { requestsPerMinute: 3 }, routes: {} },
+      }),
+      NOW,
+    );
+    const old = await admin.createKey({ accountId: "acme", connectionId: "limited", name: "" }, NOW);
+    const admitted = async (key: string) =>
+      authorize(deps, ask(key), NOW).then(
+        () => "admitted",
+        (err: AuthError) => err.code,
+      );
+    expect([await admitted(old.secret), await admitted(old.secret)]).toEqual(["admitted", "admitted"]);
+    const r = await admin.rotateKey({ keyId: old.key.keyId, graceSeconds: 3_600 }, NOW);
+    expect([await admitted(r.secret), await admitted(r.secret), await admitted(old.secret)]).toEqual([
+      "admitted",
+      "rate_limited",
+      "rate_limited",
+    ]);
+  });
+
   it("stays a key's own for a key stored without a lineage", async () => {
     const old = await admin.createKey(
       { accountId: "acme", connectionId: "main", name: "", budget: DAY },

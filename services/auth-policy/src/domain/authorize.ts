@@ -251,7 +251,7 @@ export async function checkPolicy(deps: AuthorizeDeps, input: AuthorizeInput, no
   const tokens = cap === undefined ? 0 : cap * sequences + (input.estimatedInputTokens ?? 0);
   const windows = windowsFor({
     connection: policy,
-    keyId: record.keyId,
+    keyLineageId: lineageOf(record),
     tokens,
     ...(account ? { account } : {}),
     ...(input.route ? { route: input.route } : {}),

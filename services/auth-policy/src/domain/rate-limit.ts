@@ -83,15 +83,19 @@ export function windowStates(windows: readonly RateWindow[], decision: RateDecis
   });
 }
 
-/** The windows of one request: account, connection, key and route, requests and tokens. */
+/**
+ * The windows of one request: account, connection, key and route, requests and tokens. The key's
+ * windows are its rotation lineage's (keys.ts, lineageOf), as its budget is: a rotated key and its
+ * successor share one allowance during the grace, never one each.
+ */
 export function windowsFor(args: {
   account?: AccountRecord;
   connection: ConnectionPolicy;
-  keyId: string;
+  keyLineageId: string;
   route?: RouteName;
   tokens: number;
 }): RateWindow[] {
-  const { connection: c, keyId, route, tokens } = args;
+  const { connection: c, keyLineageId, route, tokens } = args;
   // The `{accountId}` hash tag keeps every window of one request in one Redis Cluster slot.
   const tag = `{${c.accountId}}`;
   const windows: RateWindow[] = [];
@@ -117,7 +121,7 @@ export function windowsFor(args: {
   };
   add("account", "account", args.account?.limits);
   add("connection", `connection:${c.connectionId}`, c.limits.connection);
-  add("key", `key:${keyId}`, c.limits.perKey);
+  add("key", `key:${keyLineageId}`, c.limits.perKey);
   if (route) add("route", `route:${c.connectionId}/${route}`, c.limits.routes[route]);
   return windows;
 }
