@@ -1,10 +1,11 @@
 import { create } from "@bufbuild/protobuf";
-import type { Handlers } from "@tollgate/kit/grpc";
+import { GrpcStatus, type Handlers, StatusError } from "@tollgate/kit/grpc";
 import { createMetrics } from "@tollgate/kit/metrics";
 import {
   AcquireLeaseRequestSchema,
   AuthorizeRequestSchema,
   type AuthService,
+  RATE_LIMIT_DETAILS,
   SettleOutcome,
   SettleReservationsRequestSchema,
 } from "@tollgate/proto/auth";
@@ -84,6 +85,28 @@ describe("countAuthCalls", () => {
     expect(await reservations(m)).toMatchObject({ reserved: 2, settled: 0, expired: 0 });
     m.reservation("settled");
     expect((await reservations(m))["settled"]).toBe(1);
+  });
+
+  it("counts a lease refused for budget as a hold refused, and a lease refused by a rate limit by its scope, as Authorize's", async () => {
+    const m = authMetrics(createMetrics("auth-policy", { processMetrics: false }));
+    const errors = [
+      new StatusError(GrpcStatus.FAILED_PRECONDITION, "budget_exceeded", "no room"),
+      new StatusError(GrpcStatus.RESOURCE_EXHAUSTED, "rate_limited", "slow down", {
+        [RATE_LIMIT_DETAILS.scope]: "key",
+      }),
+    ];
+    const counted = countAuthCalls(
+      handlersWith({
+        acquireLease: async () => {
+          throw errors.shift();
+        },
+      }),
+      m,
+    );
+    for (let i = 0; i < 2; i++)
+      await counted.acquireLease(create(AcquireLeaseRequestSchema, {}), ctx).catch(() => undefined);
+    expect(await reservations(m)).toMatchObject({ reserved: 0, refused: 1 });
+    expect((await m.rateLimited.get()).values.map((v) => [v.labels["scope"], v.value])).toEqual([["key", 1]]);
   });
 
   it("labels an Authorize that could not reach Redis unavailable (a 503), not internal (a 500)", async () => {

@@ -118,15 +118,23 @@ export function countAuthCalls(
   // The thrown error is needed for the rate-limit scope, which countUnaryCalls does not pass on.
   const authorize = handlers.authorize;
   const acquireLease = handlers.acquireLease;
+  /** A refused admission: its outcome, a budget refusal as a hold refused, a rate limit's scope. */
+  const refused = (route: string, err: unknown) => {
+    const outcome = authorizeOutcome(err);
+    m.authorize.inc({ route, outcome });
+    if (outcome === BUDGET_REFUSAL) m.reservation("refused");
+    if (outcome === "rate_limited" && err instanceof StatusError) {
+      m.rateLimited.inc({ scope: err.details[RATE_LIMIT_DETAILS.scope] ?? "unknown" });
+    }
+  };
   const counted: Handlers<typeof AuthService> = {
     ...handlers,
-    // A lease's refusal is the refusal Authorize would have given the same request.
+    // A lease's refusal is the refusal Authorize would have given the same request, counted alike.
     acquireLease: async (req, ctx) => {
       try {
         return await acquireLease(req, ctx);
       } catch (err) {
-        const route = operationOf(req.request?.route ?? 0) ?? "unspecified";
-        m.authorize.inc({ route, outcome: authorizeOutcome(err) });
+        refused(operationOf(req.request?.route ?? 0) ?? "unspecified", err);
         throw err;
       }
     },
@@ -138,12 +146,7 @@ export function countAuthCalls(
         if ((res as Partial<AuthorizeResponse>).reservationId) m.reservation("reserved");
         return res;
       } catch (err) {
-        const outcome = authorizeOutcome(err);
-        m.authorize.inc({ route, outcome });
-        if (outcome === BUDGET_REFUSAL) m.reservation("refused");
-        if (outcome === "rate_limited" && err instanceof StatusError) {
-          m.rateLimited.inc({ scope: err.details[RATE_LIMIT_DETAILS.scope] ?? "unknown" });
-        }
+        refused(route, err);
         throw err;
       }
     },
