@@ -50,6 +50,11 @@ function handlersWith(some: Partial<Handlers<typeof AuthService>>): Handlers<typ
   } satisfies Handlers<typeof AuthService>;
 }
 
+/** A handler that throws `errors` in turn, one per call. */
+const throwing = (errors: Error[]) => async (): Promise<never> => {
+  throw errors.shift();
+};
+
 describe("countAuthCalls", () => {
   it("leaves settled holds to the budget code: a SettleReservations call counts none (a lease's charges are not its hold's end)", async () => {
     const m = authMetrics(createMetrics("auth-policy", { processMetrics: false }));
@@ -95,14 +100,7 @@ describe("countAuthCalls", () => {
         [RATE_LIMIT_DETAILS.scope]: "key",
       }),
     ];
-    const counted = countAuthCalls(
-      handlersWith({
-        acquireLease: async () => {
-          throw errors.shift();
-        },
-      }),
-      m,
-    );
+    const counted = countAuthCalls(handlersWith({ acquireLease: throwing(errors) }), m);
     for (let i = 0; i < 2; i++)
       await counted.acquireLease(create(AcquireLeaseRequestSchema, {}), ctx).catch(() => undefined);
     expect(await reservations(m)).toMatchObject({ reserved: 0, refused: 1 });
@@ -112,14 +110,7 @@ describe("countAuthCalls", () => {
   it("labels an Authorize that could not reach Redis unavailable (a 503), not internal (a 500)", async () => {
     const m = authMetrics(createMetrics("auth-policy", { processMetrics: false }));
     const errors = [new Error("Connection is closed."), new Error("a bug")];
-    const counted = countAuthCalls(
-      handlersWith({
-        authorize: async () => {
-          throw errors.shift();
-        },
-      }),
-      m,
-    );
+    const counted = countAuthCalls(handlersWith({ authorize: throwing(errors) }), m);
     for (let i = 0; i < 2; i++)
       await counted.authorize(create(AuthorizeRequestSchema, {}), ctx).catch(() => undefined);
     const outcomes = (await m.authorize.get()).values.map((v) => v.labels["outcome"]);
