@@ -71,17 +71,21 @@ describe("toHttpError: the spec's error table, in one place", () => {
   );
 
   it("maps an unreachable service to 503 and anything unknown to 500", () => {
+    const log = fakeLog();
     expect(
-      toHttpError(new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "No connection established"), fakeLog()),
+      toHttpError(new RemoteError(GrpcStatus.UNAVAILABLE, undefined, "No connection established"), log),
     ).toMatchObject({
       status: 503,
       code: "service_unavailable",
     });
+    // Retryable and expected while a replica stops: a warning, not an error line to page on.
+    expect(log.warn).toHaveBeenCalledOnce();
+    expect(log.error).not.toHaveBeenCalled();
     expect(
       toHttpError(new RemoteError(GrpcStatus.DEADLINE_EXCEEDED, undefined, "deadline"), fakeLog()).status,
     ).toBe(504);
-    const log = fakeLog();
-    expect(toHttpError(new Error("boom"), log)).toMatchObject({ status: 500, code: "internal_error" });
-    expect(log.error).toHaveBeenCalled();
+    const unknown = fakeLog();
+    expect(toHttpError(new Error("boom"), unknown)).toMatchObject({ status: 500, code: "internal_error" });
+    expect(unknown.error).toHaveBeenCalled();
   });
 });

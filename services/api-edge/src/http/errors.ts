@@ -113,7 +113,10 @@ export function toHttpError(err: unknown, log: FastifyBaseLogger): HttpError {
   }
   if (err instanceof RemoteError) {
     // No code, or one the error table lacks (a newer service): answered by the gRPC status.
-    log.error({ err, grpcStatus: err.status, code: err.code }, "service call failed");
+    // UNAVAILABLE (a replica stopping or unreachable) is retryable and expected during a rollout,
+    // so it is a warning; anything else is an error (docs/runbooks/api-edge.md).
+    const level = err.status === GrpcStatus.UNAVAILABLE ? "warn" : "error";
+    log[level]({ err, grpcStatus: err.status, code: err.code }, "service call failed");
     if (err.status === GrpcStatus.UNAVAILABLE) return serverError("service_unavailable");
     if (err.status === GrpcStatus.DEADLINE_EXCEEDED) return serverError("gateway_timeout");
     return serverError("internal_error");
