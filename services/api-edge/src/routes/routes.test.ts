@@ -1,3 +1,4 @@
+import { connect } from "node:net";
 import { gzipSync } from "node:zlib";
 import { create } from "@bufbuild/protobuf";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
@@ -93,6 +94,8 @@ interface Fakes {
   forwarded: unknown[];
   /** Makes every Verify of a paid credential fail with this error. */
   verifyFails?: Error;
+  /** Every Verify answers only once this settles (a slow mpp-payment, an open on chain). */
+  verifyWaits?: Promise<void>;
   /** The action every Verify answers (default: a voucher, its hold taken). */
   verifyAction?: Action;
   /** The channels a Close was asked for. */
@@ -153,7 +156,9 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
     },
   };
   const inference: InferenceClient = {
-    complete: async (req) => {
+    complete: async (req, opts) => {
+      // As the transport does: a call whose caller already left is cancelled at once.
+      if (opts?.signal?.aborted) throw new RemoteError(GrpcStatus.CANCELLED, undefined, "cancelled");
       if (req.input) f.completed.push(req.input as CompletionInput);
       if (f.inferenceFails) throw f.inferenceFails;
       const op = req.input?.operation;
@@ -202,6 +207,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
     }),
     // A voucher accepted with its hold taken in the same call.
     verify: async () => {
+      await f.verifyWaits;
       if (f.verifyFails) throw f.verifyFails;
       return {
         $typeName: "tollgate.payment.v1.VerifyResponse",
@@ -1050,6 +1056,30 @@ describe("the paid route", () => {
     expect(res.json()).toMatchObject({ code: "invalid_json" });
     expect(f.forwarded).toEqual([]);
     expect(f.released).toEqual([]);
+  });
+
+  it("runs no model for a caller that left while its payment was verified, and gives the hold back", async () => {
+    const { app, f } = edge();
+    let verified!: () => void;
+    f.verifyWaits = new Promise((r) => {
+      verified = r;
+    });
+    await app.listen({ port: 0, host: "127.0.0.1" });
+    const { port } = app.server.address() as { port: number };
+    const closed = new Promise((r) => app.server.once("request", (_req, res) => res.once("close", r)));
+    const body = JSON.stringify(BODIES.mppChat);
+    const socket = connect(port, "127.0.0.1", () => {
+      socket.end(
+        `POST ${ROUTES.mppChat.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+          `Authorization: Payment abc\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      socket.destroy();
+    });
+    socket.on("error", () => {});
+    await closed;
+    verified();
+    await expect.poll(() => f.released).toEqual(["hold_1"]);
+    expect(f.completed).toEqual([]);
   });
 
   it("answers a Virtual Key with 401 wrong_auth_scheme", async () => {
