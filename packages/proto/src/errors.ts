@@ -93,7 +93,7 @@ export const ERRORS = {
     http: 400,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account", "admin"],
+    doors: ["account", "paid", "admin"],
   },
   json_too_deep: {
     owners: ["api-edge"],
@@ -101,7 +101,7 @@ export const ERRORS = {
     http: 400,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account", "admin"],
+    doors: ["account", "paid", "admin"],
   },
   invalid_request: {
     owners: ["api-edge", "inference-router"],
@@ -117,7 +117,7 @@ export const ERRORS = {
     http: 415,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account", "admin"],
+    doors: ["account", "paid", "admin"],
   },
   payload_too_large: {
     owners: ["api-edge"],
@@ -125,7 +125,7 @@ export const ERRORS = {
     http: 413,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account", "admin"],
+    doors: ["account", "paid", "admin"],
   },
   not_found: {
     owners: ["api-edge"],
@@ -141,7 +141,7 @@ export const ERRORS = {
     http: 405,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   expectation_failed: {
     owners: ["api-edge"],
@@ -149,7 +149,7 @@ export const ERRORS = {
     http: 417,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   request_timeout: {
     owners: ["api-edge"],
@@ -157,7 +157,7 @@ export const ERRORS = {
     http: 408,
     type: "invalid_request_error",
     retryable: true,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   headers_too_large: {
     owners: ["api-edge"],
@@ -165,7 +165,7 @@ export const ERRORS = {
     http: 431,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   idempotency_key_invalid: {
     owners: ["api-edge"],
@@ -222,7 +222,7 @@ export const ERRORS = {
     http: 500,
     type: "server_error",
     retryable: false,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   service_unavailable: {
     owners: ["api-edge"],
@@ -238,7 +238,7 @@ export const ERRORS = {
     http: 504,
     type: "server_error",
     retryable: true,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   // The caller went away: logged, nobody reads the answer.
   client_closed_request: {
@@ -575,7 +575,7 @@ export const ERRORS = {
     http: 400,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   model_not_found: {
     owners: ["inference-router"],
@@ -583,7 +583,7 @@ export const ERRORS = {
     http: 503,
     type: "server_error",
     retryable: true,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   upstream_error: {
     owners: ["inference-router"],
@@ -591,7 +591,7 @@ export const ERRORS = {
     http: 502,
     type: "server_error",
     retryable: true,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   upstream_timeout: {
     owners: ["inference-router"],
@@ -599,7 +599,7 @@ export const ERRORS = {
     http: 504,
     type: "server_error",
     retryable: true,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
   usage_not_recorded: {
     owners: ["inference-router"],
@@ -607,7 +607,7 @@ export const ERRORS = {
     http: 503,
     type: "server_error",
     retryable: true,
-    doors: ["account"],
+    doors: ["account", "paid"],
   },
 
   // metering: GetUsage (through the admin API), and usage events no HTTP caller sends

@@ -10,6 +10,7 @@ import {
   ModelPriceSchema,
   Route,
 } from "@tollgate/proto/auth";
+import { ERRORS } from "@tollgate/proto/errors";
 import {
   CompleteResponseSchema,
   type CompletionInput,
@@ -971,6 +972,29 @@ describe("the paid route", () => {
     expect(res.headers["retry-after"]).toBe("7");
     expect(res.headers["payment-receipt"]).toBe("accepted-receipt");
   });
+
+  it.each([
+    "upstream_rejected",
+    "upstream_error",
+    "upstream_timeout",
+    "model_not_found",
+    "usage_not_recorded",
+  ] as const)(
+    "answers the router's %s as the paid door's table says, charging nothing",
+    async (errorCode) => {
+      const { app, f } = edge();
+      const spec = ERRORS[errorCode];
+      f.inferenceFails = new RemoteError(GrpcStatus[spec.grpc!], errorCode, "the router failed");
+      const res = await app.inject(paid());
+      expect(res.statusCode).toBe(spec.http);
+      expect(res.headers["content-type"]).toMatch(/^application\/problem\+json/);
+      expect(res.json()).toMatchObject({ code: errorCode });
+      expect(res.headers["payment-receipt"]).toBe("accepted-receipt");
+      expect(f.released).toEqual(["hold_1"]);
+      // docs/paid-door.md, "Errors" lists the codes whose catalogue entry gives the paid door.
+      expect(spec.doors).toContain("paid");
+    },
+  );
 
   it("answers a body refused after its credential was accepted with the refusal, giving the hold back", async () => {
     const { app, f } = edge();
