@@ -18,6 +18,7 @@ import {
   moneyHeaders,
   moneyOf,
   releaseHold,
+  releaseIfGone,
   releaseOnFailure,
   settleHold,
 } from "./authorize.js";
@@ -132,8 +133,8 @@ export async function completeChat(
   grant: AuthorizeResponse,
   input: MessageInitShape<typeof CompletionInputSchema>,
 ): Promise<{ answer: ChatAnswer; usage: TokenUsage }> {
-  const res = await completeOrRelease(ctx, req, grant, () =>
-    ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+  const res = await completeOrRelease(ctx, req, reply, grant, (signal) =>
+    ctx.inference.complete({ input }, { signal }),
   );
   moneyHeaders(reply, grant, res.usage?.cost);
   return chatResultOf(res);
@@ -206,7 +207,7 @@ function recordedByRouter(err: unknown): boolean {
  * relayed recorded when its router is lost mid-stream; whenever what was relayed is billed, the
  * caller is told its cost as a finished stream is (trailers, `x_tollgate` on the final event).
  */
-export function streamCompletion(
+export async function streamCompletion(
   ctx: AccountRouteContext,
   req: FastifyRequest,
   reply: FastifyReply,
@@ -215,6 +216,7 @@ export function streamCompletion(
   opts: { includeUsage: boolean; format?: StreamFormat },
 ): Promise<FastifyReply> {
   const signal = callerGone(reply);
+  await releaseIfGone(ctx, req, grant, signal);
   return relayStream(
     req,
     reply,
@@ -250,8 +252,8 @@ export async function serveCompletion(
   stream: { includeUsage: boolean } | undefined,
 ): Promise<FastifyReply> {
   if (stream) return streamCompletion(ctx, req, reply, grant, input, stream);
-  const res = await completeOrRelease(ctx, req, grant, () =>
-    ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+  const res = await completeOrRelease(ctx, req, reply, grant, (signal) =>
+    ctx.inference.complete({ input }, { signal }),
   );
   moneyHeaders(reply, grant, res.usage?.cost);
   return reply.type("application/json").send(Buffer.from(res.body));

@@ -4,6 +4,8 @@ import { retrying } from "@tollgate/kit/retry";
 import { type AuthorizeRequestSchema, type AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import type { CompleteResponse, Usage } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
+import { EdgeError } from "../domain/errors.js";
+import { callerGone } from "../http/caller.js";
 import { bearerKey, type KeyReader } from "../http/credentials.js";
 import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
 import { ticketOf } from "./leases.js";
@@ -151,18 +153,37 @@ const unavailable = (err: unknown) => err instanceof RemoteError && err.status =
 export async function completeOrRelease(
   ctx: AccountRouteContext,
   req: FastifyRequest,
+  reply: FastifyReply,
   grant: AuthorizeResponse,
-  call: () => Promise<CompleteResponse>,
+  call: (signal: AbortSignal) => Promise<CompleteResponse>,
 ): Promise<CompleteResponse> {
+  const signal = callerGone(reply);
+  await releaseIfGone(ctx, req, grant, signal);
   let res: CompleteResponse;
   try {
-    res = await call();
+    res = await call(signal);
   } catch (err) {
     await releaseOnFailure(ctx, req, grant)(err);
     throw err;
   }
   await settleHold(ctx, req, grant, res.usage);
   return res;
+}
+
+/**
+ * A caller that left before its model's call started (while its key was checked and its budget
+ * held): no model runs, and its hold goes back at once, since nothing can have used it. A call
+ * cancelled once started is unsure instead (failedBeforeUsage), and its hold left to metering.
+ */
+export async function releaseIfGone(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  grant: AuthorizeResponse,
+  signal: AbortSignal,
+): Promise<void> {
+  if (!signal.aborted) return;
+  await releaseHold(ctx, req, grant);
+  throw new EdgeError("client_closed_request", "the caller closed the request before the model ran");
 }
 
 /**

@@ -1,6 +1,5 @@
 import { Operation } from "@tollgate/proto/inference";
 import { OPERATIONS, ROUTES } from "@tollgate/proto/routes";
-import { callerGone } from "../http/caller.js";
 import { inputCountOf } from "../schemas/embeddings.js";
 import { completionInput, guardIdempotency, parseAccountBody } from "./account-inference.js";
 import { authorizeRequest, completeOrRelease, moneyHeaders } from "./authorize.js";
@@ -28,8 +27,8 @@ export function embeddingsRoute(ctx: AccountRouteContext): RouteImpl {
       });
       if (await guardIdempotency(ctx, req, reply, grant, operation, false)) return reply;
       const input = completionInput(req, grant, Operation.EMBEDDINGS, req.rawBody!);
-      const res = await completeOrRelease(ctx, req, grant, () =>
-        ctx.inference.complete({ input }, { signal: callerGone(reply) }),
+      const res = await completeOrRelease(ctx, req, reply, grant, (signal) =>
+        ctx.inference.complete({ input }, { signal }),
       );
       moneyHeaders(reply, grant, res.usage?.cost);
       // The router answers OpenAI's list as the caller gets it (vectors in input order, the

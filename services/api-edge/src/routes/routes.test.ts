@@ -70,6 +70,8 @@ interface Fakes {
   inferenceFails?: Error;
   /** Makes every authorization fail with this error. */
   authFails?: Error;
+  /** Every authorization answers only once this settles (a slow auth-policy). */
+  authWaits?: Promise<void>;
   authorized: Route[];
   /** The text of each chunk of the next stream; default one chunk "hi". */
   streamTexts?: string[];
@@ -123,6 +125,7 @@ interface Fakes {
 function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgePorts {
   const auth: AuthClient = {
     authorize: async (req) => {
+      await f.authWaits;
       const account = ACCOUNTS[req.key ?? ""];
       if (!account) {
         throw new RemoteError(GrpcStatus.UNAUTHENTICATED, "invalid_api_key", "the key is not valid");
@@ -170,8 +173,9 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
         usage: { inputTokens: 3, outputTokens: 1, cost: "7", eventId: "ev_1" },
       });
     },
-    streamComplete: (req) =>
+    streamComplete: (req, opts) =>
       (async function* () {
+        if (opts?.signal?.aborted) throw new RemoteError(GrpcStatus.CANCELLED, undefined, "cancelled");
         f.forwarded.push(JSON.parse(Buffer.from(req.input?.body ?? []).toString("utf8")));
         f.streamReservations.push(req.input?.billing?.reservationId ?? "");
         if (f.inferenceFails) throw f.inferenceFails;
@@ -682,6 +686,57 @@ describe('a stream whose router is lost mid-way: the caller is told what is char
   });
 });
 
+/**
+ * Sends `body` to `path` of a listening `app` on a raw socket and leaves at once, then lets
+ * `release` go once the server saw the caller go: whatever the request was waiting for (its
+ * authorization, its payment) answers after the caller left.
+ */
+async function leaveWhileWaiting(
+  app: FastifyInstance,
+  path: string,
+  headers: Record<string, string>,
+  body: unknown,
+  release: () => void,
+): Promise<void> {
+  await app.listen({ port: 0, host: "127.0.0.1" });
+  const { port } = app.server.address() as { port: number };
+  const closed = new Promise((r) => app.server.once("request", (_req, res) => res.once("close", r)));
+  const text = JSON.stringify(body);
+  const head = Object.entries({ ...headers, "content-length": String(Buffer.byteLength(text)) })
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join("");
+  const socket = connect(port, "127.0.0.1", () => {
+    socket.end(`POST ${path} HTTP/1.1\r\nHost: x\r\n${head}\r\n${text}`);
+    socket.destroy();
+  });
+  socket.on("error", () => {});
+  await closed;
+  release();
+}
+
+describe('a caller that leaves while its key is checked (docs/money.md, "An answer written as its caller leaves")', () => {
+  it.each([
+    ["buffered", false],
+    ["streamed", true],
+  ])("%s: no model runs and the hold goes back at once", async (_label, stream) => {
+    const { app, f } = edge();
+    let authorized!: () => void;
+    f.authWaits = new Promise((r) => {
+      authorized = r;
+    });
+    await leaveWhileWaiting(
+      app,
+      ROUTES.chat.path,
+      { ...json, ...bearer() },
+      { ...(BODIES.chat as object), ...(stream ? { stream: true } : {}) },
+      authorized,
+    );
+    await expect.poll(() => f.settled).toEqual(["0"]);
+    expect(f.completed).toEqual([]);
+    expect(f.forwarded).toEqual([]);
+  });
+});
+
 describe('a stream its caller cuts before the router\'s first event (docs/money.md, "Holds")', () => {
   // The router's call ends CANCELLED: api-edge cancelled it as its caller went. The router then
   // records the stream at what was produced (zero here), under the reservation it was given, and
@@ -1088,20 +1143,13 @@ describe("the paid route", () => {
     f.verifyWaits = new Promise((r) => {
       verified = r;
     });
-    await app.listen({ port: 0, host: "127.0.0.1" });
-    const { port } = app.server.address() as { port: number };
-    const closed = new Promise((r) => app.server.once("request", (_req, res) => res.once("close", r)));
-    const body = JSON.stringify(BODIES.mppChat);
-    const socket = connect(port, "127.0.0.1", () => {
-      socket.end(
-        `POST ${ROUTES.mppChat.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
-          `Authorization: Payment abc\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-      );
-      socket.destroy();
-    });
-    socket.on("error", () => {});
-    await closed;
-    verified();
+    await leaveWhileWaiting(
+      app,
+      ROUTES.mppChat.path,
+      { ...json, authorization: "Payment abc" },
+      BODIES.mppChat,
+      verified,
+    );
     await expect.poll(() => f.released).toEqual(["hold_1"]);
     expect(f.completed).toEqual([]);
   });
