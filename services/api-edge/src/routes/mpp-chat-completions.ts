@@ -192,6 +192,11 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
       let result: Awaited<ReturnType<RouteContext["inference"]["complete"]>>;
       try {
         if (body === undefined) throw invalid;
+        // A caller gone while its payment was verified gets no model (docs/money.md).
+        const signal = callerGone(reply);
+        if (signal.aborted) {
+          throw new EdgeError("client_closed_request", "the caller closed the request before the model ran");
+        }
         result = await ctx.inference.complete(
           {
             input: {
@@ -210,7 +215,7 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
               },
             },
           },
-          { signal: callerGone(reply) },
+          { signal },
         );
       } catch (err) {
         // Nothing was served (a body that fails validation included): the hold goes back and no

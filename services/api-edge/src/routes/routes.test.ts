@@ -72,6 +72,8 @@ interface Fakes {
   authFails?: Error;
   /** Every authorization answers only once this settles (a slow auth-policy). */
   authWaits?: Promise<void>;
+  /** How many calls the router was asked for, cancelled ones included. */
+  routerCalls?: number;
   authorized: Route[];
   /** The text of each chunk of the next stream; default one chunk "hi". */
   streamTexts?: string[];
@@ -161,6 +163,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
   };
   const inference: InferenceClient = {
     complete: async (req, opts) => {
+      f.routerCalls = (f.routerCalls ?? 0) + 1;
       // As the transport does: a call whose caller already left is cancelled at once.
       if (opts?.signal?.aborted) throw new RemoteError(GrpcStatus.CANCELLED, undefined, "cancelled");
       if (req.input) f.completed.push(req.input as CompletionInput);
@@ -175,6 +178,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
     },
     streamComplete: (req, opts) =>
       (async function* () {
+        f.routerCalls = (f.routerCalls ?? 0) + 1;
         if (opts?.signal?.aborted) throw new RemoteError(GrpcStatus.CANCELLED, undefined, "cancelled");
         f.forwarded.push(JSON.parse(Buffer.from(req.input?.body ?? []).toString("utf8")));
         f.streamReservations.push(req.input?.billing?.reservationId ?? "");
@@ -732,8 +736,7 @@ describe('a caller that leaves while its key is checked (docs/money.md, "An answ
       authorized,
     );
     await expect.poll(() => f.settled).toEqual(["0"]);
-    expect(f.completed).toEqual([]);
-    expect(f.forwarded).toEqual([]);
+    expect(f.routerCalls ?? 0).toBe(0);
   });
 });
 
@@ -1151,7 +1154,7 @@ describe("the paid route", () => {
       verified,
     );
     await expect.poll(() => f.released).toEqual(["hold_1"]);
-    expect(f.completed).toEqual([]);
+    expect(f.routerCalls ?? 0).toBe(0);
   });
 
   it("answers a Virtual Key with 401 wrong_auth_scheme", async () => {
