@@ -1,30 +1,27 @@
 // `make up`: every service its own process against real NATS and Redis, two inference-routers.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { portOf, type ServiceName } from "@tollgate/config/topology";
 import { REPO_ROOT, startStack } from "@tollgate/testkit/stack";
+import { upPorts } from "@tollgate/testkit/up-ports";
 
 const stateDir = join(REPO_ROOT, ".tollgate");
 const natsUrl = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 const redisUrl = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 
-// The ports the chart gives each service (packages/config/src/topology.ts); no process of this
-// stack serves a separate health port, so the second router takes the first one's.
-const grpc = (s: ServiceName) => portOf(s, "grpc")!;
+// The ports the chart gives each service (packages/config/src/topology.ts), each movable by its
+// variable (docs/configuration.md, "`make up`").
+let ports: ReturnType<typeof upPorts>;
+try {
+  ports = upPorts(process.env);
+} catch (err) {
+  console.error((err as Error).message);
+  process.exit(1);
+}
 const stack = await startStack({
   natsUrl,
   redisUrl,
   routers: 2,
-  port: Number(process.env.PORT ?? portOf("api-edge", "http")),
-  adminPort: Number(process.env.ADMIN_PORT ?? portOf("api-edge", "admin")),
-  upstreamPort: 18000,
-  devnetPort: 18545,
-  grpcPorts: {
-    auth: grpc("auth-policy"),
-    metering: grpc("metering"),
-    payment: grpc("mpp-payment"),
-    routers: [grpc("inference-router"), portOf("inference-router", "health")!],
-  },
+  ...ports,
   logDir: join(stateDir, "logs"),
 });
 writeFileSync(

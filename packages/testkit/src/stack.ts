@@ -61,6 +61,11 @@ export interface StackOptions {
    * pointed at the stack's fake upstream), e.g. to add upstreams the test runs itself.
    */
   transformConfig?: (yaml: string) => string;
+  /**
+   * Metrics ports: consecutive ones from this, one per service process in start order (default:
+   * free ones).
+   */
+  metricsPortBase?: number;
   /** Fixed gRPC ports (default: free ones). */
   grpcPorts?: { auth: number; metering: number; payment: number; routers: number[] };
   /**
@@ -371,8 +376,17 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     for (let i = 0; i < edgeCount; i++)
       adminPorts.push(i === 0 && opts.adminPort !== undefined ? opts.adminPort : await anotherPort());
     // Every service process gets its own free metrics port (replicas would clash on a default).
+    let nextMetrics = opts.metricsPortBase;
     for (const service of SERVICE_NAMES)
-      for (const instance of instances[service]) instance.metricsPort = await anotherPort();
+      for (const instance of instances[service]) {
+        if (nextMetrics === undefined) instance.metricsPort = await anotherPort();
+        else {
+          if (taken.has(nextMetrics))
+            throw new Error(`metrics port ${nextMetrics} is another port of the stack`);
+          taken.add(nextMetrics);
+          instance.metricsPort = nextMetrics++;
+        }
+      }
     const mppSecret = randomBytes(32).toString("hex");
     // Every replica of a peer, in the variables the topology names (replicas comma-separated).
     const peers = (peer: ServiceName) => instances[peer].map((p) => `127.0.0.1:${p.port}`);
