@@ -47,6 +47,10 @@ export function createMemoryIdempotencyStore(now: () => number = Date.now): Memo
     async complete(id, fingerprint, response, ttlMs) {
       entries.set(id, { fingerprint, response, expiresAt: now() + ttlMs });
     },
+    async renew(id, fingerprint, leaseMs) {
+      const e = live(id);
+      if (e && !e.response && e.fingerprint === fingerprint) e.expiresAt = now() + leaseMs;
+    },
     async abandon(id, fingerprint) {
       const e = live(id);
       if (e && !e.response && e.fingerprint === fingerprint) entries.delete(id);

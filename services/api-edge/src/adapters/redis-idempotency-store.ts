@@ -22,6 +22,12 @@ redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'done', 'status', ARGV[2], '
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1`;
 
+const RENEW = `
+if redis.call('HGET', KEYS[1], 'fp') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'running' then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`;
+
 const ABANDON = `
 if redis.call('HGET', KEYS[1], 'fp') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'running' then
   return redis.call('DEL', KEYS[1])
@@ -56,6 +62,9 @@ export function createRedisIdempotencyStore(redis: Redis, prefix: string): Idemp
         response.body.toString("base64"),
         String(ttlMs),
       );
+    },
+    async renew(id, fingerprint, leaseMs) {
+      await redis.eval(RENEW, 1, key(id), fingerprint, String(leaseMs));
     },
     async abandon(id, fingerprint) {
       await redis.eval(ABANDON, 1, key(id), fingerprint);

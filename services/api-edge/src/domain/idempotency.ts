@@ -23,6 +23,8 @@ export type IdempotencyDecision =
 export interface IdempotencyStore {
   /** Claims `id` for a body `fingerprint`; the claim lapses after `leaseMs` if never completed. */
   begin(id: string, fingerprint: string, leaseMs: number): Promise<IdempotencyDecision>;
+  /** Keeps a running claim of `fingerprint` for `leaseMs` more; nothing once it is done or gone. */
+  renew(id: string, fingerprint: string, leaseMs: number): Promise<void>;
   /** Stores the response of the claimed request for `ttlMs`. */
   complete(id: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void>;
   /** Drops a claim whose request failed, so a retry can run. */
@@ -31,7 +33,15 @@ export interface IdempotencyStore {
 
 /** How long a stored response is replayed (docs/contract.md, "Idempotency": within 24 h). */
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
-/** How long a running request holds its key; longer than the slowest buffered completion. */
-export const IDEMPOTENCY_LEASE_MS = 5 * 60 * 1000;
+/** How long a duplicate waits for the running request; longer than the slowest buffered completion. */
+export const IDEMPOTENCY_WAIT_MS = 5 * 60 * 1000;
+/**
+ * How long a running request's claim outlives its last renewal. The api-edge running it renews
+ * it every IDEMPOTENCY_RENEW_MS, so a claim whose api-edge died (killed, its node lost) lapses
+ * within this and a retry of the request runs, instead of waiting IDEMPOTENCY_WAIT_MS for
+ * 409 `idempotency_in_progress` (docs/account-door.md, "Rate limits and idempotency").
+ */
+export const IDEMPOTENCY_CLAIM_MS = 10_000;
+export const IDEMPOTENCY_RENEW_MS = 3_000;
 /** Accepted Idempotency-Key values. */
 export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;

@@ -2,16 +2,21 @@ import { createHash } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import {
+  IDEMPOTENCY_CLAIM_MS,
   IDEMPOTENCY_KEY,
-  IDEMPOTENCY_LEASE_MS,
+  IDEMPOTENCY_RENEW_MS,
   IDEMPOTENCY_TTL_MS,
+  IDEMPOTENCY_WAIT_MS,
   type IdempotencyStore,
 } from "../domain/idempotency.js";
 
 declare module "fastify" {
   interface FastifyRequest {
-    /** Set when this request holds an idempotency claim that its response settles. */
-    idempotency?: { id: string; fingerprint: string };
+    /**
+     * Set when this request holds an idempotency claim that its response settles; `renewal`
+     * keeps the claim alive while the request runs.
+     */
+    idempotency?: { id: string; fingerprint: string; renewal: NodeJS.Timeout };
   }
 }
 
@@ -30,7 +35,8 @@ const sha256 = (data: string | Buffer) => createHash("sha256").update(data).dige
 export class Idempotency {
   constructor(
     private readonly store: IdempotencyStore,
-    private readonly maxWaitMs = IDEMPOTENCY_LEASE_MS,
+    private readonly maxWaitMs = IDEMPOTENCY_WAIT_MS,
+    private readonly claim = { claimMs: IDEMPOTENCY_CLAIM_MS, renewMs: IDEMPOTENCY_RENEW_MS },
   ) {}
 
   /** Settles claims from the response about to be sent: stored when 2xx, dropped otherwise. */
@@ -39,6 +45,7 @@ export class Idempotency {
       const claim = req.idempotency;
       if (!claim) return payload;
       req.idempotency = undefined;
+      clearInterval(claim.renewal);
       try {
         if (reply.statusCode >= 200 && reply.statusCode < 300) {
           const headers: Record<string, string> = {};
@@ -100,11 +107,22 @@ export class Idempotency {
     const fingerprint = sha256(req.rawBody ?? Buffer.alloc(0));
     const deadline = Date.now() + this.maxWaitMs;
     for (;;) {
-      const decision = await this.store.begin(id, fingerprint, IDEMPOTENCY_LEASE_MS);
+      const decision = await this.store.begin(id, fingerprint, this.claim.claimMs);
       switch (decision.kind) {
-        case "run":
-          req.idempotency = { id, fingerprint };
+        case "run": {
+          // The claim lasts while this process runs the request: renewed until the response
+          // settles it or the connection closes without one, it lapses soon after this process
+          // dies, so a retry is not held up by a request nobody runs any more.
+          const renewal = setInterval(() => {
+            this.store.renew(id, fingerprint, this.claim.claimMs).catch((err: unknown) => {
+              req.log.warn({ err }, "idempotency claim not renewed");
+            });
+          }, this.claim.renewMs);
+          renewal.unref();
+          reply.raw.once("close", () => clearInterval(renewal));
+          req.idempotency = { id, fingerprint, renewal };
           return false;
+        }
         case "replay":
           reply
             .code(decision.response.status)

@@ -68,6 +68,23 @@ describe.each(stores)("idempotency store contract (%s)", (_name, make) => {
     await new Promise((r) => setTimeout(r, 120));
     expect((await store.begin(id, "fp", 60_000)).kind).toBe("run");
   });
+
+  it("keeps a renewed claim past its first lease, and never revives a finished one", async () => {
+    const store = make();
+    const id = `n-${Math.random()}`;
+    await store.begin(id, "fp", 150);
+    await new Promise((r) => setTimeout(r, 100));
+    await store.renew(id, "fp", 150);
+    await store.renew(id, "other", 60_000);
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await store.begin(id, "fp", 60_000)).kind).toBe("in_progress");
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await store.begin(id, "fp", 60_000)).kind).toBe("run");
+    await store.complete(id, "fp", response, 60_000);
+    await store.renew(id, "fp", 50);
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await store.begin(id, "fp", 60_000)).kind).toBe("replay");
+  });
 });
 
 // The Responses item store's Redis adapter, on the same server and prefix.
