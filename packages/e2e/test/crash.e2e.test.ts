@@ -129,4 +129,57 @@ describe("process crashes (multi-process stack)", () => {
     expect(spent).toBe(cost);
     metering.$close();
   }, 90_000);
+
+  it("a duplicate whose caller leaves while it waits for a dead api-edge's claim never runs the model", async () => {
+    const metering = createClient(
+      MeteringService,
+      `127.0.0.1:${stack.processes.find((p) => p.name === "metering")!.port}`,
+      stack.internalAuth("api-edge"),
+    );
+    const totals = async () => BigInt((await metering.getUsage({ accountId: "demo" })).totals?.cost ?? "0");
+    const body = JSON.stringify({
+      model: MODEL,
+      max_tokens: 8,
+      messages: [{ role: "user", content: "crash, wait and leave" }],
+    });
+    const key = `crash-leave-${namespace}`;
+    const attempt = (signal?: AbortSignal) =>
+      fetch(`${stack.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${stack.demoKey}`,
+          "content-type": "application/json",
+          "idempotency-key": key,
+        },
+        body,
+        ...(signal ? { signal } : {}),
+      }).catch((e: Error) => e);
+    // The first attempt's api-edge dies while the upstream works on it: its claim is left behind.
+    const first = attempt();
+    await new Promise((r) => setTimeout(r, LATENCY_MS / 3));
+    await stack.stopProcess("api-edge", "SIGKILL");
+    expect(await first).toBeInstanceOf(Error);
+    await stack.startProcess("api-edge");
+    await waitForReady(stack.url);
+    await new Promise((r) => setTimeout(r, 2_000));
+    const before = await totals();
+    // A duplicate waits for that claim, and its caller gives up after a second.
+    expect(await attempt(AbortSignal.timeout(1_000))).toBeInstanceOf(Error);
+    // Past the claim's lapse and the upstream's latency: had the duplicate run, it would be billed.
+    await new Promise((r) => setTimeout(r, 10_000 + LATENCY_MS + 2_000));
+    expect(await totals()).toBe(before);
+    // The caller's next retry runs the model itself (no stored answer of a run nobody read).
+    const retry = await attempt(AbortSignal.timeout(25_000));
+    expect(retry).not.toBeInstanceOf(Error);
+    const res = retry as Response;
+    expect(res.status).toBe(200);
+    expect(res.headers.get("idempotent-replayed")).toBeNull();
+    const cost = BigInt(res.headers.get("x-tollgate-cost") ?? "-1");
+    const deadline = Date.now() + 15_000;
+    while ((await totals()) - before < cost && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 200));
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect((await totals()) - before).toBe(cost);
+    metering.$close();
+  }, 120_000);
 });

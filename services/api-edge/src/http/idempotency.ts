@@ -9,6 +9,7 @@ import {
   IDEMPOTENCY_WAIT_MS,
   type IdempotencyStore,
 } from "../domain/idempotency.js";
+import { callerGone } from "./caller.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -106,6 +107,7 @@ export class Idempotency {
     const id = sha256(`${scope}\n${key}`);
     const fingerprint = sha256(req.rawBody ?? Buffer.alloc(0));
     const deadline = Date.now() + this.maxWaitMs;
+    const gone = callerGone(reply);
     for (;;) {
       const decision = await this.store.begin(id, fingerprint, this.claim.claimMs);
       switch (decision.kind) {
@@ -135,6 +137,10 @@ export class Idempotency {
             "this Idempotency-Key was used with a different request body; use a new key",
           );
         case "in_progress":
+          // A duplicate whose caller left while it waited never runs: it would run the model,
+          // and charge for it, for nobody (docs/money.md, "An answer written as its caller
+          // leaves": a caller gone before the model answered is charged nothing).
+          if (gone.aborted) throw new EdgeError("client_closed_request", "the caller closed the request");
           if (Date.now() > deadline) {
             throw new EdgeError(
               "idempotency_in_progress",
