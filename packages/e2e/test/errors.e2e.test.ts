@@ -13,6 +13,8 @@ const KEYS = {
   expired: "tg_test_expired_0123456789abcdef",
   revoked: "tg_test_revoked_0123456789abcdef",
   future: "tg_test_future_0123456789abcdef0",
+  idemBudgeted: "tg_test_idem_budgeted_0123456789",
+  idemLimited: "tg_test_idem_limited_01234567890",
 };
 
 // One attempt per request: these tests inject one upstream failure and expect the caller to see it.
@@ -53,6 +55,18 @@ accounts:
         routes: [models]
         keys:
           - { id: models-only, secret: ${KEYS.modelsOnly} }
+      - id: acme-idem-budgeted
+        models: [small]
+        defaultModel: small
+        budget: { amount: 60 }
+        keys:
+          - { id: idem-budgeted, secret: ${KEYS.idemBudgeted} }
+      - id: acme-idem-limited
+        models: [small]
+        defaultModel: small
+        limits: { keyRequestsPerMinute: 2 }
+        keys:
+          - { id: idem-limited, secret: ${KEYS.idemLimited} }
 `;
 
 describe("account door error contract (all-in-one, in process)", () => {
@@ -260,6 +274,51 @@ describe("account door error contract (all-in-one, in process)", () => {
     } finally {
       upstream.configure({ latencyMs: 0 });
     }
+  });
+
+  it("replays an Idempotency-Key's answer once its budget or rate limit would refuse the request again: a replay takes nothing", async () => {
+    const request = { model: "small", max_tokens: 100, messages: [{ role: "user", content: "hi" }] };
+    const headers = { "idempotency-key": `idem-after-${Date.now()}` };
+    // The budget: the first answer is stored, then plain requests spend until the quote no longer fits.
+    const first = await chat(KEYS.idemBudgeted, request, headers);
+    expect(first.status).toBe(200);
+    const firstBody = Buffer.from(await first.arrayBuffer());
+    let refused: Response | undefined;
+    for (let i = 0; i < 20 && !refused; i++) {
+      const res = await chat(KEYS.idemBudgeted, request);
+      if (res.status === 200) await res.arrayBuffer();
+      else refused = res;
+    }
+    await expectError(refused!, 402, "budget_exceeded");
+    const before = upstream.requests.length;
+    const replayed = await chat(KEYS.idemBudgeted, request, headers);
+    expect(replayed.status).toBe(200);
+    expect(replayed.headers.get("idempotent-replayed")).toBe("true");
+    expect(Buffer.from(await replayed.arrayBuffer()).equals(firstBody)).toBe(true);
+    expect(replayed.headers.get("x-tollgate-cost")).toBe(first.headers.get("x-tollgate-cost"));
+    expect(upstream.requests.length).toBe(before);
+    // The same key with another body is still its 422, not the budget's 402.
+    await expectError(
+      await chat(KEYS.idemBudgeted, { ...request, max_tokens: 99 }, headers),
+      422,
+      "idempotency_key_reused",
+    );
+
+    // The rate limit (2 a minute): one answer stored, one plain request, then the limit is reached.
+    const limitedHeaders = { "idempotency-key": `idem-limited-${Date.now()}` };
+    const stored = await chat(KEYS.idemLimited, request, limitedHeaders);
+    expect(stored.status).toBe(200);
+    const storedBody = Buffer.from(await stored.arrayBuffer());
+    expect((await chat(KEYS.idemLimited, request)).status).toBe(200);
+    await expectError(await chat(KEYS.idemLimited, request), 429, "rate_limited");
+    const ran = upstream.requests.length;
+    for (let i = 0; i < 3; i++) {
+      const again = await chat(KEYS.idemLimited, request, limitedHeaders);
+      expect(again.status).toBe(200);
+      expect(again.headers.get("idempotent-replayed")).toBe("true");
+      expect(Buffer.from(await again.arrayBuffer()).equals(storedBody)).toBe(true);
+    }
+    expect(upstream.requests.length).toBe(ran);
   });
 
   it("answers bad input with the right 4xx, checking the key first", async () => {

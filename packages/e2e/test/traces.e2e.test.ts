@@ -230,21 +230,23 @@ describe("OpenTelemetry traces across the multi-process stack", () => {
       };
       // api-edge → auth-policy, when the request was not admitted on a lease already held: a
       // client span (AcquireLease, or Authorize for an exact hold) and auth-policy's server span
-      // under it. The first request of the key always makes it.
+      // under it. The first request of the key always makes it. The buffered request carries an
+      // Idempotency-Key, so its key is checked alone first (an Authorize that takes nothing,
+      // docs/contract.md, "Idempotency"), before its hold.
       const authCalls = spans.filter(
         (s) =>
           s.parentSpanId === root.spanId &&
           s.kind === CLIENT &&
           /^tollgate\.auth\.v1\.AuthService\/(AcquireLease|Authorize)$/.test(s.name),
       );
-      expect(authCalls.length).toBeLessThanOrEqual(1);
-      if (which === "buffered") expect(authCalls, "the key's first request asks auth-policy").toHaveLength(1);
-      const authClient = authCalls[0];
-      const authServer = authClient && child(authClient, (s) => s.kind === SERVER);
-      if (authClient && authServer) {
+      if (which === "buffered") expect(authCalls, "the key's first request asks auth-policy").toHaveLength(2);
+      else expect(authCalls.length).toBeLessThanOrEqual(1);
+      const authHops = authCalls.map((authClient) => {
+        const authServer = child(authClient, (s) => s.kind === SERVER);
         expect(authClient.attributes).toMatchObject({ "rpc.system": "grpc", "rpc.grpc.status_code": 0 });
         expect(authServer.service).toBe("auth-policy");
-      }
+        return [authServer, authClient] as const;
+      });
 
       // api-edge → inference-router → upstream.
       const method = which === "buffered" ? "Complete" : "StreamComplete";
@@ -278,7 +280,7 @@ describe("OpenTelemetry traces across the multi-process stack", () => {
       expect(typeof upstream.attributes["gen_ai.request.model"]).toBe("string");
       // Each hop sits inside its parent's time.
       for (const [inner, outer] of [
-        ...(authClient && authServer ? [[authServer, authClient] as const] : []),
+        ...authHops,
         [router, routerClient] as const,
         [upstream, router] as const,
       ]) {

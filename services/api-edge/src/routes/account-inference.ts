@@ -17,7 +17,6 @@ import {
   completeOrRelease,
   moneyHeaders,
   moneyOf,
-  releaseHold,
   releaseIfGone,
   releaseOnFailure,
   settleHold,
@@ -67,27 +66,28 @@ export function idempotencyScope(grant: AuthorizeResponse, route: string): strin
 }
 
 /**
- * Idempotency-Key handling of an authorized request (Idempotency.guard): true when a stored
- * response was sent. The budget hold taken by authorization goes back when the model will not
- * run: a replay, or a refusal or store failure of the guard.
+ * Idempotency-Key handling (Idempotency.guard), before anything is held or counted: the key and
+ * route are checked alone (a revoked key still gets its 401, a route outside policy its 403),
+ * then the stored answer is replayed, a reuse with another body refused (422) or a running
+ * duplicate waited for. A replay spends and counts nothing, so it is the stored answer whatever
+ * the budget or a rate limit would say of the request now (docs/contract.md, "Idempotency"):
+ * a caller retrying an answer it was charged for but never read gets it. Only the request that
+ * runs is authorized with a hold, after this; its claim goes if that refuses it. True when a
+ * stored response was sent.
  */
 export async function guardIdempotency(
   ctx: AccountRouteContext,
   req: FastifyRequest,
   reply: FastifyReply,
-  grant: AuthorizeResponse,
-  route: string,
-  streaming: boolean,
+  ask: { route: Route; scope: string; streaming: boolean; readKey?: KeyReader },
 ): Promise<boolean> {
-  let replayed: boolean;
-  try {
-    replayed = await ctx.idempotency.guard(req, reply, idempotencyScope(grant, route), streaming);
-  } catch (err) {
-    await releaseHold(ctx, req, grant);
-    throw err;
-  }
-  if (replayed) await releaseHold(ctx, req, grant);
-  return replayed;
+  if (req.headers["idempotency-key"] === undefined) return false;
+  const checked = await authorizeRequest(ctx, req, reply, {
+    route: ask.route,
+    checkOnly: true,
+    ...(ask.readKey ? { readKey: ask.readKey } : {}),
+  });
+  return ctx.idempotency.guard(req, reply, idempotencyScope(checked, ask.scope), ask.streaming);
 }
 
 /** The router's input for an authorized request: the grant's model, cap and billing, and the body to forward. */

@@ -12,15 +12,17 @@ const { operation, schema } = ROUTES.chat;
 export function chatCompletionsRoute(ctx: AccountRouteContext): RouteImpl {
   return {
     handler: async (req, reply) => {
-      const body = await parseAccountBody(ctx, req, reply, OPERATIONS[operation], ctx.schemas[schema]);
+      const route = OPERATIONS[operation];
+      const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema]);
+      const streaming = body.stream === true;
+      if (await guardIdempotency(ctx, req, reply, { route, scope: operation, streaming })) return reply;
       const grant = await authorizeRequest(ctx, req, reply, {
-        route: OPERATIONS[operation],
+        route,
         model: body.model ?? "",
         maxOutputTokens: outputCapOf(body),
         messageCount: body.messages.length,
         outputSequences: outputSequencesOf(body),
       });
-      if (await guardIdempotency(ctx, req, reply, grant, operation, body.stream === true)) return reply;
       const input = completionInput(req, grant, Operation.CHAT, req.rawBody!);
       const stream = body.stream ? { includeUsage: body.stream_options?.include_usage === true } : undefined;
       return serveCompletion(ctx, req, reply, grant, input, stream);

@@ -17,15 +17,17 @@ const { operation, schema } = ROUTES.completions;
 export function completionsRoute(ctx: AccountRouteContext): RouteImpl {
   return {
     handler: async (req, reply) => {
-      const body = await parseAccountBody(ctx, req, reply, OPERATIONS[operation], ctx.schemas[schema]);
+      const route = OPERATIONS[operation];
+      const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema]);
+      const streaming = body.stream === true;
+      if (await guardIdempotency(ctx, req, reply, { route, scope: operation, streaming })) return reply;
       const grant = await authorizeRequest(ctx, req, reply, {
-        route: OPERATIONS[operation],
+        route,
         model: body.model ?? "",
         maxOutputTokens: outputCapOf(body),
         messageCount: promptCountOf(body),
         outputSequences: outputSequencesOf(body, promptCountOf(body)),
       });
-      if (await guardIdempotency(ctx, req, reply, grant, operation, body.stream === true)) return reply;
       const input = completionInput(req, grant, Operation.TEXT, req.rawBody!);
       const stream = body.stream ? { includeUsage: body.stream_options?.include_usage === true } : undefined;
       return serveCompletion(ctx, req, reply, grant, input, stream);

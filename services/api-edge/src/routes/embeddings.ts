@@ -18,14 +18,16 @@ const { operation, schema } = ROUTES.embeddings;
 export function embeddingsRoute(ctx: AccountRouteContext): RouteImpl {
   return {
     handler: async (req, reply) => {
-      const body = await parseAccountBody(ctx, req, reply, OPERATIONS[operation], ctx.schemas[schema]);
+      const route = OPERATIONS[operation];
+      const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema]);
+      if (await guardIdempotency(ctx, req, reply, { route, scope: operation, streaming: false }))
+        return reply;
       const grant = await authorizeRequest(ctx, req, reply, {
-        route: OPERATIONS[operation],
+        route,
         model: body.model,
         maxOutputTokens: 0,
         messageCount: inputCountOf(body),
       });
-      if (await guardIdempotency(ctx, req, reply, grant, operation, false)) return reply;
       const input = completionInput(req, grant, Operation.EMBEDDINGS, req.rawBody!);
       const res = await completeOrRelease(ctx, req, reply, grant, (signal) =>
         ctx.inference.complete({ input }, { signal }),

@@ -48,6 +48,11 @@ export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
       const route = OPERATIONS[operation];
       const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema], anthropicKey);
       const streaming = body.stream === true;
+      // Idempotency records are scoped by route id: a Messages key never meets a chat one.
+      const scope = "messages";
+      if (await guardIdempotency(ctx, req, reply, { route, scope, streaming, readKey: anthropicKey })) {
+        return reply;
+      }
       const grant = await authorizeRequest(ctx, req, reply, {
         route,
         model: body.model ?? "",
@@ -55,8 +60,6 @@ export function messagesRoute(ctx: AccountRouteContext): RouteImpl {
         messageCount: body.messages.length + (body.system != null ? 1 : 0),
         readKey: anthropicKey,
       });
-      // Idempotency records are scoped by route id: a Messages key never meets a chat one.
-      if (await guardIdempotency(ctx, req, reply, grant, "messages", streaming)) return reply;
       const chat = chatBodyFromMessages(body, grant.model, grant.maxOutputTokens);
       const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)));
       const labels: MessageLabels = { id: objectId("msg"), model: grant.model };

@@ -68,11 +68,13 @@ async function storedItemsOf(
 export function responsesRoute(ctx: AccountRouteContext): RouteImpl {
   return {
     handler: async (req, reply) => {
-      const body = await parseAccountBody(ctx, req, reply, OPERATIONS[operation], ctx.schemas[schema]);
+      const route = OPERATIONS[operation];
+      const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema]);
       const streaming = body.stream === true;
+      if (await guardIdempotency(ctx, req, reply, { route, scope: operation, streaming })) return reply;
       const { refs, items } = await storedItemsOf(ctx, req, reply, body.input);
       const grant = await authorizeRequest(ctx, req, reply, {
-        route: OPERATIONS[operation],
+        route,
         model: body.model ?? "",
         maxOutputTokens: body.max_output_tokens ?? undefined,
         messageCount: (typeof body.input === "string" ? 1 : body.input.length) + (body.instructions ? 1 : 0),
@@ -84,7 +86,6 @@ export function responsesRoute(ctx: AccountRouteContext): RouteImpl {
         await releaseHold(ctx, req, grant);
         throw unknownItem(refs[foreign]!.index, refs[foreign]!.id);
       }
-      if (await guardIdempotency(ctx, req, reply, grant, operation, streaming)) return reply;
       const referenced = items.map((item) => item.text);
       const chat = chatBodyFromResponses(body, grant.model, grant.maxOutputTokens, referenced);
       const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)));

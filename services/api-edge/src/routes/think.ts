@@ -25,15 +25,17 @@ const { operation, schema } = ROUTES.think;
 export function thinkRoute(ctx: AccountRouteContext): RouteImpl {
   return {
     handler: async (req, reply) => {
-      const body = await parseAccountBody(ctx, req, reply, OPERATIONS[operation], ctx.schemas[schema]);
+      const route = OPERATIONS[operation];
+      const body = await parseAccountBody(ctx, req, reply, route, ctx.schemas[schema]);
+      if (await guardIdempotency(ctx, req, reply, { route, scope: operation, streaming: false }))
+        return reply;
       const grant = await authorizeRequest(ctx, req, reply, {
-        route: OPERATIONS[operation],
+        route,
         model: body.model ?? "",
         maxOutputTokens: thinkOutputCapOf(body),
         messageCount: body.messages?.length ?? 1,
         requireReasoning: true,
       });
-      if (await guardIdempotency(ctx, req, reply, grant, operation, false)) return reply;
       const chat = chatBodyFromThink(body, grant.model, grant.maxOutputTokens);
       const input = completionInput(req, grant, Operation.CHAT, Buffer.from(JSON.stringify(chat)), {
         requireReasoning: true,
