@@ -11,8 +11,11 @@ const KEYS: Record<string, { accountId: string; keyId: string }> = {
 };
 const [A, B, C] = Object.keys(KEYS) as [string, string, string];
 
-/** A fake auth-policy: grants every lease, and records its lease calls in order. */
-function fakeAuth() {
+/**
+ * A fake auth-policy: grants every lease (each with `requests` request units when given), and
+ * records its lease calls in order.
+ */
+function fakeAuth(opts: { requests?: number } = {}) {
   const calls: string[] = [];
   let n = 0;
   const auth: LeaseClient = {
@@ -25,6 +28,7 @@ function fakeAuth() {
         useMs: 60_000,
         leaseId: `lease_${n}`,
         budget: "1000000",
+        ...(opts.requests !== undefined ? { requests: opts.requests } : {}),
         prices: { model: "small", inputPerMillion: "1000000", outputPerMillion: "1000000" },
         grant: {
           principal: { ...KEYS[key], connectionId: "main" },
@@ -98,6 +102,18 @@ describe("LeaseBook: idle leases", () => {
       "return lease_1",
       "acquire key_a 16",
     ]);
+    await book.close();
+  });
+
+  it("returns a shape's own lease that cannot admit the next request before acquiring its successor", async () => {
+    // Two request units a lease: the third request needs another lease of the same shape. The
+    // spent one goes back first, so the budget its successor reports (and every request on it
+    // tells in x-tollgate-budget-remaining) holds none of its unused allowance.
+    const { book, calls } = fakeAuth({ requests: 2 });
+    await request(book, A, 8);
+    await request(book, A, 8);
+    await request(book, A, 8);
+    expect(calls).toEqual(["acquire key_a 8", "return lease_1", "acquire key_a 8"]);
     await book.close();
   });
 

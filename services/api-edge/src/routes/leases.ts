@@ -173,24 +173,20 @@ export class LeaseBook {
     return this.stopped.some((s) => s.seq > stops && names(s.of, verdict));
   }
 
-  /** returnIdle by key hash, but for the lease of `except`. */
-  private async returnKeyIdle(keyHash: string, except?: Shape): Promise<void> {
-    await this.returnIdleWhere(this.byKey.get(keyHash) ?? [], (h) => h.keyHash === keyHash, except);
+  /** returnIdle by key hash. */
+  private async returnKeyIdle(keyHash: string): Promise<void> {
+    await this.returnIdleWhere(this.byKey.get(keyHash) ?? [], (h) => h.keyHash === keyHash);
   }
 
   /**
-   * Retires the idle leases of `shapes` that `whose` selects (but the lease of `except`), and
-   * waits for the first attempt of their returns and of every other return of theirs under way:
-   * a return auth-policy could not take is retried behind, never waited for.
+   * Retires the idle leases of `shapes` that `whose` selects, and waits for the first attempt of
+   * their returns and of every other return of theirs under way: a return auth-policy could not
+   * take is retried behind, never waited for.
    */
-  private async returnIdleWhere(
-    shapes: Iterable<Shape>,
-    whose: (h: Held) => boolean,
-    except?: Shape,
-  ): Promise<void> {
+  private async returnIdleWhere(shapes: Iterable<Shape>, whose: (h: Held) => boolean): Promise<void> {
     for (const shape of shapes) {
       const held = shape.current;
-      if (held && shape !== except && held.lease.inFlight === 0 && whose(held)) this.retire(shape, held);
+      if (held && held.lease.inFlight === 0 && whose(held)) this.retire(shape, held);
     }
     const back = [...this.returning.values()].flatMap((h) => (h.firstTry && whose(h) ? [h.firstTry] : []));
     if (back.length > 0) await Promise.all(back);
@@ -275,8 +271,10 @@ export class LeaseBook {
 
   private async acquire(shape: Shape, ask: AskInit): Promise<void> {
     // What auth-policy reports with the lease (the budgets left, which every request admitted on
-    // it reports on) holds none of this replica's idle leases of the key: they go back first.
-    await this.returnKeyIdle(shape.keyHash, shape);
+    // it reports on) holds none of this replica's idle leases of the key: they go back first,
+    // this shape's own lease too when no request runs on it (it could not admit this request:
+    // its allowance, units or time ran out), so the unused part of its allowance is not counted.
+    await this.returnKeyIdle(shape.keyHash);
     const sentAt = Date.now();
     const stopsAtSend = this.stops;
     let res: AcquireLeaseResponse;
