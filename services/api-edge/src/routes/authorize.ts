@@ -79,17 +79,31 @@ export async function authorizeRequest(
       "ratelimit-reset": String(limit.resetSeconds),
     });
   }
-  if (grant.budgetRemaining !== "") {
+  const left = budgetLeftOf(grant);
+  if (left !== "") {
     // Before the model runs, the worst case: the whole quote is held.
-    reply.header("x-tollgate-budget-remaining", grant.budgetRemaining);
+    reply.header("x-tollgate-budget-remaining", left);
   }
   return grant;
 }
 
 /**
- * The money a buffered success carries (docs/contract.md, "Money"): its cost, and the
- * connection's budget left once it settles: what was left after the hold, plus the hold, minus
- * the actual cost.
+ * What a grant's key may still spend: the least of what is left of its connection's budget and
+ * of its own, of those that apply ("" when none does). So x-tollgate-budget-remaining names the
+ * budget that refuses first, as a 402 does, whether that is the connection's or the key's.
+ */
+export function budgetLeftOf(grant: AuthorizeResponse): string {
+  const left = [grant.budgetRemaining, grant.keyBudgetRemaining]
+    .filter((v) => v !== "")
+    .map((v) => BigInt(v));
+  if (left.length === 0) return "";
+  return left.reduce((least, v) => (v < least ? v : least)).toString();
+}
+
+/**
+ * The money a buffered success carries (docs/contract.md, "Money"): its cost, and the budget
+ * left once it settles (budgetLeftOf): what was left after the hold, plus the hold, minus the
+ * actual cost.
  */
 export function moneyHeaders(reply: FastifyReply, grant: AuthorizeResponse, cost: string | undefined): void {
   if (cost !== undefined) reply.headers(moneyOf(grant)(cost));
@@ -99,8 +113,9 @@ export function moneyHeaders(reply: FastifyReply, grant: AuthorizeResponse, cost
 export function moneyOf(grant: AuthorizeResponse): (cost: string) => Record<string, string> {
   return (cost) => {
     const fields: Record<string, string> = { "x-tollgate-cost": cost };
-    if (grant.budgetRemaining !== "" && grant.quote !== "") {
-      const left = BigInt(grant.budgetRemaining) + BigInt(grant.quote) - BigInt(cost);
+    const budgetLeft = budgetLeftOf(grant);
+    if (budgetLeft !== "" && grant.quote !== "") {
+      const left = BigInt(budgetLeft) + BigInt(grant.quote) - BigInt(cost);
       fields["x-tollgate-budget-remaining"] = left.toString();
     }
     return fields;

@@ -118,6 +118,11 @@ interface Fakes {
   /** The inputs of the buffered calls the router was asked to run. */
   completed: CompletionInput[];
   /**
+   * What each authorization says is left of the budgets that apply, once its hold is taken:
+   * the connection's and the key's own ("" where none applies). Default: the connection's, 950.
+   */
+  budgetsLeft?: { connection: string; key: string };
+  /**
    * With leases: the budget of the next lease acquired (input 1 unit a token, output free);
    * undefined: none is granted, each request is authorized on its own.
    */
@@ -153,7 +158,12 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
                 create(ModelPriceSchema, { model: "small", inputPerMillion: "100", outputPerMillion: "200" }),
               ],
             }
-          : { quote: "50", reservationId: "res_1", budgetRemaining: "950" }),
+          : {
+              quote: "50",
+              reservationId: "res_1",
+              budgetRemaining: f.budgetsLeft?.connection ?? "950",
+              keyBudgetRemaining: f.budgetsLeft?.key ?? "",
+            }),
       });
     },
     settleReservation: async (req) => {
@@ -580,6 +590,39 @@ describe("each account route, in process", () => {
     expect(code(res)).toBe("rate_limited");
     expect(res.headers["retry-after"]).toBe("3");
     expect(res.headers["ratelimit-limit"]).toBe("10");
+  });
+});
+
+describe('x-tollgate-budget-remaining: what is left of the budget that refuses first (docs/contract.md, "Money")', () => {
+  // The hold (50) became the cost (7): each budget's left after the hold, plus 43.
+  it.each([
+    ["the key's own budget alone", { connection: "", key: "700" }, "743"],
+    ["the key's, below its connection's", { connection: "950", key: "700" }, "743"],
+    ["the connection's, below the key's", { connection: "600", key: "700" }, "643"],
+    ["the connection's alone", { connection: "950", key: "" }, "993"],
+  ])("tells %s, buffered and streamed", async (_what, budgetsLeft, told) => {
+    const { app, f } = edge();
+    f.budgetsLeft = budgetsLeft;
+    const buffered = await app.inject(request("chat"));
+    expect(buffered.statusCode, buffered.body).toBe(200);
+    expect(buffered.headers["x-tollgate-cost"]).toBe("7");
+    expect(buffered.headers["x-tollgate-budget-remaining"]).toBe(told);
+    // A stream tells it in its trailers and on the event with its usage (here Anthropic's).
+    const streamed = await app.inject(
+      request("messages", { payload: JSON.stringify({ ...(BODIES.messages as object), stream: true }) }),
+    );
+    expect(streamed.statusCode, streamed.body).toBe(200);
+    expect(streamed.trailers["x-tollgate-budget-remaining"]).toBe(told);
+    const usage = sseEvents(streamed.body).find((e) => e.data.x_tollgate !== undefined);
+    expect(usage?.data.x_tollgate).toEqual({ cost: "7", budget_remaining: told });
+  });
+
+  it("tells none when no budget applies", async () => {
+    const { app, f } = edge();
+    f.budgetsLeft = { connection: "", key: "" };
+    const res = await app.inject(request("chat"));
+    expect(res.headers["x-tollgate-cost"]).toBe("7");
+    expect(res.headers["x-tollgate-budget-remaining"]).toBeUndefined();
   });
 });
 
