@@ -998,6 +998,43 @@ describe("GET /v1/models/{model}", () => {
   });
 });
 
+describe("a chat template of the request's own", () => {
+  it.each([
+    ["chat_template", { chat_template: "{% for i in range(100000) %}word {% endfor %}" }],
+    ["chat_template_kwargs.chat_template", { chat_template_kwargs: { chat_template: "{{ 'x' * 100000 }}" } }],
+  ] as const)(
+    "refuses %s with 400 invalid_request on both doors, holding nothing and forwarding nothing",
+    async (_, fields) => {
+      for (const id of ["chat", "mppChat"] as const) {
+        const { app, f } = edge();
+        const res = await app.inject(
+          request(id, { payload: JSON.stringify({ ...(BODIES[id] as object), ...fields }) }),
+        );
+        expect(res.statusCode, res.body).toBe(400);
+        expect(code(res)).toBe("invalid_request");
+        expect(res.json().error.message).toMatch(/chat template/);
+        expect(f.completed).toEqual([]);
+        expect(f.forwarded).toEqual([]);
+        expect(f.settled).toEqual([]);
+      }
+    },
+  );
+
+  it("serves the template's arguments (chat_template_kwargs) and a null chat_template", async () => {
+    const { app } = edge();
+    const res = await app.inject(
+      request("chat", {
+        payload: JSON.stringify({
+          ...(BODIES.chat as object),
+          chat_template: null,
+          chat_template_kwargs: { enable_thinking: false },
+        }),
+      }),
+    );
+    expect(res.statusCode, res.body).toBe(200);
+  });
+});
+
 describe("chat content parts", () => {
   const withParts = (id: "chat" | "mppChat", content: unknown) =>
     request(id, {

@@ -68,6 +68,23 @@ export const fanOutFields = {
     .nullish(),
 };
 
+const OWN_TEMPLATE =
+  "a chat template of the request's own is not offered: the prompt it renders cannot be bounded by a quote";
+
+/**
+ * A chat template sent with the request (vLLM's `chat_template`, at the top level or inside
+ * `chat_template_kwargs`): the prompt it renders may be any length whatever the body's size, so
+ * no byte count bounds its input tokens (docs/money.md, "The quote"). Refused, as beam search
+ * is; the template's arguments alone (`chat_template_kwargs`, such as `enable_thinking`) are
+ * read by the upstream's own template and pass through.
+ */
+export const templateFields = {
+  chat_template: z.null({ error: OWN_TEMPLATE }).optional(),
+  chat_template_kwargs: z
+    .looseObject({ chat_template: z.null({ error: OWN_TEMPLATE }).optional() })
+    .nullish(),
+};
+
 /** Every output-cap alias a caller may send; the router forwards exactly one cap, the gateway's. */
 export const outputCapFields = {
   max_tokens: outputCap.nullish(),
@@ -105,6 +122,7 @@ export function chatSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
     messages: z.array(message).min(1).max(maxMessages),
     ...outputCapFields,
     ...fanOutFields,
+    ...templateFields,
     temperature: z.number().min(0).max(2).nullish(),
     stream: z.boolean().nullish(),
     stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullish(),
