@@ -1,3 +1,4 @@
+import { METHODS as NODE_METHODS } from "node:http";
 import {
   allowedMethods,
   ROUTE_IDS,
@@ -21,8 +22,13 @@ export interface RouteImpl {
 /** Every account-door route of the table, implemented: a route added to the table and not here does not compile. */
 export type AccountRoutes = Record<RouteIdOn<"account">, RouteImpl>;
 
-/** The methods fastify routes; on a known path, those the table does not give it are refused. */
-const METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"] as const;
+/**
+ * Every method Node's parser accepts but CONNECT (refused before routing: no proxy here); on a
+ * known path, those the table does not give it are refused. Fastify routes only a few of them
+ * unless told, so the others (PROPFIND, SEARCH, PURGE, ...) would otherwise fall through to the
+ * 404 of an unknown path, in the account door's shape even on the paid path.
+ */
+const METHODS = NODE_METHODS.filter((m) => m !== "CONNECT");
 
 /**
  * Registers the routes of `impls` at their method and path of the table
@@ -31,6 +37,8 @@ const METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TR
  * path's methods. The refusal comes before the body is read or the key checked.
  */
 export function registerRoutes(app: FastifyInstance, impls: Partial<Record<RouteId, RouteImpl>>): void {
+  // Bodyless to fastify: a refused method's body is never parsed (Node discards it).
+  for (const m of METHODS) if (!app.supportedMethods.includes(m)) app.addHttpMethod(m);
   const ids = ROUTE_IDS.filter((id) => impls[id] !== undefined);
   for (const id of ids) {
     const spec: RouteSpec = ROUTES[id];

@@ -943,6 +943,36 @@ describe("paths and methods", () => {
     }
   });
 
+  it("answers every other HTTP method Node parses (WebDAV, QUERY, ...) on a route's path with 405, in the route's shape", async () => {
+    const { app, f } = edge();
+    for (const method of ["PROPFIND", "SEARCH", "QUERY", "PURGE", "REPORT", "LOCK", "MKCOL"] as const) {
+      const chat = await app.inject({ method, url: "/v1/chat/completions", headers: bearer() });
+      expect(chat.statusCode, method).toBe(405);
+      expect(code(chat), method).toBe("method_not_allowed");
+      expect(chat.headers.allow).toBe("POST");
+      expect(chat.headers["x-request-id"]).toMatch(/.+/);
+      const models = await app.inject({ method, url: "/v1/models/small", headers: bearer() });
+      expect(models.statusCode, method).toBe(405);
+      expect(models.headers.allow).toBe("GET, HEAD");
+      const paid = await app.inject({ method, url: "/v1/mpp/chat/completions" });
+      expect(paid.statusCode, method).toBe(405);
+      expect(paid.headers["content-type"]).toMatch(/^application\/problem\+json/);
+      expect(paid.json()).toMatchObject({ status: 405, code: "method_not_allowed" });
+      const messages = await app.inject({ method, url: "/v1/messages" });
+      expect(messages.statusCode, method).toBe(405);
+      expect(messages.json()).toMatchObject({ type: "error", error: { code: "method_not_allowed" } });
+      // Still a 404 where no route is (QUERY needs a Content-Type to be read at all, RFC 10008).
+      const none = await app.inject({
+        method,
+        url: "/v1/nothing",
+        headers: { "content-type": "application/json" },
+        payload: "{}",
+      });
+      expect(none.statusCode, method).toBe(404);
+    }
+    expect(f.authorized).toEqual([]);
+  });
+
   it("answers HEAD on a POST route with 405 and no body, and OPTIONS with 204 and Allow", async () => {
     const { app } = edge();
     const head = await app.inject({ method: "HEAD", url: "/v1/chat/completions" });
