@@ -167,6 +167,42 @@ describe("requireHost", () => {
   });
 });
 
+describe("requireHost: several Host fields", () => {
+  it("refuses a request with two Host headers as invalid_request (RFC 9112, section 3.2); one is served", async () => {
+    const app = Fastify();
+    requireHost(app);
+    app.setErrorHandler((err: { code?: string }, _req, reply) => reply.code(400).send({ code: err.code }));
+    app.get("/", async (req) => ({ host: req.headers.host }));
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const { port } = app.server.address() as AddressInfo;
+    // Over a socket: Node keeps the first Host of several, so only the raw list shows the second.
+    const send = (lines: string[]) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect({ host: "127.0.0.1", port }, () => {
+          socket.end(`GET / HTTP/1.1\r\nConnection: close\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`);
+        });
+        let got = "";
+        socket.on("data", (d: Buffer) => (got += d.toString("utf8")));
+        socket.on("end", () => resolve(got));
+        socket.on("error", reject);
+      });
+    try {
+      for (const pair of [
+        ["Host: a.example", "Host: b.example"],
+        ["Host: a.example", "HOST: a.example"],
+      ]) {
+        const answer = await send(pair);
+        expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+        expect(answer).toContain('"code":"invalid_request"');
+      }
+      const one = await send(["Host: a.example"]);
+      expect(one).toMatch(/^HTTP\/1\.1 200 /);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe("refuseUnroutable", () => {
   it("answers CONNECT with 400 and the usual error body, then closes, instead of dropping the connection", async () => {
     const app = Fastify();

@@ -130,7 +130,7 @@ export function refuseUnroutable(server: Server): void {
 
 /**
  * Header rules every request meets before anything else, each a 400 invalid_request with the
- * usual error body: HTTP/1.1 requires a Host header (RFC 9112, 3.2); and `Authorization` is a
+ * usual error body: HTTP/1.1 requires one Host header, not several (RFC 9112, 3.2); and `Authorization` is a
  * single field (RFC 9110, 11.6.2). Node keeps only the first of several, so a second one (a
  * Payment credential after a Virtual Key, or another key) would be dropped without a word and
  * the request judged on the first: it is refused instead (docs/contract.md, "Authentication").
@@ -140,18 +140,22 @@ export function requireHost(app: FastifyInstance): void {
     if (req.raw.httpVersion === "1.1" && req.headers.host === undefined) {
       throw new EdgeError("invalid_request", "an HTTP/1.1 request needs a Host header");
     }
-    if (req.headers.authorization !== undefined && authorizationFields(req.raw.rawHeaders) > 1) {
+    // Node keeps the first Host of several: another reader of the same bytes may take the last.
+    if (req.headers.host !== undefined && fieldCount(req.raw.rawHeaders, "host") > 1) {
+      throw new EdgeError("invalid_request", "send one Host header, not several");
+    }
+    if (req.headers.authorization !== undefined && fieldCount(req.raw.rawHeaders, "authorization") > 1) {
       throw new EdgeError("invalid_request", "send one Authorization header, not several");
     }
   });
 }
 
-/** How many Authorization fields a request's raw header list holds. */
-function authorizationFields(raw: readonly string[]): number {
+/** How many fields named `name` (lower case) a request's raw header list holds. */
+function fieldCount(raw: readonly string[], name: string): number {
   let n = 0;
   for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (name.length === 13 && name.toLowerCase() === "authorization") n++;
+    const field = raw[i]!;
+    if (field.length === name.length && field.toLowerCase() === name) n++;
   }
   return n;
 }
