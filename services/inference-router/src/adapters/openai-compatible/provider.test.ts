@@ -128,6 +128,23 @@ describe("OpenAI-compatible provider", () => {
     expect(err.message).toBe("max_tokens must be a non-negative integer");
   });
 
+  it("never passes on the gateway's upstream API key when the upstream echoes it in a rejection", async () => {
+    const key = "sk-upstream-0123456789abcdef";
+    for (const stream of [false, true]) {
+      fake.failNext(1, {
+        status: 400,
+        body: JSON.stringify({ error: { message: `bad request (sent with Authorization: Bearer ${key})` } }),
+      });
+      const p = provider({ apiKey: key });
+      const err = await failure(
+        stream ? drain(p.stream(streamChat(), signal())) : p.complete(chat(), signal()),
+      );
+      expect(err.code).toBe("upstream_rejected");
+      expect(err.message).not.toContain(key);
+      expect(err.message).toBe("bad request (sent with Authorization: [redacted])");
+    }
+  });
+
   it("does not pass on a 4xx body that is not JSON", async () => {
     fake.failNext(1, { status: 422, body: "secret internal detail" });
     const err = await failure(provider().complete(chat(), signal()));

@@ -153,6 +153,10 @@ export function createHttpProvider(opts: HttpUpstreamOptions, wire: WireFormat):
     bodyTimeout: timeouts.totalMs,
   });
   const upstream: TracedUpstream = { id: opts.id, url, provider: wire.provider };
+  const credentials = credentialsOf(wire.headers);
+  /** The attempt's failure for a 4xx/5xx, its body first cleared of the gateway's credentials. */
+  const statusError = (status: number, text: string, retryAfter: string | string[] | undefined) =>
+    wire.statusError(status, withoutCredentials(text, credentials), retryAfter);
   const streamHeaders = { ...wire.headers, accept: "text/event-stream" };
 
   /** The one HTTP call of an attempt: resolves once the upstream's status and headers arrived. */
@@ -166,7 +170,7 @@ export function createHttpProvider(opts: HttpUpstreamOptions, wire: WireFormat):
     });
     if (res.statusCode >= 400) {
       const text = await res.body.text().catch(() => "");
-      throw wire.statusError(res.statusCode, text, res.headers["retry-after"]);
+      throw statusError(res.statusCode, text, res.headers["retry-after"]);
     }
     return res;
   }
@@ -253,7 +257,7 @@ export function createHttpProvider(opts: HttpUpstreamOptions, wire: WireFormat):
         });
         answered = true;
         const text = await res.body.text();
-        if (res.statusCode >= 400) throw wire.statusError(res.statusCode, text, res.headers["retry-after"]);
+        if (res.statusCode >= 400) throw statusError(res.statusCode, text, res.headers["retry-after"]);
         return undefined;
       } catch (err) {
         const failed = translate(err, caller, clock, answered);
@@ -283,6 +287,35 @@ export function parseRetryAfter(value: string | string[] | undefined, now = Date
   if (!/^[A-Za-z]{3}, /.test(raw)) return undefined;
   const at = Date.parse(raw);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+/** Header names whose values are the gateway's credentials at an upstream. */
+const CREDENTIAL_HEADERS = new Set(["authorization", "x-api-key", "api-key"]);
+
+/**
+ * The secrets among an upstream's call headers: each credential header's value, and its token
+ * without the scheme ("Bearer sk-..." gives "sk-..."). Values too short to be a secret are left out.
+ */
+export function credentialsOf(headers: Record<string, string>): string[] {
+  const found = new Set<string>();
+  for (const [name, value] of Object.entries(headers)) {
+    if (!CREDENTIAL_HEADERS.has(name.toLowerCase())) continue;
+    const token = value.trim().split(/\s+/).at(-1) ?? "";
+    for (const secret of [value.trim(), token]) if (secret.length >= 8) found.add(secret);
+  }
+  // Longest first: the whole value goes before the token inside it.
+  return [...found].sort((a, b) => b.length - a.length);
+}
+
+/**
+ * `text` with every credential replaced by "[redacted]": an upstream's error message is passed on
+ * to the caller (upstream_rejected) and must never carry the gateway's key, even when the
+ * upstream echoes the request's headers.
+ */
+export function withoutCredentials(text: string, credentials: readonly string[]): string {
+  let out = text;
+  for (const secret of credentials) out = out.replaceAll(secret, "[redacted]");
+  return out;
 }
 
 /** A failed attempt, as the failover policy reads it. */
