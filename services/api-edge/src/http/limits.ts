@@ -208,11 +208,24 @@ export function discardBody(raw: IncomingMessage, budget: number): Promise<boole
  * answers, the rest of the body is read and discarded, up to bodyDrainBytes in all; a body
  * declared larger than that is not read at all. The time it may take is bounded by
  * requestTimeoutMs, like any body.
+ *
+ * A caller that asks `Expect: 100-continue` (curl does for any body above 1 MiB) waits for
+ * the 100 before it sends its body: one declared above the limit is not invited, and gets its
+ * 413 at once instead (RFC 9110, 10.1.1), with nothing to read or discard; anything else gets
+ * its 100 Continue as Node would send it.
  */
 export function drainOversizedBodies(app: FastifyInstance, limits: EdgeLimits): void {
   const drainBytes = bodyDrainBytes(limits);
+  /** Requests whose 100 Continue was withheld: their body never comes. */
+  const uninvited = new WeakSet<IncomingMessage>();
+  app.server.on("checkContinue", (req: IncomingMessage, res: ServerResponse) => {
+    if (Number(req.headers["content-length"]) > limits.bodyLimitBytes) uninvited.add(req);
+    else res.writeContinue();
+    app.server.emit("request", req, res);
+  });
   app.addHook("onError", async (req, _reply, err) => {
     if ((err as { code?: string }).code !== "FST_ERR_CTP_BODY_TOO_LARGE") return;
+    if (uninvited.has(req.raw)) return;
     const declared = Number(req.headers["content-length"]);
     // Refused on its Content-Length, nothing read yet; else fastify read up to the limit.
     const read = declared > limits.bodyLimitBytes ? 0 : limits.bodyLimitBytes;

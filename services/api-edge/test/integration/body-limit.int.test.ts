@@ -13,7 +13,13 @@ let url: string;
 beforeAll(async () => {
   // Nothing behind it answers, which an oversized body never reaches. The default 4 MiB limit.
   edge = await start(
-    { host: "127.0.0.1", port: 0, authPolicyAddr: "127.0.0.1:1", inferenceRouterAddr: "127.0.0.1:1" },
+    {
+      host: "127.0.0.1",
+      port: 0,
+      authPolicyAddr: "127.0.0.1:1",
+      inferenceRouterAddr: "127.0.0.1:1",
+      mppPaymentAddr: "127.0.0.1:1",
+    },
     log,
   );
   url = `http://127.0.0.1:${edge.port}/v1/chat/completions`;
@@ -180,6 +186,53 @@ describe("api-edge oversized bodies", () => {
     expect(res).toMatch(/^HTTP\/1\.1 413 /);
     expect(res.toLowerCase()).toContain("connection: close");
     expect(performance.now() - started).toBeLessThan(5_000);
+  });
+});
+
+describe("api-edge and Expect: 100-continue", () => {
+  /** Sends only the headers, as curl does for a large body, and reads until the server closes or `ms` pass. */
+  const headersOnly = (path: string, length: number, ms = 3_000) =>
+    new Promise<string>((resolve) => {
+      const socket = connect(edge.port, "127.0.0.1");
+      let response = "";
+      socket.setEncoding("latin1");
+      socket.on("data", (d: string) => {
+        response += d;
+      });
+      socket.on("error", () => {});
+      const guard = setTimeout(() => socket.destroy(), ms);
+      socket.on("close", () => {
+        clearTimeout(guard);
+        resolve(response);
+      });
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+          `Expect: 100-continue\r\nContent-Length: ${length}\r\n\r\n`,
+      );
+    });
+
+  it("answers a body declared above the limit with its 413 at once, never inviting it with 100 Continue", async () => {
+    for (const [path, type] of [
+      ["/v1/chat/completions", "application/json"],
+      ["/v1/mpp/chat/completions", "application/problem+json"],
+    ] as const) {
+      for (const length of [6 * MiB, 20 * MiB]) {
+        const started = performance.now();
+        const res = await headersOnly(path, length);
+        expect(res, `${path} ${length}`).toMatch(/^HTTP\/1\.1 413 /);
+        expect(res).not.toContain("100 Continue");
+        expect(res.toLowerCase()).toContain(`content-type: ${type}`);
+        expect(res.toLowerCase()).toContain("x-request-id: ");
+        expect(res.toLowerCase()).toContain("connection: close");
+        expect(res).toContain("payload_too_large");
+        expect(performance.now() - started).toBeLessThan(2_000);
+      }
+    }
+  });
+
+  it("still invites a body within the limit with 100 Continue", async () => {
+    const res = await headersOnly("/v1/chat/completions", 1024, 500);
+    expect(res).toMatch(/^HTTP\/1\.1 100 Continue\r\n/);
   });
 });
 
