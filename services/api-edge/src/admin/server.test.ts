@@ -1,3 +1,4 @@
+import type { AddressInfo } from "node:net";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
@@ -12,6 +13,7 @@ import {
   Route,
 } from "@tollgate/proto/auth";
 import { GetUsageResponseSchema, Granularity } from "@tollgate/proto/metering";
+import { rawExchange } from "@tollgate/testkit/raw-http";
 import type { FastifyInstance } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import { type AdminAuthClient, type AdminLeases, type AdminMeteringClient, buildAdminApp } from "./server.js";
@@ -258,6 +260,35 @@ describe("admin API: the token", () => {
     const res = await app.inject({ method: "GET", url: "/admin/v1/nothing-here", headers: auth });
     expect(res.statusCode).toBe(404);
     expect(res.json().error).toMatchObject({ type: "not_found_error", code: "not_found" });
+  });
+});
+
+describe("admin API: requests Node's parser refuses", () => {
+  it("answers them with the admin error body and a request id, as every other admin error", async () => {
+    setup();
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    const { port } = app.server.address() as AddressInfo;
+    for (const request of [
+      // An obs-fold header, a Content-Length beside Transfer-Encoding, headers above 16 KiB.
+      `GET /admin/v1/accounts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\nX-A: a\r\n b\r\n\r\n`,
+      "POST /admin/v1/accounts HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+      `GET /admin/v1/accounts HTTP/1.1\r\nHost: x\r\nX-A: ${"a".repeat(20_000)}\r\n\r\n`,
+    ]) {
+      const answer = await rawExchange(port, request);
+      const [head, body] = answer.split("\r\n\r\n");
+      expect(head).toMatch(/^HTTP\/1\.1 4(00|31) /);
+      const id = /x-request-id: (\S+)/i.exec(head ?? "")?.[1];
+      expect(id).toMatch(/.+/);
+      expect(JSON.parse(body ?? "")).toEqual({
+        error: {
+          message: expect.any(String),
+          type: expect.any(String),
+          code: expect.any(String),
+          request_id: id,
+        },
+      });
+    }
+    expect(f.calls).toEqual([]);
   });
 });
 

@@ -7,7 +7,7 @@ import { MeteringService } from "@tollgate/proto/metering";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import { closeConnectionsWhileDraining } from "../http/drain.js";
 import { acceptJsonOnly } from "../http/json-body.js";
-import { DEFAULT_LIMITS } from "../http/limits.js";
+import { clientErrorHandler, DEFAULT_LIMITS } from "../http/limits.js";
 import { logResponses } from "../http/response-log.js";
 import { openApiRoute } from "../openapi/serve.js";
 import type { LeaseBook, PrincipalIds } from "../routes/leases.js";
@@ -102,6 +102,9 @@ export function buildAdminApp(deps: {
     genReqId: (req) => acceptRequestId(req.headers["x-request-id"] as string | undefined),
     bodyLimit: 64 * 1024,
     return503OnClosing: true,
+    // What Node's parser refuses (an obs-fold, Content-Length beside Transfer-Encoding, headers
+    // too large) gets the error body and request id of every other answer, not fastify's own.
+    clientErrorHandler: clientErrorHandler(deps.log as FastifyBaseLogger),
   });
 
   acceptJsonOnly(app, DEFAULT_LIMITS.maxJsonDepth, (code, message) => new AdminError(code, message));
