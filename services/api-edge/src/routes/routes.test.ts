@@ -1065,6 +1065,50 @@ describe("a chat template of the request's own", () => {
   });
 });
 
+describe("a chat message without content", () => {
+  it.each([["user"], ["system"], ["developer"], ["tool"]] as const)(
+    "refuses a %s message with no content (or null) with 400 naming the field, on both doors, forwarding nothing",
+    async (role) => {
+      for (const id of ["chat", "mppChat"] as const) {
+        for (const content of [{}, { content: null }]) {
+          const { app, f } = edge();
+          const body = {
+            ...(BODIES[id] as object),
+            messages: [
+              { role: "user", content: "Hi" },
+              { role, ...content },
+            ],
+          };
+          const res = await app.inject(request(id, { payload: JSON.stringify(body) }));
+          expect(res.statusCode, res.body).toBe(400);
+          expect(code(res)).toBe("invalid_request");
+          expect(JSON.stringify(res.json())).toContain("messages.1.content");
+          expect(f.completed).toEqual([]);
+          expect(f.forwarded).toEqual([]);
+        }
+      }
+    },
+  );
+
+  it("serves an earlier assistant turn without content (beside its tool calls)", async () => {
+    const { app } = edge();
+    const body = {
+      ...(BODIES.chat as object),
+      messages: [
+        { role: "user", content: "Hi" },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }],
+        },
+        { role: "tool", tool_call_id: "c1", content: "42" },
+      ],
+    };
+    const res = await app.inject(request("chat", { payload: JSON.stringify(body) }));
+    expect(res.statusCode, res.body).toBe(200);
+  });
+});
+
 describe("chat content parts", () => {
   const withParts = (id: "chat" | "mppChat", content: unknown) =>
     request(id, {

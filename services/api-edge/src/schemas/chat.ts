@@ -41,15 +41,25 @@ const contentPart = z.looseObject({
   }),
 });
 
-/** One OpenAI chat message; fields beyond these pass through to the upstream untouched. */
-const message = z.looseObject({
-  role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
-  content: z
-    .union([z.string(), z.array(contentPart), z.null()], {
-      error: closestOption("content must be a string, a list of text parts or null"),
-    })
-    .optional(),
-});
+/**
+ * One OpenAI chat message; fields beyond these pass through to the upstream untouched. Every
+ * message has its content (docs/account-door.md, "Limits"), except an earlier assistant turn,
+ * whose content may be absent or null beside its tool calls, and a legacy function message.
+ */
+const message = z
+  .looseObject({
+    role: z.enum(["system", "developer", "user", "assistant", "tool", "function"]),
+    content: z
+      .union([z.string(), z.array(contentPart), z.null()], {
+        error: closestOption("content must be a string, a list of text parts or null"),
+      })
+      .optional(),
+  })
+  .superRefine((m, ctx) => {
+    if ((m.content === undefined || m.content === null) && m.role !== "assistant" && m.role !== "function") {
+      ctx.addIssue({ code: "custom", path: ["content"], message: `a ${m.role} message needs its content` });
+    }
+  });
 
 const outputCap = z.number().int().positive().max(CHAT_LIMITS.maxOutputTokens);
 
