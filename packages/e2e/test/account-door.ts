@@ -140,6 +140,14 @@ export function describeAccountDoor(
       expect(res.headers.get("x-request-id")).toBe("trace-abc-123");
     });
 
+    it("never adopts a key pasted into X-Request-Id, so no log line carries it", async () => {
+      const res = await fetch(`${target.url}/v1/models`, {
+        headers: { authorization: `Bearer ${target.key}`, "x-request-id": target.key },
+      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-request-id")).toMatch(/^req_/);
+    });
+
     it("never logs the key or the prompt text", async () => {
       // Give asynchronous log writers a moment to flush.
       await new Promise((r) => setTimeout(r, 300));

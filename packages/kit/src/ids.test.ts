@@ -18,6 +18,19 @@ describe("ids", () => {
     expect(acceptRequestId(undefined)).toMatch(/^req_/);
   });
 
+  it("never adopts a caller id shaped like a Virtual Key or a wallet address, which every log line would carry", () => {
+    for (const secret of [
+      "tg_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcd",
+      "rid-tg_live_x",
+      "0x52908400098527886E0F7030069857D2E4169EE7",
+      "pay-0x52908400098527886e0f7030069857d2e4169ee7",
+    ]) {
+      const id = acceptRequestId(secret);
+      expect(id).toMatch(/^req_[0-9a-f]{24}$/);
+    }
+    expect(acceptRequestId("trace-0x1234")).toBe("trace-0x1234");
+  });
+
   it("gives random hex of the asked length, also across a refill of the pool", () => {
     for (let i = 0; i < 300; i++) expect(randomHex(20)).toMatch(/^[0-9a-f]{40}$/);
   });

@@ -45,7 +45,18 @@ export function newRequestId(): string {
   return `req_${randomHex(12)}`;
 }
 
-/** Accepts a caller-supplied request id only when it is short and printable; otherwise makes one. */
+/**
+ * What a caller's id must not hold, since every log line of its request carries it: a Virtual
+ * Key's prefix, or a wallet address (docs/operations.md, "Logs").
+ */
+const SECRET_SHAPED = /tg_|0x[0-9a-fA-F]{40}/;
+
+/**
+ * Accepts a caller-supplied request id only when it is short, printable and not shaped like a
+ * secret (a key or a wallet address pasted into it); otherwise makes one.
+ */
 export function acceptRequestId(candidate: string | undefined): string {
-  return candidate !== undefined && SAFE_ID.test(candidate) ? candidate : newRequestId();
+  return candidate !== undefined && SAFE_ID.test(candidate) && !SECRET_SHAPED.test(candidate)
+    ? candidate
+    : newRequestId();
 }
