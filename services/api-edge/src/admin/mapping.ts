@@ -83,11 +83,14 @@ const rateLimitsBody = z.strictObject({
   tokens_per_minute: perMinute.optional(),
 });
 
-/** A spend cap per period, in base units (a decimal string or a safe integer). */
+/**
+ * A spend cap per period, in base units (a decimal string or a safe integer); a string's leading
+ * zeros are read as the number they write ("000500" is 500), as docs/openapi/admin.yaml allows.
+ */
 const budgetBody = z.strictObject({
   amount: z
     .union([z.string().regex(/^\d+$/), z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER)])
-    .transform(String),
+    .transform((a) => BigInt(a).toString()),
   period: z.enum(["month", "week", "day"]).optional(),
   period_days: z.number().int().positive().max(366).optional(),
 });

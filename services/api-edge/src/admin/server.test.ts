@@ -607,6 +607,19 @@ describe("admin API: list, show, update and delete", () => {
     expect(bad.statusCode).toBe(400);
   });
 
+  it("reads a budget amount with leading zeros as the number it writes (admin.yaml: ^\\d+$)", async () => {
+    setup();
+    const set = await app.inject({
+      method: "PATCH",
+      url: "/admin/v1/accounts/acme/connections/main",
+      ...json({ budget: { amount: "000500", period: "day" } }),
+    });
+    expect(set.statusCode, set.body).toBe(200);
+    expect(f.calls.map((c) => c.req)).toEqual([
+      { accountId: "acme", connectionId: "main", budget: { amount: "500", period: 3 }, clearBudget: false },
+    ]);
+  });
+
   it("updates an account's limits and shows a key", async () => {
     setup();
     const a = await app.inject({
