@@ -1,4 +1,4 @@
-import { type AddressInfo, connect, type Socket } from "node:net";
+import { type AddressInfo, type Socket } from "node:net";
 import { rawExchange } from "@tollgate/testkit/raw-http";
 import Fastify, { type FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
@@ -137,17 +137,10 @@ describe("requireHost", () => {
     const { port } = app.server.address() as AddressInfo;
     // Over a socket: Node's parser, not an injector, decides what a duplicate header becomes.
     const send = (lines: string[]) =>
-      new Promise<string>((resolve, reject) => {
-        const socket = connect({ host: "127.0.0.1", port }, () => {
-          socket.end(
-            `GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`,
-          );
-        });
-        let got = "";
-        socket.on("data", (d: Buffer) => (got += d.toString("utf8")));
-        socket.on("end", () => resolve(got));
-        socket.on("error", reject);
-      });
+      rawExchange(
+        port,
+        `GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`,
+      );
     try {
       for (const pair of [
         ["Authorization: Bearer tg_good", "Authorization: Payment eyJ4IjoxfQ"],
@@ -177,15 +170,10 @@ describe("requireHost: several Host fields", () => {
     const { port } = app.server.address() as AddressInfo;
     // Over a socket: Node keeps the first Host of several, so only the raw list shows the second.
     const send = (lines: string[]) =>
-      new Promise<string>((resolve, reject) => {
-        const socket = connect({ host: "127.0.0.1", port }, () => {
-          socket.end(`GET / HTTP/1.1\r\nConnection: close\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`);
-        });
-        let got = "";
-        socket.on("data", (d: Buffer) => (got += d.toString("utf8")));
-        socket.on("end", () => resolve(got));
-        socket.on("error", reject);
-      });
+      rawExchange(
+        port,
+        `GET / HTTP/1.1\r\nConnection: close\r\n${lines.map((l) => `${l}\r\n`).join("")}\r\n`,
+      );
     try {
       for (const pair of [
         ["Host: a.example", "Host: b.example"],
