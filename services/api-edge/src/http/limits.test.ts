@@ -1,4 +1,4 @@
-import { type AddressInfo, type Socket } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { rawExchange } from "@tollgate/testkit/raw-http";
 import Fastify, { type FastifyBaseLogger } from "fastify";
 import { describe, expect, it, vi } from "vitest";
