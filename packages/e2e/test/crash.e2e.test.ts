@@ -43,7 +43,8 @@ describe("process crashes (multi-process stack)", () => {
     await redis?.stop();
   });
 
-  const post = (body: string, key: string) =>
+  // By default far below the 5 minutes a duplicate may wait for a request that is really running.
+  const post = (body: string, key: string, signal = AbortSignal.timeout(25_000)) =>
     fetch(`${stack.url}/v1/chat/completions`, {
       method: "POST",
       headers: {
@@ -52,8 +53,7 @@ describe("process crashes (multi-process stack)", () => {
         "idempotency-key": key,
       },
       body,
-      // Far below the 5 minutes a duplicate may wait for a request that is really running.
-      signal: AbortSignal.timeout(25_000),
+      signal,
     });
 
   it("a retry of an Idempotency-Key request whose api-edge was killed runs within seconds, once, billed as told", async () => {
@@ -143,17 +143,7 @@ describe("process crashes (multi-process stack)", () => {
       messages: [{ role: "user", content: "crash, wait and leave" }],
     });
     const key = `crash-leave-${namespace}`;
-    const attempt = (signal?: AbortSignal) =>
-      fetch(`${stack.url}/v1/chat/completions`, {
-        method: "POST",
-        headers: {
-          authorization: `Bearer ${stack.demoKey}`,
-          "content-type": "application/json",
-          "idempotency-key": key,
-        },
-        body,
-        ...(signal ? { signal } : {}),
-      }).catch((e: Error) => e);
+    const attempt = (signal?: AbortSignal) => post(body, key, signal).catch((e: Error) => e);
     // The first attempt's api-edge dies while the upstream works on it: its claim is left behind.
     const first = attempt();
     await new Promise((r) => setTimeout(r, LATENCY_MS / 3));
