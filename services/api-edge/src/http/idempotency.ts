@@ -109,6 +109,10 @@ export class Idempotency {
     const deadline = Date.now() + this.maxWaitMs;
     const gone = callerGone(reply);
     for (;;) {
+      // A caller gone (while its key was checked, or while it waited for a duplicate) claims
+      // nothing and runs nothing: its claim would only be held, renewed and abandoned, and the
+      // request authorized with a hold (and a rate-limit unit) for nobody (docs/money.md).
+      if (gone.aborted) throw new EdgeError("client_closed_request", "the caller closed the request");
       const decision = await this.store.begin(id, fingerprint, this.claim.claimMs);
       switch (decision.kind) {
         case "run": {
@@ -137,10 +141,8 @@ export class Idempotency {
             "this Idempotency-Key was used with a different request body; use a new key",
           );
         case "in_progress":
-          // A duplicate whose caller left while it waited never runs: it would run the model,
-          // and charge for it, for nobody (docs/money.md, "An answer written as its caller
-          // leaves": a caller gone before the model answered is charged nothing).
-          if (gone.aborted) throw new EdgeError("client_closed_request", "the caller closed the request");
+          // A duplicate whose caller left while it waited never runs (checked at the loop's
+          // top): it would run the model, and charge for it, for nobody.
           if (Date.now() > deadline) {
             throw new EdgeError(
               "idempotency_in_progress",

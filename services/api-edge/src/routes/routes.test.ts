@@ -1855,3 +1855,25 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
     expect(anthropicError(res).error).toMatchObject({ type: "invalid_request_error", code: "invalid_json" });
   });
 });
+
+describe("an Idempotency-Key request whose caller left while its key was checked (review)", () => {
+  it("claims nothing, takes no hold and counts no rate-limit unit", async () => {
+    const { app, f } = edge();
+    let authorized!: () => void;
+    f.authWaits = new Promise((r) => {
+      authorized = r;
+    });
+    await leaveWhileWaiting(
+      app,
+      ROUTES.chat.path,
+      { ...json, ...bearer(), "idempotency-key": "left-while-checked" },
+      BODIES.chat,
+      authorized,
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    // The check only: no Authorize with a hold followed it, and nothing was released.
+    expect(f.authorized).toHaveLength(1);
+    expect(f.settled).toEqual([]);
+    expect(f.routerCalls ?? 0).toBe(0);
+  });
+});

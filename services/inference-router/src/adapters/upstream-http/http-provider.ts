@@ -154,9 +154,21 @@ export function createHttpProvider(opts: HttpUpstreamOptions, wire: WireFormat):
   });
   const upstream: TracedUpstream = { id: opts.id, url, provider: wire.provider };
   const credentials = credentialsOf(wire.headers);
-  /** The attempt's failure for a 4xx/5xx, its body first cleared of the gateway's credentials. */
+  /**
+   * A failure whose message goes to the caller (upstream_rejected), cleared of the gateway's
+   * credentials: the message as read (after JSON unescaping), whichever way it came (an error
+   * status, or an error event of a stream answered 200). Other failures carry no upstream text.
+   */
+  const scrubbed = (err: unknown): unknown => {
+    if (!(err instanceof InferenceError) || err.code !== "upstream_rejected") return err;
+    const message = withoutCredentials(err.message, credentials);
+    return message === err.message
+      ? err
+      : new InferenceError(err.code, message, err.upstream, err.retryAfterMs);
+  };
+  /** The attempt's failure for a 4xx/5xx, its message cleared of the gateway's credentials. */
   const statusError = (status: number, text: string, retryAfter: string | string[] | undefined) =>
-    wire.statusError(status, withoutCredentials(text, credentials), retryAfter);
+    scrubbed(wire.statusError(status, withoutCredentials(text, credentials), retryAfter));
   const streamHeaders = { ...wire.headers, accept: "text/event-stream" };
 
   /** The one HTTP call of an attempt: resolves once the upstream's status and headers arrived. */
@@ -236,7 +248,7 @@ export function createHttpProvider(opts: HttpUpstreamOptions, wire: WireFormat):
         if (!signal.aborted)
           throw attemptFailure("upstream_error", "the upstream stream ended unfinished", "interrupted");
       } catch (err) {
-        throw translate(err, signal, clock, answered);
+        throw scrubbed(translate(err, signal, clock, answered));
       } finally {
         clock.end();
         body?.destroy();
