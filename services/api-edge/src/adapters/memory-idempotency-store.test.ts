@@ -10,11 +10,11 @@ describe("memory idempotency store", () => {
     // 10 minutes of requests, each with its own key kept 2 minutes.
     for (let i = 0; i < 60_000; i++) {
       now = i * 10;
-      expect((await store.begin(`key_${i}`, "fp", 5_000)).kind).toBe("run");
-      await store.complete(`key_${i}`, "fp", response, 120_000);
+      expect((await store.begin(`key_${i}`, "fp", "a", 5_000)).kind).toBe("run");
+      await store.complete(`key_${i}`, "fp", "a", response, 120_000);
     }
     // At most the last two minutes, plus one sweep interval.
     expect(store.retained().records).toBeLessThanOrEqual(18_001);
-    expect((await store.begin("key_59999", "fp", 5_000)).kind).toBe("replay");
+    expect((await store.begin("key_59999", "fp", "a", 5_000)).kind).toBe("replay");
   });
 });

@@ -1,6 +1,6 @@
 import type { IdempotencyStore, StoredResponse } from "../domain/idempotency.js";
 
-type Entry = { fingerprint: string; expiresAt: number; response?: StoredResponse };
+type Entry = { fingerprint: string; owner: string; expiresAt: number; response?: StoredResponse };
 
 /** How often the records past their time to live are dropped, at most. */
 const SWEEP_EVERY_MS = 60_000;
@@ -35,25 +35,28 @@ export function createMemoryIdempotencyStore(now: () => number = Date.now): Memo
   };
   return {
     retained: () => ({ records: entries.size }),
-    async begin(id, fingerprint, leaseMs) {
+    async begin(id, fingerprint, owner, leaseMs) {
       const e = live(id);
       if (!e) {
-        entries.set(id, { fingerprint, expiresAt: now() + leaseMs });
+        entries.set(id, { fingerprint, owner, expiresAt: now() + leaseMs });
         return { kind: "run" };
       }
       if (e.fingerprint !== fingerprint) return { kind: "conflict" };
       return e.response ? { kind: "replay", response: e.response } : { kind: "in_progress" };
     },
-    async complete(id, fingerprint, response, ttlMs) {
-      entries.set(id, { fingerprint, response, expiresAt: now() + ttlMs });
-    },
-    async renew(id, fingerprint, leaseMs) {
+    async complete(id, fingerprint, owner, response, ttlMs) {
       const e = live(id);
-      if (e && !e.response && e.fingerprint === fingerprint) e.expiresAt = now() + leaseMs;
+      if (e && (e.response || e.owner !== owner || e.fingerprint !== fingerprint)) return;
+      entries.set(id, { fingerprint, owner, response, expiresAt: now() + ttlMs });
     },
-    async abandon(id, fingerprint) {
+    async renew(id, fingerprint, owner, leaseMs) {
       const e = live(id);
-      if (e && !e.response && e.fingerprint === fingerprint) entries.delete(id);
+      if (e && !e.response && e.fingerprint === fingerprint && e.owner === owner)
+        e.expiresAt = now() + leaseMs;
+    },
+    async abandon(id, fingerprint, owner) {
+      const e = live(id);
+      if (e && !e.response && e.fingerprint === fingerprint && e.owner === owner) entries.delete(id);
     },
   };
 }

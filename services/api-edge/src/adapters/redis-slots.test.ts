@@ -10,9 +10,9 @@ describe("api-edge's Redis keys on a Redis Cluster: every script stays in one sl
       const { redis, calls } = slotRecorder(() => ["run"]);
       const store = createRedisIdempotencyStore(redis, `tollgate:t_${randomBytes(4).toString("hex")}:`);
       const id = randomBytes(16).toString("base64url");
-      await store.begin(id, "fp", 1_000);
-      await store.complete(id, "fp", { status: 200, headers: {}, body: Buffer.from("{}") }, 1_000);
-      await store.abandon(id, "fp");
+      await store.begin(id, "fp", "a", 1_000);
+      await store.complete(id, "fp", "a", { status: 200, headers: {}, body: Buffer.from("{}") }, 1_000);
+      await store.abandon(id, "fp", "a");
       expect(calls.filter((c) => c.kind === "eval")).toHaveLength(3);
       expect(crossSlot(calls)).toEqual([]);
     }

@@ -21,14 +21,27 @@ export type IdempotencyDecision =
  * all-in-one process. `begin` is atomic: of concurrent duplicates exactly one gets "run".
  */
 export interface IdempotencyStore {
-  /** Claims `id` for a body `fingerprint`; the claim lapses after `leaseMs` if never completed. */
-  begin(id: string, fingerprint: string, leaseMs: number): Promise<IdempotencyDecision>;
-  /** Keeps a running claim of `fingerprint` for `leaseMs` more; nothing once it is done or gone. */
-  renew(id: string, fingerprint: string, leaseMs: number): Promise<void>;
-  /** Stores the response of the claimed request for `ttlMs`. */
-  complete(id: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void>;
-  /** Drops a claim whose request failed, so a retry can run. */
-  abandon(id: string, fingerprint: string): Promise<void>;
+  /**
+   * Claims `id` for a body `fingerprint` on behalf of `owner` (a token of the one request that
+   * runs); the claim lapses after `leaseMs` if never renewed or completed.
+   */
+  begin(id: string, fingerprint: string, owner: string, leaseMs: number): Promise<IdempotencyDecision>;
+  /** Keeps `owner`'s running claim for `leaseMs` more; nothing once it is done, gone or another's. */
+  renew(id: string, fingerprint: string, owner: string, leaseMs: number): Promise<void>;
+  /**
+   * Stores the response of `owner`'s request for `ttlMs`: over its own running claim, or where
+   * no record is left (its claim lapsed and nobody took it over); never over a stored response
+   * or a claim another request took after `owner`'s lapsed.
+   */
+  complete(
+    id: string,
+    fingerprint: string,
+    owner: string,
+    response: StoredResponse,
+    ttlMs: number,
+  ): Promise<void>;
+  /** Drops `owner`'s claim, its request having failed, so a retry can run; never another's. */
+  abandon(id: string, fingerprint: string, owner: string): Promise<void>;
 }
 
 /** How long a stored response is replayed (docs/contract.md, "Idempotency": within 24 h). */

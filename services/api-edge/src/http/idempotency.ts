@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
 import {
@@ -17,13 +17,19 @@ declare module "fastify" {
      * Set when this request holds an idempotency claim that its response settles; `renewal`
      * keeps the claim alive while the request runs.
      */
-    idempotency?: { id: string; fingerprint: string; renewal: NodeJS.Timeout };
+    idempotency?: { id: string; fingerprint: string; owner: string; renewal: NodeJS.Timeout };
   }
 }
 
 /** Response headers worth replaying (the request id is the new request's own). */
 const REPLAYED_HEADERS = ["content-type", "x-tollgate-cost", "x-tollgate-budget-remaining"];
 const POLL_MS = 50;
+/**
+ * Duplicates of one key that may wait at once on this replica; another is 409
+ * `idempotency_in_progress` at once. Waiting counts no rate-limit unit, so without a bound one
+ * key could keep any number of requests open and polling (docs/account-door.md).
+ */
+export const MAX_WAITING_DUPLICATES = 8;
 
 const sha256 = (data: string | Buffer) => createHash("sha256").update(data).digest("hex");
 
@@ -60,11 +66,12 @@ export class Idempotency {
           await this.store.complete(
             claim.id,
             claim.fingerprint,
+            claim.owner,
             { status: reply.statusCode, headers, body },
             IDEMPOTENCY_TTL_MS,
           );
         } else {
-          await this.store.abandon(claim.id, claim.fingerprint);
+          await this.store.abandon(claim.id, claim.fingerprint, claim.owner);
         }
       } catch (err) {
         req.log.error({ err }, "idempotency record not saved");
@@ -96,8 +103,9 @@ export class Idempotency {
   }
 
   /**
-   * Call after authorization. Resolves true when a stored response was sent (the route must
-   * return the reply), false when the route should run.
+   * Call once the key and route are checked, before anything is held (routes/account-inference.ts,
+   * guardIdempotency). Resolves true when a stored response was sent (the route must return the
+   * reply), false when the route should run.
    */
   async guard(req: FastifyRequest, reply: FastifyReply, scope: string, streaming: boolean): Promise<boolean> {
     const key = req.headers["idempotency-key"];
@@ -108,49 +116,67 @@ export class Idempotency {
     const fingerprint = sha256(req.rawBody ?? Buffer.alloc(0));
     const deadline = Date.now() + this.maxWaitMs;
     const gone = callerGone(reply);
-    for (;;) {
-      // A caller gone (while its key was checked, or while it waited for a duplicate) claims
-      // nothing and runs nothing: its claim would only be held, renewed and abandoned, and the
-      // request authorized with a hold (and a rate-limit unit) for nobody (docs/money.md).
-      if (gone.aborted) throw new EdgeError("client_closed_request", "the caller closed the request");
-      const decision = await this.store.begin(id, fingerprint, this.claim.claimMs);
-      switch (decision.kind) {
-        case "run": {
-          // The claim lasts while this process runs the request: renewed until the response
-          // settles it or the connection closes without one, it lapses soon after this process
-          // dies, so a retry is not held up by a request nobody runs any more.
-          const renewal = setInterval(() => {
-            this.store.renew(id, fingerprint, this.claim.claimMs).catch((err: unknown) => {
-              req.log.warn({ err }, "idempotency claim not renewed");
-            });
-          }, this.claim.renewMs);
-          renewal.unref();
-          reply.raw.once("close", () => clearInterval(renewal));
-          req.idempotency = { id, fingerprint, renewal };
-          return false;
-        }
-        case "replay":
-          reply
-            .code(decision.response.status)
-            .headers({ ...decision.response.headers, "idempotent-replayed": "true" })
-            .send(decision.response.body);
-          return true;
-        case "conflict":
-          throw new EdgeError(
-            "idempotency_key_reused",
-            "this Idempotency-Key was used with a different request body; use a new key",
-          );
-        case "in_progress":
-          // A duplicate whose caller left while it waited never runs (checked at the loop's
-          // top): it would run the model, and charge for it, for nobody.
-          if (Date.now() > deadline) {
-            throw new EdgeError(
-              "idempotency_in_progress",
-              "the request with this Idempotency-Key is still running",
-            );
+    // Each claim is its request's own: a claim that lapsed and was taken over by a retry is
+    // never renewed, completed over or dropped by the request that first held it.
+    const owner = randomUUID();
+    let waits = false;
+    try {
+      for (;;) {
+        // A caller gone (while its key was checked, or while it waited for a duplicate) claims
+        // nothing and runs nothing: its claim would only be held, renewed and abandoned, and the
+        // request authorized with a hold (and a rate-limit unit) for nobody (docs/money.md).
+        if (gone.aborted) throw new EdgeError("client_closed_request", "the caller closed the request");
+        const decision = await this.store.begin(id, fingerprint, owner, this.claim.claimMs);
+        switch (decision.kind) {
+          case "run": {
+            // The claim lasts while this process runs the request: renewed until the response
+            // settles it or the connection closes without one, it lapses soon after this process
+            // dies, so a retry is not held up by a request nobody runs any more.
+            const renewal = setInterval(() => {
+              this.store.renew(id, fingerprint, owner, this.claim.claimMs).catch((err: unknown) => {
+                req.log.warn({ err }, "idempotency claim not renewed");
+              });
+            }, this.claim.renewMs);
+            renewal.unref();
+            reply.raw.once("close", () => clearInterval(renewal));
+            req.idempotency = { id, fingerprint, owner, renewal };
+            return false;
           }
-          await new Promise((r) => setTimeout(r, POLL_MS));
+          case "replay":
+            reply
+              .code(decision.response.status)
+              .headers({ ...decision.response.headers, "idempotent-replayed": "true" })
+              .send(decision.response.body);
+            return true;
+          case "conflict":
+            throw new EdgeError(
+              "idempotency_key_reused",
+              "this Idempotency-Key was used with a different request body; use a new key",
+            );
+          case "in_progress": {
+            // A duplicate whose caller left while it waited never runs (checked at the loop's
+            // top): it would run the model, and charge for it, for nobody.
+            const others = this.waiting.get(id) ?? 0;
+            if (!waits && others >= MAX_WAITING_DUPLICATES) throw stillRunning();
+            if (!waits) this.waiting.set(id, others + 1);
+            waits = true;
+            if (Date.now() > deadline) throw stillRunning();
+            await new Promise((r) => setTimeout(r, POLL_MS));
+          }
+        }
+      }
+    } finally {
+      if (waits) {
+        const left = (this.waiting.get(id) ?? 1) - 1;
+        if (left > 0) this.waiting.set(id, left);
+        else this.waiting.delete(id);
       }
     }
   }
+
+  /** Duplicates waiting on this replica, by record id. */
+  private readonly waiting = new Map<string, number>();
 }
+
+const stillRunning = () =>
+  new EdgeError("idempotency_in_progress", "the request with this Idempotency-Key is still running");

@@ -23,6 +23,7 @@ import { ROUTE_IDS, ROUTES, type RouteId, type RouteSpec } from "@tollgate/proto
 import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import { createMemoryIdempotencyStore } from "../adapters/memory-idempotency-store.js";
+import { MAX_WAITING_DUPLICATES } from "../http/idempotency.js";
 import { type ApiEdgePorts, buildApp } from "../app.js";
 import type { AuthClient, InferenceClient, MeteringClient, PaymentClient } from "./context.js";
 import type { LeaseClient } from "./leases.js";
@@ -74,6 +75,8 @@ interface Fakes {
   authWaits?: Promise<void>;
   /** How many calls the router was asked for, cancelled ones included. */
   routerCalls?: number;
+  /** Every buffered model call answers only once this settles (a slow model). */
+  completeWaits?: Promise<void>;
   authorized: Route[];
   /** The text of each chunk of the next stream; default one chunk "hi". */
   streamTexts?: string[];
@@ -176,6 +179,7 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
       f.routerCalls = (f.routerCalls ?? 0) + 1;
       // As the transport does: a call whose caller already left is cancelled at once.
       if (opts?.signal?.aborted) throw new RemoteError(GrpcStatus.CANCELLED, undefined, "cancelled");
+      await f.completeWaits;
       if (req.input) f.completed.push(req.input as CompletionInput);
       if (f.inferenceFails) throw f.inferenceFails;
       const op = req.input?.operation;
@@ -1856,7 +1860,7 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
   });
 });
 
-describe("an Idempotency-Key request whose caller left while its key was checked (review)", () => {
+describe("an Idempotency-Key request whose caller left while its key was checked", () => {
   it("claims nothing, takes no hold and counts no rate-limit unit", async () => {
     const { app, f } = edge();
     let authorized!: () => void;
@@ -1875,5 +1879,37 @@ describe("an Idempotency-Key request whose caller left while its key was checked
     expect(f.authorized).toHaveLength(1);
     expect(f.settled).toEqual([]);
     expect(f.routerCalls ?? 0).toBe(0);
+  });
+});
+
+describe("duplicates of one Idempotency-Key waiting on a replica", () => {
+  it(`lets ${MAX_WAITING_DUPLICATES} wait for the running request and answers any more 409 at once; the waiters get its answer`, async () => {
+    const { app, f } = edge();
+    let answer!: () => void;
+    f.completeWaits = new Promise((r) => {
+      answer = r;
+    });
+    const send = () =>
+      app.inject({
+        method: "POST",
+        url: ROUTES.chat.path,
+        headers: { ...json, ...bearer(), "idempotency-key": "many-waiters" },
+        payload: JSON.stringify(BODIES.chat),
+      });
+    const first = send();
+    await new Promise((r) => setTimeout(r, 50));
+    const waiters = Array.from({ length: MAX_WAITING_DUPLICATES }, send);
+    await new Promise((r) => setTimeout(r, 150));
+    const extra = await send();
+    expect(extra.statusCode, extra.body).toBe(409);
+    expect(code(extra)).toBe("idempotency_in_progress");
+    answer();
+    expect((await first).statusCode).toBe(200);
+    for (const w of await Promise.all(waiters)) {
+      expect(w.statusCode, w.body).toBe(200);
+      expect(w.headers["idempotent-replayed"]).toBe("true");
+    }
+    // The model ran once for all of them.
+    expect(f.completed).toHaveLength(1);
   });
 });
