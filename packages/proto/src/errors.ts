@@ -157,7 +157,7 @@ export const ERRORS = {
     http: 408,
     type: "invalid_request_error",
     retryable: true,
-    doors: ["account", "paid"],
+    doors: ["account", "paid", "admin"],
   },
   headers_too_large: {
     owners: ["api-edge"],
@@ -165,7 +165,7 @@ export const ERRORS = {
     http: 431,
     type: "invalid_request_error",
     retryable: false,
-    doors: ["account", "paid"],
+    doors: ["account", "paid", "admin"],
   },
   idempotency_key_invalid: {
     owners: ["api-edge"],

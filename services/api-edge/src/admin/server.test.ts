@@ -12,6 +12,7 @@ import {
   type RotateKeyRequest,
   Route,
 } from "@tollgate/proto/auth";
+import { ERRORS, type ErrorCode, isErrorCode } from "@tollgate/proto/errors";
 import { GetUsageResponseSchema, Granularity } from "@tollgate/proto/metering";
 import { rawExchange } from "@tollgate/testkit/raw-http";
 import type { FastifyInstance } from "fastify";
@@ -279,7 +280,8 @@ describe("admin API: requests Node's parser refuses", () => {
       expect(head).toMatch(/^HTTP\/1\.1 4(00|31) /);
       const id = /x-request-id: (\S+)/i.exec(head ?? "")?.[1];
       expect(id).toMatch(/.+/);
-      expect(JSON.parse(body ?? "")).toEqual({
+      const parsed = JSON.parse(body ?? "") as { error: { code: string } };
+      expect(parsed).toEqual({
         error: {
           message: expect.any(String),
           type: expect.any(String),
@@ -287,6 +289,11 @@ describe("admin API: requests Node's parser refuses", () => {
           request_id: id,
         },
       });
+      // Only codes of the admin API's own table (docs/openapi/admin.yaml's Error.code).
+      const code = parsed.error.code as ErrorCode;
+      expect(isErrorCode(code) && (ERRORS[code].doors as readonly string[]).includes("admin"), code).toBe(
+        true,
+      );
     }
     expect(f.calls).toEqual([]);
   });
