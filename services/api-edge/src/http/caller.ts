@@ -1,4 +1,5 @@
 import type { FastifyReply } from "fastify";
+import { EdgeError } from "../domain/errors.js";
 
 /**
  * An AbortSignal that fires when the caller goes away before the response is finished; already
@@ -16,3 +17,7 @@ export function callerGone(reply: FastifyReply): AbortSignal {
   else res.on("close", gone);
   return controller.signal;
 }
+
+/** The refusal of a request whose caller left before its model ran (a 499 nobody reads). */
+export const callerLeft = () =>
+  new EdgeError("client_closed_request", "the caller closed the request before the model ran");

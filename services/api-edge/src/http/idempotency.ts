@@ -9,7 +9,7 @@ import {
   IDEMPOTENCY_WAIT_MS,
   type IdempotencyStore,
 } from "../domain/idempotency.js";
-import { callerGone } from "./caller.js";
+import { callerGone, callerLeft } from "./caller.js";
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -125,7 +125,7 @@ export class Idempotency {
         // A caller gone (while its key was checked, or while it waited for a duplicate) claims
         // nothing and runs nothing: its claim would only be held, renewed and abandoned, and the
         // request authorized with a hold (and a rate-limit unit) for nobody (docs/money.md).
-        if (gone.aborted) throw new EdgeError("client_closed_request", "the caller closed the request");
+        if (gone.aborted) throw callerLeft();
         const decision = await this.store.begin(id, fingerprint, owner, this.claim.claimMs);
         switch (decision.kind) {
           case "run": {

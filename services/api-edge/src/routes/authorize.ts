@@ -4,8 +4,7 @@ import { retrying } from "@tollgate/kit/retry";
 import { type AuthorizeRequestSchema, type AuthorizeResponse, Route } from "@tollgate/proto/auth";
 import type { CompleteResponse, Usage } from "@tollgate/proto/inference";
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { EdgeError } from "../domain/errors.js";
-import { callerGone } from "../http/caller.js";
+import { callerGone, callerLeft } from "../http/caller.js";
 import { bearerKey, type KeyReader } from "../http/credentials.js";
 import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
 import { ticketOf } from "./leases.js";
@@ -93,11 +92,9 @@ export async function authorizeRequest(
  * budget that refuses first, as a 402 does, whether that is the connection's or the key's.
  */
 export function budgetLeftOf(grant: AuthorizeResponse): string {
-  const left = [grant.budgetRemaining, grant.keyBudgetRemaining]
-    .filter((v) => v !== "")
-    .map((v) => BigInt(v));
-  if (left.length === 0) return "";
-  return left.reduce((least, v) => (v < least ? v : least)).toString();
+  const { budgetRemaining: connection, keyBudgetRemaining: key } = grant;
+  if (connection === "" || key === "") return connection || key;
+  return BigInt(key) < BigInt(connection) ? key : connection;
 }
 
 /**
@@ -198,7 +195,7 @@ export async function releaseIfGone(
 ): Promise<void> {
   if (!signal.aborted) return;
   await releaseHold(ctx, req, grant);
-  throw new EdgeError("client_closed_request", "the caller closed the request before the model ran");
+  throw callerLeft();
 }
 
 /**

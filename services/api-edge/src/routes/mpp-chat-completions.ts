@@ -6,7 +6,7 @@ import { Action, type PaidRequestSchema } from "@tollgate/proto/payment";
 import { ROUTES } from "@tollgate/proto/routes";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { EdgeError } from "../domain/errors.js";
-import { callerGone } from "../http/caller.js";
+import { callerGone, callerLeft } from "../http/caller.js";
 import { hasKeyField } from "../http/credentials.js";
 import { type HttpError, httpErrorOf, problemBody, toHttpError } from "../http/errors.js";
 import { bodyRefusal } from "../http/json-body.js";
@@ -195,7 +195,7 @@ export function mppChatCompletionsRoute(ctx: RouteContext): RouteImpl {
         // A caller gone while its payment was verified gets no model (docs/money.md).
         const signal = callerGone(reply);
         if (signal.aborted) {
-          throw new EdgeError("client_closed_request", "the caller closed the request before the model ran");
+          throw callerLeft();
         }
         result = await ctx.inference.complete(
           {

@@ -23,8 +23,8 @@ import { ROUTE_IDS, ROUTES, type RouteId, type RouteSpec } from "@tollgate/proto
 import type { FastifyInstance, InjectOptions } from "fastify";
 import { afterEach, describe, expect, it } from "vitest";
 import { createMemoryIdempotencyStore } from "../adapters/memory-idempotency-store.js";
-import { MAX_WAITING_DUPLICATES } from "../http/idempotency.js";
 import { type ApiEdgePorts, buildApp } from "../app.js";
+import { MAX_WAITING_DUPLICATES } from "../http/idempotency.js";
 import type { AuthClient, InferenceClient, MeteringClient, PaymentClient } from "./context.js";
 import type { LeaseClient } from "./leases.js";
 
