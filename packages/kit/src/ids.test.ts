@@ -29,6 +29,7 @@ describe("ids", () => {
       expect(id).toMatch(/^req_[0-9a-f]{24}$/);
     }
     expect(acceptRequestId("trace-0x1234")).toBe("trace-0x1234");
+    expect(acceptRequestId("build-stg_42")).toBe("build-stg_42");
   });
 
   it("gives random hex of the asked length, also across a refill of the pool", () => {

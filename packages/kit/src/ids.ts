@@ -47,9 +47,10 @@ export function newRequestId(): string {
 
 /**
  * What a caller's id must not hold, since every log line of its request carries it: a Virtual
- * Key's prefix, or a wallet address (docs/operations.md, "Logs").
+ * Key (its `tg_` prefix at the start of a word, so `build-stg_42` is no key), or a wallet
+ * address (docs/operations.md, "Logs").
  */
-const SECRET_SHAPED = /tg_|0x[0-9a-fA-F]{40}/;
+const SECRET_SHAPED = /(?:^|[^A-Za-z0-9])tg_[A-Za-z0-9]|0x[0-9a-fA-F]{40}/;
 
 /**
  * Accepts a caller-supplied request id only when it is short, printable and not shaped like a
