@@ -123,7 +123,9 @@ describe("GET /openapi.json on the public port", () => {
     const info = op?.["x-payment-info"] as PaymentInfo;
     expect(info).toMatchObject({ intent: "session", method: "tempo", amount: null });
     // The quote's rule as docs/money.md, "The quote" gives it: the output cap for every sequence.
-    expect(info.description).toMatch(/output cap, once for every output sequence it asks for \(`n`\)/);
+    expect(info.description).toMatch(
+      /output cap, once for every output sequence it asks for \(the larger of `n` and `best_of`\)/,
+    );
     expect(Object.keys(op?.responses ?? {})).toContain("402");
     const prices = new Map(demo.models.map((m) => [m.id, m]));
     expect(info.plans.map((p) => p.name)).toEqual(Object.keys(demo.plans ?? {}));

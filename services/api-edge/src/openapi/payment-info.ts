@@ -34,7 +34,8 @@ export interface PaymentInfo {
 
 const DESCRIPTION =
   "Paid per request from an MPP session on Tempo. Each request's quote is its input bound times the " +
-  "model's input price plus its output cap, once for every output sequence it asks for (`n`), times " +
+  "model's input price plus its output cap, once for every output sequence it asks for (the larger " +
+  "of `n` and `best_of`), times " +
   "the output price (per million tokens, base units of " +
   "the payment token, 6 decimals); the 402 challenge carries it, and the committed cost, never above " +
   "it, is the tokens used at those prices (docs/money.md).";
