@@ -382,6 +382,20 @@ const ACCOUNT = ROUTE_IDS.filter((id) => ROUTES[id].door === "account");
 const WITH_BODY = ACCOUNT.filter((id) => ROUTES[id].schema !== null);
 const code = (res: { json(): unknown }) => (res.json() as { error?: { code?: string } }).error?.code;
 
+/** A body the schema refuses: 400 invalid_request whose message matches, nothing run, held or settled. */
+function expectRefusedBody(
+  res: { statusCode: number; body: string; json(): unknown },
+  f: Fakes,
+  message: RegExp,
+) {
+  expect(res.statusCode, res.body).toBe(400);
+  expect(code(res)).toBe("invalid_request");
+  expect(JSON.stringify(res.json())).toMatch(message);
+  expect(f.completed).toEqual([]);
+  expect(f.forwarded).toEqual([]);
+  expect(f.settled).toEqual([]);
+}
+
 describe("each account route, in process", () => {
   it("has a valid body here for every route of the table that takes one", () => {
     expect(WITH_BODY.filter((id) => BODIES[id] === undefined)).toEqual([]);
@@ -1044,12 +1058,7 @@ describe("a chat template of the request's own", () => {
         const res = await app.inject(
           request(id, { payload: JSON.stringify({ ...(BODIES[id] as object), ...fields }) }),
         );
-        expect(res.statusCode, res.body).toBe(400);
-        expect(code(res)).toBe("invalid_request");
-        expect(res.json().error.message).toMatch(/chat template/);
-        expect(f.completed).toEqual([]);
-        expect(f.forwarded).toEqual([]);
-        expect(f.settled).toEqual([]);
+        expectRefusedBody(res, f, /chat template/);
       }
     },
   );
@@ -1084,11 +1093,7 @@ describe("a chat message without content", () => {
             ],
           };
           const res = await app.inject(request(id, { payload: JSON.stringify(body) }));
-          expect(res.statusCode, res.body).toBe(400);
-          expect(code(res)).toBe("invalid_request");
-          expect(JSON.stringify(res.json())).toContain("messages.1.content");
-          expect(f.completed).toEqual([]);
-          expect(f.forwarded).toEqual([]);
+          expectRefusedBody(res, f, /messages\.1\.content/);
         }
       }
     },
@@ -1129,12 +1134,8 @@ describe("chat content parts", () => {
       for (const id of ["chat", "mppChat"] as const) {
         const { app, f } = edge();
         const res = await app.inject(withParts(id, [{ type: "text", text: "what is this?" }, part]));
-        expect(res.statusCode, res.body).toBe(400);
-        expect(code(res)).toBe("invalid_request");
-        expect(res.json().error.message).toMatch(/only text content parts/);
+        expectRefusedBody(res, f, /only text content parts/);
         expect(res.headers["www-authenticate"]).toBeUndefined();
-        expect(f.completed).toEqual([]);
-        expect(f.settled).toEqual([]);
       }
     },
   );
