@@ -13,7 +13,7 @@ import { bearerKey, type KeyReader } from "../http/credentials.js";
 import { bodyRefusal } from "../http/json-body.js";
 import { relayStream, type StreamFormat } from "../http/sse.js";
 import {
-  authorizeRequest,
+  checkKeyAndRoute,
   completeOrRelease,
   moneyHeaders,
   moneyOf,
@@ -56,7 +56,7 @@ export async function parseAccountBody<S extends z.ZodType>(
       if (!refused) return parsed.data as z.output<S>;
     }
   }
-  await authorizeRequest(ctx, req, reply, { route, checkOnly: true, readKey });
+  await checkKeyAndRoute(ctx, req, reply, route, readKey);
   throw refused;
 }
 
@@ -82,11 +82,7 @@ export async function guardIdempotency(
   ask: { route: Route; scope: string; streaming: boolean; readKey?: KeyReader },
 ): Promise<boolean> {
   if (req.headers["idempotency-key"] === undefined) return false;
-  const checked = await authorizeRequest(ctx, req, reply, {
-    route: ask.route,
-    checkOnly: true,
-    ...(ask.readKey ? { readKey: ask.readKey } : {}),
-  });
+  const checked = await checkKeyAndRoute(ctx, req, reply, ask.route, ask.readKey);
   return ctx.idempotency.guard(req, reply, idempotencyScope(checked, ask.scope), ask.streaming);
 }
 

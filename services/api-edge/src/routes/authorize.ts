@@ -87,6 +87,21 @@ export async function authorizeRequest(
 }
 
 /**
+ * The key and route checked alone, nothing held or counted: the 401 or 403 a full authorization
+ * would give, before a request refused for its body, its stored items, or answered from its
+ * Idempotency-Key record. Its grant names the caller (the record's scope).
+ */
+export function checkKeyAndRoute(
+  ctx: AccountRouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  route: Route,
+  readKey: KeyReader = bearerKey,
+): Promise<AuthorizeResponse> {
+  return authorizeRequest(ctx, req, reply, { route, checkOnly: true, readKey });
+}
+
+/**
  * What a grant's key may still spend: the least of what is left of its connection's budget and
  * of its own, of those that apply ("" when none does). So x-tollgate-budget-remaining names the
  * budget that refuses first, as a 402 does, whether that is the connection's or the key's.

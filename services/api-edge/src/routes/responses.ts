@@ -22,7 +22,7 @@ import {
   streamCompletion,
   unixNow,
 } from "./account-inference.js";
-import { authorizeRequest, releaseHold } from "./authorize.js";
+import { authorizeRequest, checkKeyAndRoute, releaseHold } from "./authorize.js";
 import type { AccountRouteContext } from "./context.js";
 import type { RouteImpl } from "./register.js";
 
@@ -51,7 +51,7 @@ async function storedItemsOf(
   const found = await ctx.responseItems.getMany(refs.map((r) => r.id));
   const missing = found.indexOf(undefined);
   if (missing >= 0) {
-    await authorizeRequest(ctx, req, reply, { route: OPERATIONS[operation], checkOnly: true });
+    await checkKeyAndRoute(ctx, req, reply, OPERATIONS[operation]);
     const ref = refs[missing]!;
     throw unknownItem(ref.index, ref.id);
   }
