@@ -380,6 +380,15 @@ function sseEvents(body: string): { event?: string; raw: string; data: Record<st
 
 const ACCOUNT = ROUTE_IDS.filter((id) => ROUTES[id].door === "account");
 const WITH_BODY = ACCOUNT.filter((id) => ROUTES[id].schema !== null);
+/** A promise the test opens by hand: a fake's answer held back until `open()`. */
+function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((r) => {
+    open = r;
+  });
+  return { wait, open };
+}
+
 const code = (res: { json(): unknown }) => (res.json() as { error?: { code?: string } }).error?.code;
 
 /** A body the schema refuses: 400 invalid_request whose message matches, nothing run, held or settled. */
@@ -785,10 +794,8 @@ describe('a caller that leaves while its key is checked (docs/money.md, "An answ
     ["streamed", true],
   ])("%s: no model runs and the hold goes back at once", async (_label, stream) => {
     const { app, f } = edge();
-    let authorized!: () => void;
-    f.authWaits = new Promise((r) => {
-      authorized = r;
-    });
+    const { wait, open: authorized } = gate();
+    f.authWaits = wait;
     await leaveWhileWaiting(
       app,
       ROUTES.chat.path,
@@ -1301,10 +1308,8 @@ describe("the paid route", () => {
 
   it("runs no model for a caller that left while its payment was verified, and gives the hold back", async () => {
     const { app, f } = edge();
-    let verified!: () => void;
-    f.verifyWaits = new Promise((r) => {
-      verified = r;
-    });
+    const { wait, open: verified } = gate();
+    f.verifyWaits = wait;
     await leaveWhileWaiting(
       app,
       ROUTES.mppChat.path,
@@ -1864,10 +1869,8 @@ describe("POST /v1/messages (Anthropic Messages)", () => {
 describe("an Idempotency-Key request whose caller left while its key was checked", () => {
   it("claims nothing, takes no hold and counts no rate-limit unit", async () => {
     const { app, f } = edge();
-    let authorized!: () => void;
-    f.authWaits = new Promise((r) => {
-      authorized = r;
-    });
+    const { wait, open: authorized } = gate();
+    f.authWaits = wait;
     await leaveWhileWaiting(
       app,
       ROUTES.chat.path,
@@ -1886,10 +1889,8 @@ describe("an Idempotency-Key request whose caller left while its key was checked
 describe("duplicates of one Idempotency-Key waiting on a replica", () => {
   it(`lets ${MAX_WAITING_DUPLICATES} wait for the running request and answers any more 409 at once; the waiters get its answer`, async () => {
     const { app, f } = edge();
-    let answer!: () => void;
-    f.completeWaits = new Promise((r) => {
-      answer = r;
-    });
+    const { wait, open: answer } = gate();
+    f.completeWaits = wait;
     const send = () =>
       app.inject({
         method: "POST",
