@@ -166,7 +166,11 @@ export function createHttpProvider(opts: HttpUpstreamOptions, wire: WireFormat):
       ? err
       : new InferenceError(err.code, message, err.upstream, err.retryAfterMs);
   };
-  /** The attempt's failure for a 4xx/5xx, its message cleared of the gateway's credentials. */
+  /**
+   * The attempt's failure for a 4xx/5xx, its message cleared of the gateway's credentials: in the
+   * raw text first (the message is cut at MAX_ERROR_TEXT, which could leave a part of a key the
+   * final pass no longer recognises), then in the message as read (a JSON-escaped key).
+   */
   const statusError = (status: number, text: string, retryAfter: string | string[] | undefined) =>
     scrubbed(wire.statusError(status, withoutCredentials(text, credentials), retryAfter));
   const streamHeaders = { ...wire.headers, accept: "text/event-stream" };
