@@ -109,9 +109,13 @@ function gatedBus() {
   };
   const attempts: Attempt[] = [];
   const bus: EventBus = {
-    publish: (subject, data, msgId) =>
+    // As the real bus does, an attempt not answered within its ack wait fails: the publisher
+    // counts on that to finish an attempt it started just before the last deadline.
+    publish: (subject, data, msgId, timeoutMs) =>
       new Promise<void>((ack, fail) => {
         attempts.push({ subject, data, msgId, ack, fail });
+        if (timeoutMs !== undefined)
+          setTimeout(() => fail(new Error("ack wait timed out")), timeoutMs).unref();
       }),
     subscribe: () => Promise.reject(new Error("not used")),
     close: async () => {},
