@@ -49,6 +49,36 @@ export const shutdownTimeoutSeconds = z.coerce
   .max(3_600)
   .default(DEFAULT_SHUTDOWN_TIMEOUT_MS / 1_000);
 
+/**
+ * What every gRPC service reads for its server (its address, its probe port, its log level and
+ * the bound on its stop), spread into the service's own environment schema.
+ */
+export const grpcServiceEnv = (defaultPort: number) => ({
+  GRPC_HOST: z.string().default("127.0.0.1"),
+  /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
+  GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+  GRPC_PORT: port(defaultPort),
+  LOG_LEVEL: logLevel,
+  SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
+});
+
+/** The server options grpcServiceEnv's variables give. */
+export function grpcServerOptions(e: {
+  GRPC_HOST: string;
+  GRPC_PORT: number;
+  GRPC_HEALTH_PORT?: number | undefined;
+}): {
+  grpcHost: string;
+  grpcPort: number;
+  grpcHealthPort?: number;
+} {
+  return {
+    grpcHost: e.GRPC_HOST,
+    grpcPort: e.GRPC_PORT,
+    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+  };
+}
+
 /** `host:port,host:port`: the nodes of a Redis Cluster. */
 export const REDIS_CLUSTER_NODES = /^\s*[^\s:/@,]+:\d+\s*(,\s*[^\s:/@,]+:\d+\s*)*$/;
 

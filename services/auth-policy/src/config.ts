@@ -1,11 +1,11 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import {
-  logLevel,
+  grpcServerOptions,
+  grpcServiceEnv,
   natsServers,
   parseEnv,
   port,
   redisClusterNodes,
-  shutdownTimeoutSeconds,
 } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { natsUrlOf } from "@tollgate/kit/nats";
@@ -22,12 +22,7 @@ const DAY_SECONDS = 86_400;
 const envSchema = z
   .object({
     TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
-    GRPC_HOST: z.string().default("127.0.0.1"),
-    /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
-    GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
-    GRPC_PORT: port(50051),
-    LOG_LEVEL: logLevel,
-    SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
+    ...grpcServiceEnv(50051),
     /** Unset: accounts, keys and rate-limit counters live in this process only (one replica). */
     REDIS_URL: z.string().optional(),
     REDIS_CLUSTER_NODES: redisClusterNodes,
@@ -84,9 +79,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): AuthPolicyConf
   const redisUrl = redisUrlOf(e.REDIS_URL, e.REDIS_CLUSTER_NODES);
   const natsUrl = natsUrlOf(e.NATS_URL, e.NATS_SERVERS);
   return {
-    grpcHost: e.GRPC_HOST,
-    grpcPort: e.GRPC_PORT,
-    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    ...grpcServerOptions(e),
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,

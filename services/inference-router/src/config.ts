@@ -1,10 +1,10 @@
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import {
-  logLevel,
+  grpcServerOptions,
+  grpcServiceEnv,
   natsServers,
   parseEnv,
   port,
-  shutdownTimeoutSeconds,
   streamReplicas,
 } from "@tollgate/kit/config";
 import { type InternalAuth, loadInternalAuth } from "@tollgate/kit/credentials";
@@ -15,16 +15,11 @@ import { z } from "zod";
 const envSchema = z
   .object({
     TOLLGATE_CONFIG: z.string().min(1, "path of the Tollgate configuration file"),
-    GRPC_HOST: z.string().default("127.0.0.1"),
-    /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
-    GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
-    GRPC_PORT: port(50053),
+    ...grpcServiceEnv(50053),
     NATS_URL: z.string().optional(),
     NATS_SERVERS: natsServers,
     NATS_NAMESPACE: z.string().default(""),
     NATS_STREAM_REPLICAS: streamReplicas,
-    LOG_LEVEL: logLevel,
-    SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
     /** Prometheus /metrics; 0 picks a free port. */
     METRICS_HOST: z.string().default("127.0.0.1"),
     METRICS_PORT: port(9053),
@@ -64,9 +59,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): InferenceRoute
   const e = parseEnv(envSchema, env);
   const gateway = loadGatewayConfig(e.TOLLGATE_CONFIG);
   return {
-    grpcHost: e.GRPC_HOST,
-    grpcPort: e.GRPC_PORT,
-    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    ...grpcServerOptions(e),
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
     natsUrl: natsUrlOf(e.NATS_URL, e.NATS_SERVERS)!,
     natsNamespace: e.NATS_NAMESPACE,

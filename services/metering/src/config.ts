@@ -1,10 +1,10 @@
 import {
-  logLevel,
+  grpcServerOptions,
+  grpcServiceEnv,
   natsServers,
   parseEnv,
   port,
   redisClusterNodes,
-  shutdownTimeoutSeconds,
   streamReplicas,
 } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
@@ -16,12 +16,7 @@ import type { MeteringOptions } from "./app.js";
 
 const envSchema = z
   .object({
-    GRPC_HOST: z.string().default("127.0.0.1"),
-    /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
-    GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
-    GRPC_PORT: port(50054),
-    LOG_LEVEL: logLevel,
-    SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
+    ...grpcServiceEnv(50054),
     NATS_URL: z.string().optional(),
     NATS_SERVERS: natsServers,
     NATS_NAMESPACE: z.string().default(""),
@@ -67,9 +62,7 @@ export interface MeteringConfig extends MeteringOptions {
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): MeteringConfig {
   const e = parseEnv(envSchema, env);
   return {
-    grpcHost: e.GRPC_HOST,
-    grpcPort: e.GRPC_PORT,
-    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    ...grpcServerOptions(e),
     internalAuth: loadInternalAuth(env, { server: true, client: true }),
     logLevel: e.LOG_LEVEL,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,

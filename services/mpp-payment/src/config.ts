@@ -2,11 +2,11 @@ import { readFileSync } from "node:fs";
 import { type GatewayConfig, loadGatewayConfig } from "@tollgate/config";
 import {
   ConfigError,
-  logLevel,
+  grpcServerOptions,
+  grpcServiceEnv,
   parseEnv,
   port,
   redisClusterNodes,
-  shutdownTimeoutSeconds,
 } from "@tollgate/kit/config";
 import { loadInternalAuth } from "@tollgate/kit/credentials";
 import { redisUrlOf } from "@tollgate/kit/redis";
@@ -33,12 +33,7 @@ const envSchema = z.object({
   TOLLGATE_CONFIG: z.string({
     error: "required: path of the Tollgate configuration file (plans, models, prices)",
   }),
-  GRPC_HOST: z.string().default("127.0.0.1"),
-  /** A plaintext port serving only grpc.health.v1 (probes, with mutual TLS); unset: none. */
-  GRPC_HEALTH_PORT: z.coerce.number().int().min(0).max(65535).optional(),
-  GRPC_PORT: port(50052),
-  LOG_LEVEL: logLevel,
-  SHUTDOWN_TIMEOUT_SECONDS: shutdownTimeoutSeconds,
+  ...grpcServiceEnv(50052),
   REDIS_URL: z.string().optional(),
   REDIS_CLUSTER_NODES: redisClusterNodes,
   REDIS_PREFIX: z.string().default(DEFAULTS.redisPrefix),
@@ -153,9 +148,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): MppPaymentConf
   if (problems.length > 0 || !e || !gateway || secret === undefined) throw new ConfigError(problems);
   const redisUrl = redisUrlOf(e.REDIS_URL, e.REDIS_CLUSTER_NODES);
   return {
-    grpcHost: e.GRPC_HOST,
-    grpcPort: e.GRPC_PORT,
-    ...(e.GRPC_HEALTH_PORT !== undefined ? { grpcHealthPort: e.GRPC_HEALTH_PORT } : {}),
+    ...grpcServerOptions(e),
     internalAuth: loadInternalAuth(env, { server: true, client: false }),
     logLevel: e.LOG_LEVEL,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_SECONDS * 1_000,
