@@ -5,7 +5,7 @@ import { type Client, createClient, GrpcStatus, type MethodsOf, RemoteError } fr
 import { checkGrpcHealth } from "@tollgate/kit/health";
 import { createLogger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
-import { connectRedis, quitRedis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis } from "@tollgate/kit/redis";
 import {
   AuthService,
   BUDGET_DETAILS,
@@ -23,6 +23,7 @@ import {
   useNats,
   useRedis,
 } from "@tollgate/testkit/fixtures";
+import { deleteMatching, keysMatching } from "@tollgate/testkit/redis-keys";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type AuthPolicy, start } from "../../src/app.js";
 import type { KeyRevocation } from "../../src/domain/ports.js";
@@ -101,10 +102,7 @@ afterAll(async () => {
   two?.$close();
   for (const app of replicas) await app.stop();
   const r = connectRedis(redis.url);
-  const keys: string[] = [];
-  for await (const batch of scanStream(r, { match: `${ns}:*`, count: 500 }))
-    keys.push(...(batch as string[]));
-  if (keys.length > 0) await r.del(...keys);
+  await deleteMatching(r, `${ns}:*`);
   await quitRedis(r);
   await drainNats(nc);
   await Promise.all([nats.stop(), redis.stop()]);
@@ -407,9 +405,7 @@ describe("budgets on two auth-policy replicas sharing one Redis", () => {
     // And in Redis: one period hash for the connection, its spend the exact sum, nothing held.
     const r = connectRedis(redis.url);
     try {
-      const keys: string[] = [];
-      for await (const batch of scanStream(r, { match: `${ns}:auth:budget:{${accountId}}:*`, count: 500 }))
-        keys.push(...(batch as string[]));
+      const keys = await keysMatching(r, `${ns}:auth:budget:{${accountId}}:*`);
       const hashes = keys.filter((k) => !k.endsWith(":holds"));
       expect(hashes).toHaveLength(1);
       expect(hashes[0]).toMatch(/:connection:main:month:\d{4}-\d{2}$/);

@@ -1,5 +1,6 @@
-import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { deleteMatching, keysMatching } from "@tollgate/testkit/redis-keys";
 import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createMemoryLedger } from "../../src/adapters/memory-ledger.js";
@@ -29,10 +30,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const p of prefixes) {
-    const keys: string[] = [];
-    for await (const batch of scanStream(redis, { match: `${p}*`, count: 500 }))
-      keys.push(...(batch as string[]));
-    if (keys.length > 0) await redis.del(...keys);
+    await deleteMatching(redis, `${p}*`);
   }
   await quitRedis(redis);
   await fixture.stop();
@@ -54,9 +52,7 @@ describe("redis key store", () => {
       createdAt: new Date(),
       last4: secret.slice(-4),
     });
-    const keys: string[] = [];
-    for await (const batch of scanStream(redis, { match: `${p}*`, count: 100 }))
-      keys.push(...(batch as string[]));
+    const keys = await keysMatching(redis, `${p}*`);
     expect(keys.sort()).toEqual(
       [`${p}auth:key:${hashKey(secret).toString("hex")}`, `${p}auth:key-id:k1`, `${p}auth:keys:a/c`].sort(),
     );

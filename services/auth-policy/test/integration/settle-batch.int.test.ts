@@ -2,9 +2,10 @@ import { parseGatewayConfig } from "@tollgate/config";
 import { createClient, GrpcStatus, RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import { createMetrics } from "@tollgate/kit/metrics";
-import { connectRedis, isCluster, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, isCluster, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { AuthService, BudgetPeriod, Route, SettleOutcome } from "@tollgate/proto/auth";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { deleteMatching } from "@tollgate/testkit/redis-keys";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisLedger } from "../../src/adapters/redis-ledger.js";
 import { start } from "../../src/app.js";
@@ -29,10 +30,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const p of prefixes) {
-    const keys: string[] = [];
-    for await (const batch of scanStream(redis, { match: `${p}*`, count: 500 }))
-      keys.push(...(batch as string[]));
-    if (keys.length > 0) await redis.del(...keys);
+    await deleteMatching(redis, `${p}*`);
   }
   await quitRedis(redis);
   await fixture.stop();

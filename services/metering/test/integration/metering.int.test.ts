@@ -12,7 +12,7 @@ import {
 } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
 import { connectNats, drainNats, type NatsConnection } from "@tollgate/kit/nats";
-import { connectRedis, quitRedis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis } from "@tollgate/kit/redis";
 import { AuthService, SettleOutcome } from "@tollgate/proto/auth";
 import {
   type GetUsageRequestSchema,
@@ -29,6 +29,7 @@ import {
   useNats,
   useRedis,
 } from "@tollgate/testkit/fixtures";
+import { deleteMatching } from "@tollgate/testkit/redis-keys";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createRedisUsageStore } from "../../src/adapters/redis-usage-store.js";
 import { type Metering, start } from "../../src/app.js";
@@ -59,10 +60,7 @@ afterAll(async () => {
   // Remove only what this run created; the servers may be shared.
   const r = connectRedis(redis.url);
   for (const ns of namespaces) {
-    const keys: string[] = [];
-    for await (const batch of scanStream(r, { match: `${ns}:*`, count: 500 }))
-      keys.push(...(batch as string[]));
-    if (keys.length > 0) await r.del(...keys);
+    await deleteMatching(r, `${ns}:*`);
     await nc.request(`$JS.API.STREAM.DELETE.${natsNames(ns).usageStream}`).catch(() => undefined);
   }
   await quitRedis(r);

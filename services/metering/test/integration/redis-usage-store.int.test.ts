@@ -1,5 +1,6 @@
-import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { deleteMatching } from "@tollgate/testkit/redis-keys";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisUsageStore } from "../../src/adapters/redis-usage-store.js";
 import { usageEvent, usageStoreContract } from "../usage-store-contract.js";
@@ -16,10 +17,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // Only this run's keys; the server may be shared.
-  const keys: string[] = [];
-  for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
-    keys.push(...(batch as string[]));
-  if (keys.length > 0) await redis.del(...keys);
+  await deleteMatching(redis, `${ns}:*`);
   await quitRedis(redis);
   await fixture.stop();
 });

@@ -1,5 +1,6 @@
-import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { deleteMatching, keysMatching } from "@tollgate/testkit/redis-keys";
 import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisChannelStore } from "../../src/adapters/redis-channel-store.js";
@@ -16,10 +17,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const ns of namespaces) {
-    const keys: string[] = [];
-    for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
-      keys.push(...(batch as string[]));
-    if (keys.length > 0) await redis.del(...keys);
+    await deleteMatching(redis, `${ns}:*`);
   }
   await quitRedis(redis);
   await fixture.stop();
@@ -41,9 +39,7 @@ describe("redis channel store", () => {
     const now = Date.now();
     await s.reserve(c.channelId, "r1", 5n, now, now + 1_000, { id: "c1", until: now + 30_000 });
     await s.commit(c.channelId, "r1", 5n, now);
-    const keys: string[] = [];
-    for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
-      keys.push(...(batch as string[]));
+    const keys = await keysMatching(redis, `${ns}:*`);
     expect(keys.every((k) => k.includes(`{${c.channelId}}`))).toBe(true);
     const res = keys.find((k) => k.includes(":res:"))!;
     const ttl = await redis.pttl(res);

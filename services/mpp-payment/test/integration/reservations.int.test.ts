@@ -1,8 +1,9 @@
 import { RemoteError } from "@tollgate/kit/grpc";
 import { createLogger } from "@tollgate/kit/log";
-import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { Action } from "@tollgate/proto/payment";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { deleteMatching } from "@tollgate/testkit/redis-keys";
 import {
   CHANNEL_RESERVE,
   createTempoDevnet,
@@ -10,6 +11,7 @@ import {
   DEMO_PAYER_PRIVATE_KEY,
   type TempoDevnet,
 } from "@tollgate/testkit/tempo-devnet";
+
 import { tempo as tempoClient } from "mppx/client";
 import { Session } from "mppx/tempo";
 import { createClient, type Hex, http } from "viem";
@@ -61,10 +63,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const c of clients) c.$close();
   for (const app of apps) await app.stop();
-  const keys: string[] = [];
-  for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
-    keys.push(...(batch as string[]));
-  if (keys.length > 0) await redis.del(...keys);
+  await deleteMatching(redis, `${ns}:*`);
   await quitRedis(redis);
   await Promise.all([devnet.close(), redisFixture.stop()]);
 });

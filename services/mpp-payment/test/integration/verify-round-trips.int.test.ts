@@ -1,6 +1,7 @@
 import { createLogger } from "@tollgate/kit/log";
-import { connectRedis, quitRedis, type Redis, scanStream } from "@tollgate/kit/redis";
+import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
+import { deleteMatching } from "@tollgate/testkit/redis-keys";
 import { Session } from "mppx/tempo";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -27,10 +28,7 @@ afterAll(async () => {
   const redis = connections[0];
   if (redis) {
     for (const ns of namespaces) {
-      const keys: string[] = [];
-      for await (const batch of scanStream(redis, { match: `${ns}:*`, count: 500 }))
-        keys.push(...(batch as string[]));
-      if (keys.length > 0) await redis.del(...keys);
+      await deleteMatching(redis, `${ns}:*`);
     }
   }
   await Promise.all(connections.map((r) => quitRedis(r)));
