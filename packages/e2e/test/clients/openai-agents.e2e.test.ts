@@ -125,6 +125,25 @@ describe("OpenAI Agents SDK against the account door", () => {
       expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.finalOutput?.trim());
     });
 
+    it.runIf(useResponses)(
+      "conversationId and previousResponseId: refused with a 400 naming the field, nothing billed",
+      async () => {
+        const before = gateway().upstream.requests.length;
+        const options = [
+          [{ conversationId: "conv_1" }, "conversation"],
+          [{ previousResponseId: "resp_1" }, "previous_response_id"],
+        ] as const;
+        for (const [option, field] of options) {
+          const err = await rejection(runner().run(agent(), "hi", option));
+          expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+          expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("invalid_request");
+          expect((err as Error).message).toContain(`${field}: `);
+          expect(gateway().wire.last()).toMatchObject({ path, status: 400 });
+        }
+        expect(gateway().upstream.requests.length).toBe(before);
+      },
+    );
+
     /** The error a run rejects with for `refusal`: the openai SDK's class for its status. */
     async function expectRefused(refusal: Refusal, stream: boolean) {
       const run = stream

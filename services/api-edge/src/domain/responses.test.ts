@@ -250,6 +250,19 @@ describe("responsesRequestSchema", () => {
     expect(issues({ input: "hi", tools: [] })).toEqual([]);
   });
 
+  it("refuses the state OpenAI keeps and this route does not: a conversation, a stored prompt", () => {
+    // The Agents SDK's `conversationId` run option sends `conversation`: answered without its
+    // items, the caller would get an answer that silently lacks the conversation.
+    expect(issues({ input: "hi", conversation: "conv_1" })).toEqual([
+      "conversation: conversations are not stored: send the conversation as input",
+    ]);
+    expect(issues({ input: "hi", conversation: { id: "conv_1" } })).toHaveLength(1);
+    expect(issues({ input: "hi", prompt: { id: "pmpt_1", version: "2" } })).toEqual([
+      "prompt: stored prompts are not offered: send the instructions and input",
+    ]);
+    expect(issues({ input: "hi", conversation: null, prompt: null })).toEqual([]);
+  });
+
   it("takes item references to stored answers (the AI SDK's default when storing) and store", () => {
     expect(
       issues({

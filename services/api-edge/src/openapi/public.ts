@@ -60,7 +60,7 @@ const ROUTE_DOCS: Record<RouteId, RouteDoc> = {
     summary:
       "OpenAI Responses (text subset), buffered or streamed as the Responses event sequence (operation `responses`)",
     description:
-      "Each answer's output message is kept (unless `store: false`) for later `item_reference` inputs; whole responses are not, so `previous_response_id` is refused with 400, and so is a non-empty `tools` (call chat completions for tools). `text.format` `json_object` or `json_schema` asks the model for JSON (the chat `response_format`); the answer echoes `text.format` and `metadata`.",
+      "Each answer's output message is kept (unless `store: false`) for later `item_reference` inputs; whole responses are not, so `previous_response_id` is refused with 400, and so are `conversation` and `prompt` (state OpenAI keeps: a conversation's items, a stored prompt) and a non-empty `tools` (call chat completions for tools). `text.format` `json_object` or `json_schema` asks the model for JSON (the chat `response_format`); the answer echoes `text.format` and `metadata`.",
     answers: { "200": streamOrJson("Response") },
   },
   messages: {

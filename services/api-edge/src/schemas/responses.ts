@@ -79,8 +79,10 @@ const textFormat = z.discriminatedUnion(
 /**
  * POST /v1/responses: the text subset of OpenAI's Responses API, buffered or streamed. The route keeps
  * the output message of each answer (unless `store: false`) for `item_reference` inputs, no whole
- * response, so `previous_response_id` and tools are refused. `text.format` asks for JSON output
- * and `metadata` is echoed in the answer; other fields are ignored.
+ * response, so `previous_response_id` and tools are refused, and so are `conversation` and
+ * `prompt`, which name state kept by OpenAI (a conversation's items, a stored prompt): answering
+ * without it would silently drop context the caller meant to send. `text.format` asks for JSON
+ * output and `metadata` is echoed in the answer; other fields are ignored.
  */
 export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
   return z
@@ -97,6 +99,8 @@ export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
       /** Keep the answer's output message for later `item_reference` inputs; default true. */
       store: z.boolean().nullish(),
       previous_response_id: z.string().nullish(),
+      conversation: z.union([z.string(), z.looseObject({})]).nullish(),
+      prompt: z.looseObject({}).nullish(),
       tools: z.array(z.unknown()).nullish(),
       /** The output's format; `verbosity` is accepted and ignored. */
       text: z
@@ -113,6 +117,20 @@ export function responsesSchema(maxMessages: number = CHAT_LIMITS.maxMessages) {
           code: "custom",
           path: ["previous_response_id"],
           message: "responses are not stored (only their output messages): send the conversation as input",
+        });
+      }
+      if (r.conversation != null) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["conversation"],
+          message: "conversations are not stored: send the conversation as input",
+        });
+      }
+      if (r.prompt != null) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["prompt"],
+          message: "stored prompts are not offered: send the instructions and input",
         });
       }
       if (r.tools != null && r.tools.length > 0) {
