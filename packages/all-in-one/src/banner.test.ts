@@ -101,6 +101,29 @@ describe("describeStartupError", () => {
     );
   });
 
+  it("names an unreachable Redis or NATS by address and variable, without the URL's password", () => {
+    const stores = loadConfig({
+      REDIS_URL: "redis://:redispw-SECRET@127.0.0.1:6390",
+      NATS_URL: "nats://user:natspw-SECRET@127.0.0.1:4290,nats://tok-SECRET@10.0.0.2:4222",
+    });
+    const redisDown = Object.assign(new Error("Reached the max retries per request limit (which is 0)."), {
+      name: "MaxRetriesPerRequestError",
+    });
+    const natsDown = Object.assign(
+      new Error("connection refused", { cause: Object.assign(new Error("x"), { code: "ECONNREFUSED" }) }),
+      { name: "ConnectionError" },
+    );
+    const redisText = describeStartupError(redisDown, stores);
+    const natsText = describeStartupError(natsDown, stores);
+    expect(redisText).toBe(
+      "tollgate: cannot reach Redis at redis://127.0.0.1:6390 (REDIS_URL): nothing answered. Start Redis there, or unset REDIS_URL to keep the store in memory.",
+    );
+    expect(natsText).toContain(
+      "tollgate: cannot reach NATS at nats://127.0.0.1:4290,nats://10.0.0.2:4222 (NATS_URL): ECONNREFUSED.",
+    );
+    expect(`${redisText}${natsText}`).not.toContain("SECRET");
+  });
+
   it("lists configuration problems once, and keeps other messages without a stack", () => {
     const text = describeStartupError(new ConfigError(["a: bad", "b: worse"]), cfg);
     expect(text).toBe("tollgate: invalid configuration:\n  - a: bad\n  - b: worse");

@@ -118,6 +118,31 @@ export function describeStartupError(err: unknown, cfg: AllInOneConfig | undefin
     const conflict = vars.length > 1 ? `; ${vars.join(" and ")} name the same port, give each its own` : "";
     return `tollgate: cannot listen on ${where}: it ${why}. Stop the other process or set ${named} to a free port (0 picks one)${conflict}.`;
   }
+  const unreachable = unreachableStore(err, cfg);
+  if (unreachable) return unreachable;
   const message = err instanceof Error ? err.message : String(err);
   return `tollgate: could not start: ${message}`;
+}
+
+/**
+ * The Redis or NATS the process was told to use but could not reach at start, named by its
+ * address (never the URL's credentials) and the variable that set it. ioredis reports a first
+ * command refused while nothing answers as MaxRetriesPerRequestError, nats.js as ConnectionError.
+ */
+function unreachableStore(err: unknown, cfg: AllInOneConfig | undefined): string | undefined {
+  const e = err as (Error & { cause?: { code?: string } }) | undefined;
+  const name = e?.name;
+  const reason = e?.cause?.code ?? e?.message;
+  if (name === "MaxRetriesPerRequestError" && cfg?.redisUrl) {
+    return `tollgate: cannot reach Redis at ${withoutCredentials(cfg.redisUrl)} (REDIS_URL): nothing answered. Start Redis there, or unset REDIS_URL to keep the store in memory.`;
+  }
+  if (name === "ConnectionError" && cfg?.natsUrl) {
+    return `tollgate: cannot reach NATS at ${withoutCredentials(cfg.natsUrl)} (NATS_URL): ${reason}. Start NATS with JetStream there (nats-server -js), or unset NATS_URL to keep the bus in memory.`;
+  }
+  return undefined;
+}
+
+/** A Redis or NATS URL (or list of them) without its user, password or token. */
+function withoutCredentials(url: string): string {
+  return url.replace(/\/\/[^@/,]*@/g, "//");
 }
