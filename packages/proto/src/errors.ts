@@ -612,7 +612,7 @@ export const ERRORS = {
 
   // metering: GetUsage (through the admin API), and usage events no HTTP caller sends
   invalid_time_range: {
-    owners: ["metering"],
+    owners: ["api-edge", "metering"],
     grpc: "INVALID_ARGUMENT",
     http: 400,
     type: "invalid_request_error",

@@ -301,7 +301,8 @@ export function listKeysFilter(query: unknown): string {
 export function usageRequest(query: unknown): MessageInitShape<typeof GetUsageRequestSchema> {
   const q = parse(usageQuery, query, "query");
   if (q.from && q.to && q.from.getTime() >= q.to.getTime()) {
-    throw new AdminError("invalid_request", "invalid query: from must be before to");
+    // The code metering answers for the same range (a `from` after now and no `to`, say).
+    throw new AdminError("invalid_time_range", "from must be before to");
   }
   return {
     accountId: q.account ?? "",
