@@ -1,24 +1,14 @@
 // `make down`: stops what `make up` started, front to back, waiting for each to exit.
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { REPO_ROOT } from "@tollgate/testkit/stack";
+import { alive, recordedStack, STACK_FILE } from "./state.js";
 
-const file = join(REPO_ROOT, ".tollgate", "stack.json");
-if (!existsSync(file)) {
+if (!existsSync(STACK_FILE)) {
   console.log("no stack is running (.tollgate/stack.json is missing)");
   process.exit(0);
 }
-const { processes } = JSON.parse(readFileSync(file, "utf8")) as {
-  processes: { name: string; pid: number }[];
-};
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
+const processes = recordedStack();
 for (const p of [...processes].reverse()) {
   if (!alive(p.pid)) continue;
   process.kill(p.pid, "SIGTERM");
@@ -27,7 +17,7 @@ for (const p of [...processes].reverse()) {
   if (alive(p.pid)) process.kill(p.pid, "SIGKILL");
   console.log(`stopped ${p.name}`);
 }
-rmSync(file);
+rmSync(STACK_FILE);
 // The stack's per-service internal tokens (packages/testkit/src/internal-auth.ts): they served
 // only the processes just stopped; the next `make up` writes new ones.
 rmSync(join(REPO_ROOT, ".tollgate", "logs", "internal-auth"), { recursive: true, force: true });

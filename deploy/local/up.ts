@@ -2,7 +2,8 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { REPO_ROOT, startStack } from "@tollgate/testkit/stack";
-import { upPorts } from "@tollgate/testkit/up-ports";
+import { portsInUse, upPorts } from "@tollgate/testkit/up-ports";
+import { runningStack } from "./state.js";
 
 const stateDir = join(REPO_ROOT, ".tollgate");
 const natsUrl = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
@@ -15,6 +16,19 @@ try {
   ports = upPorts(process.env);
 } catch (err) {
   console.error((err as Error).message);
+  process.exit(1);
+}
+// A second stack over a running one would replace the record `make down` stops by.
+const running = runningStack();
+if (running.length > 0) {
+  console.error(
+    `a stack started by \`make up\` is still running (${running.map((p) => `${p.name} pid ${p.pid}`).join(", ")}): \`make down\` stops it`,
+  );
+  process.exit(1);
+}
+const inUse = await portsInUse(ports);
+if (inUse.length > 0) {
+  console.error(inUse.join("\n"));
   process.exit(1);
 }
 const stack = await startStack({

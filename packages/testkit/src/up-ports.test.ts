@@ -1,5 +1,13 @@
+import { createServer, type Server } from "node:net";
 import { describe, expect, it } from "vitest";
-import { upPorts } from "./up-ports.js";
+import { portsInUse, upPorts } from "./up-ports.js";
+
+/** A server on a free loopback port, and that port. */
+async function listening(): Promise<{ server: Server; port: number }> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen({ host: "127.0.0.1", port: 0 }, r));
+  return { server, port: (server.address() as { port: number }).port };
+}
 
 describe("make up's ports", () => {
   it("are the chart's and the demo's by default", () => {
@@ -45,5 +53,35 @@ describe("make up's ports", () => {
     expect(problems).toThrow(/FAKE_UPSTREAM_PORT=abc: expected a port/);
     expect(problems).toThrow(/INFERENCE_ROUTER_GRPC_PORTS: expected 2 comma-separated ports/);
     expect(problems).toThrow(/a port is given twice: 8080$/);
+  });
+
+  it("names each port something already listens on, and the variable that moves it", async () => {
+    const edge = await listening();
+    const metrics = await listening();
+    // Free ports: listen, note the port, close.
+    const free = await Promise.all([1, 2, 3, 4, 5, 6, 7, 8].map(() => listening()));
+    await Promise.all(free.map(({ server }) => new Promise((r) => server.close(r))));
+    const [admin, upstream, devnet, auth, payment, metering, r1, r2] = free.map((f) => f.port) as number[];
+    try {
+      const ports = {
+        port: edge.port,
+        adminPort: admin!,
+        upstreamPort: upstream!,
+        devnetPort: devnet!,
+        grpcPorts: { auth: auth!, metering: metering!, payment: payment!, routers: [r1!, r2!] },
+        metricsPortBase: metrics.port - 5,
+      };
+      expect(await portsInUse(ports)).toEqual([
+        `PORT: 127.0.0.1:${edge.port} is already in use; stop what listens there (\`make down\` stops an earlier \`make up\`) or set PORT to free ports`,
+        `METRICS_PORT_BASE: 127.0.0.1:${metrics.port} is already in use; stop what listens there (\`make down\` stops an earlier \`make up\`) or set METRICS_PORT_BASE to free ports`,
+      ]);
+      expect(
+        await portsInUse({ ...ports, port: admin!, adminPort: edge.port, metricsPortBase: undefined }),
+      ).toEqual([
+        `ADMIN_PORT: 127.0.0.1:${edge.port} is already in use; stop what listens there (\`make down\` stops an earlier \`make up\`) or set ADMIN_PORT to free ports`,
+      ]);
+    } finally {
+      await Promise.all([edge, metrics].map(({ server }) => new Promise((r) => server.close(r))));
+    }
   });
 });

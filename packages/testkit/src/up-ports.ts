@@ -1,6 +1,7 @@
 // The ports `make up` (deploy/local/up.ts) listens on: the chart's (packages/config/src/topology.ts)
 // and the demo's by default, each movable by a variable (docs/configuration.md, "`make up`"), so
 // that a second stack, or anything else already on a default port, can share the machine.
+import { createServer } from "node:net";
 import { portOf, type ServiceName } from "@tollgate/config/topology";
 
 /** Every port of the stack `make up` starts, as startStack (./stack.ts) takes them. */
@@ -79,4 +80,46 @@ export function upPorts(env: NodeJS.ProcessEnv, routers = 2): UpPorts {
   if (twice.length > 0) problems.push(`a port is given twice: ${[...new Set(twice)].join(", ")}`);
   if (problems.length > 0) throw new Error(problems.join("\n"));
   return ports;
+}
+
+/**
+ * One problem for each port of `ports` that something already listens on (an earlier `make up`
+ * still running, say), naming the variable that moves it. The stack's readiness checks only
+ * connect to each port, so without this a stack started over a running one would report itself
+ * up while each of its processes failed to listen. METRICS_PORT_BASE counts one port per process:
+ * api-edge, auth-policy, mpp-payment, metering and the routers.
+ */
+export async function portsInUse(ports: UpPorts, host = "127.0.0.1"): Promise<string[]> {
+  const named: [string, number][] = [
+    ["PORT", ports.port],
+    ["ADMIN_PORT", ports.adminPort],
+    ["FAKE_UPSTREAM_PORT", ports.upstreamPort],
+    ["TEMPO_DEVNET_PORT", ports.devnetPort],
+    ["AUTH_POLICY_GRPC_PORT", ports.grpcPorts.auth],
+    ["MPP_PAYMENT_GRPC_PORT", ports.grpcPorts.payment],
+    ["METERING_GRPC_PORT", ports.grpcPorts.metering],
+    ...ports.grpcPorts.routers.map((p): [string, number] => ["INFERENCE_ROUTER_GRPC_PORTS", p]),
+  ];
+  const base = ports.metricsPortBase;
+  if (base !== undefined)
+    for (let i = 0; i < ports.grpcPorts.routers.length + 4; i++) named.push(["METRICS_PORT_BASE", base + i]);
+  const problems: string[] = [];
+  for (const [name, port] of named) {
+    const code = await listenError(host, port);
+    if (code === undefined) continue;
+    const why = code === "EADDRINUSE" ? "is already in use" : `cannot be opened (${code})`;
+    problems.push(
+      `${name}: ${host}:${port} ${why}; stop what listens there (\`make down\` stops an earlier \`make up\`) or set ${name} to free ports`,
+    );
+  }
+  return problems;
+}
+
+/** The error code of listening on host:port, or undefined when it could (and was closed again). */
+function listenError(host: string, port: number): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once("error", (err: NodeJS.ErrnoException) => resolve(err.code ?? "error"));
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve(undefined)));
+  });
 }
