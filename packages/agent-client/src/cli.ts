@@ -7,6 +7,7 @@
 import { chmodSync, existsSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { type Hex, parseUnits } from "viem";
+import { describeFailure } from "./failure.js";
 import {
   answerText,
   type CloseResult,
@@ -187,8 +188,9 @@ async function main(argv: string[]): Promise<number> {
     );
   }
 
+  const url = values.url ?? process.env["TOLLGATE_URL"] ?? "http://127.0.0.1:8080";
   const session = new PaidSession({
-    url: values.url ?? process.env["TOLLGATE_URL"] ?? "http://127.0.0.1:8080",
+    url,
     rpcUrl: values.rpc ?? process.env["TOLLGATE_RPC_URL"] ?? "http://127.0.0.1:18545",
     privateKey: readKey(values["key-file"]),
     ...(maxDeposit !== undefined ? { maxDeposit } : {}),
@@ -246,7 +248,7 @@ async function main(argv: string[]): Promise<number> {
       else process.stdout.write(`${answerText(response.body) ?? response.text}\n`);
     }
   } catch (error) {
-    reportError(error);
+    reportError(error, url);
     exitCode = 1;
   } finally {
     writeState(stateFile, session);
@@ -256,7 +258,7 @@ async function main(argv: string[]): Promise<number> {
         writeState(stateFile, session);
         if (result) printClose(result);
       } catch (error) {
-        reportError(error);
+        reportError(error, url);
         exitCode = 1;
       }
     } else if (session.channelId) {
@@ -269,7 +271,7 @@ async function main(argv: string[]): Promise<number> {
   return exitCode;
 }
 
-function reportError(error: unknown): void {
+function reportError(error: unknown, gatewayUrl?: string): void {
   if (error instanceof PaidSessionError) {
     const server = error.details.serverCode ? ` [server code ${error.details.serverCode}]` : "";
     log(`error: ${error.code}: ${error.message}${server}`);
@@ -277,7 +279,7 @@ function reportError(error: unknown): void {
     log(`usage: ${error.message}`);
   } else {
     // viem and mppx errors carry no key material; keep only the first line.
-    log(`error: ${String((error as Error)?.message ?? error).split("\n")[0]}`);
+    log(`error: ${describeFailure(error, gatewayUrl)}`);
   }
 }
 
