@@ -240,11 +240,20 @@ const UNAVAILABLE_MESSAGES = [
 ];
 
 /**
+ * Redis answered without data it must hold (it restarted empty and is being filled again): the
+ * answer is unknown, not "no", so the caller is told to retry, as when Redis is unreachable.
+ */
+export class RedisDataLostError extends Error {
+  override readonly name = "RedisDataLostError";
+}
+
+/**
  * Whether an error means Redis could not be reached (down, restarting, loading its data) rather
  * than a command being wrong: the caller should answer "unavailable, retry" (gRPC UNAVAILABLE,
  * HTTP 503), and a consumer should not acknowledge what it could not apply.
  */
 export function isRedisUnavailable(err: unknown): boolean {
+  if (err instanceof RedisDataLostError) return true;
   if (!(err instanceof Error)) return false;
   return UNAVAILABLE_MESSAGES.some((m) => err.message.startsWith(m));
 }

@@ -26,7 +26,7 @@ import { broadcastDueDeadlines, DeadlineBroadcastError } from "./domain/deadline
 import { importConfig } from "./domain/import-config.js";
 import type { OverHold, RevocationPublisher } from "./domain/ports.js";
 import { authMetrics, countAuthCalls } from "./metrics.js";
-import { reseedWhenLost } from "./reseed.js";
+import { type Reseeding, reseedWhenLost } from "./reseed.js";
 import { authAccess } from "./transport/grpc/access.js";
 import { authHandlers } from "./transport/grpc/handlers.js";
 import { subscribeRevocations } from "./transport/nats/revocations.js";
@@ -86,7 +86,7 @@ export async function start(
   let timer: NodeJS.Timeout | undefined;
   let sweeping: Promise<void> | undefined;
   let unsubscribe: (() => void) | undefined;
-  let stopReseeding: (() => Promise<void>) | undefined;
+  let stopReseeding: Reseeding | undefined;
 
   // Stops what was started so far, in order; stop() and a start() that fails half-way share it.
   const teardown = () =>
@@ -108,13 +108,15 @@ export async function start(
     const prefix = opts.redisPrefix ?? "tollgate:";
     if (opts.redisUrl) redis = connectRedis(opts.redisUrl, "auth-policy", log);
     // Across replicas the key and policy reads are cached for a moment; one process reads memory.
+    // A key lookup that finds the store emptied checks for lost data at once, reconnect or not.
+    const keyStoreOptions = { prefix, onDataLost: () => stopReseeding?.check() };
     const cache =
       redis && (opts.keyCacheTtlMs ?? DEFAULT_KEY_CACHE_TTL_MS) > 0
-        ? createCachedKeyStore(createRedisKeyStore(redis, { prefix }), {
+        ? createCachedKeyStore(createRedisKeyStore(redis, keyStoreOptions), {
             ttlMs: opts.keyCacheTtlMs ?? DEFAULT_KEY_CACHE_TTL_MS,
           })
         : undefined;
-    const store = cache ?? (redis ? createRedisKeyStore(redis, { prefix }) : createMemoryKeyStore());
+    const store = cache ?? (redis ? createRedisKeyStore(redis, keyStoreOptions) : createMemoryKeyStore());
     const ledgerOptions = {
       ...(opts.reservationTtlSeconds !== undefined ? { holdMs: opts.reservationTtlSeconds * 1_000 } : {}),
       ...(opts.settlementWindowSeconds !== undefined

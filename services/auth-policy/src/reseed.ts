@@ -8,6 +8,9 @@ export interface ReadyEmitter {
   off(event: "ready", listener: () => void): unknown;
 }
 
+/** Stops the watch (resolves once a check in progress is done); `check()` runs one now. */
+export type Reseeding = (() => Promise<void>) & { check(): void };
+
 /** How often a failed check is tried again while the connection stays up. */
 const RETRY_MS = 1_000;
 
@@ -28,7 +31,7 @@ export function seedCounts(cfg: GatewayConfig): { accounts: number; connections:
  * run again, so run-time changes to configured keys, connections and budgets survive a
  * reconnect to a Redis that kept its data. A check that fails is tried again every second until
  * it succeeds or the next reconnect. Returns a function that stops watching and waits for a
- * check in progress.
+ * check in progress, with `check()` to run one now (a key lookup found the marker gone).
  */
 export function reseedWhenLost(opts: {
   connection: ReadyEmitter;
@@ -37,7 +40,7 @@ export function reseedWhenLost(opts: {
   seed: () => Promise<void>;
   log: Logger;
   retryMs?: number;
-}): () => Promise<void> {
+}): Reseeding {
   const { connection, store, seed, log } = opts;
   let stopped = false;
   let running: Promise<void> | undefined;
@@ -52,7 +55,7 @@ export function reseedWhenLost(opts: {
     const counts = seedCounts(opts.gateway);
     log.error(
       counts,
-      "store lost its data (its seed marker is gone after a reconnect): keys, accounts and connections are unknown until re-seeded; run-time changes, spend and rate-limit counts are gone",
+      "store lost its data (its seed marker is gone): keys, accounts and connections are unknown until re-seeded; run-time changes, spend and rate-limit counts are gone",
     );
     await seed();
     log.warn(counts, "store lost its data; configuration re-seeded");
@@ -78,10 +81,11 @@ export function reseedWhenLost(opts: {
       });
   };
   connection.on("ready", check);
-  return async () => {
+  const stop = async () => {
     stopped = true;
     connection.off("ready", check);
     clearTimeout(retry);
     await running;
   };
+  return Object.assign(stop, { check });
 }

@@ -43,6 +43,8 @@ async function seeded(make: StoreFactory): Promise<KeyStore> {
   await store.createAccount({ accountId: "acme", limits: { requestsPerMinute: 100 }, createdAt: T0 });
   await store.createConnection(connection("acme", "main"));
   await store.createConnection(connection("acme", "side"));
+  // A running service's store is always seeded (app.ts imports the configuration first).
+  await store.setConfigKeyIds([]);
   return store;
 }
 

@@ -1,4 +1,4 @@
-import { clusterTag, type Redis } from "@tollgate/kit/redis";
+import { clusterTag, type Redis, RedisDataLostError } from "@tollgate/kit/redis";
 import { type Budget, decodeBudget, encodeBudget } from "../domain/budget.js";
 import type {
   AccountRecord,
@@ -14,6 +14,11 @@ import type {
 export interface RedisKeyStoreOptions {
   /** Prefix of every key this store touches. Default "tollgate:". */
   prefix?: string;
+  /**
+   * Called when a key lookup finds the store without its seed marker (Redis restarted empty and
+   * not re-seeded yet): app.ts starts the re-seed check (services/auth-policy/src/reseed.ts).
+   */
+  onDataLost?: () => void;
 }
 
 // Layout, under <prefix>auth: (ids never contain "/" or "|", so the separators are unambiguous;
@@ -245,7 +250,16 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
     deadlineMember({ reason: "expired", keyHash: k.hash.toString("hex"), keyId: k.keyId });
 
   return {
-    findByHash: (hash) => byHashHex(hash.toString("hex")),
+    async findByHash(hash) {
+      const record = await byHashHex(hash.toString("hex"));
+      // An unknown key in a store that lost its data may be a configured one not re-seeded yet:
+      // the caller gets a retryable 503, never a 401 for a key that works a moment later.
+      if (record === undefined && (await redis.exists(seededKey)) === 0) {
+        opts.onDataLost?.();
+        throw new RedisDataLostError("store lost its data (no seed marker): key unknown until re-seeded");
+      }
+      return record;
+    },
     findById: byId,
     async account(accountId) {
       return accountOf(await redis.get(accountKey(accountId)));

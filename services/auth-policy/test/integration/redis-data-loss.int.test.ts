@@ -111,6 +111,41 @@ describe("auth-policy and a Redis that lost its data", () => {
     expect(logs.text()).not.toContain(OTHER_KEY.slice(8));
   });
 
+  it("never refuses a configured key as invalid while Redis is emptied and re-seeded", async () => {
+    const { redis, client, logs } = await startOnPrivateRedis();
+    const statusOf = (key: string) =>
+      client.authorize(chat(key)).then(
+        () => "ok",
+        (e: unknown) => (e instanceof RemoteError ? GrpcStatus[e.status] : String(e)),
+      );
+    expect(await statusOf(KEY)).toBe("ok");
+
+    // Emptied under a live connection (no reconnect, so no "ready" to re-seed on): the first
+    // lookup of a key finds the marker gone, answers UNAVAILABLE (a retryable 503) and re-seeds.
+    const admin = connectRedis(redis.url);
+    try {
+      await admin.flushall();
+    } finally {
+      await quitRedis(admin);
+    }
+    expect(await statusOf(OTHER_KEY)).toBe("UNAVAILABLE");
+    await within(5_000, async () => expect(await statusOf(OTHER_KEY)).toBe("ok"));
+
+    // Restarted empty: every answer until the re-seed is done is UNAVAILABLE, none UNAUTHENTICATED.
+    await sleep(1_100); // past the key cache, so that only the store answers for either key
+    await redis.restart();
+    const seen = new Map<string, number>();
+    const t0 = Date.now();
+    for (let i = 0; Date.now() - t0 < 10_000; i++) {
+      const status = await statusOf(i % 2 === 0 ? OTHER_KEY : KEY);
+      seen.set(status, (seen.get(status) ?? 0) + 1);
+      if (status === "ok" && Date.now() - t0 > 1_500) break;
+    }
+    expect(seen.get("UNAUTHENTICATED")).toBeUndefined();
+    expect(seen.get("ok")).toBeGreaterThan(0);
+    expect(messages(logs, "warn")).toContainEqual("store lost its data; configuration re-seeded");
+  });
+
   it("keeps a revoked configured key revoked and an admin budget change across a reconnect to a Redis that kept its data", async () => {
     const { redis, client, logs } = await startOnPrivateRedis();
     await client.revokeKey({ keyId: "other" });
