@@ -7,7 +7,7 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import { callerGone, callerLeft } from "../http/caller.js";
 import { bearerKey, type KeyReader } from "../http/credentials.js";
 import { type AccountRouteContext, AUTH_TIMEOUT_MS } from "./context.js";
-import { ticketOf } from "./leases.js";
+import { msLeft, ticketOf } from "./leases.js";
 
 /** What a model-running route asks auth-policy about. */
 export interface AuthorizeAsk {
@@ -65,9 +65,15 @@ export async function authorizeRequest(
   // The models route shows the budget as auth-policy counts it: this replica's idle leases of
   // the key go back first.
   if (ctx.leases && ask.route === Route.MODELS) await ctx.leases.returnIdle(init.key ?? "");
+  // One deadline for the whole authorization: when the lease's calls found no answer (auth-policy
+  // or its Redis stalled), the request's own Authorize has what is left of it, so a caller waits
+  // AUTH_TIMEOUT_MS for its 504 at most, not once per call.
+  const deadlineMs = Date.now() + AUTH_TIMEOUT_MS;
   const leased =
-    ctx.leases && !ask.checkOnly && ask.route !== Route.MODELS ? await ctx.leases.admit(init) : undefined;
-  const grant = leased ?? (await ctx.auth.authorize(init, { timeoutMs: AUTH_TIMEOUT_MS }));
+    ctx.leases && !ask.checkOnly && ask.route !== Route.MODELS
+      ? await ctx.leases.admit(init, deadlineMs)
+      : undefined;
+  const grant = leased ?? (await ctx.auth.authorize(init, { timeoutMs: msLeft(deadlineMs) }));
   // A request that ends without saying how (an error before its call, say) keeps its quote.
   if (leased) reply.raw.once("close", () => ticketOf(leased)?.end("unsure"));
   const limit = grant.rateLimit;

@@ -148,6 +148,43 @@ describe("LeaseBook: idle leases", () => {
   });
 });
 
+describe("LeaseBook: an auth-policy that does not answer", () => {
+  it("waits for a return no longer than the request's deadline, then acquires with what is left", async () => {
+    vi.useFakeTimers();
+    try {
+      const { book } = fakeAuth();
+      const inner = (book as unknown as { auth: LeaseClient }).auth;
+      const timeouts: number[] = [];
+      // Returns find no answer: each fails at its deadline (5 s), as a stalled auth-policy's would.
+      const stalled: LeaseClient = {
+        acquireLease: (req, o) => {
+          timeouts.push(o?.timeoutMs ?? Number.POSITIVE_INFINITY);
+          return inner.acquireLease(req, o);
+        },
+        returnLease: (_req, o) =>
+          new Promise((_, reject) => setTimeout(() => reject(new Error("deadline")), o?.timeoutMs ?? 0)),
+      };
+      const slow = new LeaseBook(stalled, createLogger({ service: "api-edge", level: "silent" }));
+      await request(slow, A, 8);
+      // Another shape of the same key: its acquisition first returns the key's idle lease.
+      let admitted: Awaited<ReturnType<LeaseBook["admit"]>> | "waiting" = "waiting";
+      void slow.admit(ask(A, 16), Date.now() + 200).then((g) => {
+        admitted = g;
+      });
+      await vi.advanceTimersByTimeAsync(200);
+      expect(admitted).not.toBe("waiting");
+      expect(admitted).toBeDefined();
+      // The acquisition was sent with what the return left of the 200 ms.
+      expect(timeouts.at(-1)).toBeLessThanOrEqual(1);
+      await vi.advanceTimersByTimeAsync(10_000);
+      await slow.close();
+      await book.close();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
 describe("LeaseBook: keys the admin API changed", () => {
   it("stops admitting on the named keys' leases at once, in use or not, and leaves the others", async () => {
     const { book, calls } = fakeAuth();

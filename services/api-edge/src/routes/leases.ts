@@ -71,6 +71,24 @@ const NO_ANSWER = new Set<number>([
   GrpcStatus.UNKNOWN,
 ]);
 
+/** What is left until `deadlineMs`, at least 1 ms (a call given 0 would wait without a deadline). */
+export function msLeft(deadlineMs: number): number {
+  return Math.max(1, deadlineMs - Date.now());
+}
+
+/** Waits for `work` until `deadlineMs` at most; the work goes on after that, unwaited. */
+async function untilDeadline(work: Promise<void>, deadlineMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, msLeft(deadlineMs));
+  });
+  try {
+    await Promise.race([work, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Whether a failed AcquireLease is auth-policy's refusal of the request (the same Authorize gives). */
 function isRefusal(err: unknown): boolean {
   return err instanceof RemoteError && !!err.code && !NO_ANSWER.has(err.status);
@@ -111,9 +129,14 @@ export class LeaseBook {
 
   /**
    * A grant for this request admitted on a lease, or undefined: authorize it on its own. Throws
-   * auth-policy's refusal (the same status, code and message as Authorize's).
+   * auth-policy's refusal (the same status, code and message as Authorize's). `deadlineMs` is when
+   * the request's authorization as a whole must be done: the calls made here for it (a return
+   * waited for, an acquisition) stop there, so what is left of it is its own Authorize's.
    */
-  async admit(ask: AskInit): Promise<AuthorizeResponse | undefined> {
+  async admit(
+    ask: AskInit,
+    deadlineMs = Date.now() + LEASE_TIMEOUT_MS,
+  ): Promise<AuthorizeResponse | undefined> {
     if (this.closed) return undefined;
     const keyHash = keyHashOf(ask.key ?? "");
     const id = shapeOf(keyHash, ask);
@@ -126,7 +149,7 @@ export class LeaseBook {
         if (grant) return grant;
       }
       if (shape.exactUntilMs > now || attempt > 0 || this.closed) return undefined;
-      shape.acquiring ??= this.acquire(shape, ask).finally(() => {
+      shape.acquiring ??= this.acquire(shape, ask, deadlineMs).finally(() => {
         shape.acquiring = undefined;
       });
       await shape.acquiring;
@@ -269,19 +292,20 @@ export class LeaseBook {
     return grant;
   }
 
-  private async acquire(shape: Shape, ask: AskInit): Promise<void> {
+  private async acquire(shape: Shape, ask: AskInit, deadlineMs: number): Promise<void> {
     // What auth-policy reports with the lease (the budgets left, which every request admitted on
     // it reports on) holds none of this replica's idle leases of the key: they go back first,
     // this shape's own lease too when no request runs on it (it could not admit this request:
     // its allowance, units or time ran out), so the unused part of its allowance is not counted.
-    await this.returnKeyIdle(shape.keyHash);
+    // A return that has no answer by the deadline goes on behind (returns are retried anyway).
+    await untilDeadline(this.returnKeyIdle(shape.keyHash), deadlineMs);
     const sentAt = Date.now();
     const stopsAtSend = this.stops;
     let res: AcquireLeaseResponse;
     try {
       res = await this.auth.acquireLease(
         { request: ask, requests: nextLeaseSize(shape.current?.lease.admitted ?? shape.lastAdmitted) },
-        { timeoutMs: LEASE_TIMEOUT_MS },
+        { timeoutMs: Math.min(LEASE_TIMEOUT_MS, msLeft(deadlineMs)) },
       );
     } catch (err) {
       if (isRefusal(err)) throw err;

@@ -25,7 +25,13 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createMemoryIdempotencyStore } from "../adapters/memory-idempotency-store.js";
 import { type ApiEdgePorts, buildApp } from "../app.js";
 import { MAX_WAITING_DUPLICATES } from "../http/idempotency.js";
-import type { AuthClient, InferenceClient, MeteringClient, PaymentClient } from "./context.js";
+import {
+  AUTH_TIMEOUT_MS,
+  type AuthClient,
+  type InferenceClient,
+  type MeteringClient,
+  type PaymentClient,
+} from "./context.js";
 import type { LeaseClient } from "./leases.js";
 
 // The public port built in process from in-memory ports and driven with app.inject(): each
@@ -130,11 +136,16 @@ interface Fakes {
    * undefined: none is granted, each request is authorized on its own.
    */
   leaseBudget?: bigint;
+  /** With leases: AcquireLease finds no answer, DEADLINE_EXCEEDED after this long (a stalled auth-policy). */
+  leaseStallsMs?: number;
+  /** The deadline each authorization was sent with (ms). */
+  authDeadlines?: number[];
 }
 
 function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgePorts {
   const auth: AuthClient = {
-    authorize: async (req) => {
+    authorize: async (req, o) => {
+      f.authDeadlines?.push(o?.timeoutMs ?? Number.POSITIVE_INFINITY);
       await f.authWaits;
       const account = ACCOUNTS[req.key ?? ""];
       if (!account) {
@@ -255,8 +266,12 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
     },
   } as unknown as PaymentClient;
   const leases: LeaseClient = {
-    acquireLease: async (req) =>
-      create(AcquireLeaseResponseSchema, {
+    acquireLease: async (req, o) => {
+      if (f.leaseStallsMs !== undefined) {
+        await new Promise((r) => setTimeout(r, Math.min(f.leaseStallsMs!, o?.timeoutMs ?? Infinity)));
+        throw new RemoteError(GrpcStatus.DEADLINE_EXCEEDED, undefined, "no answer before the deadline");
+      }
+      return create(AcquireLeaseResponseSchema, {
         granted: f.leaseBudget !== undefined,
         useMs: f.leaseBudget !== undefined ? 60_000 : 0,
         leaseId: "lease_1",
@@ -269,7 +284,8 @@ function fakePorts(f: Fakes, withPayment: boolean, withLeases = false): ApiEdgeP
           defaultModel: "small",
           budgetRemaining: "1000",
         },
-      }),
+      });
+    },
     returnLease: async (req) => {
       f.returned.push(req.committed ?? "");
       f.returnedUnsure.push((req.unsure ?? []).map((u) => ({ ticket: u.ticket ?? 0, quote: u.quote ?? "" })));
@@ -757,6 +773,21 @@ describe('a stream whose router is lost mid-way: the caller is told what is char
     expect(sseEvents(res.body).at(-1)!.data.x_tollgate).toMatchObject({ cost: "2" });
     await leases!.close();
     expect(f.returned).toEqual(["2"]);
+  });
+});
+
+describe("an authorization auth-policy does not answer", () => {
+  it("waits AUTH_TIMEOUT_MS in all: the request's own Authorize gets what the lease's call left of it", async () => {
+    const { app, f, leases } = edge({ withLeases: true });
+    f.leaseStallsMs = 300;
+    f.authDeadlines = [];
+    const res = await app.inject(request("chat"));
+    expect(res.statusCode).toBe(200);
+    // The lease's call took 300 ms of the one deadline; Authorize was sent with the rest.
+    expect(f.authDeadlines).toHaveLength(1);
+    expect(f.authDeadlines[0]).toBeLessThanOrEqual(AUTH_TIMEOUT_MS - 290);
+    expect(f.authDeadlines[0]).toBeGreaterThan(AUTH_TIMEOUT_MS - 2_000);
+    await leases!.close();
   });
 });
 
