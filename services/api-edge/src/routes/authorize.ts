@@ -62,13 +62,13 @@ export async function authorizeRequest(
     ...(ask.checkOnly ? { checkOnly: true } : {}),
     ...(ask.requireReasoning ? { requireReasoning: true } : {}),
   };
-  // The models route shows the budget as auth-policy counts it: this replica's idle leases of
-  // the key go back first.
-  if (ctx.leases && ask.route === Route.MODELS) await ctx.leases.returnIdle(init.key ?? "");
   // One deadline for the whole authorization: when the lease's calls found no answer (auth-policy
   // or its Redis stalled), the request's own Authorize has what is left of it, so a caller waits
   // AUTH_TIMEOUT_MS for its 504 at most, not once per call.
   const deadlineMs = Date.now() + AUTH_TIMEOUT_MS;
+  // The models route shows the budget as auth-policy counts it: this replica's idle leases of
+  // the key go back first.
+  if (ctx.leases && ask.route === Route.MODELS) await ctx.leases.returnIdle(init.key ?? "", deadlineMs);
   const leased =
     ctx.leases && !ask.checkOnly && ask.route !== Route.MODELS
       ? await ctx.leases.admit(init, deadlineMs)

@@ -161,8 +161,8 @@ export class LeaseBook {
    * answered their returns (and the key's returns already under way): what it then reports of
    * the key's budgets (GET /v1/models) holds nothing this replica does not need.
    */
-  async returnIdle(key: string): Promise<void> {
-    await this.returnKeyIdle(keyHashOf(key));
+  async returnIdle(key: string, deadlineMs = Date.now() + LEASE_TIMEOUT_MS): Promise<void> {
+    await untilDeadline(this.returnKeyIdle(keyHashOf(key)), deadlineMs);
   }
 
   /**
