@@ -124,6 +124,24 @@ describe("describeStartupError", () => {
     expect(`${redisText}${natsText}`).not.toContain("SECRET");
   });
 
+  it("names an unreachable store without a password that has an @, nor one given in the query", () => {
+    const redisDown = Object.assign(new Error("Reached the max retries per request limit (which is 0)."), {
+      name: "MaxRetriesPerRequestError",
+    });
+    const natsDown = Object.assign(new Error("connection refused"), { name: "ConnectionError" });
+    const texts = [
+      describeStartupError(redisDown, loadConfig({ REDIS_URL: "redis://:pw@SECRET@127.0.0.1:6390" })),
+      describeStartupError(redisDown, loadConfig({ REDIS_URL: "redis://127.0.0.1:6390/0?password=SECRET" })),
+      describeStartupError(redisDown, loadConfig({ REDIS_URL: "rediss://u:p/SECRET@127.0.0.1:6390" })),
+      describeStartupError(natsDown, loadConfig({ NATS_URL: "nats://u:pw@SECRET@127.0.0.1:4290" })),
+      describeStartupError(natsDown, loadConfig({ NATS_URL: "nats://tok/SECRET@127.0.0.1:4290" })),
+    ];
+    for (const text of texts) expect(text).not.toContain("SECRET");
+    expect(texts[0]).toContain("cannot reach Redis at redis://127.0.0.1:6390 (REDIS_URL)");
+    expect(texts[1]).toContain("cannot reach Redis at redis://127.0.0.1:6390 (REDIS_URL)");
+    expect(texts[3]).toContain("cannot reach NATS at nats://127.0.0.1:4290 (NATS_URL)");
+  });
+
   it("lists configuration problems once, and keeps other messages without a stack", () => {
     const text = describeStartupError(new ConfigError(["a: bad", "b: worse"]), cfg);
     expect(text).toBe("tollgate: invalid configuration:\n  - a: bad\n  - b: worse");

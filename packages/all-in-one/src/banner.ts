@@ -142,7 +142,26 @@ function unreachableStore(err: unknown, cfg: AllInOneConfig | undefined): string
   return undefined;
 }
 
-/** A Redis or NATS URL (or list of them) without its user, password or token. */
+/**
+ * A Redis or NATS URL (or comma-separated list of them) reduced to each server's scheme and
+ * host:port: never its user, password or token (which may hold an `@`, `/` or `,`), nor its
+ * query (ioredis reads `?password=` too). A server that does not parse is shown as "?".
+ */
 function withoutCredentials(url: string): string {
-  return url.replace(/\/\/[^@/,]*@/g, "//");
+  return url
+    .split(",")
+    .map((server) => server.trim())
+    .filter(Boolean)
+    .map((server) => {
+      try {
+        const scheme = server.includes("://");
+        const u = new URL(scheme ? server : `tollgate://${server}`);
+        // An "@" the parser did not read as the end of credentials: part of them is in the host.
+        if (u.host === "" || (server.includes("@") && !u.username && !u.password)) return "?";
+        return scheme ? `${u.protocol}//${u.host}` : u.host;
+      } catch {
+        return "?";
+      }
+    })
+    .join(",");
 }
