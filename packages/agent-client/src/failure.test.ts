@@ -31,6 +31,21 @@ describe("tollgate-pay's failure line", () => {
     expect(`${text}${describeFailure(answered, "")}`).not.toContain("SECRET");
   });
 
+  it("never shows the RPC URL's path when the RPC's failure has no system error code", () => {
+    // An RPC URL that answers 200 with a page, not JSON: viem wraps the parse error.
+    const notJson = new HttpRequestError({
+      url: "https://rpc.example.com/v2/SECRET-API-KEY",
+      body: { method: "eth_chainId" },
+      cause: new SyntaxError("Unexpected token '<', \"<html>\" is not valid JSON"),
+    });
+    const text = describeFailure(notJson, "http://127.0.0.1:8080");
+    expect(text).not.toContain("SECRET");
+    expect(text).not.toContain("\n");
+    expect(text).toBe(
+      "cannot reach the chain RPC at https://rpc.example.com (Unexpected token '<', \"<html>\" is not valid JSON)",
+    );
+  });
+
   it("keeps the first line of any other error", () => {
     expect(describeFailure(new Error("one\ntwo"), "http://127.0.0.1:8080")).toBe("one");
   });

@@ -26,14 +26,21 @@ function findCause(error: unknown, match: (e: Error) => boolean): Error | undefi
   return undefined;
 }
 
-/** The deepest system error code in the cause chain (ECONNREFUSED, ENOTFOUND, …), else its message. */
+/**
+ * The deepest system error code in the cause chain (ECONNREFUSED, ENOTFOUND, …), else the first
+ * line of the deepest error's short message: never a viem error's full message, which names the
+ * whole URL (an RPC's API key in its path) and the request body.
+ */
 function reasonOf(error: Error): string {
-  let reason = error.message;
+  let code: string | undefined;
+  let deepest = error;
   for (let e: unknown = error, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (typeof code === "string") reason = code;
+    const c = (e as NodeJS.ErrnoException).code;
+    if (typeof c === "string") code = c;
+    deepest = e;
   }
-  return reason;
+  const short = (deepest as Error & { shortMessage?: string }).shortMessage ?? deepest.message;
+  return code ?? short.split("\n")[0]!;
 }
 
 function originOf(url: string): string {
