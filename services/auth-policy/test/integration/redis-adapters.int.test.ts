@@ -1,4 +1,4 @@
-import { connectRedis, quitRedis, type Redis } from "@tollgate/kit/redis";
+import { connectRedis, isRedisUnavailable, quitRedis, type Redis } from "@tollgate/kit/redis";
 import { type RedisFixture, uniqueNamespace, useRedis } from "@tollgate/testkit/fixtures";
 import { deleteMatching, keysMatching } from "@tollgate/testkit/redis-keys";
 import { startReplyLosingProxy } from "@tollgate/testkit/tcp-proxy";
@@ -66,6 +66,47 @@ describe("redis key store", () => {
             : String(await redis.get(k));
       expect(dump).not.toContain(secret.slice(3));
     }
+  });
+});
+
+describe("redis key store: a lookup racing a re-seed", () => {
+  it("never answers 'no such key' for a configured key written, with the seed marker, while it looked", async () => {
+    const p = prefix();
+    const secret = "tg_redis_reseed_race_0123456789ab";
+    const record = {
+      keyId: "k1",
+      hash: hashKey(secret),
+      accountId: "a",
+      connectionId: "c",
+      name: "",
+      createdAt: new Date(),
+      last4: secret.slice(-4),
+    };
+    // Another replica's re-seed writes the key, then the marker, right after this lookup's read
+    // of the key came back empty (the store is emptied: no key, no marker).
+    const seeder = createRedisKeyStore(redis, { prefix: p });
+    let raced = false;
+    const racing = new Proxy(redis, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver) as unknown;
+        if (name !== "hgetall" || typeof value !== "function") return value;
+        return async (...args: unknown[]) => {
+          const answer = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          if (!raced) {
+            raced = true;
+            await seeder.importKey(record, false);
+            await seeder.setConfigKeyIds(["k1"]);
+          }
+          return answer;
+        };
+      },
+    });
+    const store = createRedisKeyStore(racing, { prefix: p });
+    const found = await store.findByHash(record.hash).catch((err: Error) => err);
+    expect(raced).toBe(true);
+    // Either the key (the read saw the re-seed) or a retryable error: never a 401's "unknown".
+    if (found instanceof Error) expect(isRedisUnavailable(found)).toBe(true);
+    else expect(found?.keyId).toBe("k1");
   });
 });
 
