@@ -33,11 +33,13 @@ export class SseWriter {
    * or with flush() when there are none to send yet.
    */
   open(headers: Record<string, string>): void {
+    // A draining server (http/drain.ts) has set `Connection: close` already: it stays.
+    const close = !this.trailersAllowed || this.res.getHeader("connection") === "close";
     this.res.writeHead(200, {
       ...headers,
       "content-type": "text/event-stream; charset=utf-8",
       "cache-control": "no-cache",
-      connection: this.trailersAllowed ? "keep-alive" : "close",
+      connection: close ? "close" : "keep-alive",
       "x-accel-buffering": "no",
     });
   }
