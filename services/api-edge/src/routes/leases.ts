@@ -48,6 +48,8 @@ interface Shape {
 
 /** Deadline of a lease call. */
 const LEASE_TIMEOUT_MS = 5_000;
+/** Least time left of a request's authorization deadline for an AcquireLease to be worth sending. */
+const MIN_ACQUIRE_MS = 250;
 /** How a return that met auth-policy away is tried again. */
 const RETURN_RETRY = { delayMs: 500, forMs: 30_000 };
 /**
@@ -299,6 +301,12 @@ export class LeaseBook {
     // its allowance, units or time ran out), so the unused part of its allowance is not counted.
     // A return that has no answer by the deadline goes on behind (returns are retried anyway).
     await untilDeadline(this.returnKeyIdle(shape.keyHash), deadlineMs);
+    if (deadlineMs - Date.now() < MIN_ACQUIRE_MS) {
+      // Too little time left for an answer: a lease granted after this replica stopped waiting
+      // would hold its budget, unused, until its TTL. The request is authorized on its own.
+      shape.exactUntilMs = Date.now() + 1_000;
+      return;
+    }
     const sentAt = Date.now();
     const stopsAtSend = this.stops;
     let res: AcquireLeaseResponse;
