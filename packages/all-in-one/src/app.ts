@@ -93,9 +93,14 @@ export async function startAllInOne(cfg: AllInOneConfig, destination?: Destinati
   }
   const bus: EventBus | undefined = cfg.natsUrl ? undefined : createMemoryBus();
   const deps = bus ? { bus } : {};
-  const nats = cfg.natsUrl ? { natsUrl: cfg.natsUrl, natsNamespace: cfg.natsNamespace } : {};
-
-  const redis = cfg.redisUrl ? { redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix } : {};
+  // A Redis or NATS that does not answer fails the start at once, and main.ts says what to start
+  // (banner.ts): a person at a terminal is better told than kept waiting.
+  const nats = cfg.natsUrl
+    ? { natsUrl: cfg.natsUrl, natsNamespace: cfg.natsNamespace, waitForDependencies: false }
+    : {};
+  const redis = cfg.redisUrl
+    ? { redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, waitForDependencies: false }
+    : {};
   // One registry per service, without the process metrics, which the process registry holds
   // once: merged, they serve one endpoint with no metric name defined twice.
   const registries = {

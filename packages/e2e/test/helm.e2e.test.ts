@@ -128,6 +128,10 @@ describe("the production example, rendered", () => {
             expect(p.grpc.port).toBe(healthPort);
             // Liveness never follows Redis/NATS readiness: an outage must not restart pods.
             if (probe === "livenessProbe") expect(p.grpc.service).toBe("liveness");
+            // start() waits for a Redis or NATS that is down before the health port opens: the
+            // startup probe lets it wait 5 minutes rather than restart it into a backoff.
+            if (probe === "startupProbe")
+              expect(p.periodSeconds * p.failureThreshold).toBeGreaterThanOrEqual(300);
           }
         }
       }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { natsCredentials, natsOptions, natsServers, natsUrlOf } from "./nats.js";
+import { natsAddress, natsCredentials, natsOptions, natsServers, natsUrlOf } from "./nats.js";
 
 describe("natsOptions", () => {
   it("turns off the async stack trace nats.js would capture on every request and publish", () => {
@@ -54,5 +54,13 @@ describe("NATS server lists", () => {
     expect(natsUrlOf(undefined, "nats://a:4222")).toBe("nats://a:4222");
     expect(natsUrlOf("", "")).toBeUndefined();
     expect(natsUrlOf(undefined, undefined)).toBeUndefined();
+  });
+});
+
+describe("natsAddress", () => {
+  it("names each server by host:port, without the credentials a URL may carry", () => {
+    expect(natsAddress("nats://svc:s3cret@nats-0:4222,nats://tok3n@nats-1:4222,nats-2:4222")).toBe(
+      "nats-0:4222,nats-1:4222,nats-2:4222",
+    );
   });
 });

@@ -1,6 +1,8 @@
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect, type NatsConnection, type NodeConnectionOptions, nanos } from "@nats-io/transport-node";
+import type { Logger } from "pino";
 import type { HealthCheck } from "./health.js";
+import { untilReachable } from "./retry.js";
 
 export type { NatsConnection } from "@nats-io/transport-node";
 
@@ -72,9 +74,31 @@ export function natsOptions(url: string, name: string): NodeConnectionOptions {
   };
 }
 
-/** Connects to NATS with {@link natsOptions}. */
-export function connectNats(url: string, name: string): Promise<NatsConnection> {
-  return connect(natsOptions(url, name));
+/** Where a server list points, for a log line: `host:port` of each server, no scheme, no credentials. */
+export function natsAddress(url: string): string {
+  return natsServers(url)
+    .map((s) => withoutCredentials(s).replace(/^[a-z]+:\/\//i, ""))
+    .join(",");
+}
+
+/** nats.js could not reach any server of the list (refused, unresolvable, timed out). */
+function isNatsUnreachable(err: unknown): boolean {
+  return err instanceof Error && (err.name === "ConnectionError" || err.name === "TimeoutError");
+}
+
+/**
+ * Connects to NATS with {@link natsOptions}. With `wait` (a service at start), a NATS that cannot
+ * be reached yet is waited for, one warn per try (kit/retry.ts, untilReachable), rather than failing
+ * the start; without it the first failure rejects (the all-in-one, which explains it and exits).
+ */
+export function connectNats(
+  url: string,
+  name: string,
+  wait?: { log: Pick<Logger, "warn"> },
+): Promise<NatsConnection> {
+  const options = natsOptions(url, name);
+  if (!wait) return connect(options);
+  return untilReachable(`nats at ${natsAddress(url)}`, () => connect(options), isNatsUnreachable, wait.log);
 }
 
 /** A readiness check that reports NATS as connected. */

@@ -8,6 +8,7 @@ import {
   pipelined,
   REDIS_CLUSTER_NODES,
   type Redis,
+  redisAddress,
   redisUrlOf,
 } from "./redis.js";
 
@@ -126,5 +127,13 @@ describe("pipelined", () => {
     expect(replies[2]![0]).toBeInstanceOf(Error);
     expect((replies[2]![0] as Error).message).toBe("no reply");
     expect(replies[2]![1]).toBeNull();
+  });
+});
+
+describe("redisAddress", () => {
+  it("names the server or the cluster's nodes by host:port, without the URL's credentials", () => {
+    expect(redisAddress("redis://default:s3cret@redis-0.redis:6380/0")).toBe("redis-0.redis:6380");
+    expect(redisAddress("rediss://:s3cret@redis")).toBe("redis:6379");
+    expect(redisAddress("redis+cluster://u:s3cret@a:7000,b:7001")).toBe("a:7000,b:7001");
   });
 });

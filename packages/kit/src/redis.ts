@@ -67,6 +67,17 @@ export function parseClusterUrl(
   };
 }
 
+/**
+ * Where a Redis URL points, for a log line: `host:port` (each node of a cluster URL, comma-separated),
+ * never its credentials.
+ */
+export function redisAddress(url: string): string {
+  const cluster = CLUSTER_URL.exec(url);
+  if (cluster) return cluster[3]!;
+  const u = new URL(url);
+  return `${u.hostname}:${u.port || "6379"}`;
+}
+
 /** Whether a connection is to a Redis Cluster. */
 export function isCluster(redis: Redis): redis is Cluster {
   return redis instanceof Cluster;

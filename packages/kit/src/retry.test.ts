@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { retrying } from "./retry.js";
+import { retrying, untilReachable } from "./retry.js";
 
 const away = new Error("Connection is closed.");
 const transient = (err: unknown) => err === away;
@@ -31,5 +31,28 @@ describe("retrying", () => {
     expect(at.length).toBeGreaterThanOrEqual(3);
     expect(at.length).toBeLessThanOrEqual(5);
     expect(at[2]! - at[1]!).toBeGreaterThanOrEqual(35);
+  });
+});
+
+describe("untilReachable", () => {
+  it("tries again while the dependency is unreachable, one warn per try naming it", async () => {
+    const warns: Array<Record<string, unknown>> = [];
+    const log = { warn: (fields: Record<string, unknown>) => void warns.push(fields) };
+    const task = vi.fn().mockRejectedValueOnce(away).mockRejectedValueOnce(away).mockResolvedValue("ok");
+    expect(await untilReachable("redis at r:6379", task, transient, log as never)).toBe("ok");
+    expect(task).toHaveBeenCalledTimes(3);
+    expect(warns.map((w) => [w.dependency, w.attempt])).toEqual([
+      ["redis at r:6379", 1],
+      ["redis at r:6379", 2],
+    ]);
+  });
+
+  it("rejects at once with an error that is not about reaching it", async () => {
+    const lasting = new Error("Authorization Violation");
+    const task = vi.fn().mockRejectedValue(lasting);
+    await expect(untilReachable("nats at n:4222", task, transient, { warn: () => {} } as never)).rejects.toBe(
+      lasting,
+    );
+    expect(task).toHaveBeenCalledTimes(1);
   });
 });

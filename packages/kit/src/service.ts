@@ -1,4 +1,5 @@
 import type { GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
+import type { Logger } from "pino";
 import type { InternalAuth } from "./credentials.js";
 import { type GrpcServer, implement, serveGrpc } from "./grpc.js";
 import type { HealthCheck } from "./health.js";
@@ -24,6 +25,20 @@ export interface ServiceServerOptions {
   metricsPort?: number;
   /** Default 127.0.0.1. */
   metricsHost?: string;
+  /**
+   * Whether a Redis or NATS that cannot be reached at start is waited for (default): the process
+   * stays alive and logs one warn per try until it answers (docs/operations.md, "Starting before
+   * Redis or NATS"). False: start() fails at once (the all-in-one, which says what to start and exits).
+   */
+  waitForDependencies?: boolean;
+}
+
+/** How a service's start() waits for a dependency, per its options: undefined when it does not. */
+export function dependencyWait(
+  opts: Pick<ServiceServerOptions, "waitForDependencies">,
+  log: Pick<Logger, "warn">,
+): { log: Pick<Logger, "warn"> } | undefined {
+  return opts.waitForDependencies === false ? undefined : { log };
 }
 
 /** What a running gRPC service offers; each service's adds its own. */

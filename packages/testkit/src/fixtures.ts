@@ -14,9 +14,9 @@ export interface ServerFixture {
   stop(): Promise<void>;
   /**
    * Restarts a private server on the same port with the same data directory, after it stayed
-   * down for `downMs` (default 0); throws for a shared one.
+   * down for `downMs` (default 0) and until `until` resolved (if given); throws for a shared one.
    */
-  restart(opts?: { downMs?: number }): Promise<void>;
+  restart(opts?: { downMs?: number; until?: Promise<unknown> }): Promise<void>;
 }
 
 /** A NATS server with JetStream enabled. */
@@ -284,6 +284,7 @@ class PrivateServer {
         if (stopped) throw new Error(`cannot restart a stopped ${this.spec.name}`);
         await this.kill();
         if (opts.downMs) await new Promise((r) => setTimeout(r, opts.downMs));
+        await opts.until;
         await this.start();
       },
     };

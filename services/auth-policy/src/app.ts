@@ -4,8 +4,17 @@ import type { InProcessService } from "@tollgate/kit/in-process";
 import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
-import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import {
+  connectRedis,
+  isRedisUnavailable,
+  quitRedis,
+  type Redis,
+  redisAddress,
+  redisHealth,
+} from "@tollgate/kit/redis";
+import { untilReachable } from "@tollgate/kit/retry";
+import {
+  dependencyWait,
   type RunningService,
   runningService,
   type ServiceServerOptions,
@@ -155,12 +164,16 @@ export async function start(
         );
       }
     };
-    await seed();
+    const wait = dependencyWait(opts, log);
+    // A Redis not reachable yet is waited for (the first import is what needs it), not a failed start.
+    if (redis && wait)
+      await untilReachable(`redis at ${redisAddress(opts.redisUrl!)}`, seed, isRedisUnavailable, wait.log);
+    else await seed();
     // A Redis that comes back empty (restarted without persistence) gets the configuration again.
     if (redis) stopReseeding = reseedWhenLost({ connection: redis, store, gateway: opts.gateway, seed, log });
 
     const keyRevoked = natsNames(opts.natsNamespace ?? "").keyRevoked;
-    if (opts.natsUrl) nc = await connectNats(opts.natsUrl, "auth-policy");
+    if (opts.natsUrl) nc = await connectNats(opts.natsUrl, "auth-policy", wait);
     let publisher = deps.revocations;
     if (!publisher && nc) publisher = createNatsRevocationPublisher(nc, keyRevoked);
     // Every replica drops a key from its cache when any replica broadcasts that it stopped working.

@@ -9,6 +9,7 @@ import type { Logger } from "@tollgate/kit/log";
 import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import {
+  dependencyWait,
   type RunningService,
   runningService,
   type ServiceServerOptions,
@@ -108,7 +109,7 @@ export async function start(
   const checks: HealthCheck[] = [];
   if (!bus) {
     if (!opts.natsUrl) throw new Error("inference-router needs NATS_URL (or an injected bus)");
-    nc = await connectNats(opts.natsUrl, "inference-router");
+    nc = await connectNats(opts.natsUrl, "inference-router", dependencyWait(opts, log));
     checks.push(natsHealth(nc));
     bus = await createJetStreamBus(nc, {
       name: names.usageStream,

@@ -6,6 +6,7 @@ import { createMetrics, type Registry } from "@tollgate/kit/metrics";
 import { connectNats, drainNats, type NatsConnection, natsHealth } from "@tollgate/kit/nats";
 import { connectRedis, quitRedis, type Redis, redisHealth } from "@tollgate/kit/redis";
 import {
+  dependencyWait,
   type RunningService,
   runningService,
   type ServiceServerOptions,
@@ -122,7 +123,7 @@ export async function start(opts: MeteringOptions, log: Logger, deps: MeteringDe
   try {
     let bus = deps.bus;
     if (!bus) {
-      nc = await connectNats(opts.natsUrl!, "metering");
+      nc = await connectNats(opts.natsUrl!, "metering", dependencyWait(opts, log));
       bus = await createJetStreamBus(nc, {
         name: names.usageStream,
         subjects: [names.usageSubjects],

@@ -1,13 +1,5 @@
-import { createLogger } from "@tollgate/kit/log";
-import { onShutdown } from "@tollgate/kit/shutdown";
-import { releaseStartupMemory } from "@tollgate/kit/startup-memory";
-import { initTracing } from "@tollgate/kit/tracing";
+import { runService } from "@tollgate/kit/run";
 import { start } from "./app.js";
 import { loadConfig } from "./config.js";
 
-const config = loadConfig();
-const log = createLogger({ service: "mpp-payment", level: config.logLevel });
-await initTracing(config.tracing, log);
-const app = await start(config, log);
-onShutdown(app, log, config.shutdownTimeoutMs);
-releaseStartupMemory();
+await runService("mpp-payment", () => loadConfig(), start);
