@@ -202,4 +202,35 @@ describe("faults under traffic: Redis and NATS restarts, a router killed mid-str
     // api-edge recorded the cut streams itself (the killed router could not).
     expect(stack.output()).toContain("usage of a stream lost mid-way recorded");
   }, 45_000);
+  it("keeps NATS down: a buffered answer fails after 15 s, a stream after 15 s and api-edge's 5 s RecordUsage try", async () => {
+    const key = await account("nats-down");
+    let up: () => void = () => {};
+    const back = nats.restart({ until: new Promise<void>((resolve) => (up = resolve)) });
+    try {
+      // Down before the requests: each one's usage is published into the outage.
+      await new Promise((r) => setTimeout(r, 500));
+      const [buffered, streamed] = await Promise.all([
+        send(key, 0, { stream: false, maxTokens: 4, timeoutMs: 40_000 }),
+        send(key, 1, { stream: true, maxTokens: 4, timeoutMs: 40_000 }),
+      ]);
+      // The router's 15 s (PUBLISH_DEADLINE_MS), then the 503: the buffered answer is withheld.
+      expect(buffered.status).toBe(503);
+      expect(buffered.errorCode).toBe("usage_not_recorded");
+      expect(buffered.ms).toBeGreaterThan(14_500);
+      expect(buffered.ms).toBeLessThan(17_500);
+      // A stream's chunks were relayed: api-edge tries metering's RecordUsage (at most 5 s,
+      // RECORD_USAGE_TIMEOUT_MS), which cannot store it either, and then ends the stream with the
+      // error event, telling no cost (docs/operations.md, "NATS restarted").
+      expect(streamed.status).toBe(200);
+      expect(streamed.done).toBe(false);
+      expect(streamed.errorCode).toBe("usage_not_recorded");
+      expect(streamed.cost).toBe(0n);
+      expect(streamed.ms).toBeGreaterThan(19_500);
+      expect(streamed.ms).toBeLessThan(22_500);
+      expect(stack.output()).toContain("usage of a stream lost mid-way not recorded");
+    } finally {
+      up();
+      await back;
+    }
+  }, 60_000);
 });

@@ -38,6 +38,8 @@ export interface ChatOptions {
   idempotencyKey?: string;
   /** The fault's start (ms since the epoch), for `Outcome.at`; now when not given. */
   t0?: () => number;
+  /** How long the answer may take before the request counts as unanswered. Default 15 s. */
+  timeoutMs?: number;
 }
 
 /** One `tollgate-mini` chat completion through `url` with key `key`, buffered or streamed. */
@@ -61,7 +63,7 @@ export async function sendChat(url: string, key: string, i: number, opts: ChatOp
         ...(opts.stream ? { stream_options: { include_usage: true } } : {}),
         messages: [{ role: "user", content: `traffic ${i}` }],
       }),
-      15_000,
+      opts.timeoutMs ?? 15_000,
     );
   } catch (err) {
     throw new Error(`request ${i} got no answer: ${(err as Error).message}`);
