@@ -1,6 +1,7 @@
 // `make up`: every service its own process against real NATS and Redis, two inference-routers.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { shownServers } from "@tollgate/kit/config";
 import { REPO_ROOT, startStack } from "@tollgate/testkit/stack";
 import { portsInUse, upPorts } from "@tollgate/testkit/up-ports";
 import { runningStack } from "./state.js";
@@ -46,7 +47,9 @@ writeFileSync(
     2,
   ),
 );
-console.log(`Tollgate stack is up on ${stack.url} (NATS ${natsUrl}, Redis ${redisUrl})`);
+console.log(
+  `Tollgate stack is up on ${stack.url} (NATS ${shownServers(natsUrl, { scheme: true })}, Redis ${shownServers(redisUrl, { scheme: true })})`,
+);
 for (const p of stack.processes) {
   const metrics = stack.metricsUrls[p.name];
   console.log(

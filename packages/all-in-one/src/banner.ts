@@ -1,4 +1,4 @@
-import { ConfigError } from "@tollgate/kit/config";
+import { ConfigError, shownServers } from "@tollgate/kit/config";
 import type { AllInOne } from "./app.js";
 import type { AllInOneConfig } from "./config.js";
 
@@ -134,34 +134,10 @@ function unreachableStore(err: unknown, cfg: AllInOneConfig | undefined): string
   const name = e?.name;
   const reason = e?.cause?.code ?? e?.message;
   if (name === "MaxRetriesPerRequestError" && cfg?.redisUrl) {
-    return `tollgate: cannot reach Redis at ${withoutCredentials(cfg.redisUrl)} (REDIS_URL): nothing answered. Start Redis there, or unset REDIS_URL to keep the store in memory.`;
+    return `tollgate: cannot reach Redis at ${shownServers(cfg.redisUrl, { scheme: true })} (REDIS_URL): nothing answered. Start Redis there, or unset REDIS_URL to keep the store in memory.`;
   }
   if (name === "ConnectionError" && cfg?.natsUrl) {
-    return `tollgate: cannot reach NATS at ${withoutCredentials(cfg.natsUrl)} (NATS_URL): ${reason}. Start NATS with JetStream there (nats-server -js), or unset NATS_URL to keep the bus in memory.`;
+    return `tollgate: cannot reach NATS at ${shownServers(cfg.natsUrl, { scheme: true })} (NATS_URL): ${reason}. Start NATS with JetStream there (nats-server -js), or unset NATS_URL to keep the bus in memory.`;
   }
   return undefined;
-}
-
-/**
- * A Redis or NATS URL (or comma-separated list of them) reduced to each server's scheme and
- * host:port: never its user, password or token (which may hold an `@`, `/` or `,`), nor its
- * query (ioredis reads `?password=` too). A server that does not parse is shown as "?".
- */
-function withoutCredentials(url: string): string {
-  return url
-    .split(",")
-    .map((server) => server.trim())
-    .filter(Boolean)
-    .map((server) => {
-      try {
-        const scheme = server.includes("://");
-        const u = new URL(scheme ? server : `tollgate://${server}`);
-        // An "@" the parser did not read as the end of credentials: part of them is in the host.
-        if (u.host === "" || (server.includes("@") && !u.username && !u.password)) return "?";
-        return scheme ? `${u.protocol}//${u.host}` : u.host;
-      } catch {
-        return "?";
-      }
-    })
-    .join(",");
 }

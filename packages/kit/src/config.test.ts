@@ -1,6 +1,16 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { ConfigError, describeIssues, logLevel, parseEnv, port, shutdownTimeoutSeconds } from "./config.js";
+import {
+  ConfigError,
+  describeIssues,
+  logLevel,
+  parseEnv,
+  port,
+  shownServers,
+  shutdownTimeoutSeconds,
+} from "./config.js";
+import { natsAddress } from "./nats.js";
+import { redisAddress } from "./redis.js";
 
 const schema = z.object({
   GRPC_HOST: z.string().default("0.0.0.0"),
@@ -105,5 +115,41 @@ describe("describeIssues", () => {
     const result = z.number().safeParse("x");
     const [line] = describeIssues(result.error?.issues ?? []);
     expect(line).toMatch(/^\(root\): /);
+  });
+});
+
+describe("shownServers: a Redis or NATS address as a log line shows it", () => {
+  it("never shows a password, a token or a query, whatever characters they hold", () => {
+    const urls = [
+      "redis://:pw@SECRET@127.0.0.1:6390",
+      "redis://127.0.0.1:6390/0?password=SECRET",
+      "rediss://u:p/SECRET@127.0.0.1:6390",
+      "redis+cluster://u:SECRET@a:7000,b:7001",
+      "nats://u:pw@SECRET@127.0.0.1:4290",
+      "nats://tok/SECRET@127.0.0.1:4290",
+      "nats://SECRET@n-0:4222,n-1:4222",
+      "nats://u:pw,SECRET@n-0:4222",
+    ];
+    for (const url of urls) {
+      for (const shown of [
+        shownServers(url),
+        shownServers(url, { scheme: true }),
+        natsAddress(url),
+        redisAddress(url),
+      ]) {
+        expect(shown).not.toContain("SECRET");
+        expect(shown).not.toContain("pw");
+      }
+    }
+  });
+
+  it("shows each server's host and port, with its scheme when asked", () => {
+    expect(shownServers("nats://u:pw@SECRET@n-0:4222,n-1:4222", { scheme: true })).toBe(
+      "nats://n-0:4222,n-1:4222",
+    );
+    expect(natsAddress("nats://u:pw@SECRET@n-0:4222")).toBe("n-0:4222");
+    expect(redisAddress("rediss://:pw@redis")).toBe("redis:6379");
+    expect(redisAddress("redis+cluster://u:pw@a:7000,b:7001")).toBe("a:7000,b:7001");
+    expect(shownServers("nats://tok/SECRET@127.0.0.1:4290")).toBe("?");
   });
 });

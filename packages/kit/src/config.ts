@@ -79,6 +79,33 @@ export function grpcServerOptions(e: {
   };
 }
 
+/**
+ * The servers of a Redis or NATS URL, or of a comma-separated list of them, as a log line or a
+ * message may show them: each one's host:port (with its scheme when `scheme` is set, with
+ * `defaultPort` when it names none), never its user, password or token (which may hold an `@`,
+ * `/` or `,`), nor its query (ioredis reads `?password=` too). A server that does not parse, or
+ * whose `@` was not read as the end of its credentials, is shown as "?".
+ */
+export function shownServers(url: string, opts: { scheme?: boolean; defaultPort?: number } = {}): string {
+  return url
+    .split(",")
+    .map((server) => server.trim())
+    .filter(Boolean)
+    .map((server) => {
+      try {
+        const hasScheme = server.includes("://");
+        const u = new URL(hasScheme ? server : `tollgate://${server}`);
+        if (u.hostname === "" || (server.includes("@") && !u.username && !u.password)) return "?";
+        const host =
+          u.port === "" && opts.defaultPort !== undefined ? `${u.host}:${opts.defaultPort}` : u.host;
+        return opts.scheme && hasScheme ? `${u.protocol}//${host}` : host;
+      } catch {
+        return "?";
+      }
+    })
+    .join(",");
+}
+
 /** `host:port,host:port`: the nodes of a Redis Cluster. */
 export const REDIS_CLUSTER_NODES = /^\s*[^\s:/@,]+:\d+\s*(,\s*[^\s:/@,]+:\d+\s*)*$/;
 

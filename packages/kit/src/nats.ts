@@ -1,6 +1,7 @@
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect, type NatsConnection, type NodeConnectionOptions, nanos } from "@nats-io/transport-node";
 import type { Logger } from "pino";
+import { shownServers } from "./config.js";
 import type { HealthCheck } from "./health.js";
 import { untilReachable } from "./retry.js";
 
@@ -76,9 +77,7 @@ export function natsOptions(url: string, name: string): NodeConnectionOptions {
 
 /** Where a server list points, for a log line: `host:port` of each server, no scheme, no credentials. */
 export function natsAddress(url: string): string {
-  return natsServers(url)
-    .map((s) => withoutCredentials(s).replace(/^[a-z]+:\/\//i, ""))
-    .join(",");
+  return shownServers(url);
 }
 
 /** nats.js could not reach any server of the list (refused, unresolvable, timed out). */

@@ -1,5 +1,6 @@
 import { Cluster, type ClusterNode, type ScanStreamOptions, Redis as SingleRedis } from "ioredis";
 import type { Logger } from "pino";
+import { shownServers } from "./config.js";
 import type { HealthCheck } from "./health.js";
 
 /**
@@ -72,10 +73,7 @@ export function parseClusterUrl(
  * never its credentials.
  */
 export function redisAddress(url: string): string {
-  const cluster = CLUSTER_URL.exec(url);
-  if (cluster) return cluster[3]!;
-  const u = new URL(url);
-  return `${u.hostname}:${u.port || "6379"}`;
+  return shownServers(url, { defaultPort: 6379 });
 }
 
 /** Whether a connection is to a Redis Cluster. */
