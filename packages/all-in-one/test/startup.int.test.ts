@@ -1,44 +1,19 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { type MainRun, runMain, stopMains } from "@tollgate/testkit/main-process";
 import { afterEach, describe, expect, it } from "vitest";
 
 const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url));
 const ADMIN_TOKEN = "admin-token-never-printed-0123456789";
 
-interface Run {
-  child: ChildProcess;
-  stderr(): string;
-  /** The process's log lines (stdout). */
-  stdout(): string;
-  exited: Promise<number | null>;
-}
-
-const running: Run[] = [];
+type Run = MainRun;
 const servers: Server[] = [];
 
 /** Runs the all-in-one main exactly as `npm start` does, with only `env` set. */
-function run(env: Record<string, string>): Run {
-  const child = spawn(process.execPath, ["--import", "tsx", MAIN], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stderr = "";
-  let stdout = "";
-  child.stderr!.on("data", (c: Buffer) => {
-    stderr += c.toString("utf8");
-  });
-  child.stdout!.on("data", (c: Buffer) => {
-    stdout += c.toString("utf8");
-  });
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const r = { child, stderr: () => stderr, stdout: () => stdout, exited };
-  running.push(r);
-  return r;
-}
+const run = (env: Record<string, string>): Run => runMain(MAIN, env);
 
 /** Holds a free loopback port, as a second instance would find it. */
 async function holdPort(): Promise<number> {
@@ -49,10 +24,7 @@ async function holdPort(): Promise<number> {
 }
 
 afterEach(async () => {
-  for (const r of running.splice(0)) {
-    if (r.child.exitCode === null && r.child.signalCode === null) r.child.kill("SIGKILL");
-    await r.exited;
-  }
+  await stopMains();
   for (const s of servers.splice(0)) await new Promise((resolve) => s.close(resolve));
 });
 

@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { connect as tcpConnect } from "node:net";
 import { tmpdir } from "node:os";
@@ -14,6 +13,7 @@ import {
   type ServerFixture,
   uniqueNamespace,
 } from "@tollgate/testkit/fixtures";
+import { type MainRun, runMain, stopMains } from "@tollgate/testkit/main-process";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 
 /**
@@ -27,36 +27,13 @@ const mainOf = (service: string) =>
   fileURLToPath(new URL(`../../../services/${service}/src/main.ts`, import.meta.url));
 const NATS_PASSWORD = "nats-pw-never-printed-0123456789";
 
-interface Run {
-  child: ChildProcess;
-  stdout(): string;
-  stderr(): string;
-  exited: Promise<number | null>;
-}
+type Run = MainRun;
 
-const running: Run[] = [];
+/** Starts `service` from its main.ts with only `env` (internal auth off unless it says). */
+const run = (service: string, env: Record<string, string>): Run =>
+  runMain(mainOf(service), { INTERNAL_AUTH: "off", ...env });
 
-function run(service: string, env: Record<string, string>): Run {
-  const child = spawn(process.execPath, ["--import", "tsx", mainOf(service)], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, INTERNAL_AUTH: "off", ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
-  child.stderr!.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
-  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  const r = { child, stdout: () => stdout, stderr: () => stderr, exited };
-  running.push(r);
-  return r;
-}
-
-afterEach(async () => {
-  for (const r of running.splice(0)) {
-    if (r.child.exitCode === null && r.child.signalCode === null) r.child.kill("SIGKILL");
-    await r.exited;
-  }
-});
+afterEach(stopMains);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -36,6 +36,17 @@ afterAll(async () => {
   await fixture.stop();
 });
 
+/** Key k1 of connection a/c, whose secret is `secret`. */
+const keyRecord = (secret: string) => ({
+  keyId: "k1",
+  hash: hashKey(secret),
+  accountId: "a",
+  connectionId: "c",
+  name: "",
+  createdAt: new Date(),
+  last4: secret.slice(-4),
+});
+
 describe("redis key store", () => {
   keyStoreContract(() => createRedisKeyStore(redis, { prefix: prefix() }));
 
@@ -43,15 +54,7 @@ describe("redis key store", () => {
     const p = prefix();
     const store = createRedisKeyStore(redis, { prefix: p });
     const secret = "tg_redis_layout_secret_0123456789";
-    await store.createKey({
-      keyId: "k1",
-      hash: hashKey(secret),
-      accountId: "a",
-      connectionId: "c",
-      name: "",
-      createdAt: new Date(),
-      last4: secret.slice(-4),
-    });
+    await store.createKey(keyRecord(secret));
     const keys = await keysMatching(redis, `${p}*`);
     expect(keys.sort()).toEqual(
       [`${p}auth:key:${hashKey(secret).toString("hex")}`, `${p}auth:key-id:k1`, `${p}auth:keys:a/c`].sort(),
@@ -73,15 +76,7 @@ describe("redis key store: a lookup racing a re-seed", () => {
   it("never answers 'no such key' for a configured key written, with the seed marker, while it looked", async () => {
     const p = prefix();
     const secret = "tg_redis_reseed_race_0123456789ab";
-    const record = {
-      keyId: "k1",
-      hash: hashKey(secret),
-      accountId: "a",
-      connectionId: "c",
-      name: "",
-      createdAt: new Date(),
-      last4: secret.slice(-4),
-    };
+    const record = keyRecord(secret);
     // Another replica's re-seed writes the key, then the marker, right after this lookup's read
     // of the key came back empty (the store is emptied: no key, no marker).
     const seeder = createRedisKeyStore(redis, { prefix: p });
