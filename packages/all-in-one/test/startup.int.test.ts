@@ -1,9 +1,6 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type MainRun, runMain, stopMains } from "@tollgate/testkit/main-process";
+import { configFile, type MainRun, oneKeyConfig, runMain, stopMains } from "@tollgate/testkit/main-process";
 import { afterEach, describe, expect, it } from "vitest";
 
 const MAIN = fileURLToPath(new URL("../src/main.ts", import.meta.url));
@@ -32,26 +29,7 @@ const noStack = (text: string) => expect(text).not.toMatch(/^\s+at /m);
 
 /** An operator's own configuration (one account, one model, one key of `secret`); its path. */
 function operatorConfig(secret: string): string {
-  const dir = mkdtempSync(join(tmpdir(), "tollgate-startup-"));
-  const config = join(dir, "tollgate.yaml");
-  writeFileSync(
-    config,
-    [
-      "upstreams:",
-      "  - { id: local, baseUrl: 'http://127.0.0.1:9/v1' }",
-      "models:",
-      "  - { id: house-model, upstream: local, upstreamModel: m, runtime: vllm, pricing: { inputPerMillion: 1, outputPerMillion: 1 } }",
-      "accounts:",
-      "  - id: acme",
-      "    connections:",
-      "      - id: main",
-      "        models: [house-model]",
-      "        defaultModel: house-model",
-      `        keys: [{ id: k1, secret: ${secret} }]`,
-      "",
-    ].join("\n"),
-  );
-  return config;
+  return configFile(oneKeyConfig(secret));
 }
 
 /** Resolves once the banner's "Try it:" is out (or the process ended, or 30 s passed). */

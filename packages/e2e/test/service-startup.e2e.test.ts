@@ -1,7 +1,4 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
 import { connect as tcpConnect } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { checkGrpcHealth } from "@tollgate/kit/health";
 import {
@@ -13,7 +10,7 @@ import {
   type ServerFixture,
   uniqueNamespace,
 } from "@tollgate/testkit/fixtures";
-import { type MainRun, runMain, stopMains } from "@tollgate/testkit/main-process";
+import { configFile, type MainRun, oneKeyConfig, runMain, stopMains } from "@tollgate/testkit/main-process";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 
 /**
@@ -90,26 +87,7 @@ const linesOf = (r: Run) =>
     .filter(Boolean)
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 
-const CONFIG = [
-  "upstreams:",
-  "  - { id: local, baseUrl: 'http://127.0.0.1:9/v1' }",
-  "models:",
-  "  - { id: house-model, upstream: local, upstreamModel: m, runtime: vllm, pricing: { inputPerMillion: 1, outputPerMillion: 1 } }",
-  "accounts:",
-  "  - id: acme",
-  "    connections:",
-  "      - id: main",
-  "        models: [house-model]",
-  "        defaultModel: house-model",
-  "        keys: [{ id: k1, secret: tg_startup_key_0123456789abcdef0123 }]",
-  "",
-].join("\n");
-
-function configFile(text: string): string {
-  const file = join(mkdtempSync(join(tmpdir(), "tollgate-service-startup-")), "tollgate.yaml");
-  writeFileSync(file, text);
-  return file;
-}
+const CONFIG = oneKeyConfig("tg_startup_key_0123456789abcdef0123");
 
 describe("a standalone service started before its Redis and NATS", () => {
   let nats: NatsFixture;

@@ -1,4 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 /** A process started from a main module, as an image or `npm start` runs it, its output kept. */
 export interface MainRun {
@@ -39,4 +42,29 @@ export async function stopMains(): Promise<void> {
     if (run.child.exitCode === null && run.child.signalCode === null) run.child.kill("SIGKILL");
     await run.exited;
   }
+}
+
+/** A Tollgate configuration of one account, one model (upstream on a closed port) and one key of `secret`. */
+export function oneKeyConfig(secret: string): string {
+  return [
+    "upstreams:",
+    "  - { id: local, baseUrl: 'http://127.0.0.1:9/v1' }",
+    "models:",
+    "  - { id: house-model, upstream: local, upstreamModel: m, runtime: vllm, pricing: { inputPerMillion: 1, outputPerMillion: 1 } }",
+    "accounts:",
+    "  - id: acme",
+    "    connections:",
+    "      - id: main",
+    "        models: [house-model]",
+    "        defaultModel: house-model",
+    `        keys: [{ id: k1, secret: ${secret} }]`,
+    "",
+  ].join("\n");
+}
+
+/** Writes `text` to a tollgate.yaml of a new temporary directory; its path. */
+export function configFile(text: string): string {
+  const file = join(mkdtempSync(join(tmpdir(), "tollgate-config-")), "tollgate.yaml");
+  writeFileSync(file, text);
+  return file;
 }
