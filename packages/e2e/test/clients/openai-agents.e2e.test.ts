@@ -125,9 +125,9 @@ describe("OpenAI Agents SDK against the account door", () => {
       expect(JSON.stringify(gateway().upstream.requests.at(-1)?.body)).toContain(first.finalOutput?.trim());
     });
 
-    it.runIf(useResponses)(
-      "conversationId and previousResponseId: refused with a 400 naming the field, nothing billed",
-      async () => {
+    // Only the Responses API names state kept by OpenAI; the chat model sends no such field.
+    if (useResponses)
+      it("conversationId and previousResponseId: refused with a 400 naming the field, nothing billed", async () => {
         const before = gateway().upstream.requests.length;
         const options = [
           [{ conversationId: "conv_1" }, "conversation"],
@@ -141,8 +141,7 @@ describe("OpenAI Agents SDK against the account door", () => {
           expect(gateway().wire.last()).toMatchObject({ path, status: 400 });
         }
         expect(gateway().upstream.requests.length).toBe(before);
-      },
-    );
+      });
 
     /** The error a run rejects with for `refusal`: the openai SDK's class for its status. */
     async function expectRefused(refusal: Refusal, stream: boolean) {
