@@ -1,8 +1,9 @@
 // `make down`: stops what `make up` started, front to back, waiting for each to exit.
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { stillRuns } from "@tollgate/testkit/recorded-process";
 import { REPO_ROOT } from "@tollgate/testkit/stack";
-import { alive, recordedStack, STACK_FILE } from "./state.js";
+import { recordedStack, STACK_FILE } from "./state.js";
 
 if (!existsSync(STACK_FILE)) {
   console.log("no stack is running (.tollgate/stack.json is missing)");
@@ -10,11 +11,11 @@ if (!existsSync(STACK_FILE)) {
 }
 const processes = recordedStack();
 for (const p of [...processes].reverse()) {
-  if (!alive(p.pid)) continue;
+  if (!stillRuns(p)) continue;
   process.kill(p.pid, "SIGTERM");
   const deadline = Date.now() + 15_000;
-  while (alive(p.pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  if (alive(p.pid)) process.kill(p.pid, "SIGKILL");
+  while (stillRuns(p) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  if (stillRuns(p)) process.kill(p.pid, "SIGKILL");
   console.log(`stopped ${p.name}`);
 }
 rmSync(STACK_FILE);

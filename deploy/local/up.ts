@@ -2,6 +2,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { shownServers } from "@tollgate/kit/config";
+import { commandLineOf } from "@tollgate/testkit/recorded-process";
 import { REPO_ROOT, startStack } from "@tollgate/testkit/stack";
 import { portsInUse, upPorts } from "@tollgate/testkit/up-ports";
 import { runningStack } from "./state.js";
@@ -42,7 +43,17 @@ const stack = await startStack({
 writeFileSync(
   join(stateDir, "stack.json"),
   JSON.stringify(
-    { processes: stack.processes.map((p) => ({ name: p.name, pid: p.child.pid, port: p.port })) },
+    {
+      processes: stack.processes.map((p) => {
+        const commandLine = p.child.pid !== undefined ? commandLineOf(p.child.pid) : undefined;
+        return {
+          name: p.name,
+          pid: p.child.pid,
+          port: p.port,
+          ...(commandLine !== undefined ? { commandLine } : {}),
+        };
+      }),
+    },
     null,
     2,
   ),
