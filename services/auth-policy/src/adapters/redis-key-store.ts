@@ -251,21 +251,22 @@ export function createRedisKeyStore(redis: Redis, opts: RedisKeyStoreOptions = {
 
   return {
     async findByHash(hash) {
-      const hashHex = hash.toString("hex");
-      const record = await byHashHex(hashHex);
-      if (record !== undefined) return record;
-      // An unknown key in a store that lost its data may be a configured one not re-seeded yet:
-      // the caller gets a retryable 503, never a 401 for a key that works a moment later. The
-      // key and the marker are read again together: a re-seed (by any replica) that wrote both
-      // since the read above is seen whole.
+      // The key and the seed marker in one read: a key unknown to a store that lost its data may
+      // be a configured one not re-seeded yet, so the caller gets a retryable 503, never a 401
+      // for a key that works a moment later; and a re-seed (by any replica) is seen whole.
       const [h, marker] = results<unknown>(
-        await redis.multi().hgetall(recordKey(hashHex)).exists(seededKey).exec(),
+        await redis
+          .multi()
+          .hgetall(recordKey(hash.toString("hex")))
+          .exists(seededKey)
+          .exec(),
       );
-      if (marker === 0) {
+      const record = recordOf(h as Record<string, string>);
+      if (record === undefined && marker === 0) {
         opts.onDataLost?.();
         throw new RedisDataLostError("store lost its data (no seed marker): key unknown until re-seeded");
       }
-      return recordOf(h as Record<string, string>);
+      return record;
     },
     findById: byId,
     async account(accountId) {

@@ -84,15 +84,20 @@ describe("redis key store: a lookup racing a re-seed", () => {
     const racing = new Proxy(redis, {
       get(target, name, receiver) {
         const value = Reflect.get(target, name, receiver) as unknown;
-        if (name !== "hgetall" || typeof value !== "function") return value;
-        return async (...args: unknown[]) => {
-          const answer = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-          if (!raced) {
-            raced = true;
-            await seeder.importKey(record, false);
-            await seeder.setConfigKeyIds(["k1"]);
-          }
-          return answer;
+        if (name !== "multi" || typeof value !== "function") return value;
+        return (...args: unknown[]) => {
+          const tx = (value as (...a: unknown[]) => { exec(): Promise<unknown> }).apply(target, args);
+          const exec = tx.exec.bind(tx);
+          tx.exec = async () => {
+            const answer = await exec();
+            if (!raced) {
+              raced = true;
+              await seeder.importKey(record, false);
+              await seeder.setConfigKeyIds(["k1"]);
+            }
+            return answer;
+          };
+          return tx;
         };
       },
     });
